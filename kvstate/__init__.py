@@ -1,0 +1,3 @@
+"""kvstate: provable prefix-cache hits for hybrid-attention KV caches."""
+
+__version__ = "0.1.0"
