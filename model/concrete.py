@@ -1,0 +1,163 @@
+"""The executable reference state machine: the table read concretely.
+
+It answers three questions about a concrete state: which actions are enabled (with which
+parameters), what a step produces, and which invariants fail.  The proofs replay every Z3
+counterexample through it before reporting, and the conformance harness runs it in lockstep
+with the implementation.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
+
+from kvstate.spec.errors import SpecError
+from kvstate.spec.phases import Fmt
+from kvstate.spec.state import ConcreteState, initial_state, req_var_names
+from kvstate.spec.table import Action, Invariant, ParamKind, Scope, Table
+
+
+class GuardError(Exception):
+    """An action was stepped in a state where its guard is false."""
+
+    def __init__(self, action: str, params: Mapping[str, Any], failed: list[str]) -> None:
+        super().__init__(f"{action}({_fmt_params(params)}) is disabled: guard {', '.join(failed)} false")
+        self.action = action
+        self.params = dict(params)
+        self.failed = failed
+
+
+def _fmt_params(params: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in params.items())
+
+
+@dataclass(frozen=True)
+class Violation:
+    invariant: str
+    request: int | None
+    block: int | None
+
+    def __str__(self) -> str:
+        where = []
+        if self.request is not None:
+            where.append(f"r={self.request}")
+        if self.block is not None:
+            where.append(f"b={self.block}")
+        return f"{self.invariant}" + (f" at {', '.join(where)}" if where else "")
+
+
+class Machine:
+    """The table over a concrete pool of ``N`` blocks."""
+
+    def __init__(self, table: Table, N: int | None = None) -> None:
+        self.table = table
+        self.N = N if N is not None else table.geometry.model_blocks
+        if self.N <= 0:
+            raise SpecError("pool size must be positive")
+        self.k = table.consts
+        self._req = req_var_names(table)
+        self._scope = {v.name: v.scope for v in table.vars}
+
+    # ---- states -------------------------------------------------------------------------
+    def init(self) -> ConcreteState:
+        return initial_state(self.table, self.N)
+
+    def state(self, values: Mapping[str, Any]) -> ConcreteState:
+        missing = {v.name for v in self.table.vars} - set(values)
+        if missing:
+            raise SpecError(f"state is missing variables {sorted(missing)}")
+        return ConcreteState(values, self.N, self.k, self._req)
+
+    # ---- parameters ---------------------------------------------------------------------
+    def domain(self, kind: ParamKind) -> range | list[int]:
+        if kind is ParamKind.BLOCK:
+            return range(self.N)
+        if kind is ParamKind.REQ:
+            return range(self.k.R)
+        if kind is ParamKind.TOKENS:
+            return range(0, self.N * self.k.L + 1)
+        if kind is ParamKind.ADDR:
+            return range(0, 4 * self.N)
+        if kind is ParamKind.TICKS:
+            return range(1, self.k.lease_max + 1)
+        return [int(f) for f in Fmt]
+
+    def param_space(self, action: Action, *, tokens_step: int | None = None) -> Iterator[dict[str, Any]]:
+        doms = []
+        for p in action.params:
+            d = self.domain(p.kind)
+            if p.kind is ParamKind.TOKENS and tokens_step:
+                d = range(0, self.N * self.k.L + 1, tokens_step)
+            doms.append(d)
+        for combo in itertools.product(*doms):
+            yield {p.name: v for p, v in zip(action.params, combo, strict=True)}
+
+    # ---- transitions --------------------------------------------------------------------
+    def failed_conjuncts(self, s: ConcreteState, action: Action | str, params: Mapping[str, Any]) -> list[str]:
+        a = self.table.action(action) if isinstance(action, str) else action
+        p = SimpleNamespace(**params)
+        return [c.name for c in a.guard if not c.fn(s, p)]
+
+    def is_enabled(self, s: ConcreteState, action: Action | str, params: Mapping[str, Any]) -> bool:
+        return not self.failed_conjuncts(s, action, params)
+
+    def enabled(self, s: ConcreteState, *, tokens_step: int | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
+        for a in self.table.actions:
+            for params in self.param_space(a, tokens_step=tokens_step):
+                if self.is_enabled(s, a, params):
+                    yield a.name, params
+
+    def step(self, s: ConcreteState, action: Action | str, params: Mapping[str, Any]) -> ConcreteState:
+        """The successor state; raises :class:`GuardError` (state untouched) if disabled."""
+        a = self.table.action(action) if isinstance(action, str) else action
+        self._check_params(a, params)
+        failed = self.failed_conjuncts(s, a, params)
+        if failed:
+            raise GuardError(a.name, params, failed)
+        p = SimpleNamespace(**params)
+        new = dict(s._v)
+        r = params.get(next((q.name for q in a.params if q.kind is ParamKind.REQ), ""), None)
+        for name, fn in a.updates.items():
+            value = fn(s, p)
+            if self._scope[name] in (Scope.REQ, Scope.REQ_BLOCK):
+                assert r is not None
+                row = list(new[name])
+                row[r] = value
+                new[name] = tuple(row)
+            else:
+                new[name] = value
+        return ConcreteState(new, self.N, self.k, self._req)
+
+    def _check_params(self, a: Action, params: Mapping[str, Any]) -> None:
+        names = {p.name for p in a.params}
+        if set(params) != names:
+            raise SpecError(f"action {a.name!r} takes parameters {sorted(names)}, got {sorted(params)}")
+        for q in a.params:
+            v = params[q.name]
+            if not isinstance(v, int) or isinstance(v, bool) or v not in self.domain(q.kind):
+                raise SpecError(f"action {a.name!r}: parameter {q.name}={v!r} outside its {q.kind.value} domain")
+
+    # ---- invariants ---------------------------------------------------------------------
+    def violations(self, s: ConcreteState, invariants: list[Invariant] | None = None) -> list[Violation]:
+        out: list[Violation] = []
+        for inv in invariants if invariants is not None else self.table.invariants:
+            for r in range(self.k.R) if inv.per_request else [None]:
+                args: tuple[Any, ...] = (s,) if r is None else (s, r)
+                if inv.scalar is not None and not inv.scalar(*args):
+                    out.append(Violation(inv.name, r, None))
+                if inv.per_block is not None:
+                    for b in range(self.N):
+                        if not inv.per_block(*args, b):
+                            out.append(Violation(inv.name, r, b))
+                            break
+        return out
+
+    def run(self, trace: list[tuple[str, Mapping[str, Any]]], s: ConcreteState | None = None) -> list[ConcreteState]:
+        """States along a trace of (action, params), starting from ``s`` or Init."""
+        states = [s if s is not None else self.init()]
+        for name, params in trace:
+            states.append(self.step(states[-1], name, params))
+        return states

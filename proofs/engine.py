@@ -1,0 +1,346 @@
+"""Z3 queries behind the obligations: induction, bounded unrolling, witnesses.
+
+Every query gets a fresh solver.  Parametric queries use a symbolic pool size ``N`` and a Skolem
+block, so an UNSAT answer holds for any pool size; bounded queries unroll from Init over a
+concrete pool with one action selector per step, so every trace names its actions.
+Counterexamples are decoded into concrete steps and replayed in the reference interpreter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import z3
+
+from kvstate.model.concrete import GuardError, Machine
+from kvstate.model.symbolic import (
+    Instance,
+    SymState,
+    Vec,
+    bind,
+    block_in_pool,
+    fresh_params,
+    fresh_state,
+    guard,
+    init_state,
+    instances,
+    inv_holds,
+    inv_violated,
+    post,
+    successor,
+)
+from kvstate.spec.table import Invariant, ParamKind, Scope, Table
+
+from .results import Step, Trace
+
+
+def proof_invariants(table: Table) -> list[Invariant]:
+    """Invariants proved for any pool size (the bounded ghost-counter ones are excluded)."""
+    return [i for i in table.invariants if not i.bounded]
+
+
+def _solver(timeout_ms: int) -> z3.Solver:
+    s = z3.Solver()
+    s.set(timeout=timeout_ms)
+    return s
+
+
+# ---- 1-induction, parametric --------------------------------------------------------------
+@dataclass
+class InductionOutcome:
+    status: str  # proved | cti | unknown
+    mode: str
+    trace: Trace | None = None
+    detail: str = ""
+
+
+def check_init(table: Table, inv: Invariant, timeout_ms: int = 20000) -> InductionOutcome:
+    N = z3.Int("N")
+    s = init_state(table, N, mode="goal")
+    sk = z3.Int("sk")
+    bad, _ = inv_violated(s, inv, sk)
+    solver = _solver(timeout_ms)
+    solver.add(N >= 1, bad)
+    res = solver.check()
+    if res == z3.unsat:
+        return InductionOutcome("proved", "init")
+    if res == z3.unknown:
+        return InductionOutcome("unknown", "init", detail=solver.reason_unknown())
+    return InductionOutcome("cti", "init", detail="Init violates the invariant")
+
+
+def check_inductive(
+    table: Table, inv: Invariant, inst: Instance, timeout_ms: int = 20000, assume: Sequence[Invariant] | None = None
+) -> InductionOutcome:
+    """Invariants(s) and guard(s, p) and s' = step(s, p) imply inv(s'), for any pool size."""
+    hyps_invs = list(assume) if assume is not None else proof_invariants(table)
+    last: InductionOutcome | None = None
+    for mode in ("inst", "forall"):
+        N = z3.Int("N")
+        s = fresh_state(table, "pre.", N, mode=mode)
+        pp = fresh_params(table, "p.", N)
+        p = bind(inst, pp)
+        sk = z3.Int("sk")
+        terms = [sk]
+        if any(q.kind is ParamKind.BLOCK for q in inst.action.params):
+            terms.append(pp.values[ParamKind.BLOCK])
+        s.inst_terms = terms
+        solver = _solver(timeout_ms)
+        solver.add(N >= 1, *pp.domain, block_in_pool(sk, N))
+        for other in hyps_invs:
+            solver.add(inv_holds(s, other, terms))
+        solver.add(guard(s, inst, p))
+        s2 = successor(s, inst, p)
+        s2.mode = "goal"
+        bad, _ = inv_violated(s2, inv, sk)
+        solver.add(bad)
+        res = solver.check()
+        if res == z3.unsat:
+            return InductionOutcome("proved", mode)
+        if res == z3.unknown:
+            last = InductionOutcome("unknown", mode, detail=solver.reason_unknown())
+            continue
+        last = InductionOutcome("cti", mode)
+        if mode == "forall":
+            last.trace = _cti_trace(table, inv, inst, hyps_invs, timeout_ms)
+    assert last is not None
+    return last
+
+
+def _cti_trace(
+    table: Table, inv: Invariant, inst: Instance, hyps_invs: Sequence[Invariant], timeout_ms: int
+) -> Trace | None:
+    """A concrete counterexample to induction over a small pool (expanded, exact)."""
+    for n in range(1, 5):
+        s = fresh_state(table, "pre.", n, mode="expand")
+        pp = fresh_params(table, "p.", n)
+        p = bind(inst, pp)
+        solver = _solver(timeout_ms)
+        solver.add(*pp.domain)
+        for other in hyps_invs:
+            solver.add(inv_holds(s, other, []))
+        solver.add(_value_bounds(s))
+        solver.add(guard(s, inst, p))
+        s2 = successor(s, inst, p)
+        sk = z3.Int("sk")
+        s2.mode = "goal"
+        bad, _ = inv_violated(s2, inv, sk)
+        solver.add(bad)
+        if solver.check() == z3.sat:
+            m = solver.model()
+            start = decode_state(m, s, n)
+            step = decode_step(m, inst, pp)
+            return replay(table, n, [step], start=start)
+    return None
+
+
+def _value_bounds(s: SymState) -> Any:
+    """Keep decoded integers small so a counterexample reads well (sound for SAT answers only)."""
+    return z3.BoolVal(True)
+
+
+# ---- bounded unrolling from Init ----------------------------------------------------------
+@dataclass
+class Unrolling:
+    states: list[SymState]
+    sels: list[Any]
+    params: list[Any]
+    insts: list[Instance]
+    constraints: list[Any]
+    N: int
+
+
+def unroll(table: Table, depth: int, N: int) -> Unrolling:
+    insts = instances(table)
+    s0 = init_state(table, N, mode="expand")
+    states = [s0]
+    sels: list[Any] = []
+    params: list[Any] = []
+    cons: list[Any] = []
+    for t in range(depth):
+        s = states[-1]
+        sel = z3.Int(f"sel{t}")
+        pp = fresh_params(table, f"p{t}.", N)
+        cons.extend(pp.domain)
+        nxt = fresh_state(table, f"s{t + 1}.", N, mode="expand")
+        options = [sel == -1]
+        updates: dict[str, list[tuple[Any, Any]]] = {}
+        for i, inst in enumerate(insts):
+            p = bind(inst, pp)
+            options.append(z3.And(sel == i, guard(s, inst, p)))
+            for name, val in post(s, inst, p).items():
+                updates.setdefault(name, []).append((sel == i, val))
+        cons.append(z3.Or(*options))
+        if t > 0:
+            cons.append(z3.Implies(sels[-1] == -1, sel == -1))  # stutter only at the end
+        for v in table.vars:
+            cur = s.get(v.name)
+            ups = updates.get(v.name, [])
+            if v.scope in (Scope.REQ, Scope.REQ_BLOCK):
+                for r in range(table.consts.R):
+                    term = cur[r]
+                    for c, val in ups:
+                        term = _ite(c, val[r], term)
+                    cons.append(_eq(nxt.get(v.name)[r], term))
+            else:
+                term = cur
+                for c, val in ups:
+                    term = _ite(c, val, term)
+                cons.append(_eq(nxt.get(v.name), term))
+        states.append(nxt)
+        sels.append(sel)
+        params.append(pp)
+    return Unrolling(states, sels, params, insts, cons, N)
+
+
+def _ite(c: Any, a: Any, b: Any) -> Any:
+    if isinstance(a, Vec):
+        return a.ite(c, b)
+    return z3.If(c, a, b)
+
+
+def _eq(a: Any, b: Any) -> Any:
+    if isinstance(a, Vec):
+        return a.eq(b)
+    return a == b
+
+
+def decode_trace(table: Table, m: z3.ModelRef, u: Unrolling) -> list[Step]:
+    steps = []
+    for sel, pp in zip(u.sels, u.params, strict=True):
+        i = m.eval(sel, model_completion=True).as_long()
+        if i < 0:
+            break
+        steps.append(decode_step(m, u.insts[i], pp))
+    return steps
+
+
+def decode_step(m: z3.ModelRef, inst: Instance, pp: Any) -> Step:
+    params: dict[str, int] = {}
+    for q in inst.action.params:
+        if q.kind is ParamKind.REQ:
+            assert inst.r is not None
+            params[q.name] = inst.r
+        else:
+            params[q.name] = m.eval(pp.values[q.kind], model_completion=True).as_long()
+    return Step(inst.action.name, params)
+
+
+def decode_state(m: z3.ModelRef, s: SymState, n: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+
+    def val(term: Any) -> Any:
+        v = m.eval(term, model_completion=True)
+        return z3.is_true(v) if z3.is_bool(v) else v.as_long()
+
+    for v in s.table.vars:
+        t = s.get(v.name)
+        if v.scope is Scope.GLOBAL:
+            out[v.name] = val(t)
+        elif v.scope is Scope.BLOCK:
+            out[v.name] = tuple(val(t[i]) for i in range(n))
+        elif v.scope is Scope.REQ:
+            out[v.name] = tuple(val(x) for x in t)
+        else:
+            out[v.name] = tuple(tuple(val(x[i]) for i in range(n)) for x in t)
+    return out
+
+
+def replay(table: Table, n: int, steps: list[Step], start: dict[str, Any] | None = None) -> Trace:
+    """Run the steps in the concrete interpreter; record the violations it sees at the end."""
+    machine = Machine(table, n)
+    try:
+        s = machine.state(start) if start is not None else machine.init()
+        for st in steps:
+            s = machine.step(s, st.action, st.params)
+    except (GuardError, Exception) as exc:  # noqa: BLE001 - a replay mismatch is reported, not raised
+        return Trace(tuple(steps), n, start, (f"REPLAY FAILED: {exc}",), replayed=False)
+    viol = tuple(str(v) for v in machine.violations(s))
+    return Trace(tuple(steps), n, start, viol, replayed=True)
+
+
+def bmc_find(table: Table, depth: int, N: int, goal: Any, timeout_ms: int = 60000) -> tuple[str, Trace | None]:
+    """``goal(unrolling)`` is a Z3 condition; returns sat/unsat/unknown and a replayed trace."""
+    u = unroll(table, depth, N)
+    solver = _solver(timeout_ms)
+    solver.add(*u.constraints)
+    solver.add(goal(u))
+    res = solver.check()
+    if res == z3.sat:
+        steps = decode_trace(table, solver.model(), u)
+        return "sat", replay(table, N, steps)
+    return ("unsat" if res == z3.unsat else "unknown"), None
+
+
+def violation_goal(inv: Invariant) -> Any:
+    def goal(u: Unrolling) -> Any:
+        sk = z3.Int("bmc!sk")
+        last = u.states[-1]
+        last.mode = "goal"
+        bad, _ = inv_violated(last, inv, sk)
+        last.mode = "expand"
+        return bad
+
+    return goal
+
+
+def any_violation_goal(invs: Sequence[Invariant]) -> Any:
+    def goal(u: Unrolling) -> Any:
+        last = u.states[-1]
+        last.mode = "goal"
+        parts = []
+        for i, inv in enumerate(invs):
+            bad, _ = inv_violated(last, inv, z3.Int(f"bmc!sk{i}"))
+            parts.append(bad)
+        last.mode = "expand"
+        return z3.Or(*parts)
+
+    return goal
+
+
+def fires_goal(action: str) -> Any:
+    def goal(u: Unrolling) -> Any:
+        idx = [i for i, inst in enumerate(u.insts) if inst.action.name == action]
+        return z3.Or(*[z3.Or(*[sel == i for i in idx]) for sel in u.sels])
+
+    return goal
+
+
+# ---- k-induction over a concrete pool (any depth) -----------------------------------------
+def k_induction(table: Table, inv: Invariant, N: int, k: int, timeout_ms: int = 60000) -> str:
+    """Step case of k-induction: k steps satisfying every invariant reach a state satisfying
+    ``inv``.  With the base case (BMC to depth k) it proves ``inv`` for pool size N, any depth."""
+    insts = instances(table)
+    states = [fresh_state(table, "k0.", N, mode="expand")]
+    solver = _solver(timeout_ms)
+    invs = list(table.invariants)
+    for t in range(k):
+        s = states[-1]
+        for i in invs:
+            solver.add(inv_holds(s, i, []))
+        pp = fresh_params(table, f"kp{t}.", N)
+        solver.add(*pp.domain)
+        sel = z3.Int(f"ksel{t}")
+        nxt = fresh_state(table, f"k{t + 1}.", N, mode="expand")
+        opts = []
+        for i, inst in enumerate(insts):
+            p = bind(inst, pp)
+            s2 = successor(s, inst, p)
+            eqs = []
+            for v in table.vars:
+                a, b = nxt.get(v.name), s2.get(v.name)
+                if isinstance(a, list):
+                    eqs.extend(_eq(x, y) for x, y in zip(a, b, strict=True))
+                else:
+                    eqs.append(_eq(a, b))
+            opts.append(z3.And(sel == i, guard(s, inst, p), *eqs))
+        solver.add(z3.Or(*opts))
+        states.append(nxt)
+    last = states[-1]
+    last.mode = "goal"
+    bad, _ = inv_violated(last, inv, z3.Int("k!sk"))
+    solver.add(bad)
+    res = solver.check()
+    return {z3.unsat: "proved", z3.sat: "cti"}.get(res, "unknown")

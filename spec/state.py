@@ -1,0 +1,134 @@
+"""The concrete state mapping that the table's callables read.
+
+Values are immutable: ints and bools for global variables, tuples over blocks for per-block
+variables, tuples over requests (of tuples over blocks) for per-request ones.  The same object
+shape is what the implementation's ``observe()`` produces, so the model, the conformance
+harness and the implementation's own hit search all evaluate the table's callables on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .errors import SpecError
+
+
+class ReqView:
+    """Attribute access to one request's variables."""
+
+    __slots__ = ("_s", "_r")
+
+    def __init__(self, s: ConcreteState, r: int) -> None:
+        self._s = s
+        self._r = r
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            v = self._s._v[name]
+        except KeyError:
+            raise AttributeError(f"unknown request variable {name!r}") from None
+        if name not in self._s._req_names:
+            raise AttributeError(f"{name!r} is not a per-request variable")
+        return v[self._r]
+
+
+class ConcreteState:
+    """A read-only state mapping with the quantifier hooks :mod:`kvstate.spec.expr` needs."""
+
+    __slots__ = ("_v", "N", "k", "_req_names")
+
+    def __init__(self, values: Mapping[str, Any], N: int, k: Any, req_names: frozenset[str]) -> None:
+        self._v = dict(values)
+        self.N = N
+        self.k = k
+        self._req_names = req_names
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            v = self._v[name]
+        except KeyError:
+            raise AttributeError(f"unknown state variable {name!r}") from None
+        if name in self._req_names:
+            raise AttributeError(f"{name!r} is per-request: read it as s.req(r).{name}")
+        return v
+
+    def req(self, r: int) -> ReqView:
+        if not isinstance(r, int) or not 0 <= r < self.k.R:
+            raise SpecError(f"request index {r!r} out of range 0..{self.k.R - 1}")
+        return ReqView(self, r)
+
+    @property
+    def values(self) -> dict[str, Any]:
+        return dict(self._v)
+
+    def forall_blocks(self, lo: Any, hi: Any, body: Callable[[Any], Any]) -> Any:
+        for b in range(max(lo, 0), min(hi, self.N)):
+            v = body(b)
+            if not isinstance(v, bool):
+                raise TypeError(f"a per-block condition returned {type(v).__name__}, not bool")
+            if not v:
+                return False
+        return True
+
+    def array(self, body: Callable[[Any], Any]) -> Any:
+        return tuple(body(b) for b in range(self.N))
+
+    def store(self, arr: Any, index: Any, value: Any) -> Any:
+        if not 0 <= index < len(arr):
+            raise IndexError(f"block {index} out of range 0..{len(arr) - 1}")
+        return arr[:index] + (value,) + arr[index + 1 :]
+
+    def key(self) -> tuple[Any, ...]:
+        """Hashable identity, for exhaustive exploration."""
+        return tuple(sorted(self._v.items()))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ConcreteState) and self._v == other._v and self.N == other.N
+
+    def __hash__(self) -> int:
+        return hash(self.key())
+
+    def __repr__(self) -> str:
+        return f"ConcreteState(N={self.N}, {self._v})"
+
+
+class ProbeState(ConcreteState):
+    """Evaluates every per-block body (even over empty ranges) so validation sees every name."""
+
+    __slots__ = ()
+
+    def forall_blocks(self, lo: Any, hi: Any, body: Callable[[Any], Any]) -> Any:
+        results = [body(b) for b in range(self.N)]
+        for v in results:
+            if not isinstance(v, bool):
+                raise TypeError(f"a per-block condition returned {type(v).__name__}, not bool")
+        return super().forall_blocks(lo, hi, body)
+
+
+def initial_values(table: Any, N: int) -> dict[str, Any]:
+    """The initial state of ``table`` for a pool of ``N`` blocks (every var's ``init``)."""
+    k = table.consts
+    out: dict[str, Any] = {}
+    from .table import Scope
+
+    for v in table.vars:
+        if v.scope is Scope.GLOBAL:
+            out[v.name] = v.init(k, N, None)
+        elif v.scope is Scope.BLOCK:
+            out[v.name] = tuple(v.init(k, N, b) for b in range(N))
+        elif v.scope is Scope.REQ:
+            out[v.name] = tuple(v.init(k, N, None) for _ in range(k.R))
+        else:
+            out[v.name] = tuple(tuple(v.init(k, N, b) for b in range(N)) for _ in range(k.R))
+    return out
+
+
+def req_var_names(table: Any) -> frozenset[str]:
+    from .table import Scope
+
+    return frozenset(v.name for v in table.vars if v.scope in (Scope.REQ, Scope.REQ_BLOCK))
+
+
+def initial_state(table: Any, N: int, cls: type[ConcreteState] = ConcreteState) -> ConcreteState:
+    return cls(initial_values(table, N), N, table.consts, req_var_names(table))

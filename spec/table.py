@@ -1,0 +1,268 @@
+"""The declarative transition table: variables, actions, invariants and the hit rule, as data.
+
+A :class:`Table` is frozen.  It is validated when it is built: every update must be inside its
+action's ``modifies`` frame, every name must resolve, every guard must be boolean and every
+update must have its variable's type.  Errors name the action or invariant at fault.
+``Table.derive`` makes a changed copy (drop a guard conjunct, replace or remove an action), which
+is how seeded-bug variants and users' own tables are built without editing the default.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from .errors import SpecError
+from .geometry import Geometry
+
+if TYPE_CHECKING:
+    from .layers import HitRule
+
+Fn = Callable[..., Any]
+
+
+class Scope(enum.Enum):
+    """Where a variable lives: one value, one per pool block, one per request, or both."""
+
+    GLOBAL = "global"
+    BLOCK = "block"
+    REQ = "request"
+    REQ_BLOCK = "request x block"
+
+
+class ParamKind(enum.Enum):
+    """Typed action parameters; the interpreters know each kind's domain."""
+
+    BLOCK = "block"  # 0 <= b < N
+    REQ = "request"  # 0 <= r < R (expanded per request by the encoder)
+    TOKENS = "tokens"  # 0 <= h <= N * L
+    ADDR = "address"  # a buffer address, >= 0
+    TICKS = "ticks"  # 1 <= t <= lease_max
+    FMT = "format"  # a Fmt value
+
+
+@dataclass(frozen=True)
+class Var:
+    """A state variable.  ``domain`` (an IntEnum) makes it an enumerated phase variable."""
+
+    name: str
+    scope: Scope
+    init: Fn  # init(k, b) for block-scoped vars, init(k) otherwise; k = Consts
+    domain: type[enum.IntEnum] | None = None
+    is_bool: bool = False
+    nonneg: bool = False
+    ghost: bool = False
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    kind: ParamKind
+
+
+@dataclass(frozen=True)
+class Conjunct:
+    """One named conjunct of a guard, so that it can be dropped, reported and cited."""
+
+    name: str
+    fn: Fn  # fn(s, p) -> bool
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class Action:
+    """A transition: typed parameters, a guard of named conjuncts, updates within a frame."""
+
+    name: str
+    params: tuple[Param, ...]
+    guard: tuple[Conjunct, ...]
+    updates: Mapping[str, Fn]  # var name -> fn(s, p); request-scoped vars are those of p.r
+    modifies: frozenset[str]
+    component: str
+    doc: str = ""
+
+    def conjunct(self, name: str) -> Conjunct:
+        for c in self.guard:
+            if c.name == name:
+                return c
+        raise SpecError(f"action {self.name!r} has no guard conjunct {name!r}")
+
+    @property
+    def request_scoped(self) -> bool:
+        return any(p.kind is ParamKind.REQ for p in self.params)
+
+
+@dataclass(frozen=True)
+class Invariant:
+    """``forall b. per_block(s, [r,] b)`` and ``scalar(s, [r])``; per-request ones for every r.
+
+    ``kind`` is "safeguard" (the seed's four), "safety" (basic properties) or "aux" (strengthening
+    needed for induction).  ``protected_by`` lists the guard conjuncts whose removal must break
+    it (anti-vacuity).  ``bounded`` marks a property that relates a ghost counter to a count over
+    blocks: it is checked by BMC and by the concrete interpreter, not proved for any pool size.
+    """
+
+    name: str
+    doc: str
+    kind: str
+    per_block: Fn | None = None
+    scalar: Fn | None = None
+    per_request: bool = False
+    protected_by: tuple[tuple[str, str], ...] = ()
+    bounded: bool = False
+
+
+@dataclass(frozen=True)
+class Consts:
+    """Geometry-derived constants the callables read as ``s.k``."""
+
+    L: int  # LCM block, tokens
+    W: int  # SWA window, in LCM blocks
+    R: int  # requests in the abstract model
+    io_cap: int
+    pin_cap: int  # blocks
+    load_steps: int
+    lease_max: int
+    swa_restored_from_disk: bool
+    supported_fmts: tuple[int, ...]
+    align: int
+    csa_ratio: int
+    hca_ratio: int
+    entry_bytes: int
+    page_bytes: tuple[int, ...]
+    block_tokens: int
+
+    @staticmethod
+    def from_geometry(g: Geometry) -> Consts:
+        from .layers import supported_formats
+
+        return Consts(
+            L=g.lcm_tokens,
+            W=g.window_lcm_blocks,
+            R=g.model_requests,
+            io_cap=g.io_cap,
+            pin_cap=min(g.pin_cap_blocks, 10**9),
+            load_steps=g.load_steps,
+            lease_max=g.lease_max,
+            swa_restored_from_disk=g.swa_disk_policy != "zero",
+            supported_fmts=supported_formats(g),
+            align=g.align_bytes,
+            csa_ratio=g.csa_ratio,
+            hca_ratio=g.hca_ratio,
+            entry_bytes=g.entry_bytes,
+            page_bytes=(g.page_bytes(g.csa_ratio), g.page_bytes(g.hca_ratio)),
+            block_tokens=g.compressed_block_tokens,
+        )
+
+
+@dataclass(frozen=True)
+class Table:
+    """The whole specification.  Build with :func:`Table.build` so it is validated."""
+
+    name: str
+    geometry: Geometry
+    vars: tuple[Var, ...]
+    actions: tuple[Action, ...]
+    invariants: tuple[Invariant, ...]
+    hit_rule: HitRule
+    consts: Consts = field(compare=False)
+
+    @staticmethod
+    def build(
+        name: str,
+        geometry: Geometry,
+        vars: Iterable[Var],
+        actions: Iterable[Action],
+        invariants: Iterable[Invariant],
+        hit_rule: HitRule,
+    ) -> Table:
+        t = Table(
+            name=name,
+            geometry=geometry,
+            vars=tuple(vars),
+            actions=tuple(
+                replace(a, updates=MappingProxyType(dict(a.updates)), modifies=frozenset(a.modifies))
+                for a in actions
+            ),
+            invariants=tuple(invariants),
+            hit_rule=hit_rule,
+            consts=Consts.from_geometry(geometry),
+        )
+        from .validate import validate_table
+
+        validate_table(t)
+        return t
+
+    # ---- lookup -------------------------------------------------------------------------
+    def var(self, name: str) -> Var:
+        for v in self.vars:
+            if v.name == name:
+                return v
+        raise SpecError(f"table {self.name!r}: unknown variable {name!r}")
+
+    def action(self, name: str) -> Action:
+        for a in self.actions:
+            if a.name == name:
+                return a
+        raise SpecError(
+            f"table {self.name!r}: unknown action {name!r}; actions: {', '.join(a.name for a in self.actions)}"
+        )
+
+    def invariant(self, name: str) -> Invariant:
+        for i in self.invariants:
+            if i.name == name:
+                return i
+        raise SpecError(f"table {self.name!r}: unknown invariant {name!r}")
+
+    # ---- derivation ---------------------------------------------------------------------
+    def derive(
+        self,
+        *,
+        name: str | None = None,
+        drop_guard: Iterable[tuple[str, str]] = (),
+        replace_action: Iterable[Action] = (),
+        remove_action: Iterable[str] = (),
+        add_action: Iterable[Action] = (),
+        update: Mapping[tuple[str, str], Fn] | None = None,
+        geometry: Geometry | None = None,
+    ) -> Table:
+        """A validated copy with changes.  ``update`` maps (action, var) to a new update fn."""
+        actions = {a.name: a for a in self.actions}
+        for a_name, c_name in drop_guard:
+            a = self.action(a_name)
+            a.conjunct(c_name)
+            actions[a_name] = replace(
+                actions[a_name], guard=tuple(c for c in actions[a_name].guard if c.name != c_name)
+            )
+        for new in replace_action:
+            self.action(new.name)
+            actions[new.name] = new
+        for a_name in remove_action:
+            self.action(a_name)
+            del actions[a_name]
+        for new in add_action:
+            if new.name in actions:
+                raise SpecError(f"table {self.name!r}: action {new.name!r} already exists")
+            actions[new.name] = new
+        for (a_name, v_name), fn in (update or {}).items():
+            a = actions.get(a_name)
+            if a is None:
+                raise SpecError(f"table {self.name!r}: unknown action {a_name!r}")
+            ups = dict(a.updates)
+            ups[v_name] = fn
+            actions[a_name] = replace(a, updates=ups)
+        return Table.build(
+            name or f"{self.name}*",
+            geometry or self.geometry,
+            self.vars,
+            actions.values(),
+            self.invariants,
+            self.hit_rule,
+        )
+
+    def with_geometry(self, geometry: Geometry) -> Table:
+        return self.derive(name=self.name, geometry=geometry)

@@ -1,0 +1,140 @@
+"""Load-time validation of a transition table.
+
+Structural checks (names resolve, updates inside ``modifies``, request-scoped updates only in
+request actions) run first; then every guard, update and invariant is evaluated once on a probe
+state that visits every per-block body, so a misspelt variable, a guard that returns an int or
+an update of the wrong type is reported with the action's name before anything runs.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+from .errors import SpecError
+from .state import ProbeState, initial_state
+from .table import Action, ParamKind, Scope, Table, Var
+
+
+class _P:
+    """Probe parameters: one representative value per parameter kind."""
+
+    def __init__(self, a: Action, L: int) -> None:
+        sample = {
+            ParamKind.BLOCK: 0,
+            ParamKind.REQ: 0,
+            ParamKind.TOKENS: L,
+            ParamKind.ADDR: 1,
+            ParamKind.TICKS: 1,
+            ParamKind.FMT: 0,
+        }
+        for p in a.params:
+            setattr(self, p.name, sample[p.kind])
+
+
+def _check_value(var: Var, value: Any, N: int, where: str) -> None:
+    def scalar_ok(x: Any) -> bool:
+        if var.is_bool:
+            return isinstance(x, bool)
+        if isinstance(x, bool) or not isinstance(x, int):
+            return False
+        if var.domain is not None:
+            return int(x) in {int(m) for m in var.domain}
+        return True
+
+    kind = "bool" if var.is_bool else (var.domain.__name__ if var.domain else "int")
+    if var.scope in (Scope.BLOCK, Scope.REQ_BLOCK):
+        if not isinstance(value, tuple) or len(value) != N:
+            raise SpecError(f"{where}: update of per-block variable {var.name!r} must be a whole array "
+                            f"(use store()/array()), got {type(value).__name__}")
+        bad = [x for x in value if not scalar_ok(x)]
+        if bad:
+            raise SpecError(f"{where}: update of {var.name!r} has an element {bad[0]!r} that is not a {kind}")
+    elif not scalar_ok(value):
+        raise SpecError(f"{where}: update of {var.name!r} gives {value!r} ({type(value).__name__}), not a {kind}")
+
+
+def validate_table(t: Table) -> None:
+    names = [v.name for v in t.vars]
+    dup = {n for n in names if names.count(n) > 1}
+    if dup:
+        raise SpecError(f"table {t.name!r}: duplicate variables {sorted(dup)}")
+    anames = [a.name for a in t.actions]
+    dup = {n for n in anames if anames.count(n) > 1}
+    if dup:
+        raise SpecError(f"table {t.name!r}: duplicate actions {sorted(dup)}")
+    by_name = {v.name: v for v in t.vars}
+    for a in t.actions:
+        for m in a.modifies:
+            if m not in by_name:
+                raise SpecError(f"action {a.name!r}: modifies unknown variable {m!r}")
+        for u in a.updates:
+            if u not in by_name:
+                raise SpecError(f"action {a.name!r}: updates unknown variable {u!r}")
+            if u not in a.modifies:
+                raise SpecError(f"action {a.name!r}: updates {u!r} outside its modifies frame {sorted(a.modifies)}")
+            if by_name[u].scope in (Scope.REQ, Scope.REQ_BLOCK) and not a.request_scoped:
+                raise SpecError(f"action {a.name!r}: updates per-request {u!r} but has no request parameter")
+        if not a.guard:
+            raise SpecError(f"action {a.name!r}: a guard needs at least one conjunct")
+        cn = [c.name for c in a.guard]
+        if len(set(cn)) != len(cn):
+            raise SpecError(f"action {a.name!r}: duplicate guard conjunct names {cn}")
+        pn = [p.name for p in a.params]
+        if len(set(pn)) != len(pn):
+            raise SpecError(f"action {a.name!r}: duplicate parameter names {pn}")
+        if sum(1 for p in a.params if p.kind is ParamKind.REQ) > 1:
+            raise SpecError(f"action {a.name!r}: at most one request parameter")
+    inames = [i.name for i in t.invariants]
+    if len(set(inames)) != len(inames):
+        raise SpecError(f"table {t.name!r}: duplicate invariant names")
+    _probe(t, by_name)
+
+
+def _probe(t: Table, by_name: dict[str, Var]) -> None:
+    N = 2
+    try:
+        s = initial_state(t, N, ProbeState)
+        for v in t.vars:
+            _check_value(v, s._v[v.name] if v.scope is not Scope.REQ and v.scope is not Scope.REQ_BLOCK
+                         else s._v[v.name][0], N, f"variable {v.name!r} init")
+    except SpecError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any failure of user callables is a spec error
+        raise SpecError(f"table {t.name!r}: evaluating initial values failed: {exc}") from exc
+    for a in t.actions:
+        p = _P(a, t.consts.L)
+        for c in a.guard:
+            try:
+                g = c.fn(s, p)
+            except Exception as exc:  # noqa: BLE001
+                raise SpecError(f"action {a.name!r}: guard conjunct {c.name!r} failed: {exc}") from exc
+            if not isinstance(g, bool):
+                raise SpecError(f"action {a.name!r}: guard conjunct {c.name!r} returned "
+                                f"{type(g).__name__} {g!r}, not a bool")
+        for u, fn in a.updates.items():
+            try:
+                val = fn(s, p)
+            except Exception as exc:  # noqa: BLE001
+                raise SpecError(f"action {a.name!r}: update of {u!r} failed: {exc}") from exc
+            _check_value(by_name[u], val, N, f"action {a.name!r}")
+    for inv in t.invariants:
+        rs = range(t.consts.R) if inv.per_request else [None]
+        for r in rs:
+            args: tuple[Any, ...] = (s,) if r is None else (s, r)
+            try:
+                if inv.scalar is not None:
+                    v = inv.scalar(*args)
+                    if not isinstance(v, bool):
+                        raise TypeError(f"scalar part returned {type(v).__name__}")
+                if inv.per_block is not None:
+                    for b in range(N):
+                        v = inv.per_block(*args, b)
+                        if not isinstance(v, bool):
+                            raise TypeError(f"per-block part returned {type(v).__name__}")
+            except Exception as exc:  # noqa: BLE001
+                raise SpecError(f"invariant {inv.name!r}: {exc}") from exc
+
+
+def enum_values(e: type[enum.IntEnum]) -> list[int]:
+    return [int(m) for m in e]

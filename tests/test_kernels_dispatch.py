@@ -1,0 +1,87 @@
+"""Backend selection and dispatch rules: explicit, reported, no silent fallback."""
+
+# ruff: noqa: E402
+import os
+
+# Must precede the first numba import (the lead should move this into tests/conftest.py).
+os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+
+import kvstate.kernels as K
+import numba
+import pytest
+import torch
+from kvstate.kernels import (
+    ENV_VAR,
+    Backend,
+    BackendUnavailableError,
+    KernelInputError,
+    LaunchConfig,
+    active_backend,
+    select_backend,
+)
+
+assert numba.config.ENABLE_CUDASIM, "numba was imported before NUMBA_ENABLE_CUDASIM=1 was set"
+
+
+def test_auto_choice_under_the_simulator_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    choice = active_backend()
+    assert choice.backend is Backend.SIMULATOR and "NUMBA_ENABLE_CUDASIM=1" in choice.reason
+    monkeypatch.setenv(ENV_VAR, "auto")
+    assert active_backend().backend is Backend.SIMULATOR
+
+
+def test_env_var_forces_and_argument_wins(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENV_VAR, "torch")
+    choice = active_backend()
+    assert choice.backend is Backend.TORCH and choice.reason == f"forced by {ENV_VAR}=torch"
+    assert select_backend("simulator") == K.BackendChoice(Backend.SIMULATOR, "forced by argument")
+    assert select_backend("auto").backend is Backend.SIMULATOR  # "auto" ignores the env var
+    calls: list[int] = []
+    real = K.reference.block_checksum_ref
+    monkeypatch.setattr(K.reference, "block_checksum_ref", lambda b: calls.append(1) or real(b))
+    K.block_checksum(torch.zeros(1, 4, dtype=torch.uint8))  # env says torch: the reference runs
+    assert calls == [1]
+    K.block_checksum(torch.zeros(1, 4, dtype=torch.uint8), backend=Backend.SIMULATOR)
+    assert calls == [1]
+
+
+def test_bad_or_unavailable_backends_raise(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENV_VAR, "tpu")
+    with pytest.raises(KernelInputError, match="unknown kernel backend 'tpu'"):
+        active_backend()
+    monkeypatch.delenv(ENV_VAR)
+    with pytest.raises(BackendUnavailableError, match="CUDA forced by argument.*simulator"):
+        select_backend(Backend.CUDA)
+    with pytest.raises(BackendUnavailableError):
+        K.gather_blocks(torch.zeros(2, 4), torch.tensor([0]), backend="cuda")
+
+
+def test_kernel_errors_propagate_without_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("kernel exploded")
+
+    monkeypatch.setattr(K.paged, "launch_gather", broken)
+    with pytest.raises(RuntimeError, match="kernel exploded"):
+        K.gather_blocks(torch.zeros(2, 4), torch.tensor([1]), backend=Backend.SIMULATOR)
+
+
+def test_device_rules() -> None:
+    meta = torch.empty(2, 4, device="meta")
+    with pytest.raises(KernelInputError, match="SIMULATOR needs CPU"):
+        K.block_checksum(meta, backend=Backend.SIMULATOR)
+    with pytest.raises(KernelInputError, match="different devices"):
+        K.gather_blocks(
+            torch.zeros(2, 4), torch.tensor([0], device="meta"), backend=Backend.SIMULATOR
+        )
+
+
+def test_launch_config_validation_and_override_scope() -> None:
+    with pytest.raises(ValueError, match="power of two"):
+        LaunchConfig(threads=3, max_blocks=1)
+    with pytest.raises(ValueError, match="max_blocks"):
+        LaunchConfig(threads=1, max_blocks=0)
+    cfg = LaunchConfig(threads=2, max_blocks=1)
+    with K.launch_override(cfg):
+        assert K.dispatch._cfg(Backend.SIMULATOR) is cfg
+    assert K.dispatch._cfg(Backend.SIMULATOR) is not cfg
