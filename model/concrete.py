@@ -137,7 +137,13 @@ class Machine:
             raise SpecError(f"action {a.name!r} takes parameters {sorted(names)}, got {sorted(params)}")
         for q in a.params:
             v = params[q.name]
-            if not isinstance(v, int) or isinstance(v, bool) or v not in self.domain(q.kind):
+            if not isinstance(v, int) or isinstance(v, bool):
+                raise SpecError(f"action {a.name!r}: parameter {q.name}={v!r} is not an int")
+            if q.kind is ParamKind.ADDR:
+                if v < 0:
+                    raise SpecError(f"action {a.name!r}: address {q.name}={v} is negative")
+                continue
+            if v not in self.domain(q.kind):
                 raise SpecError(f"action {a.name!r}: parameter {q.name}={v!r} outside its {q.kind.value} domain")
 
     # ---- invariants ---------------------------------------------------------------------

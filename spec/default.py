@@ -253,8 +253,8 @@ def _actions(hit_rule: HitRule) -> list[Action]:
         action("touch", [B, T], [_c("resident", lambda s, p: NOT(IN(s.ckv[p.b], (CKV.FREE, CKV.EVICTING))))], {
             "lease": lambda s, p: store(s, s.lease, p.b, MAX(s.lease[p.b], s.now + p.t)),
         }, ["lease"], "Compressed KV", "extend a residency lease (never shortens it)"),
-        action("tick", [], [_c("always", lambda s, p: True)], {"now": lambda s, p: s.now + 1},
-               ["now"], "Scheduler", "time passes"),
+        action("tick", [T], [_c("always", lambda s, p: True)], {"now": lambda s, p: s.now + p.t},
+               ["now"], "Scheduler", "time passes (t ticks)"),
         # ---- CUDA graph ------------------------------------------------------------------
         action("capture", [], [_c("none", lambda s, p: s.graph == Graph.NONE)], {
             "graph": lambda s, p: int(Graph.CAPTURED),

@@ -11,3 +11,11 @@ class SpecError(ValueError):
 
 class GeometryError(SpecError):
     """A geometry cannot be laid out (non-positive size, ratio that does not divide, ...)."""
+
+
+class ActionRefused(Exception):
+    """Raised by a fuzz target when asked to perform an action its state does not allow.
+
+    Part of the adapter protocol of ``kvstate fuzz``: a conforming allocator refuses exactly the
+    actions whose guard is false in the model, and leaves its state unchanged when it does.
+    """
