@@ -93,6 +93,11 @@ class Lifecycle:
     phases: type[IntEnum]
     initial: IntEnum
     terminal: frozenset[IntEnum]
+    only: frozenset[IntEnum] | None = None  # the enum values this component uses, if a subset
+
+    @property
+    def members(self) -> list[IntEnum]:
+        return [m for m in self.phases if self.only is None or m in self.only]
 
 
 LIFECYCLES: tuple[Lifecycle, ...] = (
@@ -101,7 +106,8 @@ LIFECYCLES: tuple[Lifecycle, ...] = (
     Lifecycle("SWA Window", "swa", Swa, Swa.NULL, frozenset({Swa.NULL})),
     Lifecycle("Indexer State", "idx", Indexer, Indexer.ABSENT, frozenset({Indexer.ABSENT})),
     # On-disk Prefix: the load job's pipeline; its rest phase is "no job in flight".
-    Lifecycle("On-disk Prefix", "ldpipe", Pipe, Pipe.NONE, frozenset({Pipe.NONE})),
+    Lifecycle("On-disk Prefix", "ldpipe", Pipe, Pipe.NONE, frozenset({Pipe.NONE}),
+              frozenset({Pipe.NONE, Pipe.IO, Pipe.DMA})),
     Lifecycle("Request", "phase", Req, Req.IDLE, frozenset({Req.IDLE})),
     Lifecycle("CUDA Graph", "graph", Graph, Graph.NONE, frozenset({Graph.NONE, Graph.CAPTURED})),
 )

@@ -1,0 +1,219 @@
+"""Conformance-harness target: the real cache driven one spec action at a time.
+
+``make_target(table, N)`` (also reachable as ``kvstate.impl.adapter:make_target``) builds a
+:class:`HeterogeneousKVCache` over real tensors and a temporary disk directory, with manual
+pipelines so every job step is one harness action, and one prefix chain of ``N`` LCM blocks
+(deterministic tokens) whose records are registered up front.  Each method forwards one action
+to the cache's transition of the same name, so the semantics are the library's own; the adapter
+only translates indices (block ``b`` -> the chain's record, request ``r`` -> request slot ``r``)
+and reads the state back in the table's shape (:meth:`Target.observe`).
+
+Protocol details: a refused action raises a subclass of ``ActionRefused`` and changes nothing;
+``load_done(b)`` returns the address and stored form the load chose, ``{"a": ..., "f": ...}``;
+addresses are device slot numbers (block ``b`` starts at slot ``b``).  ``bugs`` plants seeded
+bugs (:mod:`kvstate.impl.bugs`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from kvstate.spec.phases import CKV
+from kvstate.spec.table import Scope, Table
+
+from .cache import HeterogeneousKVCache, Request, UseContext
+from .errors import AlreadyReleased
+from .testdata import harness_tokens
+
+NAMESPACE = "kvstate-harness"
+
+
+class Target:
+    def __init__(
+        self,
+        table: Table,
+        N: int,
+        *,
+        bugs: Iterable[str] = (),
+        cache_dir: str | Path | None = None,
+        device: str | None = None,
+    ) -> None:
+        k = table.consts
+        self.table = table
+        self.N = N
+        self.R = k.R
+        self.cache = HeterogeneousKVCache(
+            table=table,
+            executors="manual",
+            max_requests=k.R,
+            device_blocks=2 * N + 8,
+            host_blocks=N + 4,
+            disk_blocks=N + 4,
+            bugs=frozenset(bugs),
+            cache_dir=cache_dir,
+            device=device,
+        )
+        self.core = self.cache.core
+        self.chain = self.cache.chain(harness_tokens(N * k.L), NAMESPACE)
+        self.rids = self.cache.register(self.chain)
+        self._reqs: list[Request | None] = [None] * self.R
+        self._ctx: list[UseContext | None] = [None] * self.R
+
+    def close(self) -> None:
+        self.cache.close()
+
+    # ---- block actions --------------------------------------------------------------------
+    def _rid(self, b: int) -> int:
+        return self.rids[b]
+
+    def allocate(self, b: int) -> None:
+        self.core.allocate(self._rid(b))
+
+    def commit(self, b: int) -> None:
+        self.core.commit(self._rid(b))
+
+    def discard(self, b: int) -> None:
+        self.core.discard(self._rid(b))
+
+    def seal(self, b: int) -> None:
+        self.core.seal(self._rid(b))
+
+    def slide(self, b: int) -> None:
+        self.core.slide(self._rid(b))
+
+    def index_update(self, b: int) -> None:
+        self.core.index_update(self._rid(b))
+
+    def rebuild_start(self, b: int) -> None:
+        self.core.rebuild_start(self._rid(b))
+
+    def rebuild_done(self, b: int) -> None:
+        self.core.rebuild_done(self._rid(b))
+
+    def offload(self, b: int) -> None:
+        self.core.offload(self._rid(b))
+
+    def offload_done(self, b: int) -> None:
+        self.core.offload_done(self._rid(b))
+
+    def offload_cancel(self, b: int) -> None:
+        self.core.offload_cancel(self._rid(b))
+
+    def spill(self, b: int) -> None:
+        self.core.spill(self._rid(b))
+
+    def load_start(self, b: int) -> None:
+        self.core.load_start(self._rid(b))
+
+    def load_progress(self, b: int) -> None:
+        self.core.load_progress(self._rid(b))
+
+    def load_done(self, b: int) -> dict[str, int]:
+        a, f = self.core.load_done(self._rid(b))
+        return {"a": int(a), "f": int(f)}
+
+    def load_fail(self, b: int) -> None:
+        self.core.load_fail(self._rid(b))
+
+    def drop(self, b: int) -> None:
+        self.core.drop(self._rid(b))
+
+    def evict_start(self, b: int) -> None:
+        self.core.evict_start(self._rid(b))
+
+    def evict_done(self, b: int) -> None:
+        self.core.evict_done(self._rid(b))
+
+    def touch(self, b: int, t: int) -> None:
+        self.core.touch(self._rid(b), t)
+
+    def tick(self, t: int) -> None:
+        self.core.tick(t)
+
+    def capture(self) -> None:
+        self.core.capture()
+
+    def replay(self) -> None:
+        self.core.replay()
+
+    def recapture(self) -> None:
+        self.core.recapture()
+
+    # ---- request actions ------------------------------------------------------------------
+    def admit(self, r: int, t: int) -> None:
+        req = self._reqs[r]
+        if req is None:
+            req = self._reqs[r] = self.cache.request(
+                self.chain.tokens, namespace=NAMESPACE, lifetime=t
+            )
+        self.core.begin(req, t, slot=r)
+        req.lifetime = t
+
+    def match(self, r: int, h: int) -> None:
+        self.core.match(r, h)
+
+    def pin(self, r: int) -> None:
+        self.core.pin(r)
+
+    def validate(self, r: int) -> None:
+        self.core.validate(r)
+
+    def use(self, r: int) -> None:
+        req = self._reqs[r]
+        if req is None:
+            raise AlreadyReleased("use", ("checked",), f"request slot {r} was never admitted")
+        ctx = self.cache.use(req, store=False)
+        ctx.__enter__()
+        self._ctx[r] = ctx
+
+    def release(self, r: int) -> None:
+        ctx = self._ctx[r]
+        if ctx is not None and self.core.slots[r].request is ctx.request:
+            ctx.finish()
+        else:
+            self.core.release(r)
+        self._ctx[r] = None
+
+    def abort(self, r: int) -> None:
+        ctx = self._ctx[r]
+        if ctx is not None and self.core.slots[r].request is ctx.request:
+            ctx.abort()
+        else:
+            self.core.abort(r)
+        self._ctx[r] = None
+
+    def downgrade(self, r: int) -> None:
+        self.core.downgrade(r)
+
+    # ---- observation ----------------------------------------------------------------------
+    def observe(self) -> dict[str, Any]:
+        core = self.core
+        m = core.meta
+        rids = self.rids
+        slots = core.slots[: self.R]
+        zeros = (0,) * self.N
+        out: dict[str, Any] = {}
+        for v in self.table.vars:
+            name = v.name
+            if v.scope is Scope.BLOCK:
+                col = getattr(m, name)
+                out[name] = tuple(col[i] for i in rids)
+            elif v.scope is Scope.GLOBAL:
+                if name == "nfree":
+                    out[name] = sum(1 for i in rids if m.ckv[i] == CKV.FREE)
+                elif name == "graph":
+                    out[name] = core.graph.phase
+                else:
+                    out[name] = getattr(core, name)
+            elif v.scope is Scope.REQ:
+                out[name] = tuple(getattr(s, name) for s in slots)
+            else:
+                out[name] = tuple(tuple(getattr(s, name)) or zeros for s in slots)
+        return out
+
+
+def make_target(table: Table, N: int, bugs: Iterable[str] = ()) -> Target:
+    """Factory for ``kvstate fuzz --target kvstate.impl.adapter:make_target``."""
+    return Target(table, N, bugs=bugs)

@@ -1,0 +1,768 @@
+"""The library users import: a heterogeneous KV cache with verified admission.
+
+Typical engine loop::
+
+    cache = HeterogeneousKVCache(small(), cache_dir="/var/cache/kv")
+    req = cache.request(prompt_tokens, namespace="tenant-a", lifetime=4)
+    adm = cache.admit(req)              # longest valid hit, pinned, with explanation and plan
+    with cache.use(adm) as run:         # pins guaranteed until the block exits
+        kv = run.read_compressed("csa", 0)
+        run.append(decoded_tokens)      # seal the tail, slide the window, update the indexer
+    # leaving the block stores the new blocks and releases the pins (abort on exception)
+
+``admit`` runs the spec's hit rules as data (:mod:`kvstate.impl.coordinator`) on the cache's
+own metadata, takes the pins (reference counts on the hit's blocks) and validates *under* them,
+recording each block's generation and address (its ``state_data_ptrs``).  A hit that needs
+recovery (blocks on host or disk, a stale indexer) is pinned at the recoverable length and the
+recovery jobs are started; ``use`` waits for them (threaded pipelines) or refuses with
+:class:`NotReady` (manual pipelines: drive them first), then validates again and truncates to the
+longest valid prefix if a load failed.  Every step is a guarded transition of
+:class:`~kvstate.impl.core.CacheCore`, so the library obeys the same table the proofs check.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+import torch
+from kvstate.kernels import gather_blocks
+from kvstate.spec.default import default_table
+from kvstate.spec.errors import GeometryError
+from kvstate.spec.geometry import Geometry, small
+from kvstate.spec.phases import CKV, Indexer, Pipe, Req, Swa
+from kvstate.spec.table import Table
+
+from .coordinator import HitSearch, RecoveryPlan, Shortening, plan_steps, projection
+from .core import ACTIVE, CacheCore, Slot
+from .errors import (
+    AlreadyReleased,
+    InvalidArgument,
+    LayoutError,
+    NotReady,
+    OutOfCapacity,
+    Refused,
+    UnknownRequest,
+)
+from .events import EventKind, EventLog
+from .hashing import Chain, as_tokens
+from .meta import NULL_RID
+from .pipelines import TailCheckJob
+from .testdata import DeterministicWriter, Writer
+
+_ids = itertools.count(1)
+_DEFAULT_WRITER: Any = object()
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class Pin:
+    """One entry of a request's ``state_data_ptrs``: what it was validated against."""
+
+    block: int
+    key: bytes
+    rid: int
+    gen: int
+    addr: int  # device slot of the compressed groups
+    data_ptrs: dict[str, int]  # group -> device address of the block's first page (layer 0)
+
+
+@dataclass
+class Explanation:
+    """Why the hit is as long as it is: every shortening, recovery failure and rejection."""
+
+    requested: int
+    immediate: HitSearch
+    after_recovery: HitSearch | None = None
+    truncations: list[Shortening] = field(default_factory=list)
+    rejection: str | None = None
+
+    @property
+    def shortenings(self) -> list[Shortening]:
+        final = self.after_recovery or self.immediate
+        return [*final.shortenings, *self.truncations]
+
+    def lines(self) -> list[str]:
+        out = [f"requested {self.requested} tokens"]
+        out += [f"shortened: {s}" for s in self.immediate.shortenings]
+        if self.after_recovery is not None:
+            out.append(f"recoverable to {self.after_recovery.hit} tokens")
+            out += [f"after recovery: {s}" for s in self.after_recovery.shortenings]
+        out += [f"truncated: {s}" for s in self.truncations]
+        if self.rejection:
+            out.append(f"rejected: {self.rejection}")
+        return out
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines())
+
+
+class Request:
+    """A prompt in one namespace; grows with decoded tokens (``append``)."""
+
+    def __init__(
+        self, cache: HeterogeneousKVCache, tokens: np.ndarray, namespace: str, lifetime: int
+    ) -> None:
+        self.id = next(_ids)
+        self.cache = cache
+        self.namespace = namespace
+        self.lifetime = lifetime
+        self.chain = Chain(tokens, cache.L, namespace)
+        self.slot: Slot | None = None
+        self.admission: Admission | None = None
+        self.stored = 0  # chain blocks already stored (or found cached) by this request
+        self._buf = np.array(tokens, dtype="<i8")
+        self._n = len(tokens)
+
+    @property
+    def phase(self) -> Req:
+        return Req(self.slot.phase) if self.slot is not None else Req.IDLE
+
+    @property
+    def tokens(self) -> np.ndarray:
+        return self.chain.tokens
+
+    def _extend(self, new: np.ndarray) -> None:
+        need = self._n + len(new)
+        if need > len(self._buf):
+            grown = np.empty(max(need, 2 * len(self._buf), 16), dtype="<i8")
+            grown[: self._n] = self._buf[: self._n]
+            self._buf = grown
+        self._buf[self._n : need] = new
+        self._n = need
+        view = self._buf[:need]
+        view.flags.writeable = False
+        self.chain.extend(view)
+        self._buf.flags.writeable = True
+
+    def __repr__(self) -> str:
+        return f"Request(id={self.id}, tokens={self._n}, phase={self.phase.name})"
+
+
+@dataclass
+class Admission:
+    request: Request
+    requested: int
+    hit_tokens: int
+    state: str  # "validated" | "pending" | "downgraded"
+    explanation: Explanation
+    recovery: RecoveryPlan = field(default_factory=RecoveryPlan)
+    pins: tuple[Pin, ...] = ()
+    rids: list[int] = field(default_factory=list)
+    tail_check: TailCheckJob | None = None
+
+    @property
+    def ready(self) -> bool:
+        return self.state != "pending"
+
+    def wait(self, timeout: float | None = None) -> Admission:
+        """Block until recovery completes (threaded pipelines); then validated or truncated."""
+        self.request.cache._finalize(self, timeout=timeout)
+        return self
+
+
+class Run:
+    """What a request computes from while it is in use: pinned block tables and data readers."""
+
+    def __init__(self, cache: HeterogeneousKVCache, request: Request) -> None:
+        self.cache = cache
+        self.request = request
+        slot = request.slot
+        assert slot is not None
+        self.hit_tokens = slot.pinned if slot.phase != Req.RECOMPUTE else 0
+        self.rids = list(slot.rids)
+        self.pins = request.admission.pins if request.admission is not None else ()
+
+    @property
+    def blocks(self) -> int:
+        return _cdiv(self.hit_tokens, self.cache.L)
+
+    def block_table(self) -> list[int]:
+        """Device slots of the hit's blocks (full-history groups), in chain order."""
+        return [self.cache.core.meta.slot[r] for r in self.rids]
+
+    def read_compressed(self, group: str, layer: int) -> torch.Tensor:
+        """Pages ``[blocks * pages_per_block, page_bytes]`` of one layer of a slot group."""
+        tiers = self.cache.core.tiers
+        grp = {
+            "csa": tiers.csa,
+            "hca": tiers.hca,
+            "indexer": tiers.indexer,
+            "compressor": tiers.compressor,
+        }[group]
+        ppl = grp.pages_per_block
+        table = torch.tensor(
+            [s * ppl + i for s in self.block_table() for i in range(ppl)],
+            dtype=torch.int64,
+            device=grp.device_data.device,
+        )
+        return gather_blocks(grp.device_data[layer], table, backend=self.cache.core.backend)
+
+    def read_window(self, layer: int) -> torch.Tensor:
+        """The SWA rows of positions ``[h - n_win, h)`` of model layer ``layer`` (zeros before 0)."""
+        core = self.cache.core
+        g = core.g
+        swa = core.tiers.swa
+        h, bt, n_win = self.hit_tokens, g.swa_block_tokens, g.n_win
+        out = torch.zeros(n_win, g.entry_bytes, dtype=torch.uint8)
+        if h == 0:
+            return out
+        first = max(0, h - n_win) // bt
+        last = (h - 1) // bt
+        rids = swa.map(core.resolve(self.request.chain))
+        table = []
+        for j in range(first, last + 1):
+            b, i = divmod(j, swa.pages_per_block)
+            rid = rids[b] if b < len(rids) else NULL_RID
+            pages = core.meta.swa_pages[rid]
+            table.append(pages[i] if pages and core.meta.swa[rid] == Swa.VALID else swa.NULL_PAGE)
+        tier = swa.device_data[layer].view(-1, bt, g.entry_bytes)
+        t = torch.tensor(table, dtype=torch.int64, device=tier.device)
+        rows = gather_blocks(tier, t, backend=core.backend).reshape(-1, g.entry_bytes).cpu()
+        lo = max(0, h - n_win) - first * bt
+        got = rows[lo : lo + min(h, n_win)]
+        out[n_win - got.shape[0] :] = got
+        return out
+
+    def read_tail(self, layer: int) -> torch.Tensor:
+        """The compressor state of CSA layer ``layer`` at the hit boundary, checked by the tail
+        splice kernel (raises ``TailDiscontinuityError`` if it is not the state of this boundary)."""
+        core = self.cache.core
+        grp = core.tiers.compressor
+        h = self.hit_tokens
+        if h == 0:
+            return torch.zeros(grp.ring, grp.width)
+        rid = grp.map(core.resolve(self.request.chain))[self.blocks - 1]
+        slot = core.meta.slot[rid]
+        state, pos = grp.decode(grp.device_data[layer, grp.dev_index(max(slot, 0))])
+        return grp.check(state, pos, h, core.backend)
+
+    def verify_pins(self) -> list[str]:
+        """TOCTOU check: every pinned block still has the generation and address validated."""
+        m = self.cache.core.meta
+        bad = []
+        for p in self.pins:
+            if (
+                m.gen[p.rid] != p.gen
+                or m.addr[p.rid] != p.addr
+                or m.slot[p.rid] != p.addr
+                or m.ckv[p.rid] != CKV.READY
+            ):
+                bad.append(
+                    f"block {p.block}: gen {p.gen}->{m.gen[p.rid]}, addr {p.addr}->{m.slot[p.rid]}, "
+                    f"phase {CKV(m.ckv[p.rid]).name}"
+                )
+        return bad
+
+    def append(self, tokens: Any) -> None:
+        self.cache.append(self.request, tokens)
+
+
+class UseContext:
+    """``with cache.use(adm) as run``: pins held until exit; finish on success, abort on error."""
+
+    def __init__(self, cache: HeterogeneousKVCache, request: Request, store: bool) -> None:
+        self.cache = cache
+        self.request = request
+        self.store = store
+        self.run: Run | None = None
+
+    def __enter__(self) -> Run:
+        core = self.cache.core
+        with core.lock:
+            slot = self.request.slot
+            if slot is None:
+                raise AlreadyReleased("use", ("checked",), f"{self.request!r} holds no slot")
+            core.use(slot)
+            self.run = Run(self.cache, self.request)
+            slots = self.run.block_table()
+            core.graph.refill(slot.index, slots, [core.meta.addr[r] for r in self.run.rids])
+        return self.run
+
+    def finish(self) -> None:
+        self.cache.finish(self.request, store=self.store)
+
+    def abort(self) -> None:
+        self.cache.abort(self.request)
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        slot = self.request.slot
+        if slot is None or slot.phase != Req.USING:
+            return  # already finished or aborted inside the block
+        if et is None:
+            self.finish()
+        else:
+            self.abort()
+
+
+class HeterogeneousKVCache:
+    """A verified heterogeneous KV cache (CSA, HCA, indexer, SWA and compressor groups over
+    device, host and disk tiers).  See the module docstring for the request path."""
+
+    def __init__(
+        self,
+        geometry: Geometry | None = None,
+        *,
+        table: Table | None = None,
+        cache_dir: str | Path | None = None,
+        device: str | torch.device | None = None,
+        executors: str = "threads",
+        max_requests: int | None = None,
+        device_blocks: int | None = None,
+        host_blocks: int | None = None,
+        disk_blocks: int | None = None,
+        writer: Writer | None = _DEFAULT_WRITER,
+        bugs: Sequence[str] | frozenset[str] = (),
+        kernel_backend: str | None = None,
+        memory_limit: int = 8 * 2**30,
+        max_model_len: int = 1 << 24,
+        durable: bool = False,
+    ) -> None:
+        if geometry is not None and not isinstance(geometry, Geometry):
+            raise InvalidArgument(f"geometry must be a Geometry, got {type(geometry).__name__}")
+        try:
+            if table is None:
+                table = default_table(geometry or small())
+            elif geometry is not None and geometry != table.geometry:
+                table = table.with_geometry(geometry)
+        except GeometryError as exc:
+            raise LayoutError(str(exc)) from exc
+        if executors not in ("threads", "manual"):
+            raise InvalidArgument(f"executors must be 'threads' or 'manual', got {executors!r}")
+        self.table = table
+        self.geometry = table.geometry
+        self.L = table.consts.L
+        self.max_model_len = max_model_len
+        self.core = CacheCore(
+            table,
+            device_blocks=device_blocks,
+            host_blocks=host_blocks,
+            disk_blocks=disk_blocks,
+            device=device,
+            cache_dir=cache_dir,
+            mode=executors,
+            max_requests=max_requests,
+            writer=DeterministicWriter() if writer is _DEFAULT_WRITER else writer,
+            bugs=bugs,
+            kernel_backend=kernel_backend,
+            memory_limit=memory_limit,
+            durable=durable,
+        )
+        self.events: EventLog = self.core.events
+        self.pipelines = self.core.pipes
+        self._requests: dict[int, Request] = {}
+
+    # ---- lifecycle ----------------------------------------------------------------------
+    def close(self) -> None:
+        self.core.close()
+
+    def __enter__(self) -> HeterogeneousKVCache:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- requests -----------------------------------------------------------------------
+    def chain(self, tokens: Any, namespace: str = "") -> Chain:
+        return Chain(as_tokens(tokens, max_len=self.max_model_len), self.L, namespace)
+
+    def request(self, tokens: Any, *, namespace: str = "", lifetime: int | None = None) -> Request:
+        """A new request; ``lifetime`` (ticks it will live, default ``lease_max``) sets its
+        deadline when admitted, which every block's residency lease must cover (layer L1)."""
+        life = self.table.consts.lease_max if lifetime is None else lifetime
+        if not isinstance(life, int) or isinstance(life, bool) or life < 1:
+            raise InvalidArgument(f"lifetime must be a positive int of ticks, got {life!r}")
+        req = Request(self, as_tokens(tokens, max_len=self.max_model_len), namespace, life)
+        self._requests[req.id] = req
+        return req
+
+    def get_request(self, request_id: int) -> Request:
+        try:
+            return self._requests[request_id]
+        except KeyError:
+            raise UnknownRequest(f"unknown request id {request_id!r}") from None
+
+    def _own(self, request: Request) -> Request:
+        if not isinstance(request, Request) or self._requests.get(request.id) is not request:
+            raise UnknownRequest(f"{request!r} does not belong to this cache")
+        return request
+
+    def register(self, chain: Chain) -> list[int]:
+        """Pre-register a prefix's blocks (records with reserved device slots; see core)."""
+        return self.core.register(chain)
+
+    def max_hit(self, request: Request) -> int:
+        """A hit never covers the whole prompt: the last token is computed for the logits."""
+        return min(request.chain.blocks * self.L, max(len(request.tokens) - 1, 0))
+
+    def admit(self, request: Request, *, recover: bool = True) -> Admission:
+        """Longest valid hit for ``request``: pinned, validated (or recovering), explained."""
+        req = self._own(request)
+        core = self.core
+        if req.slot is not None:
+            raise Refused("admit", ("idle",), f"{req!r} is already admitted")
+        with core.lock:
+            s = core.begin(req, req.lifetime)
+            try:
+                return self._admit(req, s, recover)
+            except BaseException:
+                if req.slot is s and s.phase in ACTIVE:
+                    core.abort(s)
+                raise
+
+    def _admit(self, req: Request, s: Slot, recover: bool) -> Admission:
+        core = self.core
+        m = core.meta
+        L = self.L
+        rids = core.resolve(req.chain)
+        h_max = self.max_hit(req)
+        nb_max = _cdiv(h_max, L)
+        self._touch_prefix(rids, nb_max, min(req.lifetime, self.table.consts.lease_max))
+        now = core.coord.search(core.chain_view(rids, s), 0, h_max)
+        expl = Explanation(h_max, now)
+        target, plan = now.hit, RecoveryPlan()
+        if recover and now.hit < h_max:
+            proj = projection(
+                m, rids[:nb_max], disk_drops_swa=not self.table.consts.swa_restored_from_disk
+            )
+            over = {
+                name: _overlay(getattr(m, name), vals)
+                for name, vals in proj.items()
+                if name != "swa"
+            }
+            if proj["swa"]:
+                over["swa"] = _overlay(m.swa, proj["swa"], core.tiers.swa.map)
+            ext = core.coord.search(core.chain_view(rids, s, over), 0, h_max)
+            if ext.hit > now.hit:
+                plan = RecoveryPlan(tuple(plan_steps(m, rids, _cdiv(ext.hit, L))), ext.hit, ext)
+                target = ext.hit
+                expl.after_recovery = ext
+        core.match(s, target, rids)
+        try:
+            core.pin(s, rids)
+        except Refused as exc:  # admission cap: give the hit up and recompute
+            core.downgrade(s)
+            expl.rejection = f"admission cap: {exc}"
+            adm = Admission(req, h_max, 0, "downgraded", expl)
+            req.admission = adm
+            return adm
+        adm = Admission(req, h_max, target, "pending", expl, plan, rids=rids)
+        req.admission = adm
+        if plan:
+            self._start_recovery(adm)
+        else:
+            core.validate(s, rids)
+            self._validated(adm)
+        return adm
+
+    def _touch_prefix(self, rids: Sequence[int], blocks: int, ticks: int) -> None:
+        """Extend the residency lease of the prefix's present blocks to the request's deadline
+        (the table's ``touch``, guard evaluated per block on one view)."""
+        core = self.core
+        view = core.chain_view(rids)
+        lease, now = core.meta.lease, core.now
+        for b in range(min(blocks, len(rids))):
+            if not core.guards.allows("touch", view, {"b": b, "t": ticks}):
+                break
+            rid = rids[b]
+            lease[rid] = max(lease[rid], now + ticks)
+
+    def _start_recovery(self, adm: Admission) -> None:
+        core = self.core
+        m = core.meta
+        k = self.table.consts
+        loads_boundary = False
+        nb = _cdiv(adm.hit_tokens, self.L)
+        for st in adm.recovery.steps:
+            rid = st.rid
+            if st.action == "offload_cancel" and core.can("offload_cancel", rid):
+                core.offload_cancel(rid)
+            elif st.action == "load_start":
+                loads_boundary |= st.block == nb - 1
+                if st.pipeline is Pipe.IO and core.io_inflight >= k.io_cap:
+                    core.io_waiting[rid] = None
+                elif core.can("load_start", rid):
+                    core.load_start(rid)
+            elif st.action == "rebuild_start":
+                if m.ckv[rid] == CKV.READY and core.can("rebuild_start", rid):
+                    core.rebuild_start(rid)
+                else:
+                    core.want_rebuild.add(rid)
+        if loads_boundary and nb > 0:
+            tc = TailCheckJob(core, adm.rids[nb - 1], adm.hit_tokens)
+            adm.tail_check = tc
+            core.want_tail_check[tc.rid] = tc
+        if not self._pending(adm):
+            self._finalize(adm)
+
+    def _pending(self, adm: Admission) -> bool:
+        core = self.core
+        m = core.meta
+        for st in adm.recovery.steps:
+            rid = st.rid
+            if (
+                m.ckv[rid] == CKV.LOADING
+                or m.idx[rid] == Indexer.REBUILDING
+                or rid in core.io_waiting
+                or rid in core.want_rebuild
+            ):
+                return True
+        tc = adm.tail_check
+        if tc is not None and not tc.over:
+            # queued or running, or its block still loading (the load submits it when it lands)
+            return tc.key in core.pipes.cpu.jobs or m.ckv[tc.rid] == CKV.LOADING or tc.rid in core.io_waiting
+        return False
+
+    def _finalize(self, adm: Admission, timeout: float | None = None) -> None:
+        """A pending admission whose recovery is over: validate, or truncate and re-pin."""
+        core = self.core
+        with core.lock:
+            if adm.state != "pending":
+                return
+            if core.pipes.mode == "threads":
+                if not core.changed.wait_for(lambda: not self._pending(adm), timeout):
+                    raise NotReady("use", (), "recovery still running after the timeout")
+            elif self._pending(adm):
+                raise NotReady("use", (), "recovery jobs are queued: drive the manual pipelines")
+            s = adm.request.slot
+            if s is None or s.phase != Req.PINNED:
+                raise Refused("use", ("checked",), f"{adm.request!r} is no longer pinned")
+            rids = core.resolve(adm.request.chain)
+            tc = adm.tail_check
+            if tc is None or tc.ok is not False:
+                try:
+                    core.validate(s, rids)
+                    self._validated(adm)
+                    return
+                except Refused:
+                    pass
+            cap = adm.hit_tokens
+            if tc is not None and tc.ok is False:
+                cap = min(cap, (_cdiv(adm.hit_tokens, self.L) - 1) * self.L)
+            found = core.coord.search(core.chain_view(rids, s), 0, cap)
+            adm.explanation.truncations.append(
+                Shortening(
+                    "recovery",
+                    "L3",
+                    "On-disk Prefix",
+                    "disk",
+                    None,
+                    adm.hit_tokens,
+                    found.hit,
+                    "a recovery job failed; truncated to the longest valid prefix, the rest is recomputed",
+                )
+            )
+            adm.explanation.truncations.extend(found.shortenings)
+            ticks = max(1, s.deadline - core.now)
+            req = adm.request
+            core.abort(s)
+            s = core.begin(req, ticks, slot=s.index)
+            core.match(s, found.hit, rids)
+            core.pin(s, rids)
+            core.validate(s, rids)
+            adm.hit_tokens = found.hit
+            self._validated(adm)
+
+    def _validated(self, adm: Admission) -> None:
+        core = self.core
+        m = core.meta
+        s = adm.request.slot
+        assert s is not None
+        tiers = core.tiers
+        pins = []
+        for b, rid in enumerate(s.rids):
+            slot = m.slot[rid]
+            ptrs = {
+                grp.name: grp.device_data.data_ptr() + slot * grp.pages_per_block * grp.page_bytes
+                for grp in tiers.slot_groups
+            }
+            key = m.key[rid]
+            pins.append(Pin(b, key or b"", rid, m.gen[rid], m.addr[rid], ptrs))
+        adm.pins = tuple(pins)
+        adm.hit_tokens = s.hit
+        adm.state = "validated"
+
+    def use(
+        self, admission: Admission | Request, *, store: bool = True, timeout: float | None = 30.0
+    ) -> UseContext:
+        """Context manager: the request computes from its pinned hit inside the block."""
+        if isinstance(admission, Admission):
+            if admission.state == "pending":
+                self._finalize(admission, timeout=timeout)
+            req = admission.request
+        else:
+            req = admission
+        return UseContext(self, self._own(req), store)
+
+    # ---- decode and completion ------------------------------------------------------------
+    def append(self, request: Request, tokens: Any) -> None:
+        """Decode ``tokens``: completed blocks are stored (committed, indexed, tail sealed) and
+        blocks that left the sliding window are slid to the null block."""
+        req = self._own(request)
+        new = as_tokens(tokens, max_len=self.max_model_len - len(req.tokens))
+        core = self.core
+        with core.lock:
+            if req.slot is None or req.slot.phase != Req.USING:
+                raise Refused("append", ("using",), f"{req!r} is not in use")
+            before = req.chain.blocks
+            req._extend(new)
+            self._store(req)
+            W = self.table.consts.W
+            rids = core.resolve(req.chain)
+            for b in range(max(0, before - W), max(0, req.chain.blocks - W)):
+                if core.can("slide", rids[b]):
+                    core.slide(rids[b])
+
+    def _store(self, req: Request) -> None:
+        """Store the request's full blocks not cached yet (dedup: a block another request
+        already stored is left alone)."""
+        core = self.core
+        m = core.meta
+        L = self.L
+        ticks = min(req.lifetime, self.table.consts.lease_max)
+        chain = req.chain
+        for k in range(req.stored, chain.blocks):
+            rid = core.record(chain.keys[k], chain.block_tokens_of(k), k * L)
+            if m.ckv[rid] != CKV.FREE:
+                continue
+            try:
+                core.allocate(rid)
+            except OutOfCapacity:
+                break  # the rest is recomputed next time; the cache is full of pinned blocks
+            try:
+                core.commit(rid)
+            except Exception:
+                core.discard(rid)
+                raise
+            core.index_update(rid)
+            core.seal(rid)
+            core.touch(rid, ticks)
+        req.stored = chain.blocks
+
+    def finish(self, request: Request, *, store: bool = True) -> None:
+        """The request is done: store its new blocks and release its pins."""
+        req = self._own(request)
+        core = self.core
+        with core.lock:
+            s = req.slot
+            if s is None:
+                raise AlreadyReleased("release", ("using",), f"{req!r} was already released")
+            if s.phase != Req.USING:
+                raise Refused("release", ("using",), f"{req!r} is {Req(s.phase).name}, not in use")
+            if store:
+                self._store(req)
+            core.release(s)
+
+    def abort(self, request: Request) -> None:
+        """Abort at any point; in-flight loads finish in their pipelines (nothing is reused
+        mid-write, nothing leaks)."""
+        req = self._own(request)
+        s = req.slot
+        if s is None:
+            raise AlreadyReleased("abort", ("active",), f"{req!r} was already released")
+        self.core.abort(s)
+
+    # ---- time, maintenance ----------------------------------------------------------------
+    def tick(self, ticks: int = 1) -> None:
+        self.core.tick(ticks)
+
+    def evict(self, n: int = 1) -> int:
+        """Evict up to ``n`` least recently used unpinned, lease-expired device blocks."""
+        done = 0
+        with self.core.lock:
+            while done < n and self.core._evict_one():
+                done += 1
+        return done
+
+    def offload(self, n: int = 1) -> int:
+        """Start offloading up to ``n`` LRU device blocks to host (DMA pipeline)."""
+        core = self.core
+        done = 0
+        with core.lock:
+            for rid in list(core.lru):
+                if done >= n:
+                    break
+                if (
+                    core.meta.lease[rid] <= core.now
+                    and core.can("offload", rid)
+                    and core.tiers.host_slots.free
+                ):
+                    core.offload(rid)
+                    done += 1
+        return done
+
+    def spill(self, n: int = 1) -> int:
+        """Write up to ``n`` LRU host blocks to disk."""
+        core = self.core
+        done = 0
+        with core.lock:
+            for rid in list(core.host_lru):
+                if done >= n:
+                    break
+                if core.can("spill", rid):
+                    core.spill(rid)
+                    done += 1
+        return done
+
+    def drop(self, n: int = 1) -> int:
+        """Delete up to ``n`` LRU (or corrupt) host/disk entries whose lease expired."""
+        core = self.core
+        done = 0
+        with core.lock:
+            for rid in [*list(core.disk_lru), *list(core.host_lru)]:
+                if done >= n:
+                    break
+                if core.can("drop", rid):
+                    core.drop(rid)
+                    done += 1
+        return done
+
+    def stats(self) -> dict[str, Any]:
+        core = self.core
+        with core.lock:
+            counts = {p.name.lower(): 0 for p in CKV}
+            for rid in core.index.values():
+                counts[CKV(core.meta.ckv[rid]).name.lower()] += 1
+            return {
+                "blocks": counts,
+                "device_free": core.tiers.slots.free,
+                "host_free": core.tiers.host_slots.free,
+                "disk_entries": len(core.disk_entries),
+                "pinned_blocks": core.pinned_blocks,
+                "io_inflight": core.io_inflight,
+                "graph": core.graph.phase,
+                "now": core.now,
+            }
+
+    def events_of(self, kind: EventKind) -> list[Any]:
+        return self.events.of(kind)
+
+    def requests(self) -> Iterator[Request]:
+        return iter(list(self._requests.values()))
+
+    def forget(self, request: Request) -> None:
+        """Drop a finished request from the id table (its slot must be released)."""
+        req = self._own(request)
+        if req.slot is not None:
+            raise Refused("forget", (), f"{req!r} still holds a slot")
+        del self._requests[req.id]
+
+
+def _overlay(base: list[int], changed: dict[int, int], mapping: Any = None) -> Any:
+    """A view column builder: ``base`` with projected values, read through a group's mapping."""
+
+    def build(rids: Sequence[int]) -> list[int]:
+        src = mapping(rids) if mapping is not None else rids
+        return [changed.get(i, base[i]) for i in src]
+
+    return build

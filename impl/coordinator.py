@@ -1,0 +1,266 @@
+"""The longest valid hit, found by running the spec's hit rules as data, and why it is shorter.
+
+Like vLLM's ``HybridKVCacheCoordinator``, every group can only lower the hit.  The search walks
+``hit_rule.rules`` and reads each rule's scope with :func:`kvstate.spec.layers.scope_range`:
+
+1. rules of scope ALL (every block of the hit) are prefix-closed, so one pass over the blocks
+   finds the first block where any of them fails; the hit is cut to the LCM boundary before it;
+2. rules of scope HIT, WINDOW and BOUNDARY are checked at the current length; when one fails
+   the length steps down to the previous LCM boundary and they are checked again (ALL rules keep
+   holding on a shorter prefix, so they are not re-run).
+
+Each cut is recorded as a :class:`Shortening` (layer, rule, state, group, first failing block,
+from and to lengths): the library reports *why* a hit was shortened (vllm-ascend 16270: an LCM
+of 4096 silently gave a 0% hit rate).  The same search on a *projected* view (what the state will
+be once the recovery pipelines have run) gives the hit worth recovering, and the difference
+between the two is the :class:`RecoveryPlan`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvstate.spec.layers import HitRule, Rule, RuleScope, scope_range
+from kvstate.spec.phases import CKV, Indexer, Pipe, Swa
+
+from .meta import BlockMeta
+
+
+@dataclass(frozen=True)
+class Shortening:
+    """One rule that cut the hit: from ``from_tokens`` down to ``to_tokens``."""
+
+    rule: str  # qualified name, e.g. "L3.ckv_ready"
+    layer: str
+    state: str
+    group: str
+    block: int | None  # first failing block (None: a rule on the hit length itself)
+    from_tokens: int
+    to_tokens: int
+    doc: str = ""
+
+    def __str__(self) -> str:
+        where = f" at block {self.block}" if self.block is not None else ""
+        return (
+            f"{self.rule} [{self.state}, group {self.group}]{where}: "
+            f"{self.from_tokens} -> {self.to_tokens} tokens ({self.doc})"
+        )
+
+
+@dataclass(frozen=True)
+class HitSearch:
+    requested: int
+    hit: int
+    shortenings: tuple[Shortening, ...]
+    rejected: Shortening | None = None  # a length rule fails even at 0: no hit at all
+
+
+def _short(rule: Rule, block: int | None, frm: int, to: int) -> Shortening:
+    return Shortening(rule.qualname, rule.layer, rule.state, rule.group, block, frm, to, rule.doc)
+
+
+class Coordinator:
+    """Hit search over a ``ChainView`` with the rules of one :class:`HitRule`."""
+
+    def __init__(self, hit_rule: HitRule) -> None:
+        self.hit_rule = hit_rule
+        self.all_rules = tuple(r for r in hit_rule.rules if r.scope is RuleScope.ALL)
+        self.point_rules = tuple(r for r in hit_rule.rules if r.scope is not RuleScope.ALL)
+
+    def _first_bad(self, rule: Rule, view: Any, r: int, h: int) -> int | None | bool:
+        """False if ``rule`` holds at ``h``; else the first failing block (None: HIT scope)."""
+        if rule.scope is RuleScope.HIT:
+            return False if rule.pred(view, r, h) else None
+        lo, hi = scope_range(rule, view, h)
+        pred = rule.pred
+        for b in range(max(lo, 0), min(hi, view.N)):
+            if not pred(view, r, b):
+                return b
+        return False
+
+    def search(self, view: Any, r: int, h_max: int) -> HitSearch:
+        L = view.k.L
+        h = h_max
+        cuts: list[Shortening] = []
+        if self.all_rules and h > 0:
+            lo, hi = scope_range(self.all_rules[0], view, h)
+            checks = [(x, x.pred) for x in self.all_rules]
+            for b in range(max(lo, 0), min(hi, view.N)):
+                bad = [x for x, pred in checks if not pred(view, r, b)]
+                if bad:
+                    cuts.extend(_short(x, b, h, b * L) for x in bad)
+                    h = b * L
+                    break
+        while True:
+            failing: tuple[Rule, int | None] | None = None
+            for rule in self.point_rules:
+                where = self._first_bad(rule, view, r, h)
+                if where is not False:
+                    failing = (
+                        rule,
+                        where if isinstance(where, int) and not isinstance(where, bool) else None,
+                    )
+                    break
+            if failing is None:
+                return HitSearch(h_max, h, tuple(cuts))
+            rule, block = failing
+            if h <= 0:
+                return HitSearch(h_max, 0, tuple(cuts), _short(rule, block, 0, 0))
+            to = ((h - 1) // L) * L
+            last = cuts[-1] if cuts else None
+            if last is not None and last.rule == rule.qualname and last.to_tokens == h:
+                cuts[-1] = _short(rule, block, last.from_tokens, to)
+            else:
+                cuts.append(_short(rule, block, h, to))
+            h = to
+
+    def failures(self, view: Any, r: int, h: int) -> list[Shortening]:
+        """Every rule that fails at exactly ``h`` (for explaining a refused validation)."""
+        out = []
+        for rule in self.hit_rule.rules:
+            where = self._first_bad(rule, view, r, h)
+            if where is not False:
+                block = where if isinstance(where, int) and not isinstance(where, bool) else None
+                out.append(_short(rule, block, h, h))
+        return out
+
+
+# ---- recovery: projection and plan ---------------------------------------------------------
+@dataclass(frozen=True)
+class RecoveryStep:
+    block: int  # chain block index
+    rid: int
+    state: str  # the cache state it restores ("On-disk Prefix", "Compressed KV", "Indexer State")
+    pipeline: Pipe
+    action: str  # load_start / offload_cancel / rebuild_start / wait_load / wait_rebuild
+
+
+@dataclass(frozen=True)
+class RecoveryPlan:
+    steps: tuple[RecoveryStep, ...] = ()
+    target: int = 0  # hit length the plan recovers to
+    search: HitSearch | None = None  # the search on the projected state
+    notes: tuple[str, ...] = field(default=())
+
+    def by_state(self) -> dict[str, list[RecoveryStep]]:
+        out: dict[str, list[RecoveryStep]] = {}
+        for s in self.steps:
+            out.setdefault(s.state, []).append(s)
+        return out
+
+    def __bool__(self) -> bool:
+        return bool(self.steps)
+
+
+MOVING = (CKV.HOST, CKV.DISK, CKV.LOADING, CKV.OFFLOADING)
+
+
+def projection(
+    meta: BlockMeta, rids: Sequence[int], *, disk_drops_swa: bool
+) -> dict[str, dict[int, int]]:
+    """The metadata the recovery pipelines will produce for ``rids``: loads make a block READY
+    (a disk load in the file's stored form, without indexer pages and, under the zero-SWA policy,
+    without its window), and a CPU rebuild brings every resident block's indexer in sync.
+    Returns ``field -> {rid: value}`` for the fields that change."""
+    ckv, prog, ldpipe, fmt, idx, iver, swa = ({} for _ in range(7))  # type: ignore[var-annotated]
+    out: dict[str, dict[int, int]] = {
+        "ckv": ckv,
+        "prog": prog,
+        "ldpipe": ldpipe,
+        "fmt": fmt,
+        "idx": idx,
+        "iver": iver,
+        "swa": swa,
+    }
+    steps = meta.load_steps
+    for i in rids:
+        c = meta.ckv[i]
+        if meta.corrupt[i]:
+            continue
+        ready = c == CKV.READY
+        if c in MOVING:
+            ready = True
+            ckv[i], prog[i], ldpipe[i] = int(CKV.READY), steps, int(Pipe.NONE)
+            from_disk = c == CKV.DISK or (c == CKV.LOADING and meta.ldpipe[i] == Pipe.IO)
+            if from_disk:
+                fmt[i] = meta.disk_fmt[i]
+                if disk_drops_swa:
+                    swa[i] = int(Swa.NULL)
+                idx[i], iver[i] = int(Indexer.PRESENT), meta.ver[i]
+        if ready and not (meta.idx[i] == Indexer.PRESENT and meta.iver[i] == meta.ver[i]):
+            idx[i], iver[i] = int(Indexer.PRESENT), meta.ver[i]
+    return out
+
+
+def plan_steps(meta: BlockMeta, rids: Sequence[int], blocks: int) -> list[RecoveryStep]:
+    """The jobs that bring the first ``blocks`` chain blocks to the projected state."""
+    steps: list[RecoveryStep] = []
+    for b in range(min(blocks, len(rids))):
+        i = rids[b]
+        c = meta.ckv[i]
+        if c == CKV.HOST:
+            steps.append(RecoveryStep(b, i, "Compressed KV", Pipe.DMA, "load_start"))
+        elif c == CKV.DISK:
+            steps.append(RecoveryStep(b, i, "On-disk Prefix", Pipe.IO, "load_start"))
+        elif c == CKV.OFFLOADING:
+            steps.append(RecoveryStep(b, i, "Compressed KV", Pipe.DMA, "offload_cancel"))
+        elif c == CKV.LOADING:
+            steps.append(RecoveryStep(b, i, "On-disk Prefix", Pipe(meta.ldpipe[i]), "wait_load"))
+        from_disk = c == CKV.DISK or (c == CKV.LOADING and meta.ldpipe[i] == Pipe.IO)
+        synced = meta.idx[i] == Indexer.PRESENT and meta.iver[i] == meta.ver[i]
+        if meta.idx[i] == Indexer.REBUILDING:
+            steps.append(RecoveryStep(b, i, "Indexer State", Pipe.CPU, "wait_rebuild"))
+        elif c in (CKV.READY, *MOVING) and (from_disk or not synced):
+            steps.append(RecoveryStep(b, i, "Indexer State", Pipe.CPU, "rebuild_start"))
+    return steps
+
+
+class _ProbeReq:
+    def __init__(self, reads: set[str]) -> None:
+        self._reads = reads
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        self._reads.add(name)
+        return 0
+
+
+class _Probe:
+    """A state whose every variable reads as zero and is recorded when read."""
+
+    def __init__(self, k: Any, n: int) -> None:
+        self.k = k
+        self.N = n
+        self._reads: set[str] = set()
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        self._reads.add(name)
+        return [0] * self.N
+
+    def req(self, r: int) -> _ProbeReq:
+        return _ProbeReq(self._reads)
+
+    def forall_blocks(self, lo: Any, hi: Any, body: Any) -> bool:
+        return all(bool(body(b)) for b in range(self.N))
+
+
+def rule_reads(hit_rule: HitRule, k: Any) -> frozenset[str] | None:
+    """The state variables the hit rules read (probed by evaluating them); None if a rule
+    could not be probed.  Actions whose frame misses this set cannot change a rule's value,
+    which is what lets ``validate`` reuse a search done under the same lock hold."""
+    probe = _Probe(k, 2)
+    try:
+        for rule in hit_rule.rules:
+            if rule.scope is RuleScope.HIT:
+                for h in (0, k.L):
+                    rule.pred(probe, 0, h)
+            else:
+                rule.pred(probe, 0, 0)
+    except Exception:  # noqa: BLE001 - an unprobeable rule just disables the shortcut
+        return None
+    return frozenset(probe._reads)

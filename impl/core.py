@@ -1,0 +1,1007 @@
+"""The allocator state machine: one method per transition of the table, on real storage.
+
+Every method follows the same shape, under one re-entrant lock:
+
+1. validate the arguments (:class:`InvalidArgument` for malformed input);
+2. evaluate the table's guard conjuncts for the action on a view of this cache's own metadata
+   (:class:`Refused` naming the false conjuncts; nothing has changed yet);
+3. acquire what the action needs (slots, pages; possibly by evicting or spilling *other*
+   blocks, each its own guarded transition), refusing with :class:`OutOfCapacity` if impossible;
+4. move the data and apply the action's effects.
+
+The effects are this implementation's own code (storage, pools, pipelines); only the guards and
+the hit rules are read from the table, so the model and the implementation are two readings of
+one contract and the conformance harness compares them.  Block actions take a record id
+(``rid``); request actions take a request slot.  :mod:`kvstate.impl.cache` builds the user API
+(admission, ``use``, decode) on top of these transitions.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from kvstate.kernels import KernelError
+from kvstate.spec.phases import CKV, Fmt, Indexer, Pipe, Req, Swa, Tail
+from kvstate.spec.table import Table
+
+from .bugs import Bugs
+from .coordinator import Coordinator, HitSearch, rule_reads
+from .disk import DiskEntry, DiskTier
+from .errors import (
+    AlreadyReleased,
+    CorruptEntry,
+    InternalError,
+    InvalidArgument,
+    OutOfCapacity,
+    Refused,
+    UnknownRequest,
+)
+from .events import EventKind, EventLog
+from .graphs import GraphRegistry
+from .guards import Guards
+from .hashing import Chain
+from .meta import NULL_RID, BlockMeta, ChainView, Others
+from .pipelines import Job, LoadJob, OffloadJob, Pipelines, RebuildJob
+from .testdata import Writer
+from .tiers import Tiers
+
+ACTIVE = (Req.WAITING, Req.MATCHED, Req.PINNED, Req.VALIDATED, Req.USING, Req.RECOMPUTE)
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _int(name: str, v: Any, lo: int | None = None, hi: int | None = None) -> int:
+    if not isinstance(v, (int, np.integer)) or isinstance(v, bool):
+        raise InvalidArgument(f"{name} must be an int, got {type(v).__name__}")
+    v = int(v)
+    if lo is not None and v < lo:
+        raise InvalidArgument(f"{name}={v} is below {lo}")
+    if hi is not None and v > hi:
+        raise InvalidArgument(f"{name}={v} is above {hi}")
+    return v
+
+
+class Slot:
+    """One request slot: the table's per-request variables, and the request occupying it."""
+
+    __slots__ = ("index", "phase", "hit", "pinned", "deadline", "pgen", "paddr", "request", "rids")
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.phase = int(Req.IDLE)
+        self.hit = 0
+        self.pinned = 0
+        self.deadline = 0
+        self.pgen: tuple[int, ...] = ()
+        self.paddr: tuple[int, ...] = ()
+        self.request: Any = None  # the Request in this slot (None when free)
+        self.rids: list[int] = []  # records this slot pins, in chain order
+
+
+class CacheCore:
+    def __init__(
+        self,
+        table: Table,
+        *,
+        device_blocks: int | None = None,
+        host_blocks: int | None = None,
+        disk_blocks: int | None = None,
+        device: torch.device | str | None = None,
+        cache_dir: str | Path | None = None,
+        mode: str = "threads",
+        max_requests: int | None = None,
+        writer: Writer | None = None,
+        bugs: Sequence[str] | frozenset[str] = (),
+        kernel_backend: str | None = None,
+        memory_limit: int = 8 * 2**30,
+        durable: bool = False,
+    ) -> None:
+        g = table.geometry
+        self.table = table
+        self.g = g
+        self.k = table.consts
+        self.L = self.k.L
+        self.bugs = Bugs(bugs)
+        self.guards = Guards(table)
+        if device is None:
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = torch.device(device)
+        self.backend = (
+            kernel_backend
+            if kernel_backend is not None
+            else (None if self.device.type == "cuda" else "torch")
+        )
+        caps = {
+            "device_blocks": g.device_blocks if device_blocks is None else device_blocks,
+            "host_blocks": g.host_blocks if host_blocks is None else host_blocks,
+            "disk_blocks": g.disk_blocks if disk_blocks is None else disk_blocks,
+            "max_requests": g.max_requests if max_requests is None else max_requests,
+        }
+        for name, v in caps.items():
+            _int(name, v, 1, 1 << 30)
+        self.device_blocks = caps["device_blocks"]
+        self.host_blocks = caps["host_blocks"]
+        self.disk_blocks = caps["disk_blocks"]
+        self.writer = writer
+        self.meta = BlockMeta(self.k.load_steps)
+        self.tiers = Tiers(
+            g,
+            device_slots=self.device_blocks,
+            host_slots=self.host_blocks,
+            device=self.device,
+            hit_rule=table.hit_rule,
+            bugs=self.bugs,
+            memory_limit=memory_limit,
+        )
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        if cache_dir is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="kvstate-disk-")
+            cache_dir = self._tmp.name
+        self.disk = DiskTier(cache_dir, self._fingerprint(), self.k.load_steps, durable=durable)
+        self.coord = Coordinator(table.hit_rule)
+        self.events = EventLog()
+        self.lock = threading.RLock()
+        self.changed = threading.Condition(self.lock)
+        self.pipes = Pipelines(mode, self.k.io_cap)
+        self.slots = [Slot(i) for i in range(caps["max_requests"])]
+        self.graph = GraphRegistry(self.meta, caps["max_requests"], 1024, self.device)
+        self.index: dict[bytes, int] = {}
+        self.lru: OrderedDict[int, None] = OrderedDict()  # READY on device, least recent first
+        self.host_lru: OrderedDict[int, None] = OrderedDict()
+        self.disk_lru: OrderedDict[int, None] = OrderedDict()
+        self.tombstones: OrderedDict[int, None] = OrderedDict()  # FREE records still indexed
+        self.disk_entries: dict[int, DiskEntry] = {}
+        self.want_rebuild: set[int] = set()  # start an indexer rebuild when this load lands
+        self.want_tail_check: dict[int, Job] = {}  # verify the restored tail when this load lands
+        self.io_waiting: OrderedDict[int, None] = OrderedDict()  # disk loads queued by io_cap
+        self.now = 0
+        self.io_inflight = 0
+        self.pinned_blocks = 0
+        self.vk = replace(self.k, R=2)  # views: the acting request + the aggregate of the others
+        # rule epoch: bumped by every transition whose frame meets what the hit rules read, so a
+        # hit search is still a proof of the rules while the epoch has not moved
+        reads = rule_reads(table.hit_rule, self.k)
+        self.epoch = 0
+        self._neutral = frozenset(
+            a.name for a in table.actions if reads is not None and not (a.modifies & reads)
+        )
+        qualnames = {r.qualname for r in table.hit_rule.rules}
+        self._rule_conjuncts = tuple(
+            c.name for c in table.action("validate").guard if c.name in qualnames
+        ) if self.guards.has("validate") else ()
+        self._swa_col = self.tiers.swa.column(self.meta)
+        self._tail_col = self.tiers.compressor.column(self.meta)
+        self.max_records = 4 * (self.device_blocks + self.host_blocks + self.disk_blocks) + 64
+        self._scan_disk()
+        self.pipes.start()
+
+    def close(self) -> None:
+        self.pipes.stop()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def _fingerprint(self) -> dict[str, Any]:
+        g = self.g
+        return {
+            "geometry": g.name,
+            "layers": list(g.layers),
+            "L": self.L,
+            "entry_bytes": g.entry_bytes,
+            "pages": [g.page_bytes(g.csa_ratio), g.page_bytes(g.hca_ratio)],
+            "compressed_block_tokens": g.compressed_block_tokens,
+            "swa_block_tokens": g.swa_block_tokens,
+            "head_dim": g.head_dim,
+            "csa_ratio": g.csa_ratio,
+            "load_steps": self.k.load_steps,
+        }
+
+    # ---- views and guards ---------------------------------------------------------------
+    def block_view(self, rid: int) -> ChainView:
+        return ChainView(
+            self.meta,
+            (rid,),
+            self.vk,
+            now=self.now,
+            graph=self.graph.phase,
+            io_inflight=self.io_inflight,
+        )
+
+    def chain_view(
+        self, rids: Sequence[int], slot: Slot | None = None, overrides: dict[str, Any] | None = None
+    ) -> ChainView:
+        """A request's chain as the table sees it; the SWA and compressor groups supply their own
+        columns (their block mapping), ``overrides`` a projected state."""
+        cols: dict[str, Any] = {"swa": self._swa_col, "tail": self._tail_col}
+        if overrides:
+            cols.update(overrides)
+        reqs: tuple[Any, ...] = ()
+        if slot is not None:
+            mine = _cdiv(slot.pinned, self.L)
+            reqs = (slot, Others(self.L * (self.pinned_blocks - mine)))
+        return ChainView(
+            self.meta,
+            rids,
+            self.vk,
+            now=self.now,
+            graph=self.graph.phase,
+            io_inflight=self.io_inflight,
+            reqs=reqs,
+            overrides=cols,
+        )
+
+    def _guard(self, action: str, view: ChainView, params: dict[str, int], skip: Sequence[str] = (),
+               exc: type[Refused] = Refused) -> None:
+        """Refuse unless the table's guard holds; the caller then performs the transition."""
+        self.guards.check(action, view, params, skip, exc)
+        if action not in self._neutral:
+            self.epoch += 1
+
+    def _check_block(self, action: str, rid: int, skip: Sequence[str] = (), **params: int) -> None:
+        self._rid(rid)
+        self._guard(action, self.block_view(rid), {"b": 0, **params}, skip)
+
+    def can(self, action: str, rid: int) -> bool:
+        """Would the block action be allowed now (jobs ask this to choose their next step)."""
+        with self.lock:
+            skip = self._load_done_skip() if action == "load_done" else ()
+            return self.guards.allows(action, self.block_view(rid), {"b": 0}, skip)
+
+    def _rid(self, rid: int) -> int:
+        if not isinstance(rid, int) or not 0 < rid < len(self.meta):
+            raise InvalidArgument(f"no block record {rid!r}")
+        return rid
+
+    def _slot(self, slot: int | Slot) -> Slot:
+        if isinstance(slot, Slot):
+            return slot
+        if not isinstance(slot, int) or isinstance(slot, bool) or not 0 <= slot < len(self.slots):
+            raise UnknownRequest(f"no request slot {slot!r} (slots 0..{len(self.slots) - 1})")
+        return self.slots[slot]
+
+    # ---- records ----------------------------------------------------------------------------
+    def record(self, key: bytes, tokens: np.ndarray | None, start: int) -> int:
+        """The record of a block key (a FREE one is created for an unknown key)."""
+        rid = self.index.get(key)
+        if rid is None:
+            self._purge_tombstones()
+            rid = self.meta.new(key, tokens, start)
+            self.index[key] = rid
+            self.tombstones[rid] = None
+        elif tokens is not None:
+            self.meta.tokens[rid] = tokens
+            self.meta.start[rid] = start
+        return rid
+
+    def register(self, chain: Chain) -> list[int]:
+        """Records for every block of ``chain``, each with a preferred device slot reserved, so
+        their device addresses are distinct and stable from the start."""
+        with self.lock:
+            rids = []
+            for k, key in enumerate(chain.keys):
+                rid = self.record(key, chain.block_tokens_of(k), k * self.L)
+                if self.meta.addr[rid] < 0:
+                    home = self.tiers.slots.claim_free(rid)
+                    self.meta.addr[rid] = home
+                    self.meta.gaddr[rid] = home
+                rids.append(rid)
+            return rids
+
+    def resolve(self, chain: Chain) -> list[int]:
+        get = self.index.get
+        return [get(k, NULL_RID) for k in chain.keys]
+
+    def _purge_tombstones(self) -> None:
+        while len(self.index) >= self.max_records and self.tombstones:
+            rid, _ = self.tombstones.popitem(last=False)
+            key = self.meta.key[rid]
+            if key is not None:
+                self.index.pop(key, None)
+            self.tiers.slots.unclaim(self.meta.addr[rid], rid)
+            self.meta.addr[rid] = -1
+            self.meta.gaddr[rid] = -1
+            self.meta.retire(rid)
+
+    def _scan_disk(self) -> None:
+        """Adopt the entries a previous process left in the cache directory (valid ones only)."""
+        good, bad = self.disk.scan()
+        for path, why in bad:
+            self.events.emit(EventKind.REMOVED, None, "disk", f"rejected {path.name}: {why}")
+        m = self.meta
+        for e in good[: self.disk_blocks]:
+            rid = self.record(e.key, None, -1)
+            self.tombstones.pop(rid, None)
+            m.ckv[rid], m.ver[rid], m.gen[rid] = int(CKV.DISK), e.ver, e.gen
+            m.fmt[rid] = m.disk_fmt[rid] = e.fmt
+            m.tail[rid], m.swa[rid], m.idx[rid] = e.tail, e.swa, int(Indexer.ABSENT)
+            m.on_disk[rid] = True
+            self.disk_entries[rid] = e
+            self.disk_lru[rid] = None
+        for e in good[self.disk_blocks :]:
+            self.disk.delete(e)
+
+    # ---- capacity -------------------------------------------------------------------------
+    def _take_slot(self, rid: int, prefer: int) -> int:
+        slot = self.tiers.slots.take(rid, prefer)
+        while slot < 0:
+            if not self._evict_one():
+                raise OutOfCapacity(
+                    "allocate", (), f"all {self.device_blocks} device slots are pinned or leased"
+                )
+            slot = self.tiers.slots.take(rid, prefer)
+        return slot
+
+    def _take_swa(self) -> list[int]:
+        n = self.tiers.swa_pages_per_block
+        pages = self.tiers.swa_pool.take(n)
+        while pages is None:
+            if not self._evict_one():
+                raise OutOfCapacity("allocate", (), "no free SWA pages and nothing evictable")
+            pages = self.tiers.swa_pool.take(n)
+        return pages
+
+    def _evict_skip(self) -> tuple[str, ...]:
+        return ("unpinned",) if self.bugs.on("evict_ignores_pins") else ()
+
+    def _evict_one(self) -> bool:
+        """Evict the least recently used block the table allows to be evicted."""
+        skip = self._evict_skip()
+        for rid in self.lru:
+            if self.guards.allows("evict_start", self.block_view(rid), {"b": 0}, skip):
+                self.evict_start(rid)
+                self.evict_done(rid)
+                return True
+        return False
+
+    def _take_host(self) -> int:
+        got = self.tiers.host_slots.take(1)
+        while got is None:
+            victim = next((r for r in self.host_lru if self.can("spill", r)), None)
+            if victim is None:
+                raise OutOfCapacity("offload", (), f"all {self.host_blocks} host slots are busy")
+            self.spill(victim)
+            got = self.tiers.host_slots.take(1)
+        return got[0]
+
+    def _make_disk_room(self) -> None:
+        while len(self.disk_entries) >= self.disk_blocks:
+            victim = next((r for r in self.disk_lru if self.can("drop", r)), None)
+            if victim is None:
+                raise OutOfCapacity("spill", (), f"all {self.disk_blocks} disk entries are in use")
+            self.drop(victim)
+
+    def _free_device(self, rid: int) -> None:
+        m = self.meta
+        if m.slot[rid] >= 0:
+            self.tiers.slots.release(m.slot[rid])
+            m.slot[rid] = -1
+        if m.swa_pages[rid]:
+            self.tiers.swa_pool.release(m.swa_pages[rid])
+            m.swa_pages[rid] = ()
+
+    def _moved(self, rid: int, new: int) -> None:
+        """The record's state buffer is now at device slot ``new`` (a graph may go stale)."""
+        m = self.meta
+        old = m.addr[rid]
+        if new != old:
+            if old >= 0:
+                self.tiers.slots.unclaim(old, rid)
+            if self.graph.moved(rid, old, new):
+                self.events.emit(
+                    EventKind.STALE_GRAPH, m.key[rid], "device", f"slot {old} -> {new}"
+                )
+            m.addr[rid] = new
+
+    def _freed(self, rid: int) -> None:
+        """Common effects of a block becoming FREE."""
+        m = self.meta
+        m.ckv[rid] = int(CKV.FREE)
+        m.tail[rid] = int(Tail.NONE)
+        m.swa[rid] = int(Swa.NULL)
+        m.idx[rid] = int(Indexer.ABSENT)
+        self.lru.pop(rid, None)
+        self.tombstones[rid] = None
+
+    # ---- Compressed KV: write path ----------------------------------------------------------
+    def allocate(self, rid: int) -> None:
+        with self.lock:
+            self._check_block("allocate", rid)
+            m = self.meta
+            slot = self._take_slot(rid, m.addr[rid])
+            try:
+                pages = self._take_swa()
+            except OutOfCapacity:
+                self.tiers.slots.release(slot)
+                raise
+            self._moved(rid, slot)
+            m.slot[rid], m.swa_pages[rid] = slot, tuple(pages)
+            m.ckv[rid] = int(CKV.WRITING)
+            m.gen[rid] += 1
+            m.tail[rid] = int(Tail.OPEN)
+            m.swa[rid] = int(Swa.NULL)
+            m.idx[rid] = int(Indexer.ABSENT)
+            m.fmt[rid] = int(Fmt.PRIMARY)
+            self.tombstones.pop(rid, None)
+
+    def commit(self, rid: int) -> None:
+        with self.lock:
+            self._check_block("commit", rid)
+            m = self.meta
+            if self.writer is not None:
+                tokens = m.tokens[rid]
+                if tokens is None or len(tokens) != self.L:
+                    raise InvalidArgument(f"record {rid} has no token block to write")
+                self.tiers.write_block(
+                    m.slot[rid], m.swa_pages[rid], m.start[rid], tokens, self.writer
+                )
+            m.ckv[rid] = int(CKV.READY)
+            m.ver[rid] += 1
+            m.swa[rid] = int(Swa.VALID)
+            self.lru[rid] = None
+            self.events.emit(EventKind.STORED, m.key[rid], "device")
+
+    def discard(self, rid: int) -> None:
+        with self.lock:
+            self._check_block("discard", rid)
+            m = self.meta
+            self._free_device(rid)
+            m.ckv[rid] = int(CKV.FREE)
+            m.tail[rid] = int(Tail.NONE)
+            self.tombstones[rid] = None
+
+    def seal(self, rid: int) -> None:
+        with self.lock:
+            self._check_block("seal", rid)
+            m = self.meta
+            if self.writer is not None:
+                tokens = m.tokens[rid]
+                if tokens is None:
+                    raise InvalidArgument(f"record {rid} has no token block to write")
+                try:
+                    self.tiers.write_tail(
+                        m.slot[rid], m.start[rid], tokens, self.writer, self.backend
+                    )
+                except KernelError as exc:
+                    raise InternalError(
+                        f"compressor state at block {rid} does not splice: {exc}"
+                    ) from exc
+            m.tail[rid] = int(Tail.SEALED)
+
+    def slide(self, rid: int) -> None:
+        with self.lock:
+            self._check_block("slide", rid)
+            m = self.meta
+            if m.swa_pages[rid]:
+                self.tiers.swa_pool.release(m.swa_pages[rid])
+                m.swa_pages[rid] = ()
+            job = self.pipes.dma.get(rid) or self.pipes.io.get(rid)
+            if isinstance(job, LoadJob) and job.swa_pages:
+                self.tiers.swa_pool.release(job.swa_pages)
+                job.swa_pages = ()
+            m.swa[rid] = int(Swa.NULL)
+
+    # ---- Indexer State ----------------------------------------------------------------------
+    def _stamp_index(self, rid: int) -> None:
+        m = self.meta
+        self.tiers.build_index(m.slot[rid])
+        m.idx[rid] = int(Indexer.PRESENT)
+        if not self.bugs.on("skip_indexer_version"):  # seeded bug: the version stamp is skipped
+            m.iver[rid] = m.ver[rid]
+
+    def index_update(self, rid: int) -> None:
+        with self.lock:
+            self._check_block("index_update", rid)
+            self._stamp_index(rid)
+
+    def rebuild_start(self, rid: int) -> None:
+        with self.lock:
+            self._check_block("rebuild_start", rid)
+            m = self.meta
+            m.idx[rid] = int(Indexer.REBUILDING)
+            m.ixpipe[rid] = int(Pipe.CPU)
+            self.pipes.cpu.submit(RebuildJob(self, rid))
+
+    def rebuild_done(self, rid: int) -> None:
+        with self.lock:
+            self._check_block("rebuild_done", rid)
+            m = self.meta
+            self._stamp_index(rid)
+            m.ixpipe[rid] = int(Pipe.NONE)
+            self.pipes.cpu.forget(rid)
+            self.changed.notify_all()
+
+    # ---- offload: device -> host -> disk ----------------------------------------------------
+    def offload(self, rid: int) -> None:
+        with self.lock:
+            self._check_block("offload", rid)
+            m = self.meta
+            hslot = self._take_host()
+            m.hslot[rid] = hslot
+            m.ckv[rid] = int(CKV.OFFLOADING)
+            m.ldpipe[rid] = int(Pipe.DMA)
+            self.lru.pop(rid, None)
+            self.pipes.dma.submit(OffloadJob(self, rid, hslot))
+
+    def offload_done(self, rid: int) -> None:
+        with self.lock:
+            self._check_block("offload_done", rid)
+            m = self.meta
+            pages = m.swa_pages[rid] if m.swa[rid] == Swa.VALID else ()
+            self.tiers.to_host(m.slot[rid], pages, m.hslot[rid])
+            self._free_device(rid)
+            m.ckv[rid] = int(CKV.HOST)
+            m.ldpipe[rid] = int(Pipe.NONE)
+            self.host_lru[rid] = None
+            self.pipes.dma.forget(rid)
+            self.events.emit(EventKind.EVICTED, m.key[rid], "device", "offloaded to host")
+            self.events.emit(EventKind.STORED, m.key[rid], "host")
+            self.changed.notify_all()
+
+    def offload_cancel(self, rid: int) -> None:
+        with self.lock:
+            self._check_block("offload_cancel", rid)
+            m = self.meta
+            self.tiers.host_slots.release([m.hslot[rid]])
+            m.hslot[rid] = -1
+            m.ckv[rid] = int(CKV.READY)
+            m.ldpipe[rid] = int(Pipe.NONE)
+            self.lru[rid] = None
+            self.pipes.dma.forget(rid)
+            self.changed.notify_all()
+
+    def spill(self, rid: int) -> None:
+        with self.lock:
+            self._check_block("spill", rid)
+            m = self.meta
+            self._make_disk_room()
+            key = m.key[rid]
+            if key is None:
+                raise InternalError(f"record {rid} has no key to name its disk entry")
+            with_swa = m.swa[rid] == Swa.VALID and self.k.swa_restored_from_disk
+            units, swa = self.tiers.host_payload(m.hslot[rid], with_swa)
+            entry = self.disk.write(
+                key,
+                ver=m.ver[rid],
+                gen=m.gen[rid],
+                fmt=m.fmt[rid],
+                tail=m.tail[rid],
+                swa=m.swa[rid],
+                units=units,
+                swa_data=swa,
+            )
+            self.tiers.host_slots.release([m.hslot[rid]])
+            m.hslot[rid] = -1
+            m.ckv[rid] = int(CKV.DISK)
+            m.on_disk[rid] = True
+            m.disk_fmt[rid] = m.fmt[rid]
+            self.disk_entries[rid] = entry
+            self.host_lru.pop(rid, None)
+            self.disk_lru[rid] = None
+            self.events.emit(EventKind.STORED, key, "disk")
+
+    # ---- recovery: loads --------------------------------------------------------------------
+    def load_start(self, rid: int) -> None:
+        with self.lock:
+            self._check_block("load_start", rid)
+            m = self.meta
+            from_disk = m.ckv[rid] == CKV.DISK
+            src: Any
+            if from_disk:
+                src = self.disk_entries.get(rid)
+                if src is None:
+                    raise InternalError(f"record {rid} is on disk without an entry")
+            else:
+                src = m.hslot[rid]
+            restore_swa = m.swa[rid] == Swa.VALID and (
+                not from_disk or self.k.swa_restored_from_disk
+            )
+            dst = self._take_slot(rid, -1)
+            swa_pages: tuple[int, ...] = ()
+            if restore_swa:
+                try:
+                    swa_pages = tuple(self._take_swa())
+                except OutOfCapacity:
+                    self.tiers.slots.release(dst)
+                    raise
+            pipe = Pipe.IO if from_disk else Pipe.DMA
+            m.ckv[rid] = int(CKV.LOADING)
+            m.ldpipe[rid] = int(pipe)
+            m.prog[rid] = 0
+            self.io_inflight += int(from_disk)
+            (self.disk_lru if from_disk else self.host_lru).pop(rid, None)
+            self.io_waiting.pop(rid, None)
+            self.pipes.for_pipe(pipe).submit(LoadJob(self, rid, pipe, dst, src, swa_pages))
+
+    def _load_job(self, rid: int) -> LoadJob:
+        job = self.pipes.io.get(rid) or self.pipes.dma.get(rid)
+        if not isinstance(job, LoadJob):
+            raise InternalError(f"record {rid} is LOADING without a load job")
+        return job
+
+    def _chunk(self, job: LoadJob, k: int) -> None:
+        """Land chunk ``k`` of the load (verified on the way for disk sources)."""
+        if job.fault:
+            job.fault = False
+            raise CorruptEntry(f"injected I/O fault while loading record {job.rid}")
+        if job.pipe is Pipe.IO:
+            entry: DiskEntry = job.src
+            ulo, uhi, blo, bhi, expect = entry.chunks[k]
+            data = self.disk.read_range(entry, blo, bhi, expect)
+            units = self.tiers.units(False)
+            off = 0
+            for unit in units[ulo:uhi]:
+                n = self.tiers.unit_bytes(unit)
+                self.tiers.unit_from_bytes(unit, data[off : off + n], job.dst)
+                off += n
+        else:
+            units = self.tiers.units(True)
+            n = len(units)
+            for unit in units[k * n // self.k.load_steps : (k + 1) * n // self.k.load_steps]:
+                self.tiers.unit_from_host(unit, job.src, job.dst)
+
+    def load_progress(self, rid: int) -> None:
+        with self.lock:
+            self._check_block("load_progress", rid)
+            job = self._load_job(rid)
+            try:
+                self._chunk(job, self.meta.prog[rid])
+            except CorruptEntry as exc:
+                self._fail_load(rid, job, str(exc), corrupt=True)
+                raise
+            self.meta.prog[rid] += 1
+
+    def _load_done_skip(self) -> tuple[str, ...]:
+        return ("complete",) if self.bugs.on("use_before_load_complete") else ()
+
+    def load_done(self, rid: int) -> tuple[int, int]:
+        """Install the loaded block; returns (device address, stored form) it came back in."""
+        with self.lock:
+            self._check_block("load_done", rid, self._load_done_skip())
+            m = self.meta
+            job = self._load_job(rid)
+            from_disk = job.pipe is Pipe.IO
+            if job.fault:
+                job.fault = False
+                self._fail_load(rid, job, "injected I/O fault at completion", corrupt=False)
+                raise CorruptEntry(f"injected I/O fault while completing record {rid}")
+            if job.swa_pages:
+                try:
+                    if from_disk:
+                        sec = job.src.swa_section
+                        if sec is None:
+                            raise CorruptEntry(f"disk entry of record {rid} has no window")
+                        self.tiers.swa_from_bytes(
+                            self.disk.read_range(job.src, sec[0], sec[1], sec[2]), job.swa_pages
+                        )
+                    else:
+                        self.tiers.swa_from_host(job.src, job.swa_pages)
+                except CorruptEntry as exc:
+                    self._fail_load(rid, job, str(exc), corrupt=True)
+                    raise
+            self._moved(rid, job.dst)
+            m.slot[rid] = job.dst
+            m.swa_pages[rid] = job.swa_pages
+            m.ckv[rid] = int(CKV.READY)
+            m.ldpipe[rid] = int(Pipe.NONE)
+            if from_disk:
+                self.io_inflight -= 1
+                m.idx[rid] = int(Indexer.ABSENT)
+                if not self.k.swa_restored_from_disk:
+                    m.swa[rid] = int(Swa.NULL)
+                m.fmt[rid] = job.src.fmt
+                self.disk.delete(job.src)
+                self.disk_entries.pop(rid, None)
+                m.on_disk[rid] = False
+            else:
+                self.tiers.host_slots.release([job.src])
+                m.hslot[rid] = -1
+            self.lru[rid] = None
+            self.pipes.for_pipe(job.pipe).forget(rid)
+            self.events.emit(EventKind.LOADED, m.key[rid], "disk" if from_disk else "host")
+            self._after_load(rid, from_disk)
+            self.changed.notify_all()
+            return m.addr[rid], m.fmt[rid]
+
+    def _after_load(self, rid: int, from_disk: bool) -> None:
+        check = self.want_tail_check.pop(rid, None)
+        if check is not None:
+            self.pipes.cpu.submit(check)
+        if rid in self.want_rebuild:
+            self.want_rebuild.discard(rid)
+            if self.can("rebuild_start", rid):
+                self.rebuild_start(rid)
+        if from_disk:
+            self._start_waiting_io()
+
+    def _start_waiting_io(self) -> None:
+        """Disk loads queued by the I/O cap start as earlier ones finish."""
+        for rid in list(self.io_waiting):
+            if self.io_inflight >= self.k.io_cap:
+                break
+            self.io_waiting.pop(rid, None)
+            if self.can("load_start", rid):
+                self.load_start(rid)
+
+    def load_fail(self, rid: int) -> None:
+        with self.lock:
+            self._check_block("load_fail", rid)
+            self._fail_load(rid, self._load_job(rid), "load failed", corrupt=False)
+
+    def _fail_load(self, rid: int, job: LoadJob, why: str, *, corrupt: bool) -> None:
+        m = self.meta
+        self.tiers.slots.release(job.dst)
+        self.tiers.slots.unclaim(job.dst, rid)
+        if job.swa_pages:
+            self.tiers.swa_pool.release(job.swa_pages)
+            job.swa_pages = ()
+        from_disk = job.pipe is Pipe.IO
+        m.ckv[rid] = int(CKV.DISK if from_disk else CKV.HOST)
+        m.ldpipe[rid] = int(Pipe.NONE)
+        m.prog[rid] = self.k.load_steps
+        if from_disk:
+            self.io_inflight -= 1
+            self.disk_lru[rid] = None
+        else:
+            self.host_lru[rid] = None
+        if corrupt:
+            m.corrupt[rid] = True
+        self.want_rebuild.discard(rid)
+        self.want_tail_check.pop(rid, None)
+        self.pipes.for_pipe(job.pipe).forget(rid)
+        self.events.emit(EventKind.LOAD_FAILED, m.key[rid], "disk" if from_disk else "host", why)
+        if from_disk:
+            self._start_waiting_io()
+        self.changed.notify_all()
+
+    def inject_load_fault(self, rid: int) -> None:
+        """Test hook: the next step of this block's load fails as an I/O error would."""
+        with self.lock:
+            self._load_job(self._rid(rid)).fault = True
+
+    def drop(self, rid: int) -> None:
+        with self.lock:
+            self._check_block("drop", rid)
+            m = self.meta
+            tier = "host" if m.ckv[rid] == CKV.HOST else "disk"
+            if tier == "host":
+                self.tiers.host_slots.release([m.hslot[rid]])
+                m.hslot[rid] = -1
+                self.host_lru.pop(rid, None)
+            else:
+                entry = self.disk_entries.pop(rid, None)
+                if entry is not None:
+                    self.disk.delete(entry)
+                m.on_disk[rid] = False
+                self.disk_lru.pop(rid, None)
+            m.corrupt[rid] = False
+            self._freed(rid)
+            self.events.emit(EventKind.REMOVED, m.key[rid], tier)
+
+    # ---- eviction and residency -------------------------------------------------------------
+    def evict_start(self, rid: int) -> None:
+        with self.lock:
+            self._check_block("evict_start", rid, self._evict_skip())
+            self.meta.ckv[rid] = int(CKV.EVICTING)
+            self.lru.pop(rid, None)
+
+    def evict_done(self, rid: int) -> None:
+        with self.lock:
+            self._check_block("evict_done", rid)
+            self._free_device(rid)
+            self._freed(rid)
+            self.events.emit(EventKind.EVICTED, self.meta.key[rid], "device")
+
+    def touch(self, rid: int, ticks: int) -> None:
+        with self.lock:
+            t = _int("ticks", ticks, 1, self.k.lease_max)
+            self._check_block("touch", rid, t=t)
+            m = self.meta
+            m.lease[rid] = max(m.lease[rid], self.now + t)
+
+    def tick(self, ticks: int = 1) -> None:
+        with self.lock:
+            t = _int("ticks", ticks, 1)
+            self._guard("tick", self.block_view(NULL_RID), {"t": t})
+            self.now += t
+
+    # ---- CUDA graph -------------------------------------------------------------------------
+    def capture(self) -> None:
+        with self.lock:
+            self._guard("capture", self.block_view(NULL_RID), {})
+            self.graph.record()
+
+    def replay(self) -> None:
+        with self.lock:
+            self._guard("replay", self.block_view(NULL_RID), {})
+            self.graph.replay()
+
+    def recapture(self) -> None:
+        with self.lock:
+            self._guard("recapture", self.block_view(NULL_RID), {})
+            self.graph.record()
+
+    # ---- requests ---------------------------------------------------------------------------
+    def free_slot(self) -> Slot:
+        for s in self.slots:
+            if s.phase == Req.IDLE and s.request is None:
+                return s
+        raise OutOfCapacity("admit", (), f"all {len(self.slots)} request slots are busy")
+
+    def _req_check(self, action: str, slot: Slot, rids: Sequence[int], **params: int) -> None:
+        self._guard(action, self.chain_view(rids, slot), {"r": 0, **params})
+
+    def begin(self, request: Any, ticks: int, slot: int | None = None) -> Slot:
+        """The table's ``admit``: the request takes a slot and a deadline ``now + ticks``."""
+        with self.lock:
+            t = _int("ticks", ticks, 1)
+            s = self.free_slot() if slot is None else self._slot(slot)
+            if s.request is not None and s.phase != Req.IDLE:
+                raise Refused("admit", ("idle",), f"slot {s.index} is busy")
+            self._req_check("admit", s, (), t=t)
+            s.request = request
+            s.phase = int(Req.WAITING)
+            s.deadline = self.now + t
+            s.hit = 0
+            request.slot = s
+            return s
+
+    def match(self, slot: int | Slot, h: int, rids: Sequence[int] | None = None) -> None:
+        with self.lock:
+            s = self._slot(slot)
+            h = _int("hit tokens", h, 0)
+            req = s.request
+            if req is None:
+                raise Refused("match", ("waiting",), f"slot {s.index} holds no request")
+            if h > len(req.chain.tokens):
+                raise InvalidArgument(
+                    f"hit of {h} tokens is longer than the request ({len(req.chain.tokens)})"
+                )
+            rids = self.resolve(req.chain) if rids is None else rids
+            self._req_check("match", s, rids, h=h)
+            s.hit = h
+            s.phase = int(Req.MATCHED)
+
+    def pin(self, slot: int | Slot, rids: Sequence[int] | None = None) -> None:
+        with self.lock:
+            s = self._slot(slot)
+            if s.request is None:
+                raise Refused("pin", ("matched",), f"slot {s.index} holds no request")
+            rids = self.resolve(s.request.chain) if rids is None else rids
+            self._req_check("pin", s, rids)
+            nb = _cdiv(s.hit, self.L)
+            held = list(rids[:nb])
+            ref, lru = self.meta.ref, self.lru
+            for rid in held:
+                ref[rid] += 1
+                if rid in lru:
+                    lru.move_to_end(rid)
+            s.rids = held
+            s.pinned = s.hit
+            self.pinned_blocks += len(held)
+            s.phase = int(Req.PINNED)
+
+    def search(self, slot: Slot, rids: Sequence[int], h_max: int,
+               overrides: dict[str, Any] | None = None) -> tuple[HitSearch, int]:
+        """Longest valid hit (the coordinator on this cache's view) and the rule epoch it holds at."""
+        with self.lock:
+            return self.coord.search(self.chain_view(rids, slot, overrides), 0, h_max), self.epoch
+
+    def validate(self, slot: int | Slot, rids: Sequence[int] | None = None,
+                 proof: tuple[HitSearch, int] | None = None) -> None:
+        """The table's ``validate``.  ``proof`` is a search from :meth:`search`: while no
+        transition since then could change what the rules read (same rule epoch) and it found
+        this very hit, the rule conjuncts are known to hold and only the others are evaluated."""
+        with self.lock:
+            s = self._slot(slot)
+            if s.request is None:
+                raise Refused("validate", ("pinned",), f"slot {s.index} holds no request")
+            rids = self.resolve(s.request.chain) if rids is None else rids
+            view = self.chain_view(rids, s)
+            skip: tuple[str, ...] = ()
+            if proof is not None and proof[1] == self.epoch and proof[0].hit == s.hit and proof[0].rejected is None:
+                skip = self._rule_conjuncts
+            bad = self.guards.failed("validate", view, {"r": 0}, skip)
+            if bad:
+                why = (
+                    "; ".join(str(x) for x in self.coord.failures(view, 0, s.hit))
+                    if s.phase == Req.PINNED
+                    else ""
+                )
+                raise Refused("validate", bad, why)
+            s.pgen = tuple(view.gen)
+            s.paddr = tuple(view.addr)
+            s.phase = int(Req.VALIDATED)
+            self.epoch += "validate" not in self._neutral
+
+    def use(self, slot: int | Slot) -> None:
+        with self.lock:
+            s = self._slot(slot)
+            self._req_check("use", s, ())
+            s.phase = int(Req.USING)
+
+    def _unpin(self, s: Slot) -> None:
+        """Drop a slot's pins, freeing in reverse order: the deepest block of the prefix returns
+        to the LRU first, so it is evicted before the blocks the prefix depends on."""
+        ref, lru = self.meta.ref, self.lru
+        for rid in reversed(s.rids):
+            ref[rid] -= 1
+            if ref[rid] < 0:
+                raise InternalError(f"reference count of record {rid} went negative")
+            if rid in lru:
+                lru.move_to_end(rid)
+        self.pinned_blocks -= len(s.rids)
+        s.rids = []
+        s.pinned = 0
+        s.hit = 0
+
+    def release(self, slot: int | Slot) -> None:
+        with self.lock:
+            s = self._slot(slot)
+            exc = AlreadyReleased if s.phase == Req.IDLE else Refused
+            self._guard("release", self.chain_view((), s), {"r": 0}, exc=exc)
+            self._unpin(s)
+            s.phase = int(Req.IDLE)
+            self._detach(s)
+
+    def abort(self, slot: int | Slot) -> None:
+        with self.lock:
+            s = self._slot(slot)
+            exc = AlreadyReleased if s.phase == Req.IDLE else Refused
+            self._guard("abort", self.chain_view((), s), {"r": 0}, exc=exc)
+            if self.bugs.on("abort_during_load_double_free"):
+                # seeded bug: the request's blocks still being loaded are freed with it
+                for rid in s.rids:
+                    if self.meta.ckv[rid] == CKV.LOADING:
+                        self.tiers.slots.release(self._load_job(rid).dst)
+                        self._freed(rid)
+            self._unpin(s)
+            s.phase = int(Req.IDLE)
+            self._detach(s)
+
+    def downgrade(self, slot: int | Slot) -> None:
+        with self.lock:
+            s = self._slot(slot)
+            self._req_check("downgrade", s, ())
+            self._unpin(s)
+            s.phase = int(Req.RECOMPUTE)
+            req = s.request
+            self.events.emit(EventKind.DOWNGRADED, None, "", "", getattr(req, "id", None))
+
+    def _detach(self, s: Slot) -> None:
+        req = s.request
+        s.request = None
+        if req is not None:
+            req.slot = None
+            for rid in list(self.io_waiting):  # queued loads nobody is waiting for any more
+                if self.meta.ref[rid] == 0:
+                    self.io_waiting.pop(rid, None)
+        self.changed.notify_all()
+
+    # ---- verification -----------------------------------------------------------------------
+    def check_tail(self, rid: int, boundary: int) -> bool:
+        """Does the compressor state saved at ``boundary`` (the end of record ``rid``) splice?
+        A failure marks the record corrupt (it is not served at that boundary again)."""
+        with self.lock:
+            m = self.meta
+            grp = self.tiers.compressor
+            if m.slot[rid] < 0:
+                return False
+            pages = grp.device_data[:, grp.dev_index(m.slot[rid])]
+            try:
+                for li in range(grp.nl):
+                    state, pos = grp.decode(pages[li])
+                    grp.check(state, pos, boundary, self.backend)
+            except KernelError:
+                m.corrupt[rid] = True
+                return False
+            return True

@@ -1,0 +1,77 @@
+"""Cache events for metrics and for the test harness (vLLM's KV events, extended to tiers).
+
+Events are appended to a bounded list and handed to callbacks synchronously, inside the cache's
+lock, so a callback sees them in transition order; callbacks must be quick and must not call
+back into the cache.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+class EventKind(enum.Enum):
+    STORED = "stored"  # a block's content became available in a tier (device/host/disk)
+    REMOVED = "removed"  # a cached entry was deleted (dropped, or rejected as corrupt)
+    LOADED = "loaded"  # a host/disk copy finished loading back to the device
+    EVICTED = "evicted"  # the device copy of a block was reclaimed (evict or offload)
+    DOWNGRADED = "downgraded"  # a request gave up its hit and recomputes
+    LOAD_FAILED = "load_failed"  # a load failed; the hit is truncated and recomputed
+    STALE_GRAPH = "stale_graph"  # a recovery moved an address a captured graph recorded
+
+
+@dataclass(frozen=True)
+class Event:
+    kind: EventKind
+    key: bytes | None  # the block's chain hash, when the event concerns one block
+    tier: str = ""  # "device" / "host" / "disk"
+    detail: str = ""
+    request: int | None = None  # request id, for request events
+
+
+Callback = Callable[[Event], None]
+
+
+class EventLog:
+    """Recent events (``maxlen`` of them) plus subscribers."""
+
+    def __init__(self, maxlen: int = 100_000) -> None:
+        self.events: deque[Event] = deque(maxlen=maxlen)
+        self._callbacks: list[Callback] = []
+        self._lock = threading.Lock()
+
+    def subscribe(self, cb: Callback) -> Callable[[], None]:
+        """Register ``cb``; returns a function that unsubscribes it."""
+        with self._lock:
+            self._callbacks.append(cb)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                if cb in self._callbacks:
+                    self._callbacks.remove(cb)
+
+        return unsubscribe
+
+    def emit(
+        self,
+        kind: EventKind,
+        key: bytes | None = None,
+        tier: str = "",
+        detail: str = "",
+        request: int | None = None,
+    ) -> None:
+        ev = Event(kind, key, tier, detail, request)
+        self.events.append(ev)
+        if self._callbacks:
+            for cb in list(self._callbacks):
+                cb(ev)
+
+    def of(self, kind: EventKind) -> list[Event]:
+        return [e for e in self.events if e.kind is kind]
+
+    def clear(self) -> None:
+        self.events.clear()

@@ -1,0 +1,80 @@
+"""CUDA-graph topology registry: persistent buffers, recorded addresses, forced recapture.
+
+A captured CUDA graph replays the kernel arguments it saw at capture.  Block tables and state
+pointers are therefore *persistent* buffers: each step refills them in place (vLLM's approach),
+padding slots are -1 and never used as an index (vLLM 43810).  What a graph cannot survive is a
+block whose state buffer moved: the registry records, per block, the device address the graph
+saw, and a recovery that installs a block at another address turns the graph STALE; replay is
+refused until it is recaptured (no dynamic pointer jump inside static graph execution).
+
+On a CUDA device a real ``torch.cuda.CUDAGraph`` is captured around the caller's function; on
+CPU the registry keeps the same bookkeeping (so the protocol is tested everywhere) and replays
+the function eagerly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from kvstate.spec.phases import Graph
+
+from .meta import BlockMeta
+
+
+class GraphRegistry:
+    def __init__(self, meta: BlockMeta, rows: int, max_blocks: int, device: torch.device) -> None:
+        self.meta = meta
+        self.phase = int(Graph.NONE)
+        self.device = device
+        # persistent buffers: their own addresses never change, only their contents
+        self.block_tables = torch.full((rows, max_blocks), -1, dtype=torch.int32, device=device)
+        self.state_ptrs = torch.zeros((rows, max_blocks), dtype=torch.int64, device=device)
+        self.buffer_ptrs = (self.block_tables.data_ptr(), self.state_ptrs.data_ptr())
+        self.captures = 0
+        self.replays = 0
+        self._fn: Callable[[], Any] | None = None
+        self._graph: Any = None
+
+    def refill(self, row: int, slots: list[int], ptrs: list[int]) -> None:
+        """Write one request's block table and state pointers in place (-1 / 0 padding)."""
+        n = min(len(slots), self.block_tables.shape[1])
+        bt = self.block_tables[row]
+        sp = self.state_ptrs[row]
+        bt.fill_(-1)
+        sp.zero_()
+        if n:
+            bt[:n] = torch.tensor(slots[:n], dtype=torch.int32)
+            sp[:n] = torch.tensor(ptrs[:n], dtype=torch.int64)
+
+    def record(self) -> None:
+        """Capture: every known block's current address is what the graph saw."""
+        m = self.meta
+        m.gaddr[:] = m.addr
+        self.phase = int(Graph.CAPTURED)
+        self.captures += 1
+        if self._fn is not None and self.device.type == "cuda":
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                self._fn()
+            self._graph = g
+
+    def set_function(self, fn: Callable[[], Any] | None) -> None:
+        """The work the graph runs (reads the persistent buffers); None: bookkeeping only."""
+        self._fn = fn
+        self._graph = None
+
+    def moved(self, rid: int, old: int, new: int) -> bool:
+        """A block's state buffer moved from ``old`` to ``new``; True if that staled the graph."""
+        if self.phase == Graph.CAPTURED and new != old and self.meta.gaddr[rid] >= 0:
+            self.phase = int(Graph.STALE)
+            return True
+        return False
+
+    def replay(self) -> None:
+        self.replays += 1
+        if self._graph is not None:
+            self._graph.replay()
+        elif self._fn is not None:
+            self._fn()

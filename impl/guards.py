@@ -1,0 +1,53 @@
+"""Refusals derived from the table: an action is allowed exactly when its guard conjuncts hold.
+
+The implementation never restates a guard.  Before it performs a transition it evaluates that
+action's named conjuncts (``table.action(name).guard``) on a :class:`~kvstate.impl.meta.ChainView`
+of its own metadata and refuses with the names of the false ones, so a refusal matches the
+model's by construction.  A seeded bug that "forgets a check" is planted by passing that
+conjunct's name in ``skip`` at the one call site where the bug would live.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from types import SimpleNamespace
+from typing import Any
+
+from kvstate.spec.table import Action, Table
+
+from .errors import Refused
+
+
+class Guards:
+    def __init__(self, table: Table) -> None:
+        self._actions: dict[str, Action] = {a.name: a for a in table.actions}
+
+    def has(self, action: str) -> bool:
+        return action in self._actions
+
+    def failed(
+        self, action: str, view: Any, params: dict[str, int], skip: Iterable[str] = ()
+    ) -> list[str]:
+        a = self._actions.get(action)
+        if a is None:
+            raise Refused(action, (), "the table has no such action")
+        p = SimpleNamespace(**params)
+        skip = tuple(skip)
+        return [c.name for c in a.guard if c.name not in skip and not c.fn(view, p)]
+
+    def check(
+        self,
+        action: str,
+        view: Any,
+        params: dict[str, int],
+        skip: Iterable[str] = (),
+        exc: type[Refused] = Refused,
+    ) -> None:
+        bad = self.failed(action, view, params, skip)
+        if bad:
+            raise exc(action, bad)
+
+    def allows(
+        self, action: str, view: Any, params: dict[str, int], skip: Iterable[str] = ()
+    ) -> bool:
+        return action in self._actions and not self.failed(action, view, params, skip)

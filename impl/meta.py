@@ -1,0 +1,176 @@
+"""Per-block metadata (struct of arrays) and the read-only view the table's callables read.
+
+Each cached LCM block is a *record* (an integer ``rid``) whose fields live in parallel Python
+lists, one per variable.  Record 0 is the null record: it stands for a block no one has stored
+(an unknown key), is FREE forever and is never allocated, so a chain can be viewed without
+branching on "is it cached?".
+
+:class:`ChainView` presents the records of one chain in exactly the shape of
+:class:`kvstate.spec.state.ConcreteState` (``s.ckv[b]``, ``s.req(r).deadline``, ``s.k``,
+``s.forall_blocks``), so the spec's guard conjuncts and hit rules run unchanged on the
+implementation's own state.  Columns are gathered lazily, on first access, so a view costs only
+the columns a rule actually reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from kvstate.spec.phases import CKV, Fmt, Indexer, Pipe, Req, Swa, Tail
+
+from .errors import InternalError
+
+VIEW_FIELDS: tuple[str, ...] = (
+    "ckv", "gen", "ref", "ver", "idx", "iver", "tail", "swa", "lease",
+    "addr", "gaddr", "prog", "fmt", "ldpipe", "ixpipe",
+)  # fmt: skip
+
+NULL_RID = 0
+
+
+class BlockMeta:
+    """Parallel lists indexed by record id; grown on demand, ids of purged records reused."""
+
+    def __init__(self, load_steps: int) -> None:
+        self.load_steps = load_steps
+        # the abstract state (names as in the table)
+        self.ckv: list[int] = []
+        self.gen: list[int] = []
+        self.ref: list[int] = []
+        self.ver: list[int] = []
+        self.idx: list[int] = []
+        self.iver: list[int] = []
+        self.tail: list[int] = []
+        self.swa: list[int] = []
+        self.lease: list[int] = []
+        self.addr: list[int] = []  # device slot of the compressed groups (last one, if released)
+        self.gaddr: list[int] = []  # address the captured graph recorded
+        self.prog: list[int] = []
+        self.fmt: list[int] = []
+        self.ldpipe: list[int] = []
+        self.ixpipe: list[int] = []
+        # implementation-only
+        self.slot: list[int] = []  # device slot currently held (-1: none)
+        self.hslot: list[int] = []  # host slot (-1: none)
+        self.swa_pages: list[tuple[int, ...]] = []  # device SWA pages (empty: the null block)
+        self.on_disk: list[bool] = []
+        self.disk_fmt: list[int] = []
+        self.corrupt: list[bool] = []
+        self.key: list[bytes | None] = []
+        self.tokens: list[np.ndarray | None] = []
+        self.start: list[int] = []
+        self._free: list[int] = []
+        self.new(None, None, -1)  # the null record
+
+    def __len__(self) -> int:
+        return len(self.ckv)
+
+    def new(self, key: bytes | None, tokens: np.ndarray | None, start: int) -> int:
+        if self._free:
+            rid = self._free.pop()
+            self.key[rid], self.tokens[rid], self.start[rid] = key, tokens, start
+            self.corrupt[rid] = False
+            self.disk_fmt[rid] = int(Fmt.PRIMARY)
+            return rid
+        rid = len(self.ckv)
+        for name, value in (
+            ("ckv", int(CKV.FREE)), ("gen", 0), ("ref", 0), ("ver", 0),
+            ("idx", int(Indexer.ABSENT)), ("iver", 0), ("tail", int(Tail.NONE)),
+            ("swa", int(Swa.NULL)), ("lease", 0), ("addr", -1), ("gaddr", -1),
+            ("prog", self.load_steps), ("fmt", int(Fmt.PRIMARY)), ("ldpipe", int(Pipe.NONE)),
+            ("ixpipe", int(Pipe.NONE)), ("slot", -1), ("hslot", -1), ("swa_pages", ()),
+            ("on_disk", False), ("disk_fmt", int(Fmt.PRIMARY)), ("corrupt", False),
+        ):  # fmt: skip
+            getattr(self, name).append(value)
+        self.key.append(key)
+        self.tokens.append(tokens)
+        self.start.append(start)
+        return rid
+
+    def retire(self, rid: int) -> None:
+        """Forget a FREE record (a tombstone); its id (and generation counter) is reused."""
+        if rid == NULL_RID or self.ckv[rid] != CKV.FREE or self.ref[rid]:
+            raise InternalError(f"retiring record {rid} that is not a free tombstone")
+        self.key[rid] = None
+        self.tokens[rid] = None
+        self._free.append(rid)
+
+
+class Others:
+    """All requests but the acting one, aggregated: the request dimension of a view.
+
+    The table reads other requests only through ``pinned_blocks_total`` (a sum of
+    ``cdiv(pinned, L)``); one aggregate whose ``pinned`` is ``L * (their pinned blocks)`` gives the
+    same sum in O(1), where a loop over every request slot would cost O(max_requests) per pin.
+    """
+
+    __slots__ = ("pinned", "hit", "phase", "deadline", "pgen", "paddr")
+
+    def __init__(self, pinned_tokens: int) -> None:
+        self.pinned = pinned_tokens
+        self.hit = pinned_tokens
+        self.phase = int(Req.PINNED) if pinned_tokens else int(Req.IDLE)
+        self.deadline = 0
+        self.pgen: tuple[int, ...] = ()
+        self.paddr: tuple[int, ...] = ()
+
+
+class ChainView:
+    """Read-only ConcreteState-shaped view of a chain of records (block ``b`` -> ``rids[b]``).
+
+    ``overrides`` maps a field name to a column builder ``rids -> list`` (a group manager's own
+    block mapping, or a projected recovery state); other fields are gathered from the metadata.
+    """
+
+    def __init__(
+        self,
+        meta: BlockMeta,
+        rids: Sequence[int],
+        k: Any,
+        *,
+        now: int,
+        graph: int,
+        io_inflight: int,
+        nfree: int = 0,
+        reqs: Sequence[Any] = (),
+        overrides: dict[str, Callable[[Sequence[int]], list[Any]]] | None = None,
+    ) -> None:
+        self._m = meta
+        self._rids = rids
+        self._over = overrides or {}
+        self._reqs = reqs
+        self.N = len(rids)
+        self.k = k
+        self.now = now
+        self.graph = graph
+        self.io_inflight = io_inflight
+        self.nfree = nfree
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or name not in VIEW_FIELDS:
+            raise AttributeError(f"view has no variable {name!r}")
+        build = self._over.get(name)
+        if build is not None:
+            col = build(self._rids)
+        else:
+            arr = getattr(self._m, name)
+            col = [arr[i] for i in self._rids]
+        self.__dict__[name] = col  # later reads are plain attribute lookups
+        return col
+
+    def req(self, r: int) -> Any:
+        return self._reqs[r]
+
+    def forall_blocks(self, lo: Any, hi: Any, body: Callable[[Any], Any]) -> bool:
+        for b in range(max(lo, 0), min(hi, self.N)):
+            if not body(b):
+                return False
+        return True
+
+    def array(self, body: Callable[[Any], Any]) -> Any:
+        raise TypeError("a ChainView is read-only: the implementation applies its own updates")
+
+    def store(self, arr: Any, index: Any, value: Any) -> Any:
+        raise TypeError("a ChainView is read-only: the implementation applies its own updates")

@@ -1,0 +1,275 @@
+"""Recovery pipelines: one executor per kind of work (five-state separation), two run modes.
+
+* CPU executor: indexer rebuilds and tail checks (pure compute over resident data);
+* I/O executor: disk loads, at most ``io_cap`` in flight (the admission cap on recovery);
+* DMA executor: host <-> device copies (offloads, host loads).
+
+A slow disk therefore never blocks an indexer rebuild, and a CPU job never waits on an I/O job
+(the table's ``kv_on_device`` conjunct: a rebuild starts only once its input is resident).
+
+Jobs are small state machines whose ``step()`` performs exactly one transition of the cache (a
+spec action: ``load_progress``, ``load_done``, ``rebuild_done`` ...), choosing the next one by
+asking the table's guards what is allowed.  The *same* job code runs in both modes:
+
+* ``threads``: worker threads pop jobs and call ``step()`` until the job is over (production);
+* ``manual``: nothing runs by itself; a test calls :meth:`Executor.step` / :meth:`Executor.run`
+  / :meth:`Pipelines.drain`, or the conformance adapter performs each action directly, so every
+  interleaving is reproducible.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import traceback
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from kvstate.spec.phases import Pipe
+
+from .errors import CorruptEntry, KVStateError, Refused
+
+if TYPE_CHECKING:
+    from .core import CacheCore
+
+MODES = ("manual", "threads")
+
+
+class Job:
+    """One recovery job on one record; ``step()`` returns True once the job is over."""
+
+    pipe = Pipe.NONE
+    kind = "job"
+
+    def __init__(self, core: CacheCore, rid: int) -> None:
+        self.core = core
+        self.rid = rid
+        self.key = rid  # executors hold one job per key
+        self.over = False
+
+    def step(self) -> bool:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(rid={self.rid}, over={self.over})"
+
+
+class LoadJob(Job):
+    """A block coming back to the device, chunk by chunk (``load_steps`` chunks)."""
+
+    kind = "load"
+
+    def __init__(
+        self, core: CacheCore, rid: int, pipe: Pipe, dst: int, src: Any, swa_pages: tuple[int, ...]
+    ) -> None:
+        super().__init__(core, rid)
+        self.pipe = pipe
+        self.dst = dst  # device slot being written (owned by this job until the load ends)
+        self.src = src  # host slot (DMA) or DiskEntry (IO)
+        self.swa_pages = swa_pages  # device SWA pages reserved for the window, if restored
+        self.fault = False  # fault injection: the next step fails as an I/O error would
+
+    def step(self) -> bool:
+        c = self.core
+        try:
+            if c.can("load_done", self.rid):
+                c.load_done(self.rid)
+                return True
+            c.load_progress(self.rid)
+            return False
+        except CorruptEntry:
+            return True  # the core already turned it into load_fail
+
+
+class OffloadJob(Job):
+    """A device -> host copy; completes (device slot freed) or is cancelled (block stays)."""
+
+    kind = "offload"
+    pipe = Pipe.DMA
+
+    def __init__(self, core: CacheCore, rid: int, hslot: int) -> None:
+        super().__init__(core, rid)
+        self.hslot = hslot
+
+    def step(self) -> bool:
+        c = self.core
+        if c.can("offload_done", self.rid):
+            c.offload_done(self.rid)
+        else:  # pinned, leased or being re-indexed meanwhile: keep the device copy
+            c.offload_cancel(self.rid)
+        return True
+
+
+class RebuildJob(Job):
+    """Recompute a block's indexer keys from its (resident) compressed KV."""
+
+    kind = "rebuild"
+    pipe = Pipe.CPU
+
+    def step(self) -> bool:
+        self.core.rebuild_done(self.rid)
+        return True
+
+
+class TailCheckJob(Job):
+    """Verify the compressor state restored at a hit boundary with the tail-splice kernel."""
+
+    kind = "tail_check"
+    pipe = Pipe.CPU
+
+    def __init__(self, core: CacheCore, rid: int, boundary: int) -> None:
+        super().__init__(core, rid)
+        self.key = -rid  # may run beside the record's rebuild job
+        self.boundary = boundary
+        self.ok: bool | None = None
+
+    def step(self) -> bool:
+        self.ok = self.core.check_tail(self.rid, self.boundary)
+        return True
+
+
+class Executor:
+    """Jobs of one pipeline, keyed by record (one live job per record per executor)."""
+
+    def __init__(self, name: str, pipe: Pipe, mode: str, workers: int = 1) -> None:
+        if mode not in MODES:
+            raise ValueError(f"executor mode must be one of {MODES}, got {mode!r}")
+        self.name = name
+        self.pipe = pipe
+        self.mode = mode
+        self.workers = workers
+        self.jobs: dict[int, Job] = {}
+        self.errors: list[str] = []
+        self._q: queue.Queue[Job | None] = queue.Queue()
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"Executor({self.name}, {self.mode}, jobs={len(self.jobs)})"
+
+    def submit(self, job: Job) -> None:
+        with self._lock:
+            self.jobs[job.key] = job
+        if self.mode == "threads":
+            self._q.put(job)
+
+    def get(self, key: int) -> Job | None:
+        return self.jobs.get(key)
+
+    def forget(self, key: int) -> None:
+        with self._lock:
+            job = self.jobs.pop(key, None)
+        if job is not None:
+            job.over = True
+
+    # ---- manual mode --------------------------------------------------------------------
+    def step(self, key: int) -> bool:
+        """Run one step of the job under ``key`` (a record id); True when the job is over."""
+        job = self.jobs.get(key)
+        if job is None:
+            raise KeyError(f"{self.name}: no job for record {key}")
+        return self._step(job)
+
+    def run(self, key: int) -> None:
+        while not self.step(key):
+            pass
+
+    def pending(self) -> list[int]:
+        return list(self.jobs)
+
+    def _step(self, job: Job) -> bool:
+        done = job.step()
+        if done:
+            with self._lock:
+                if self.jobs.get(job.key) is job:
+                    del self.jobs[job.key]
+            job.over = True
+        return done
+
+    # ---- threads mode -------------------------------------------------------------------
+    def start(self) -> None:
+        if self.mode != "threads" or self._threads:
+            return
+        for i in range(self.workers):
+            t = threading.Thread(target=self._work, name=f"kvstate-{self.name}-{i}", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def stop(self) -> None:
+        for _ in self._threads:
+            self._q.put(None)
+        for t in self._threads:
+            t.join(timeout=5)
+        self._threads.clear()
+
+    def _work(self) -> None:
+        while True:
+            job = self._q.get()
+            if job is None:
+                return
+            try:
+                while not job.over and not self._step(job):
+                    pass
+            except Refused:
+                self._drop(job)  # its block moved on without it (cancelled, aborted)
+            except KVStateError as exc:
+                self.errors.append(f"{job!r}: {exc}")
+                self._drop(job)
+            except Exception:  # noqa: BLE001 - a worker must not die silently
+                self.errors.append(f"{job!r}:\n{traceback.format_exc()}")
+                self._drop(job)
+
+    def _drop(self, job: Job) -> None:
+        with self._lock:
+            if self.jobs.get(job.key) is job:
+                del self.jobs[job.key]
+        job.over = True
+
+
+class Pipelines:
+    """The three executors; ``drain()`` runs every manual job to completion (jobs may enqueue
+    follow-ups, e.g. a disk load is followed by an indexer rebuild)."""
+
+    def __init__(self, mode: str, io_cap: int, on_idle: Callable[[], None] | None = None) -> None:
+        self.mode = mode
+        self.cpu = Executor("cpu", Pipe.CPU, mode, workers=1)
+        self.io = Executor("io", Pipe.IO, mode, workers=max(1, io_cap))
+        self.dma = Executor("dma", Pipe.DMA, mode, workers=1)
+        self.all = (self.cpu, self.io, self.dma)
+        self._on_idle = on_idle
+
+    def for_pipe(self, pipe: Pipe) -> Executor:
+        return {Pipe.CPU: self.cpu, Pipe.IO: self.io, Pipe.DMA: self.dma}[pipe]
+
+    def start(self) -> None:
+        for e in self.all:
+            e.start()
+
+    def stop(self) -> None:
+        for e in self.all:
+            e.stop()
+
+    def busy(self) -> bool:
+        return any(e.jobs for e in self.all)
+
+    def drain(self, max_steps: int = 1_000_000) -> int:
+        """Manual mode: step every job until none is left; returns the steps taken."""
+        if self.mode != "manual":
+            raise RuntimeError("drain() drives manual pipelines; threaded ones run by themselves")
+        steps = 0
+        while steps < max_steps:
+            progressed = False
+            for e in self.all:
+                for rid in list(e.jobs):
+                    job = e.jobs.get(rid)
+                    if job is None:
+                        continue
+                    e._step(job)
+                    steps += 1
+                    progressed = True
+            if not progressed:
+                break
+        return steps
+
+    def errors(self) -> list[str]:
+        return [err for e in self.all for err in e.errors]

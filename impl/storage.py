@@ -1,0 +1,107 @@
+"""Slot and page allocators for the device and host tiers.
+
+:class:`SlotPool` hands out device slots (one per cached LCM block; every full-history group
+stores its pages at that slot's index).  A record *claims* the slot it last held, and a later
+allocation of the same record prefers it, so a block that is evicted and re-stored keeps its
+device address and a captured CUDA graph stays valid.  Loads take the least recently freed
+*unclaimed* slot first, so they do not steal another block's address while spare slots exist.
+:class:`PagePool` is a plain free list (SWA pages, host slots).  Both detect double frees: a
+slot released twice is an :class:`~kvstate.impl.errors.InternalError`, never a silent reuse.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+
+from .errors import InternalError
+
+
+class SlotPool:
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.busy = bytearray(n)
+        self.claim = [0] * n  # rid that prefers this slot (0: none)
+        self._unclaimed: OrderedDict[int, None] = OrderedDict((s, None) for s in range(n))
+        self._claimed: OrderedDict[int, None] = OrderedDict()
+
+    @property
+    def free(self) -> int:
+        return len(self._unclaimed) + len(self._claimed)
+
+    def is_free(self, slot: int) -> bool:
+        return 0 <= slot < self.n and not self.busy[slot]
+
+    def claim_free(self, rid: int) -> int:
+        """Reserve a preferred slot for a new record without taking it (-1 when none spare)."""
+        if not self._unclaimed:
+            return -1
+        slot, _ = self._unclaimed.popitem(last=False)
+        self.claim[slot] = rid
+        self._claimed[slot] = None
+        return slot
+
+    def take(self, rid: int, prefer: int = -1) -> int:
+        """Take ``prefer`` if it is free, else the least recently freed unclaimed slot, else a
+        claimed one (its claimant will move).  The slot becomes claimed by ``rid``.  -1: full."""
+        if 0 <= prefer < self.n and not self.busy[prefer]:
+            slot = prefer
+            self._claimed.pop(slot, None)
+            self._unclaimed.pop(slot, None)
+        elif self._unclaimed:
+            slot, _ = self._unclaimed.popitem(last=False)
+        elif self._claimed:
+            slot, _ = self._claimed.popitem(last=False)
+        else:
+            return -1
+        self.busy[slot] = 1
+        self.claim[slot] = rid
+        return slot
+
+    def release(self, slot: int) -> None:
+        if not 0 <= slot < self.n:
+            raise InternalError(f"release of device slot {slot} outside [0, {self.n})")
+        if not self.busy[slot]:
+            raise InternalError(f"device slot {slot} released twice (double free)")
+        self.busy[slot] = 0
+        (self._claimed if self.claim[slot] else self._unclaimed)[slot] = None
+
+    def unclaim(self, slot: int, rid: int) -> None:
+        """Drop ``rid``'s preference for ``slot`` (the record moved or was forgotten)."""
+        if 0 <= slot < self.n and self.claim[slot] == rid:
+            self.claim[slot] = 0
+            if not self.busy[slot]:
+                self._claimed.pop(slot, None)
+                self._unclaimed[slot] = None
+
+
+class PagePool:
+    """Free list of page ids ``[first, n)``; ids below ``first`` are reserved (the null page)."""
+
+    def __init__(self, n: int, first: int = 0) -> None:
+        self.n = n
+        self.first = first
+        self.busy = bytearray(n)
+        self._free: deque[int] = deque(range(first, n))
+
+    @property
+    def free(self) -> int:
+        return len(self._free)
+
+    def take(self, count: int = 1) -> list[int] | None:
+        """``count`` pages, all or nothing."""
+        if len(self._free) < count:
+            return None
+        out = [self._free.popleft() for _ in range(count)]
+        for p in out:
+            self.busy[p] = 1
+        return out
+
+    def release(self, pages: list[int] | tuple[int, ...]) -> None:
+        for p in pages:
+            if not self.first <= p < self.n:
+                raise InternalError(f"release of page {p} outside [{self.first}, {self.n})")
+            if not self.busy[p]:
+                raise InternalError(f"page {p} released twice (double free)")
+        for p in pages:
+            self.busy[p] = 0
+            self._free.append(p)

@@ -1,0 +1,3 @@
+from kvstate.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,145 @@
+"""The ``kvstate`` command line: ``prove``, ``fuzz``, ``graphs``.
+
+Exit codes are part of the interface, so CI can gate on them: 0 all good, 1 a property fails
+(with a readable trace), 2 bad usage or a malformed spec.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from kvstate.spec.errors import SpecError
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse exits 2 already; keep the message clear
+        self.print_usage(sys.stderr)
+        print(f"kvstate: error: {message}", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+
+
+def _load_table(spec: str):  # type: ignore[no-untyped-def]
+    """A built-in spec name, or ``module:attr`` naming a Table or a function returning one."""
+    from kvstate.spec import Table, table_named
+
+    if ":" in spec:
+        import importlib
+
+        mod_name, _, attr = spec.partition(":")
+        try:
+            obj = getattr(importlib.import_module(mod_name), attr)
+        except (ImportError, AttributeError) as exc:
+            raise SpecError(f"cannot load spec {spec!r}: {exc}") from exc
+        table = obj() if callable(obj) and not isinstance(obj, Table) else obj
+        if not isinstance(table, Table):
+            raise SpecError(f"spec {spec!r} is not a kvstate.spec.Table")
+        return table
+    return table_named(spec)
+
+
+def _cmd_prove(args: argparse.Namespace) -> int:
+    from kvstate.proofs import prove, render_json, render_junit, render_text
+
+    table = _load_table(args.spec)
+    if args.geometry:
+        from kvstate.spec import preset
+
+        table = table.with_geometry(preset(args.geometry))
+    progress = None
+    if args.format == "text" and not args.quiet and sys.stderr.isatty():
+        def progress(r):  # type: ignore[no-untyped-def]
+            print(f"  {r.obligation}: {r.status}", file=sys.stderr)
+
+    try:
+        report = prove(table, depth=args.depth, only=args.only, jobs=args.jobs, progress=progress)
+    except ValueError as exc:
+        print(f"kvstate: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    out = {"text": lambda: render_text(report, verbose=args.verbose), "json": lambda: render_json(report),
+           "junit": lambda: render_junit(report)}[args.format]()
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as fh:
+            fh.write(out + "\n")
+        print(f"kvstate prove: {'ok' if report.ok else 'FAILED'} ({len(report.results)} obligations, "
+              f"{report.seconds:.1f} s); report written to {args.output}")
+    else:
+        print(out)
+    return EXIT_OK if report.ok else EXIT_FAIL
+
+
+def _cmd_graphs(args: argparse.Namespace) -> int:
+    import os
+
+    from kvstate.model.graph import check_structure, phase_graph, to_dot
+    from kvstate.spec.phases import LIFECYCLES
+
+    table = _load_table(args.spec)
+    os.makedirs(args.out, exist_ok=True)
+    ok = True
+    for lc in LIFECYCLES:
+        g = phase_graph(table, lc)
+        rep = check_structure(g, lc)
+        ok &= rep.ok
+        path = os.path.join(args.out, lc.component.lower().replace(" ", "_").replace("-", "_") + ".dot")
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(to_dot(g, lc))
+        print(f"{lc.component:<18} {rep.edges:>3} edges  {'ok' if rep.ok else 'PROBLEM'}  -> {path}")
+    return EXIT_OK if ok else EXIT_FAIL
+
+
+def _cmd_fuzz(args: argparse.Namespace) -> int:
+    from kvstate.model.fuzz_cli import run_fuzz_cli
+
+    return run_fuzz_cli(args, _load_table(args.spec))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="kvstate", description="Provable prefix-cache hits for hybrid-attention KV caches.")
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+
+    pr = sub.add_parser("prove", help="prove the safeguards of a transition table with Z3")
+    pr.add_argument("--spec", default="default", help="built-in spec (default, small, deepseek-v4-flash) or module:attr")
+    pr.add_argument("--geometry", default=None, help="replace the spec's geometry by a preset")
+    pr.add_argument("--depth", type=int, default=None, help="BMC depth (default 6)")
+    pr.add_argument("--only", default=None, help="only obligations of this invariant, action or kind")
+    pr.add_argument("--format", choices=["text", "json", "junit"], default="text")
+    pr.add_argument("-o", "--output", default=None, help="write the report to a file")
+    pr.add_argument("-j", "--jobs", type=int, default=None, help="worker processes (default: all cores)")
+    pr.add_argument("-v", "--verbose", action="store_true", help="also print every witness trace")
+    pr.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    pr.set_defaults(func=_cmd_prove)
+
+    gr = sub.add_parser("graphs", help="export each component's phase graph as DOT and check it")
+    gr.add_argument("--spec", default="default")
+    gr.add_argument("--out", default="graphs")
+    gr.set_defaults(func=_cmd_graphs)
+
+    fz = sub.add_parser("fuzz", help="fuzz an allocator against the model, step by step (Hypothesis)")
+    fz.add_argument("--spec", default="default")
+    fz.add_argument("--target", default="kvstate", help="'kvstate' (the built-in allocator), 'model', or module:factory")
+    fz.add_argument("--examples", type=int, default=None)
+    fz.add_argument("--steps", type=int, default=None)
+    fz.add_argument("--seed", type=int, default=None)
+    fz.add_argument("--profile", choices=["ci", "dev", "nightly"], default="ci")
+    fz.add_argument("--pool", type=int, default=None, help="blocks in the fuzzed prefix chain")
+    fz.add_argument("--bug", action="append", default=[], help="plant a seeded bug in the built-in target")
+    fz.set_defaults(func=_cmd_fuzz)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except SpecError as exc:
+        print(f"kvstate: spec error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,346 @@
+"""The proof obligations of a table, as independent units of work.
+
+Each unit is small and self-contained so the runner can farm units out across cores; every
+unit builds fresh solvers.  Units:
+
+* ``structure``: each component's phase graph has no unreachable and no trap phase;
+* ``init``: Init implies each invariant (any pool size);
+* ``inductive``: for one action, every invariant is preserved (any pool size, any depth);
+  one result per (invariant, action) pair so a failure names both;
+* ``k-induction``: invariants that count over blocks, for each small concrete pool size;
+* ``bmc``: no invariant fails within ``depth`` steps from Init on a concrete pool;
+* ``reach``: each action fires in some reachable state (a replayed witness);
+* ``anti-vacuity``: dropping a protecting guard conjunct makes the invariant fail (a witness).
+
+Whenever an inductive step fails, the unit searches for a real trace from Init (bounded model
+checking with iterative deepening on small pools) so the report shows a replayable trace rather
+than only a counterexample to induction.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import z3
+
+from kvstate.model.graph import check_structure, phase_graph
+from kvstate.model.symbolic import (
+    Instance,
+    bind,
+    block_in_pool,
+    fresh_params,
+    fresh_state,
+    guard,
+    instances,
+    inv_holds,
+    inv_violated,
+    successor,
+)
+from kvstate.spec.phases import LIFECYCLES
+from kvstate.spec.table import Invariant, ParamKind, Table
+
+from .engine import (
+    bmc_find,
+    check_init,
+    fires_goal,
+    k_induction,
+    proof_invariants,
+    replay,
+    violation_goal,
+    _cti_trace,
+)
+from . import witnesses
+from .results import Result, Trace
+
+UNBOUNDED = "unbounded: any pool size, any depth (requests expanded: R={R})"
+
+
+@dataclass(frozen=True)
+class Unit:
+    kind: str
+    name: str
+    args: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True)
+class Config:
+    depth: int = 6  # BMC depth on the default pool
+    bmc_pool: int = 2
+    search_depth: int = 14  # deepest witness / counterexample search
+    k_pools: tuple[int, ...] = (1, 2, 3)
+    timeout_ms: int = 60000
+    update_witnesses: bool = False
+
+
+def plan(table: Table, cfg: Config, only: str | None = None) -> list[Unit]:
+    units: list[Unit] = []
+    for lc in LIFECYCLES:
+        units.append(Unit("structure", f"structure/{lc.component}", (lc.component,)))
+    for inv in table.invariants:
+        units.append(Unit("init", f"init/{inv.name}", (inv.name,)))
+    for a in table.actions:
+        units.append(Unit("inductive", f"inductive/*/{a.name}", (a.name,)))
+    for inv in table.invariants:
+        if inv.bounded:
+            units.append(Unit("k-induction", f"k-induction/{inv.name}", (inv.name,)))
+    for inv in table.invariants:
+        units.append(Unit("bmc", f"bmc/{inv.name}", (inv.name,)))
+    for a in table.actions:
+        units.append(Unit("reach", f"reach/{a.name}", (a.name,)))
+    for inv in table.invariants:
+        for a_name, c_name in inv.protected_by:
+            if any(a.name == a_name and any(c.name == c_name for c in a.guard) for a in table.actions):
+                units.append(Unit("anti-vacuity", f"anti-vacuity/{inv.name}/{a_name}.{c_name}", (inv.name, a_name, c_name)))
+    if only:
+        units = [u for u in units if _matches(u, only, table)]
+    return units
+
+
+def _matches(u: Unit, only: str, table: Table) -> bool:
+    if only in u.name.split("/") or u.name.startswith(only) or u.kind == only:
+        return True
+    # "--only toctou" keeps inductive units (they report per invariant) too
+    return u.kind == "inductive" and any(i.name == only for i in table.invariants)
+
+
+def run_unit(table: Table, unit: Unit, cfg: Config, only: str | None = None) -> list[Result]:
+    fn: Callable[..., list[Result]] = {
+        "structure": _structure,
+        "init": _init,
+        "inductive": _inductive,
+        "k-induction": _kinduction,
+        "bmc": _bmc,
+        "reach": _reach,
+        "anti-vacuity": _antivacuity,
+    }[unit.kind]
+    t0 = time.perf_counter()
+    try:
+        results = fn(table, cfg, *unit.args)
+    except Exception as exc:  # noqa: BLE001 - an obligation that crashes is reported, not fatal
+        return [Result(unit.name, unit.kind, "-", "-", "error", False, time.perf_counter() - t0,
+                       detail=f"{type(exc).__name__}: {exc}")]
+    if only and unit.kind == "inductive" and any(i.name == only for i in table.invariants):
+        results = [r for r in results if r.invariant == only]
+    return results
+
+
+# ---- units ---------------------------------------------------------------------------------
+def _structure(table: Table, cfg: Config, component: str) -> list[Result]:
+    t0 = time.perf_counter()
+    lc = next(lc for lc in LIFECYCLES if lc.component == component)
+    g = phase_graph(table, lc)
+    rep = check_structure(g, lc)
+    detail = f"{len(lc.members)} phases, {rep.edges} edges"
+    if rep.unreachable:
+        detail += f"; unreachable from {lc.initial.name}: {', '.join(rep.unreachable)}"
+    if rep.traps:
+        detail += f"; trap phases (no way back to rest): {', '.join(rep.traps)}"
+    return [Result(f"structure/{component}", "structure", "phase graph from guards (Z3) + networkx",
+                   "unbounded: every state satisfying the invariants", "proved" if rep.ok else "violated",
+                   rep.ok, time.perf_counter() - t0, detail=detail)]
+
+
+def _init(table: Table, cfg: Config, inv_name: str) -> list[Result]:
+    t0 = time.perf_counter()
+    inv = table.invariant(inv_name)
+    if inv.bounded:
+        from kvstate.model.concrete import Machine
+
+        bad = [n for n in cfg.k_pools if Machine(table, n).violations(Machine(table, n).init(), [inv])]
+        ok = not bad
+        return [Result(f"init/{inv_name}", "init", "concrete evaluation", f"bounded: N in {list(cfg.k_pools)}",
+                       "proved" if ok else "violated", ok, time.perf_counter() - t0, invariant=inv_name,
+                       detail="" if ok else f"Init violates it at N={bad}")]
+    out = check_init(table, inv, cfg.timeout_ms)
+    ok = out.status == "proved"
+    return [Result(f"init/{inv_name}", "init", "Z3 (parametric N)", UNBOUNDED.format(R=table.consts.R),
+                   out.status if out.status != "cti" else "violated", ok, time.perf_counter() - t0,
+                   invariant=inv_name, detail=out.detail)]
+
+
+def _inductive(table: Table, cfg: Config, action_name: str) -> list[Result]:
+    """All invariants against one action; hypotheses built once per request instance."""
+    a = table.action(action_name)
+    insts = instances(table, [a])
+    invs = proof_invariants(table)
+    results: dict[str, Result] = {}
+    for inst in insts:
+        prepared = {mode: _prepare(table, inst, invs, mode, cfg) for mode in ("inst",)}
+        for inv in invs:
+            t0 = time.perf_counter()
+            status, mode = _check_prepared(prepared["inst"], inv, cfg)
+            if status != "proved":
+                prep_f = _prepare(table, inst, invs, "forall", cfg)
+                status, mode = _check_prepared(prep_f, inv, cfg)
+            prev = results.get(inv.name)
+            dt = time.perf_counter() - t0 + (prev.seconds if prev else 0.0)
+            method = "Z3 1-induction, Skolem block" + (" + instantiation" if mode == "inst" else " + ForAll")
+            if status == "proved":
+                if prev is None or prev.ok:
+                    results[inv.name] = Result(f"inductive/{inv.name}/{action_name}", "inductive", method,
+                                               UNBOUNDED.format(R=table.consts.R), "proved", True, dt,
+                                               invariant=inv.name, action=action_name)
+                else:
+                    prev.seconds = dt
+                continue
+            trace, how = _find_real_trace(table, inv, inst, invs, cfg)
+            label = inst.label
+            if trace is not None and how == "bmc":
+                res = Result(f"inductive/{inv.name}/{action_name}", "inductive", method + "; BMC trace",
+                             f"bounded trace: depth {len(trace.steps)}, N={trace.pool_size}", "violated", False, dt,
+                             invariant=inv.name, action=action_name, trace=trace,
+                             detail=f"{label} breaks {inv.name}; reachable from Init")
+            else:
+                res = Result(f"inductive/{inv.name}/{action_name}", "inductive", method,
+                             UNBOUNDED.format(R=table.consts.R), "not-inductive" if status == "cti" else status,
+                             False, dt, invariant=inv.name, action=action_name, trace=trace,
+                             detail=f"{label}: counterexample to induction (no trace from Init within "
+                                    f"depth {cfg.search_depth}); strengthen with an auxiliary invariant")
+            results[inv.name] = res
+    return list(results.values())
+
+
+@dataclass
+class _Prepared:
+    solver_parts: list[Any]
+    post: Any
+    skolem: Any
+    mode: str
+
+
+def _prepare(table: Table, inst: Instance, invs: list[Invariant], mode: str, cfg: Config) -> _Prepared:
+    N = z3.Int("N")
+    s = fresh_state(table, "pre.", N, mode=mode)
+    pp = fresh_params(table, "p.", N)
+    p = bind(inst, pp)
+    sk = z3.Int("sk")
+    terms = [sk]
+    if any(q.kind is ParamKind.BLOCK for q in inst.action.params):
+        terms.append(pp.values[ParamKind.BLOCK])
+    s.inst_terms = terms
+    parts = [N >= 1, *pp.domain, block_in_pool(sk, N)]
+    parts += [inv_holds(s, other, terms) for other in invs]
+    parts.append(guard(s, inst, p))
+    s2 = successor(s, inst, p)
+    s2.mode = "goal"
+    return _Prepared(parts, s2, sk, mode)
+
+
+def _check_prepared(prep: _Prepared, inv: Invariant, cfg: Config) -> tuple[str, str]:
+    solver = z3.Solver()
+    solver.set(timeout=cfg.timeout_ms)
+    solver.add(*prep.solver_parts)
+    bad, _ = inv_violated(prep.post, inv, prep.skolem)
+    solver.add(bad)
+    res = solver.check()
+    return {z3.unsat: "proved", z3.sat: "cti"}.get(res, "unknown"), prep.mode
+
+
+def _small_tables(table: Table) -> list[Table]:
+    """Tables to search for traces on, smallest first: one request, then the table's own."""
+    out = []
+    if table.consts.R > 1:
+        out.append(table.with_geometry(table.geometry.with_changes(model_requests=1)))
+    out.append(table)
+    return out
+
+
+def search_trace(table: Table, goal_for: Callable[[Table], Any], cfg: Config, pools: tuple[int, ...] = (1, 2)) -> Trace | None:
+    """Iterative deepening BMC over small pools and one-request tables; the trace is replayed."""
+    for t in _small_tables(table):
+        for n in pools:
+            for d in range(1, cfg.search_depth + 1):
+                res, trace = bmc_find(t, d, n, goal_for(t), cfg.timeout_ms)
+                if res == "sat" and trace is not None:
+                    return trace
+                if res == "unknown":
+                    break
+    return None
+
+
+def _find_real_trace(table: Table, inv: Invariant, inst: Instance, invs: list[Invariant], cfg: Config) -> tuple[Trace | None, str]:
+    trace = search_trace(table, lambda t: violation_goal(t.invariant(inv.name)), cfg)
+    if trace is not None:
+        return trace, "bmc"
+    return _cti_trace(table, inv, inst, invs, cfg.timeout_ms), "cti"
+
+
+def _kinduction(table: Table, cfg: Config, inv_name: str) -> list[Result]:
+    t0 = time.perf_counter()
+    inv = table.invariant(inv_name)
+    failed = []
+    for n in cfg.k_pools:
+        status = "cti"
+        for k in (1, 2):
+            status = k_induction(table, inv, n, k, cfg.timeout_ms)
+            if status == "proved":
+                break
+        if status != "proved":
+            failed.append(f"N={n}: {status}")
+    ok = not failed
+    return [Result(f"k-induction/{inv_name}", "k-induction", "Z3 k-induction (k<=2) on concrete pools",
+                   f"bounded: pool sizes N in {list(cfg.k_pools)}, any depth",
+                   "proved" if ok else "not-inductive", ok, time.perf_counter() - t0, invariant=inv_name,
+                   detail="; ".join(failed))]
+
+
+def _bmc(table: Table, cfg: Config, inv_name: str) -> list[Result]:
+    t0 = time.perf_counter()
+    inv = table.invariant(inv_name)
+    res, trace = bmc_find(table, cfg.depth, cfg.bmc_pool, violation_goal(inv), cfg.timeout_ms)
+    status = {"unsat": "holds", "sat": "violated"}.get(res, "unknown")
+    return [Result(f"bmc/{inv_name}", "bmc", "Z3 BMC, one action selector per step",
+                   f"bounded: depth {cfg.depth}, N={cfg.bmc_pool}, R={table.consts.R}", status,
+                   res == "unsat", time.perf_counter() - t0, invariant=inv_name, trace=trace)]
+
+
+def _reach(table: Table, cfg: Config, action_name: str) -> list[Result]:
+    t0 = time.perf_counter()
+    table.action(action_name)
+
+    def check(tr: Trace) -> bool:
+        return tr.replayed and bool(tr.steps) and tr.steps[-1].action == action_name
+
+    found = witnesses.witness(table, f"reach/{action_name}", lambda t: fires_goal(action_name), check,
+                              max_depth=cfg.search_depth, scale_caps=False, timeout_ms=cfg.timeout_ms,
+                              update=cfg.update_witnesses)
+    trace = None
+    how = f"Z3 BMC witness (depth <= {cfg.search_depth})"
+    if found is not None:
+        # Traces of the one-request shape are traces of the table itself: replay them there.
+        trace = replay(table, found[1].pool, list(found[0].steps))
+        how = found[2]
+    ok = trace is not None and check(trace)
+    scope = (f"bounded: witness of depth {len(trace.steps)}, N={trace.pool_size}" if trace
+             else f"bounded: none within depth {cfg.search_depth}")
+    return [Result(f"reach/{action_name}", "reach", how, scope, "witness" if ok else "no-witness", ok,
+                   time.perf_counter() - t0, action=action_name, trace=trace,
+                   detail="" if ok else "the action is never enabled in a reachable state (dead action)")]
+
+
+def _antivacuity(table: Table, cfg: Config, inv_name: str, a_name: str, c_name: str) -> list[Result]:
+    t0 = time.perf_counter()
+    mutated = table.derive(name=f"{table.name} - {a_name}.{c_name}", drop_guard=[(a_name, c_name)])
+
+    def check(tr: Trace) -> bool:
+        return tr.replayed and any(v.startswith(inv_name) for v in tr.violated)
+
+    found = witnesses.witness(mutated, f"anti-vacuity/{inv_name}", lambda t: violation_goal(t.invariant(inv_name)),
+                              check, max_depth=cfg.search_depth, scale_caps=True, timeout_ms=cfg.timeout_ms,
+                              update=cfg.update_witnesses)
+    ok = found is not None
+    trace = found[0] if found else None
+    scope = (f"bounded: witness of depth {len(trace.steps)}, {found[1].describe()}" if found and trace
+             else f"bounded: none within depth {cfg.search_depth}")
+    return [Result(f"anti-vacuity/{inv_name}/{a_name}.{c_name}", "anti-vacuity",
+                   "drop the conjunct: " + (found[2] if found else "Z3 BMC"), scope,
+                   "falsifiable" if ok else "vacuous?", ok, time.perf_counter() - t0, invariant=inv_name,
+                   action=a_name, trace=trace,
+                   detail=f"without {a_name}.{c_name}, {inv_name} fails" if ok else
+                   f"removing {a_name}.{c_name} did not break {inv_name} within depth {cfg.search_depth}")]
+
+
+__all__ = ["Config", "Unit", "plan", "run_unit", "search_trace", "replay"]
