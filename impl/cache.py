@@ -247,19 +247,14 @@ class Run:
 
     def verify_pins(self) -> list[str]:
         """TOCTOU check: every pinned block still has the generation and address validated."""
-        m = self.cache.core.meta
+        core = self.cache.core
+        m = core.meta
         bad = []
-        for p in self.pins:
-            if (
-                m.gen[p.rid] != p.gen
-                or m.addr[p.rid] != p.addr
-                or m.slot[p.rid] != p.addr
-                or m.ckv[p.rid] != CKV.READY
-            ):
-                bad.append(
-                    f"block {p.block}: gen {p.gen}->{m.gen[p.rid]}, addr {p.addr}->{m.slot[p.rid]}, "
-                    f"phase {CKV(m.ckv[p.rid]).name}"
-                )
+        with core.lock:
+            pins = [(p, m.gen[p.rid], m.addr[p.rid], m.slot[p.rid], m.ckv[p.rid]) for p in self.pins]
+        for p, gen, addr, slot, ckv in pins:
+            if gen != p.gen or addr != p.addr or slot != p.addr or ckv != CKV.READY:
+                bad.append(f"block {p.block}: gen {p.gen}->{gen}, addr {p.addr}->{slot}, phase {CKV(ckv).name}")
         return bad
 
     def append(self, tokens: Any) -> None:
@@ -402,8 +397,9 @@ class HeterogeneousKVCache:
         return self.core.register(chain)
 
     def max_hit(self, request: Request) -> int:
-        """A hit never covers the whole prompt: the last token is computed for the logits."""
-        return min(request.chain.blocks * self.L, max(len(request.tokens) - 1, 0))
+        """The longest hit a request could use: every token but the last, which is computed for
+        the logits.  The search cuts it to whole LCM blocks (and says so: L1.lcm_aligned)."""
+        return max(len(request.tokens) - 1, 0)
 
     def admit(self, request: Request, *, recover: bool = True) -> Admission:
         """Longest valid hit for ``request``: pinned, validated (or recovering), explained."""
@@ -427,8 +423,8 @@ class HeterogeneousKVCache:
         rids = core.resolve(req.chain)
         h_max = self.max_hit(req)
         nb_max = _cdiv(h_max, L)
-        self._touch_prefix(rids, nb_max, min(req.lifetime, self.table.consts.lease_max))
-        now = core.coord.search(core.chain_view(rids, s), 0, h_max)
+        core.touch_prefix(rids, nb_max, min(req.lifetime, self.table.consts.lease_max))
+        now, epoch = core.search(s, rids, h_max)
         expl = Explanation(h_max, now)
         target, plan = now.hit, RecoveryPlan()
         if recover and now.hit < h_max:
@@ -442,7 +438,7 @@ class HeterogeneousKVCache:
             }
             if proj["swa"]:
                 over["swa"] = _overlay(m.swa, proj["swa"], core.tiers.swa.map)
-            ext = core.coord.search(core.chain_view(rids, s, over), 0, h_max)
+            ext, _ = core.search(s, rids, h_max, over)
             if ext.hit > now.hit:
                 plan = RecoveryPlan(tuple(plan_steps(m, rids, _cdiv(ext.hit, L))), ext.hit, ext)
                 target = ext.hit
@@ -461,21 +457,9 @@ class HeterogeneousKVCache:
         if plan:
             self._start_recovery(adm)
         else:
-            core.validate(s, rids)
+            core.validate(s, rids, proof=(now, epoch))
             self._validated(adm)
         return adm
-
-    def _touch_prefix(self, rids: Sequence[int], blocks: int, ticks: int) -> None:
-        """Extend the residency lease of the prefix's present blocks to the request's deadline
-        (the table's ``touch``, guard evaluated per block on one view)."""
-        core = self.core
-        view = core.chain_view(rids)
-        lease, now = core.meta.lease, core.now
-        for b in range(min(blocks, len(rids))):
-            if not core.guards.allows("touch", view, {"b": b, "t": ticks}):
-                break
-            rid = rids[b]
-            lease[rid] = max(lease[rid], now + ticks)
 
     def _start_recovery(self, adm: Admission) -> None:
         core = self.core
@@ -518,9 +502,13 @@ class HeterogeneousKVCache:
             ):
                 return True
         tc = adm.tail_check
-        if tc is not None and not tc.over:
+        if tc is not None and tc.ok is None:
             # queued or running, or its block still loading (the load submits it when it lands)
-            return tc.key in core.pipes.cpu.jobs or m.ckv[tc.rid] == CKV.LOADING or tc.rid in core.io_waiting
+            return (
+                tc.key in core.pipes.cpu.jobs
+                or m.ckv[tc.rid] == CKV.LOADING
+                or tc.rid in core.io_waiting
+            )
         return False
 
     def _finalize(self, adm: Admission, timeout: float | None = None) -> None:
@@ -579,15 +567,12 @@ class HeterogeneousKVCache:
         s = adm.request.slot
         assert s is not None
         tiers = core.tiers
+        bases = tiers.slot_bases
         pins = []
         for b, rid in enumerate(s.rids):
             slot = m.slot[rid]
-            ptrs = {
-                grp.name: grp.device_data.data_ptr() + slot * grp.pages_per_block * grp.page_bytes
-                for grp in tiers.slot_groups
-            }
-            key = m.key[rid]
-            pins.append(Pin(b, key or b"", rid, m.gen[rid], m.addr[rid], ptrs))
+            ptrs = {name: base + slot * stride for name, base, stride in bases}
+            pins.append(Pin(b, m.key[rid] or b"", rid, m.gen[rid], m.addr[rid], ptrs))
         adm.pins = tuple(pins)
         adm.hit_tokens = s.hit
         adm.state = "validated"
@@ -644,8 +629,8 @@ class HeterogeneousKVCache:
             except Exception:
                 core.discard(rid)
                 raise
-            core.index_update(rid)
-            core.seal(rid)
+            core.seal(rid)  # compression fires at the boundary: a new content version ...
+            core.index_update(rid)  # ... which the indexer is then built from
             core.touch(rid, ticks)
         req.stored = chain.blocks
 
@@ -661,6 +646,7 @@ class HeterogeneousKVCache:
                 raise Refused("release", ("using",), f"{req!r} is {Req(s.phase).name}, not in use")
             if store:
                 self._store(req)
+            core.used(core.resolve(req.chain))
             core.release(s)
 
     def abort(self, request: Request) -> None:

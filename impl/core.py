@@ -176,9 +176,11 @@ class CacheCore:
             a.name for a in table.actions if reads is not None and not (a.modifies & reads)
         )
         qualnames = {r.qualname for r in table.hit_rule.rules}
-        self._rule_conjuncts = tuple(
-            c.name for c in table.action("validate").guard if c.name in qualnames
-        ) if self.guards.has("validate") else ()
+        self._rule_conjuncts = (
+            tuple(c.name for c in table.action("validate").guard if c.name in qualnames)
+            if self.guards.has("validate")
+            else ()
+        )
         self._swa_col = self.tiers.swa.column(self.meta)
         self._tail_col = self.tiers.compressor.column(self.meta)
         self.max_records = 4 * (self.device_blocks + self.host_blocks + self.disk_blocks) + 64
@@ -240,8 +242,14 @@ class CacheCore:
             overrides=cols,
         )
 
-    def _guard(self, action: str, view: ChainView, params: dict[str, int], skip: Sequence[str] = (),
-               exc: type[Refused] = Refused) -> None:
+    def _guard(
+        self,
+        action: str,
+        view: ChainView,
+        params: dict[str, int],
+        skip: Sequence[str] = (),
+        exc: type[Refused] = Refused,
+    ) -> None:
         """Refuse unless the table's guard holds; the caller then performs the transition."""
         self.guards.check(action, view, params, skip, exc)
         if action not in self._neutral:
@@ -413,9 +421,12 @@ class CacheCore:
         self.tombstones[rid] = None
 
     # ---- Compressed KV: write path ----------------------------------------------------------
-    def allocate(self, rid: int) -> None:
+    def allocate(self, rid: int) -> int:
+        """Take a device slot for the block's new content; returns the stored form (``Fmt``)
+        the writer produces, which the kernel-ABI rule later checks."""
         with self.lock:
-            self._check_block("allocate", rid)
+            fmt = int(getattr(self.writer, "fmt", Fmt.PRIMARY))
+            self._check_block("allocate", rid, f=fmt)
             m = self.meta
             slot = self._take_slot(rid, m.addr[rid])
             try:
@@ -430,8 +441,9 @@ class CacheCore:
             m.tail[rid] = int(Tail.OPEN)
             m.swa[rid] = int(Swa.NULL)
             m.idx[rid] = int(Indexer.ABSENT)
-            m.fmt[rid] = int(Fmt.PRIMARY)
+            m.fmt[rid] = fmt
             self.tombstones.pop(rid, None)
+            return fmt
 
     def commit(self, rid: int) -> None:
         with self.lock:
@@ -476,6 +488,7 @@ class CacheCore:
                         f"compressor state at block {rid} does not splice: {exc}"
                     ) from exc
             m.tail[rid] = int(Tail.SEALED)
+            m.ver[rid] += 1  # the tail's rows became compressed entries: the indexer must follow
 
     def slide(self, rid: int) -> None:
         with self.lock:
@@ -801,6 +814,21 @@ class CacheCore:
             self._freed(rid)
             self.events.emit(EventKind.EVICTED, self.meta.key[rid], "device")
 
+    def touch_prefix(self, rids: Sequence[int], blocks: int, ticks: int) -> None:
+        """``touch`` the first ``blocks`` blocks of a chain up to the first absent one (one view,
+        the table's guard evaluated per block)."""
+        with self.lock:
+            t = _int("ticks", ticks, 1, self.k.lease_max)
+            view = self.chain_view(rids)
+            lease, now = self.meta.lease, self.now
+            allows = self.guards.allows
+            for b in range(min(blocks, len(rids))):
+                if not allows("touch", view, {"b": b, "t": t}):
+                    break
+                rid = rids[b]
+                lease[rid] = max(lease[rid], now + t)
+            self.epoch += "touch" not in self._neutral
+
     def touch(self, rid: int, ticks: int) -> None:
         with self.lock:
             t = _int("ticks", ticks, 1, self.k.lease_max)
@@ -890,14 +918,19 @@ class CacheCore:
             self.pinned_blocks += len(held)
             s.phase = int(Req.PINNED)
 
-    def search(self, slot: Slot, rids: Sequence[int], h_max: int,
-               overrides: dict[str, Any] | None = None) -> tuple[HitSearch, int]:
+    def search(
+        self, slot: Slot, rids: Sequence[int], h_max: int, overrides: dict[str, Any] | None = None
+    ) -> tuple[HitSearch, int]:
         """Longest valid hit (the coordinator on this cache's view) and the rule epoch it holds at."""
         with self.lock:
             return self.coord.search(self.chain_view(rids, slot, overrides), 0, h_max), self.epoch
 
-    def validate(self, slot: int | Slot, rids: Sequence[int] | None = None,
-                 proof: tuple[HitSearch, int] | None = None) -> None:
+    def validate(
+        self,
+        slot: int | Slot,
+        rids: Sequence[int] | None = None,
+        proof: tuple[HitSearch, int] | None = None,
+    ) -> None:
         """The table's ``validate``.  ``proof`` is a search from :meth:`search`: while no
         transition since then could change what the rules read (same rule epoch) and it found
         this very hit, the rule conjuncts are known to hold and only the others are evaluated."""
@@ -908,7 +941,12 @@ class CacheCore:
             rids = self.resolve(s.request.chain) if rids is None else rids
             view = self.chain_view(rids, s)
             skip: tuple[str, ...] = ()
-            if proof is not None and proof[1] == self.epoch and proof[0].hit == s.hit and proof[0].rejected is None:
+            if (
+                proof is not None
+                and proof[1] == self.epoch
+                and proof[0].hit == s.hit
+                and proof[0].rejected is None
+            ):
                 skip = self._rule_conjuncts
             bad = self.guards.failed("validate", view, {"r": 0}, skip)
             if bad:
@@ -943,6 +981,15 @@ class CacheCore:
         s.rids = []
         s.pinned = 0
         s.hit = 0
+
+    def used(self, rids: Sequence[int]) -> None:
+        """A request is done with these blocks (chain order): they become the most recently used,
+        in reverse order, so the deepest is evicted first and the shared head of the prefix last."""
+        with self.lock:
+            lru = self.lru
+            for rid in reversed(rids):
+                if rid in lru:
+                    lru.move_to_end(rid)
 
     def release(self, slot: int | Slot) -> None:
         with self.lock:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 from kvstate.spec.phases import Graph
 
@@ -28,9 +29,17 @@ class GraphRegistry:
         self.meta = meta
         self.phase = int(Graph.NONE)
         self.device = device
-        # persistent buffers: their own addresses never change, only their contents
-        self.block_tables = torch.full((rows, max_blocks), -1, dtype=torch.int32, device=device)
-        self.state_ptrs = torch.zeros((rows, max_blocks), dtype=torch.int64, device=device)
+        # persistent buffers: their own addresses never change, only their contents.  The host
+        # side is numpy-backed (refilled with slice assignment, no per-step tensor building);
+        # on a GPU it is copied into the device buffers the graph reads.
+        self._bt = np.full((rows, max_blocks), -1, dtype=np.int32)
+        self._sp = np.zeros((rows, max_blocks), dtype=np.int64)
+        if device.type == "cuda":
+            self.block_tables = torch.full((rows, max_blocks), -1, dtype=torch.int32, device=device)
+            self.state_ptrs = torch.zeros((rows, max_blocks), dtype=torch.int64, device=device)
+        else:
+            self.block_tables = torch.from_numpy(self._bt)
+            self.state_ptrs = torch.from_numpy(self._sp)
         self.buffer_ptrs = (self.block_tables.data_ptr(), self.state_ptrs.data_ptr())
         self.captures = 0
         self.replays = 0
@@ -39,14 +48,15 @@ class GraphRegistry:
 
     def refill(self, row: int, slots: list[int], ptrs: list[int]) -> None:
         """Write one request's block table and state pointers in place (-1 / 0 padding)."""
-        n = min(len(slots), self.block_tables.shape[1])
-        bt = self.block_tables[row]
-        sp = self.state_ptrs[row]
-        bt.fill_(-1)
-        sp.zero_()
-        if n:
-            bt[:n] = torch.tensor(slots[:n], dtype=torch.int32)
-            sp[:n] = torch.tensor(ptrs[:n], dtype=torch.int64)
+        n = min(len(slots), self._bt.shape[1])
+        bt, sp = self._bt[row], self._sp[row]
+        bt[:n] = slots[:n]
+        bt[n:] = -1
+        sp[:n] = ptrs[:n]
+        sp[n:] = 0
+        if self.device.type == "cuda":
+            self.block_tables[row].copy_(torch.from_numpy(bt), non_blocking=True)
+            self.state_ptrs[row].copy_(torch.from_numpy(sp), non_blocking=True)
 
     def record(self) -> None:
         """Capture: every known block's current address is what the graph saw."""

@@ -124,7 +124,10 @@ class TailCheckJob(Job):
         self.ok: bool | None = None
 
     def step(self) -> bool:
-        self.ok = self.core.check_tail(self.rid, self.boundary)
+        core = self.core
+        with core.lock:
+            self.ok = core.check_tail(self.rid, self.boundary)
+            core.changed.notify_all()
         return True
 
 

@@ -40,7 +40,8 @@ def _base(
 
 
 class Writer(Protocol):
-    """What the cache calls to fill a block's pages with content."""
+    """What the cache calls to fill a block's pages with content.  A writer may also have an
+    ``fmt`` attribute: the ``Fmt`` of the blocks it writes (default: the primary form)."""
 
     def rows(
         self,
@@ -61,7 +62,10 @@ class Writer(Protocol):
 
 
 class DeterministicWriter:
-    """The test writer: content from (group, layer, position, token) only."""
+    """The test writer: content from (group, layer, position, token) only, in the geometry's
+    primary block form (``fmt``: the :class:`kvstate.spec.phases.Fmt` it produces)."""
+
+    fmt = 0  # Fmt.PRIMARY
 
     def rows(
         self,

@@ -87,6 +87,11 @@ class Tiers:
         self.swa_pool = PagePool(1 + device_slots * self.swa.pages_per_block, first=1)
         self.host_slots = PagePool(host_slots)
         self.swa_pages_per_block = self.swa.pages_per_block
+        # (group, device address of slot 0, bytes per slot): pins record page addresses cheaply
+        self.slot_bases = tuple(
+            (grp.name, grp.device_data.data_ptr(), grp.pages_per_block * grp.page_bytes)
+            for grp in self.slot_groups
+        )
 
     # ---- writing a block's content ------------------------------------------------------
     def write_block(

@@ -41,6 +41,14 @@ def proof_invariants(table: Table) -> list[Invariant]:
     return [i for i in table.invariants if not i.bounded]
 
 
+def _verdict(res: z3.CheckSatResult) -> str:
+    if res == z3.unsat:
+        return "proved"
+    if res == z3.sat:
+        return "cti"
+    return "unknown"
+
+
 def _solver(timeout_ms: int) -> z3.Solver:
     s = z3.Solver()
     s.set(timeout=timeout_ms)
@@ -343,4 +351,4 @@ def k_induction(table: Table, inv: Invariant, N: int, k: int, timeout_ms: int = 
     bad, _ = inv_violated(last, inv, z3.Int("k!sk"))
     solver.add(bad)
     res = solver.check()
-    return {z3.unsat: "proved", z3.sat: "cti"}.get(res, "unknown")
+    return _verdict(res)

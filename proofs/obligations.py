@@ -43,6 +43,7 @@ from kvstate.spec.phases import LIFECYCLES
 from kvstate.spec.table import Invariant, ParamKind, Table
 
 from .engine import (
+    _verdict,
     bmc_find,
     check_init,
     fires_goal,
@@ -69,7 +70,7 @@ class Unit:
 class Config:
     depth: int = 6  # BMC depth on the default pool
     bmc_pool: int = 2
-    search_depth: int = 14  # deepest witness / counterexample search
+    search_depth: int = 15  # deepest witness / counterexample search
     k_pools: tuple[int, ...] = (1, 2, 3)
     timeout_ms: int = 60000
     update_witnesses: bool = False
@@ -173,8 +174,10 @@ def _inductive(table: Table, cfg: Config, action_name: str) -> list[Result]:
             t0 = time.perf_counter()
             status, mode = _check_prepared(prepared["inst"], inv, cfg)
             if status != "proved":
+                # Instantiation is incomplete: confirm with real quantifiers (briefly; a trace
+                # search follows anyway if it is still not proved).
                 prep_f = _prepare(table, inst, invs, "forall", cfg)
-                status, mode = _check_prepared(prep_f, inv, cfg)
+                status, mode = _check_prepared(prep_f, inv, cfg, timeout_ms=min(cfg.timeout_ms, 10000))
             prev = results.get(inv.name)
             dt = time.perf_counter() - t0 + (prev.seconds if prev else 0.0)
             method = "Z3 1-induction, Skolem block" + (" + instantiation" if mode == "inst" else " + ForAll")
@@ -229,40 +232,30 @@ def _prepare(table: Table, inst: Instance, invs: list[Invariant], mode: str, cfg
     return _Prepared(parts, s2, sk, mode)
 
 
-def _check_prepared(prep: _Prepared, inv: Invariant, cfg: Config) -> tuple[str, str]:
+def _check_prepared(prep: _Prepared, inv: Invariant, cfg: Config, timeout_ms: int | None = None) -> tuple[str, str]:
     solver = z3.Solver()
-    solver.set(timeout=cfg.timeout_ms)
+    solver.set(timeout=timeout_ms or cfg.timeout_ms)
     solver.add(*prep.solver_parts)
     bad, _ = inv_violated(prep.post, inv, prep.skolem)
     solver.add(bad)
     res = solver.check()
-    return {z3.unsat: "proved", z3.sat: "cti"}.get(res, "unknown"), prep.mode
+    return _verdict(res), prep.mode
 
 
-def _small_tables(table: Table) -> list[Table]:
-    """Tables to search for traces on, smallest first: one request, then the table's own."""
-    out = []
-    if table.consts.R > 1:
-        out.append(table.with_geometry(table.geometry.with_changes(model_requests=1)))
-    out.append(table)
-    return out
-
-
-def search_trace(table: Table, goal_for: Callable[[Table], Any], cfg: Config, pools: tuple[int, ...] = (1, 2)) -> Trace | None:
-    """Iterative deepening BMC over small pools and one-request tables; the trace is replayed."""
-    for t in _small_tables(table):
-        for n in pools:
-            for d in range(1, cfg.search_depth + 1):
-                res, trace = bmc_find(t, d, n, goal_for(t), cfg.timeout_ms)
-                if res == "sat" and trace is not None:
-                    return trace
-                if res == "unknown":
-                    break
-    return None
+_TRACE_MEMO: dict[tuple[str, str], Trace | None] = {}
 
 
 def _find_real_trace(table: Table, inv: Invariant, inst: Instance, invs: list[Invariant], cfg: Config) -> tuple[Trace | None, str]:
-    trace = search_trace(table, lambda t: violation_goal(t.invariant(inv.name)), cfg)
+    key = (table.name, inv.name)
+    if key not in _TRACE_MEMO:
+
+        def check(tr: Trace) -> bool:
+            return tr.replayed and any(v.startswith(inv.name) for v in tr.violated)
+
+        found = witnesses.search(table, lambda t: violation_goal(t.invariant(inv.name)), check,
+                                 max_depth=cfg.search_depth, scale_caps=False, timeout_ms=cfg.timeout_ms)
+        _TRACE_MEMO[key] = found[0] if found else None
+    trace = _TRACE_MEMO[key]
     if trace is not None:
         return trace, "bmc"
     return _cti_trace(table, inv, inst, invs, cfg.timeout_ms), "cti"
@@ -343,4 +336,4 @@ def _antivacuity(table: Table, cfg: Config, inv_name: str, a_name: str, c_name: 
                    f"removing {a_name}.{c_name} did not break {inv_name} within depth {cfg.search_depth}")]
 
 
-__all__ = ["Config", "Unit", "plan", "run_unit", "search_trace", "replay"]
+__all__ = ["Config", "Unit", "plan", "run_unit", "replay"]

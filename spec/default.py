@@ -138,8 +138,13 @@ def _actions(hit_rule: HitRule) -> list[Action]:
         action("seal", [B], [
             _c("open", lambda s, p: s.tail[p.b] == Tail.OPEN),
             _c("committed", lambda s, p: s.ckv[p.b] == CKV.READY),
-        ], {"tail": lambda s, p: store(s, s.tail, p.b, int(Tail.SEALED))},
-            ["tail"], "Uncompressed Tail", "compression fired at the boundary; save its state"),
+            _c("unpinned", unpinned, "a shared (pinned) block is immutable"),
+        ], {
+            "tail": lambda s, p: store(s, s.tail, p.b, int(Tail.SEALED)),
+            "ver": lambda s, p: store(s, s.ver, p.b, s.ver[p.b] + 1),
+        }, ["tail", "ver"], "Uncompressed Tail",
+            "compression fired at the boundary: the tail's rows become compressed entries (a new "
+            "content version, so the indexer is stale until updated) and the state there is saved"),
         # ---- SWA Window ------------------------------------------------------------------
         action("slide", [B], [
             _c("valid", lambda s, p: s.swa[p.b] == Swa.VALID),
@@ -404,10 +409,11 @@ def _invariants(hit_rule: HitRule) -> list[Invariant]:
             per_request=True,
             per_block=lambda s, r, b: IMPLIES(IN(s.req(r).phase, CHECKED), hit_rule.block_ok(s, r, s.req(r).hit, b)),
             scalar=lambda s, r: IMPLIES(IN(s.req(r).phase, CHECKED), hit_rule.scalar_ok(s, r, s.req(r).hit)),
-            # L3.disk_loaded is defence in depth: ckv_ready plus load_integrity already imply it,
-            # so dropping it alone cannot break the invariant (the prover would call it vacuous).
+            # Not listed (the prover would call them vacuous, rightly): L3.disk_loaded is defence
+            # in depth (ckv_ready plus load_integrity imply it), and L4.splice_aligned is implied
+            # by L1's LCM alignment on the preset geometries; it matters for custom layouts.
             protected_by=tuple(("validate", rule.qualname) for rule in hit_rule.rules
-                               if rule.qualname != "L3.disk_loaded"),
+                               if rule.qualname not in ("L3.disk_loaded", "L4.splice_aligned")),
         ),
         Invariant(
             "load_integrity",

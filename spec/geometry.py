@@ -230,8 +230,8 @@ def deepseek_v4_flash() -> Geometry:
     )
 
 
-def small() -> Geometry:
-    """The small test geometry of DOMAIN.md sec. 2 (LCM block 16 tokens)."""
+def small(block_tokens: int = 16) -> Geometry:
+    """The small test geometry of DOMAIN.md sec. 2 (LCM block 16 tokens; 32 is the other test size)."""
     return Geometry(
         name="small",
         layers=("swa", "swa", "csa", "hca", "csa", "hca", "csa"),
@@ -246,7 +246,7 @@ def small() -> Geometry:
         indexer_dim=32,
         indexer_entry_bytes=36,
         top_k=4,
-        compressed_block_tokens=16,
+        compressed_block_tokens=block_tokens,
         swa_block_tokens=8,
         page_pad_bytes=64,
         align_bytes=16,
@@ -260,7 +260,7 @@ def small() -> Geometry:
         lease_max=4,
         swa_disk_policy="full",
         swa_checkpoint_tokens=32,
-        kernel_combos=_combos(16),
+        kernel_combos=_combos(block_tokens),
     )
 
 

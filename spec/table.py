@@ -224,19 +224,30 @@ class Table:
         *,
         name: str | None = None,
         drop_guard: Iterable[tuple[str, str]] = (),
+        replace_guard: Mapping[tuple[str, str], Fn] | None = None,
         replace_action: Iterable[Action] = (),
         remove_action: Iterable[str] = (),
         add_action: Iterable[Action] = (),
         update: Mapping[tuple[str, str], Fn] | None = None,
         geometry: Geometry | None = None,
     ) -> Table:
-        """A validated copy with changes.  ``update`` maps (action, var) to a new update fn."""
+        """A validated copy with changes.
+
+        ``drop_guard`` removes named conjuncts, ``replace_guard`` swaps a conjunct's callable,
+        ``update`` maps (action, var) to a new update callable (the var must be in the frame).
+        """
         actions = {a.name: a for a in self.actions}
         for a_name, c_name in drop_guard:
             a = self.action(a_name)
             a.conjunct(c_name)
             actions[a_name] = replace(
                 actions[a_name], guard=tuple(c for c in actions[a_name].guard if c.name != c_name)
+            )
+        for (a_name, c_name), fn in (replace_guard or {}).items():
+            a = actions.get(a_name) or self.action(a_name)
+            a.conjunct(c_name)
+            actions[a_name] = replace(
+                a, guard=tuple(replace(c, fn=fn) if c.name == c_name else c for c in a.guard)
             )
         for new in replace_action:
             self.action(new.name)

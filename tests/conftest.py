@@ -1,0 +1,17 @@
+"""Test-wide set-up: the kernel simulator and the Hypothesis profile.
+
+NUMBA_ENABLE_CUDASIM must be set before numba is first imported (kernel tests run under the
+Numba CUDA simulator on machines without a GPU).  The Hypothesis profile comes from
+HYPOTHESIS_PROFILE (ci, dev, nightly); CI uses the derandomized ``ci`` profile.
+"""
+
+import os
+
+os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+os.environ.setdefault("KVSTATE_KERNEL_BACKEND", "torch")
+
+from hypothesis import settings  # noqa: E402
+
+import kvstate.model.fuzz  # noqa: E402,F401  (registers the ci/dev/nightly profiles)
+
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

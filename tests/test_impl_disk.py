@@ -1,0 +1,159 @@
+"""The disk tier across restarts: valid entries are served, corrupt or foreign ones recomputed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from kvstate.impl import EventKind, HeterogeneousKVCache
+from kvstate.impl.disk import FILE_FORMAT, SUFFIX, DiskTier
+from kvstate.impl.testdata import harness_tokens
+from kvstate.spec import small
+from kvstate.spec.phases import CKV
+
+from test_impl_cache import check_compressed, check_tail, check_window
+
+G = small()
+L = G.lcm_tokens
+
+
+def persist(d: Path, toks: Any) -> None:
+    """A first process stores ``toks`` and pushes every block to disk, then exits."""
+    c = HeterogeneousKVCache(G, cache_dir=d, executors="manual")
+    try:
+        a = c.admit(c.request(toks))
+        with c.use(a):
+            pass
+        c.tick(10)
+        c.offload(100)
+        c.pipelines.drain()
+        assert c.spill(100) == toks.size // L
+    finally:
+        c.close()
+
+
+def files(d: Path) -> list[Path]:
+    return sorted(p for p in d.iterdir() if p.name.endswith(SUFFIX))
+
+
+def test_restart_serves_valid_entries(tmp_path: Path) -> None:
+    toks = harness_tokens(4 * L + 1)
+    persist(tmp_path, toks)
+    assert len(files(tmp_path)) == 4
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]  # atomic: no leftovers
+    c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors="manual")
+    try:
+        assert c.stats()["blocks"]["disk"] == 4
+        a = c.admit(c.request(toks))
+        assert a.state == "pending" and a.hit_tokens == 4 * L
+        assert all(s.state in ("On-disk Prefix", "Indexer State") for s in a.recovery.steps)
+        c.pipelines.drain()
+        with c.use(a) as run:
+            assert run.hit_tokens == 4 * L
+            check_compressed(run, toks)
+            check_window(run, toks)
+            check_tail(run, toks)
+        assert files(tmp_path) == []  # loaded entries leave the disk tier
+    finally:
+        c.close()
+
+
+def test_corrupt_payload_is_rejected_and_recomputed(tmp_path: Path) -> None:
+    toks = harness_tokens(4 * L + 1)
+    persist(tmp_path, toks)
+    c0 = HeterogeneousKVCache(G, cache_dir=tmp_path / "x", executors="manual")
+    key2 = c0.chain(toks).keys[2]
+    c0.close()
+    victim = tmp_path / (key2.hex() + SUFFIX)
+    raw = bytearray(victim.read_bytes())
+    raw[-100] ^= 0x40  # flip one payload bit of block 2
+    victim.write_bytes(bytes(raw))
+    c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors="manual")
+    try:
+        a = c.admit(c.request(toks))
+        c.pipelines.drain()
+        with c.use(a) as run:
+            assert run.hit_tokens == 2 * L  # truncated before the corrupt block
+            check_compressed(run, toks)
+        fails = c.events.of(EventKind.LOAD_FAILED)
+        assert fails and "checksum" in fails[0].detail
+        rid = c.core.resolve(c.chain(toks))[2]
+        assert c.core.meta.corrupt[rid]
+        # the corrupt entry is never planned again; dropping it lets the block be recomputed
+        b = c.admit(c.request(toks))
+        assert all(s.block < 2 for s in b.recovery.steps) and b.hit_tokens == 2 * L
+        c.abort(b.request)
+        c.tick(10)
+        c.drop(100)
+        assert c.core.meta.ckv[rid] == CKV.FREE and not victim.exists()
+        a = c.admit(c.request(toks))
+        with c.use(a):
+            pass  # recomputes blocks 2.. and stores them again
+        d = c.admit(c.request(toks))
+        assert d.hit_tokens == 4 * L
+        with c.use(d) as run:
+            check_compressed(run, toks)
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("damage", ["header", "magic", "truncate", "format", "geometry", "name"])
+def test_bad_files_are_rejected_at_scan(tmp_path: Path, damage: str) -> None:
+    toks = harness_tokens(2 * L + 1)
+    persist(tmp_path, toks)
+    victim = files(tmp_path)[0]
+    raw = bytearray(victim.read_bytes())
+    if damage == "header":
+        raw[20] ^= 0x01
+    elif damage == "magic":
+        raw[0] ^= 0xFF
+    elif damage == "truncate":
+        raw = raw[:10]
+    elif damage in ("format", "geometry"):
+        c = HeterogeneousKVCache(G, cache_dir=tmp_path / "y", executors="manual")
+        fp = c.core.disk.fingerprint
+        c.close()
+        other = DiskTier(tmp_path / "z", {**fp, "head_dim": 1} if damage == "geometry" else fp, G.load_steps)
+        entry = other.write(b"\x00" * 16, ver=1, gen=1, fmt=0, tail=2, swa=1,
+                            units=[("csa", 0, torch.zeros(8, dtype=torch.uint8))], swa_data=None)  # fmt: skip
+        data = bytearray(entry.path.read_bytes())
+        if damage == "format":
+            data = data.replace(f'"format": {FILE_FORMAT}'.encode(), b'"format": 9')
+            import struct
+            import zlib
+
+            magic, hlen, _ = struct.unpack("<8sII", bytes(data[:16]))
+            data[8:16] = struct.pack("<II", hlen, zlib.crc32(bytes(data[16 : 16 + hlen])))
+        raw = data
+    elif damage == "name":
+        victim.rename(victim.with_name("00" * 16 + SUFFIX))
+        victim = victim.with_name("00" * 16 + SUFFIX)
+    victim.write_bytes(bytes(raw))
+    c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors="manual")
+    try:
+        removed = c.events.of(EventKind.REMOVED)
+        assert len(removed) == 1 and "rejected" in removed[0].detail
+        assert not victim.exists()
+        assert c.stats()["blocks"]["disk"] == 1
+        a = c.admit(c.request(toks))
+        c.pipelines.drain()
+        with c.use(a) as run:
+            assert run.hit_tokens in (0, L)  # only the intact entry can be served
+    finally:
+        c.close()
+
+
+def test_threaded_restart(tmp_path: Path) -> None:
+    toks = harness_tokens(5 * L + 1)
+    persist(tmp_path, toks)
+    c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors="threads")
+    try:
+        a = c.admit(c.request(toks))
+        with c.use(a, timeout=20) as run:
+            assert run.hit_tokens == 5 * L
+            check_compressed(run, toks)
+        assert c.pipelines.errors() == []
+    finally:
+        c.close()

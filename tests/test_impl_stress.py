@@ -1,0 +1,124 @@
+"""Threads racing against pinned use: an evictor, an offloader/spiller/dropper and a clock run
+against requests that hold pins; a pinned block's generation, address, phase and bytes must not
+change while it is in use.  With ``evict_ignores_pins`` planted the same race must be caught.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from typing import Any
+
+import pytest
+import torch
+from kvstate.impl import HeterogeneousKVCache, KVStateError, NotReady
+from kvstate.impl.testdata import harness_tokens
+from kvstate.spec import small
+
+G = small()
+L = G.lcm_tokens
+
+
+def stress(bugs: tuple[str, ...], seconds: float, stop_on_violation: bool = False) -> dict[str, Any]:
+    c = HeterogeneousKVCache(G, executors="threads", device_blocks=24, host_blocks=12, disk_blocks=40, bugs=bugs)
+    # prompts sharing prefixes, so requests hit each other's blocks
+    base = harness_tokens(8 * L, seed=11)
+    prompts = [base[: k * L + 1] for k in (2, 3, 5, 8)] + [harness_tokens(4 * L + 1, seed=s) for s in (1, 2)]
+    stop = threading.Event()
+    out: dict[str, Any] = {"violations": [], "errors": [], "uses": 0, "hits": 0, "evicted": 0, "offloaded": 0}
+    lock = threading.Lock()
+
+    def note(key: str, value: Any = 1) -> None:
+        with lock:
+            if isinstance(out[key], list):
+                out[key].append(value)
+            else:
+                out[key] += value
+
+    def guarded(fn: Any) -> Any:
+        def run() -> None:
+            try:
+                while not stop.is_set():
+                    fn()
+            except Exception as exc:  # noqa: BLE001 - reported by the test
+                note("errors", f"{fn.__name__}: {type(exc).__name__}: {exc}")
+                stop.set()
+
+        return run
+
+    def ticker() -> None:
+        c.tick(1)
+        time.sleep(0.002)
+
+    def evictor() -> None:
+        note("evicted", c.evict(3))
+        time.sleep(0.001)
+
+    def offloader() -> None:
+        note("offloaded", c.offload(2))
+        c.spill(1)
+        c.drop(1)
+        time.sleep(0.002)
+
+    def user() -> None:
+        rng = random.Random(threading.get_ident())
+        toks = rng.choice(prompts)
+        req = c.request(toks, lifetime=rng.randint(1, 2))
+        try:
+            adm = c.admit(req)
+            ctx = c.use(adm, timeout=5)
+        except (NotReady, KVStateError):
+            if req.slot is not None:
+                c.abort(req)
+            c.forget(req)
+            return
+        with ctx as run:
+            core = c.core
+            with core.lock:
+                slots = [(core.meta.slot[p.rid], core.meta.swa_pages[p.rid]) for p in run.pins]
+            before = [core.tiers.device_block(s, sw) for s, sw in slots]
+            note("uses")
+            note("hits", run.hit_tokens // L)
+            for _ in range(3):  # hold the pins while the others race
+                time.sleep(rng.random() * 0.004)
+                bad = run.verify_pins()
+                after = [core.tiers.device_block(s, sw) for s, sw in slots]
+                changed = [i for i, (x, y) in enumerate(zip(before, after, strict=True))
+                           if not all(torch.equal(a, b) for a, b in zip(x, y, strict=True))]  # fmt: skip
+                if bad or changed:
+                    note("violations", (bad, changed))
+                    if stop_on_violation:
+                        stop.set()
+                    break
+        c.forget(req)
+
+    threads = [threading.Thread(target=guarded(f), daemon=True) for f in (ticker, evictor, offloader, user, user, user)]
+    for t in threads:
+        t.start()
+    deadline = time.time() + seconds
+    while time.time() < deadline and not stop.is_set():
+        time.sleep(0.02)
+    stop.set()
+    for t in threads:
+        t.join(timeout=10)
+    out["hung"] = [t.name for t in threads if t.is_alive()]
+    out["pipeline_errors"] = c.pipelines.errors()
+    out["pinned_after"] = c.core.pinned_blocks
+    c.close()
+    return out
+
+
+def test_no_pin_violations_under_racing_threads() -> None:
+    r = stress((), seconds=3.0)
+    assert r["hung"] == [] and r["errors"] == [] and r["pipeline_errors"] == []
+    assert r["uses"] > 20 and r["hits"] > 0 and r["evicted"] > 0 and r["offloaded"] > 0
+    assert r["violations"] == []
+    assert r["pinned_after"] == 0
+
+
+@pytest.mark.parametrize("attempt", range(1))
+def test_evict_ignores_pins_is_detected(attempt: int) -> None:
+    r = stress(("evict_ignores_pins",), seconds=6.0, stop_on_violation=True)
+    assert r["hung"] == []
+    assert r["violations"], r

@@ -1,0 +1,115 @@
+"""The table loads, derives, and rejects malformed input with errors that name the culprit."""
+
+from dataclasses import replace
+
+import pytest
+
+from kvstate.spec import (
+    CKV,
+    Conjunct,
+    GeometryError,
+    SpecError,
+    deepseek_v4_flash,
+    default_table,
+    small,
+    table_named,
+)
+from kvstate.spec.expr import AND, IMPLIES, ITE, NOT, OR
+
+
+def test_default_table_has_five_states_and_all_actions():
+    t = default_table()
+    names = {a.name for a in t.actions}
+    for required in ("allocate", "commit", "seal", "slide", "index_update", "rebuild_start", "offload",
+                     "load_start", "load_progress", "load_done", "load_fail", "match", "validate", "pin",
+                     "use", "release", "evict_start", "abort", "capture", "replay", "recapture", "admit",
+                     "downgrade"):
+        assert required in names
+    comps = {a.component for a in t.actions}
+    assert {"Compressed KV", "Uncompressed Tail", "SWA Window", "Indexer State", "On-disk Prefix"} <= comps
+    assert {"toctou", "graph_topology", "admission_cap", "separation", "hit_soundness", "refcount"} <= {
+        i.name for i in t.invariants}
+
+
+def test_geometry_presets_keep_the_real_relations():
+    f = deepseek_v4_flash()
+    assert f.entry_bytes == 584 and f.count("csa") == 21 and f.count("hca") == 20
+    assert f.zero_swa_recompute_tokens == 5504 and f.lcm_tokens == 256
+    s = small()
+    assert s.lcm_tokens == 16 and s.zero_swa_recompute_tokens == 112 and s.csa_tail_rows == 8
+    assert small(32).lcm_tokens == 32 and small(32).page_bytes(4) % 16 == 0
+
+
+@pytest.mark.parametrize("change,msg", [
+    ({"csa_ratio": 3}, "must divide"),
+    ({"device_blocks": 0}, "positive"),
+    ({"rope_dims": 8}, "head_dim"),
+    ({"swa_disk_policy": "sometimes"}, "swa_disk_policy"),
+])
+def test_bad_geometry_is_rejected(change, msg):
+    with pytest.raises(GeometryError, match=msg):
+        small().with_changes(**change)
+
+
+def test_connectives_work_on_python_values():
+    assert AND(True, True) is True and OR(False, True) is True and NOT(False) is True
+    assert IMPLIES(False, False) is True and ITE(True, 1, 2) == 1
+    with pytest.raises(TypeError):
+        AND(1, True)
+
+
+def _with_action(t, name, **changes):
+    a = t.action(name)
+    return t.derive(replace_action=[replace(a, **changes)])
+
+
+def test_update_outside_frame_names_the_action():
+    t = default_table()
+    a = t.action("commit")
+    with pytest.raises(SpecError, match=r"action 'commit': updates 'gen' outside its modifies frame"):
+        t.derive(replace_action=[replace(a, updates={**a.updates, "gen": lambda s, p: s.gen})])
+
+
+def test_unknown_variable_names_the_action():
+    t = default_table()
+    with pytest.raises(SpecError, match=r"action 'seal': modifies unknown variable 'tails'"):
+        _with_action(t, "seal", modifies=frozenset({"tails"}))
+    bad = Conjunct("typo", lambda s, p: s.ckvv[p.b] == CKV.READY)
+    with pytest.raises(SpecError, match=r"action 'seal': guard conjunct 'typo' failed: unknown state variable 'ckvv'"):
+        _with_action(t, "seal", guard=(bad,))
+
+
+def test_guard_of_wrong_type_names_the_action():
+    t = default_table()
+    with pytest.raises(SpecError, match=r"action 'tick': guard conjunct 'always' returned int"):
+        t.derive(replace_guard={("tick", "always"): lambda s, p: 1})
+
+
+def test_update_of_wrong_type_names_the_action():
+    t = default_table()
+    with pytest.raises(SpecError, match=r"action 'tick'.*'now'.*not a int"):
+        t.derive(update={("tick", "now"): lambda s, p: True})
+    with pytest.raises(SpecError, match=r"whole array"):
+        t.derive(update={("seal", "tail"): lambda s, p: 2})
+
+
+def test_derive_rejects_unknown_names():
+    t = default_table()
+    with pytest.raises(SpecError, match="no guard conjunct 'nope'"):
+        t.derive(drop_guard=[("evict_start", "nope")])
+    with pytest.raises(SpecError, match="unknown action 'evict'"):
+        t.derive(drop_guard=[("evict", "unpinned")])
+    with pytest.raises(SpecError, match="unknown spec"):
+        table_named("nope")
+
+
+def test_derived_table_is_a_new_value():
+    t = default_table()
+    d = t.derive(drop_guard=[("evict_start", "unpinned")])
+    assert [c.name for c in d.action("evict_start").guard] == ["committed", "lease_expired", "no_cpu_job"]
+    assert "unpinned" in [c.name for c in t.action("evict_start").guard]
+
+
+def test_flash_table_builds():
+    t = default_table(deepseek_v4_flash())
+    assert t.consts.L == 256 and t.consts.io_cap == 8
