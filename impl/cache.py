@@ -23,6 +23,7 @@ longest valid prefix if a load failed.  Every step is a guarded transition of
 from __future__ import annotations
 
 import itertools
+import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -217,13 +218,14 @@ class Run:
             return out
         first = max(0, h - n_win) // bt
         last = (h - 1) // bt
-        rids = swa.map(core.resolve(self.request.chain))
         table = []
-        for j in range(first, last + 1):
-            b, i = divmod(j, swa.pages_per_block)
-            rid = rids[b] if b < len(rids) else NULL_RID
-            pages = core.meta.swa_pages[rid]
-            table.append(pages[i] if pages and core.meta.swa[rid] == Swa.VALID else swa.NULL_PAGE)
+        with core.lock:  # the block table; the pinned pages themselves are read without it
+            rids = swa.map(core.resolve(self.request.chain))
+            for j in range(first, last + 1):
+                b, i = divmod(j, swa.pages_per_block)
+                rid = rids[b] if b < len(rids) else NULL_RID
+                pages = core.meta.swa_pages[rid]
+                table.append(pages[i] if pages and core.meta.swa[rid] == Swa.VALID else swa.NULL_PAGE)
         tier = swa.device_data[layer].view(-1, bt, g.entry_bytes)
         t = torch.tensor(table, dtype=torch.int64, device=tier.device)
         rows = gather_blocks(tier, t, backend=core.backend).reshape(-1, g.entry_bytes).cpu()
@@ -240,8 +242,9 @@ class Run:
         h = self.hit_tokens
         if h == 0:
             return torch.zeros(grp.ring, grp.width)
-        rid = grp.map(core.resolve(self.request.chain))[self.blocks - 1]
-        slot = core.meta.slot[rid]
+        with core.lock:
+            rid = grp.map(core.resolve(self.request.chain))[self.blocks - 1]
+            slot = core.meta.slot[rid]
         state, pos = grp.decode(grp.device_data[layer, grp.dev_index(max(slot, 0))])
         return grp.check(state, pos, h, core.backend)
 
@@ -355,7 +358,8 @@ class HeterogeneousKVCache:
         )
         self.events: EventLog = self.core.events
         self.pipelines = self.core.pipes
-        self._requests: dict[int, Request] = {}
+        # weak: a request the caller dropped (after finishing it) is forgotten by itself
+        self._requests: weakref.WeakValueDictionary[int, Request] = weakref.WeakValueDictionary()
 
     # ---- lifecycle ----------------------------------------------------------------------
     def close(self) -> None:
@@ -405,9 +409,9 @@ class HeterogeneousKVCache:
         """Longest valid hit for ``request``: pinned, validated (or recovering), explained."""
         req = self._own(request)
         core = self.core
-        if req.slot is not None:
-            raise Refused("admit", ("idle",), f"{req!r} is already admitted")
         with core.lock:
+            if req.slot is not None:
+                raise Refused("admit", ("idle",), f"{req!r} is already admitted")
             s = core.begin(req, req.lifetime)
             try:
                 return self._admit(req, s, recover)
@@ -476,7 +480,10 @@ class HeterogeneousKVCache:
                 if st.pipeline is Pipe.IO and core.io_inflight >= k.io_cap:
                     core.io_waiting[rid] = None
                 elif core.can("load_start", rid):
-                    core.load_start(rid)
+                    try:
+                        core.load_start(rid)
+                    except OutOfCapacity:  # no device room now: the rest is truncated at use
+                        break
             elif st.action == "rebuild_start":
                 if m.ckv[rid] == CKV.READY and core.can("rebuild_start", rid):
                     core.rebuild_start(rid)

@@ -263,11 +263,14 @@ class Pipelines:
         while steps < max_steps:
             progressed = False
             for e in self.all:
-                for rid in list(e.jobs):
-                    job = e.jobs.get(rid)
+                for key in list(e.jobs):
+                    job = e.jobs.get(key)
                     if job is None:
                         continue
-                    e._step(job)
+                    try:
+                        e._step(job)
+                    except Refused:
+                        e._drop(job)  # its block moved on without it, as in a worker thread
                     steps += 1
                     progressed = True
             if not progressed:

@@ -55,7 +55,10 @@ def _cmd_prove(args: argparse.Namespace) -> int:
             print(f"  {r.obligation}: {r.status}", file=sys.stderr)
 
     try:
-        report = prove(table, depth=args.depth, only=args.only, jobs=args.jobs, progress=progress)
+        from kvstate.proofs import Config
+
+        report = prove(table, depth=args.depth, only=args.only, jobs=args.jobs, progress=progress,
+                       config=Config(update_witnesses=args.update_witnesses))
     except ValueError as exc:
         print(f"kvstate: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -111,6 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("-j", "--jobs", type=int, default=None, help="worker processes (default: all cores)")
     pr.add_argument("-v", "--verbose", action="store_true", help="also print every witness trace")
     pr.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    pr.add_argument("--update-witnesses", action="store_true",
+                    help="store newly found witness traces in proofs/witnesses.json")
     pr.set_defaults(func=_cmd_prove)
 
     gr = sub.add_parser("graphs", help="export each component's phase graph as DOT and check it")

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import torch
-from kvstate.impl import HeterogeneousKVCache, KVStateError, NotReady
+from kvstate.impl import EventKind, HeterogeneousKVCache, KVStateError, NotReady
 from kvstate.impl.testdata import harness_tokens
 from kvstate.spec import small
 
@@ -24,7 +24,7 @@ def stress(bugs: tuple[str, ...], seconds: float, stop_on_violation: bool = Fals
     c = HeterogeneousKVCache(G, executors="threads", device_blocks=24, host_blocks=12, disk_blocks=40, bugs=bugs)
     # prompts sharing prefixes, so requests hit each other's blocks
     base = harness_tokens(8 * L, seed=11)
-    prompts = [base[: k * L + 1] for k in (2, 3, 5, 8)] + [harness_tokens(4 * L + 1, seed=s) for s in (1, 2)]
+    prompts = [base[: k * L + 1] for k in (2, 3, 5, 8)] + [harness_tokens(4 * L + 1, seed=s) for s in range(12)]
     stop = threading.Event()
     out: dict[str, Any] = {"violations": [], "errors": [], "uses": 0, "hits": 0, "evicted": 0, "offloaded": 0}
     lock = threading.Lock()
@@ -52,11 +52,11 @@ def stress(bugs: tuple[str, ...], seconds: float, stop_on_violation: bool = Fals
         time.sleep(0.002)
 
     def evictor() -> None:
-        note("evicted", c.evict(3))
+        c.evict(3)
         time.sleep(0.001)
 
     def offloader() -> None:
-        note("offloaded", c.offload(2))
+        c.offload(2)
         c.spill(1)
         c.drop(1)
         time.sleep(0.002)
@@ -103,6 +103,9 @@ def stress(bugs: tuple[str, ...], seconds: float, stop_on_violation: bool = Fals
     for t in threads:
         t.join(timeout=10)
     out["hung"] = [t.name for t in threads if t.is_alive()]
+    out["evicted"] = len(c.events.of(EventKind.EVICTED))  # by the evictor and by allocation
+    out["offloaded"] = sum(1 for e in c.events.of(EventKind.STORED) if e.tier == "host")
+    out["loaded"] = len(c.events.of(EventKind.LOADED))
     out["pipeline_errors"] = c.pipelines.errors()
     out["pinned_after"] = c.core.pinned_blocks
     c.close()
@@ -112,7 +115,7 @@ def stress(bugs: tuple[str, ...], seconds: float, stop_on_violation: bool = Fals
 def test_no_pin_violations_under_racing_threads() -> None:
     r = stress((), seconds=3.0)
     assert r["hung"] == [] and r["errors"] == [] and r["pipeline_errors"] == []
-    assert r["uses"] > 20 and r["hits"] > 0 and r["evicted"] > 0 and r["offloaded"] > 0
+    assert r["uses"] > 20 and r["hits"] > 0 and r["evicted"] > 0 and r["offloaded"] > 0 and r["loaded"] > 0
     assert r["violations"] == []
     assert r["pinned_after"] == 0
 
