@@ -107,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     pr = sub.add_parser("prove", help="prove the safeguards of a transition table with Z3")
     pr.add_argument("--spec", default="default", help="built-in spec (default, small, deepseek-v4-flash) or module:attr")
     pr.add_argument("--geometry", default=None, help="replace the spec's geometry by a preset")
-    pr.add_argument("--depth", type=int, default=None, help="BMC depth (default 6)")
+    pr.add_argument("--depth", type=int, default=None, help="BMC depth (default 4)")
     pr.add_argument("--only", default=None, help="only obligations of this invariant, action or kind")
     pr.add_argument("--format", choices=["text", "json", "junit"], default="text")
     pr.add_argument("-o", "--output", default=None, help="write the report to a file")

@@ -521,3 +521,34 @@ def test_request_phases_and_events(cache: HeterogeneousKVCache) -> None:
         with cache.use(cache.admit(cache.request(harness_tokens(2 * L + 1)))):
             1 / 0  # noqa: B018 - an exception inside use() aborts the request
     assert cache.core.pinned_blocks == 0 and seen.count("stored") == 2
+
+
+def test_same_job_code_in_both_modes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Manual and threaded pipelines run the very same job classes, step by step."""
+    from kvstate.impl import pipelines
+
+    calls: dict[str, list[str]] = {}
+    for cls in (pipelines.LoadJob, pipelines.RebuildJob, pipelines.OffloadJob, pipelines.TailCheckJob):
+        original = cls.step
+
+        def counted(self: Any, _orig: Any = original, _name: str = cls.__name__) -> bool:
+            calls.setdefault(mode, []).append(_name)
+            return bool(_orig(self))
+
+        monkeypatch.setattr(cls, "step", counted)
+    toks = harness_tokens(4 * L + 1)
+    for mode in ("manual", "threads"):
+        c = make(executors=mode)
+        try:
+            store(c, toks)
+            offload_all(c)
+            c.spill(1)
+            a = c.admit(c.request(toks))
+            if mode == "manual":
+                c.pipelines.drain()
+            with c.use(a, timeout=20) as run:
+                assert run.hit_tokens == 4 * L
+        finally:
+            c.close()
+    for mode in ("manual", "threads"):
+        assert {"LoadJob", "RebuildJob", "OffloadJob", "TailCheckJob"} <= set(calls[mode]), calls
