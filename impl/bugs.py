@@ -89,3 +89,57 @@ class Bugs:
 
     def __repr__(self) -> str:
         return f"Bugs({sorted(self.names)})"
+
+
+Step = tuple[str, dict[str, int]]
+
+
+def _build(b: int) -> list[Step]:
+    return [
+        ("allocate", {"b": b}),
+        ("commit", {"b": b}),
+        ("seal", {"b": b}),
+        ("index_update", {"b": b}),
+    ]
+
+
+_HIT0: list[Step] = [
+    *_build(0),
+    ("touch", {"b": 0, "t": 1}),
+    ("admit", {"r": 0, "t": 1}),
+    ("match", {"r": 0, "h": -1}),  # h = one LCM block: filled in by witness()
+    ("pin", {"r": 0}),
+    ("validate", {"r": 0}),
+]
+_HOST0: list[Step] = [*_build(0), ("offload", {"b": 0}), ("offload_done", {"b": 0})]
+
+# A short walk per bug (blocks 0..1, request 0) whose last step diverges when the bug is
+# planted: usable as warm-up ``seed_traces`` for the conformance fuzzer, and replayed by the
+# impl tests.  Steps the model refuses are part of the witness (the target must refuse them too).
+WITNESSES: dict[str, list[Step]] = {
+    "evict_ignores_pins": [*_HIT0, ("tick", {"t": 2}), ("evict_start", {"b": 0})],
+    "skip_indexer_version": _build(0),
+    "swa_offset_by_one_block": _HIT0,
+    "tail_splice_off_by_one": _HIT0,
+    "use_before_load_complete": [*_HOST0, ("load_start", {"b": 0}), ("load_done", {"b": 0})],
+    "abort_during_load_double_free": [
+        *_HOST0,
+        ("admit", {"r": 0, "t": 1}),
+        ("match", {"r": 0, "h": -1}),
+        ("pin", {"r": 0}),
+        ("load_start", {"b": 0}),
+        ("abort", {"r": 0}),
+        ("load_progress", {"b": 0}),
+        ("load_progress", {"b": 0}),
+        ("load_done", {"b": 0}),
+    ],
+}
+
+
+def witness(name: str, lcm_tokens: int) -> list[Step]:
+    """The witness walk of bug ``name`` with hit lengths of one LCM block of ``lcm_tokens``."""
+    check_names([name])
+    return [
+        (a, {k: (lcm_tokens if k == "h" and v == -1 else v) for k, v in p.items()})
+        for a, p in WITNESSES[name]
+    ]

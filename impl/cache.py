@@ -225,7 +225,9 @@ class Run:
                 b, i = divmod(j, swa.pages_per_block)
                 rid = rids[b] if b < len(rids) else NULL_RID
                 pages = core.meta.swa_pages[rid]
-                table.append(pages[i] if pages and core.meta.swa[rid] == Swa.VALID else swa.NULL_PAGE)
+                table.append(
+                    pages[i] if pages and core.meta.swa[rid] == Swa.VALID else swa.NULL_PAGE
+                )
         tier = swa.device_data[layer].view(-1, bt, g.entry_bytes)
         t = torch.tensor(table, dtype=torch.int64, device=tier.device)
         rows = gather_blocks(tier, t, backend=core.backend).reshape(-1, g.entry_bytes).cpu()
@@ -254,10 +256,14 @@ class Run:
         m = core.meta
         bad = []
         with core.lock:
-            pins = [(p, m.gen[p.rid], m.addr[p.rid], m.slot[p.rid], m.ckv[p.rid]) for p in self.pins]
+            pins = [
+                (p, m.gen[p.rid], m.addr[p.rid], m.slot[p.rid], m.ckv[p.rid]) for p in self.pins
+            ]
         for p, gen, addr, slot, ckv in pins:
             if gen != p.gen or addr != p.addr or slot != p.addr or ckv != CKV.READY:
-                bad.append(f"block {p.block}: gen {p.gen}->{gen}, addr {p.addr}->{slot}, phase {CKV(ckv).name}")
+                bad.append(
+                    f"block {p.block}: gen {p.gen}->{gen}, addr {p.addr}->{slot}, phase {CKV(ckv).name}"
+                )
         return bad
 
     def append(self, tokens: Any) -> None:
@@ -588,12 +594,10 @@ class HeterogeneousKVCache:
         self, admission: Admission | Request, *, store: bool = True, timeout: float | None = 30.0
     ) -> UseContext:
         """Context manager: the request computes from its pinned hit inside the block."""
-        if isinstance(admission, Admission):
-            if admission.state == "pending":
-                self._finalize(admission, timeout=timeout)
-            req = admission.request
-        else:
-            req = admission
+        req = admission.request if isinstance(admission, Admission) else admission
+        adm = req.admission if isinstance(req, Request) else None
+        if adm is not None and adm.state == "pending" and req.slot is not None:
+            self._finalize(adm, timeout=timeout)
         return UseContext(self, self._own(req), store)
 
     # ---- decode and completion ------------------------------------------------------------

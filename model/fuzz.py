@@ -30,7 +30,7 @@ from .concrete import GuardError, Machine
 OUTPUT_KINDS = (ParamKind.ADDR, ParamKind.FMT)  # chosen by the target, fed to the model
 ADDRESS_VARS = ("addr", "gaddr", "paddr")
 
-settings.register_profile("ci", derandomize=True, max_examples=40, stateful_step_count=40, deadline=None,
+settings.register_profile("ci", derandomize=True, max_examples=60, stateful_step_count=40, deadline=None,
                           print_blob=True)
 settings.register_profile("dev", max_examples=300, stateful_step_count=50, deadline=None, print_blob=True)
 settings.register_profile("nightly", max_examples=5000, stateful_step_count=100, deadline=None,
@@ -142,6 +142,7 @@ def build_state_machine(
             self.target = make(table, n)
             self._enabled: dict[str, list[dict[str, int]]] | None = None
             self.trace: list[str] = []
+            self.in_hypothesis = True  # events may be recorded only inside a Hypothesis test
 
         # -- helpers ------------------------------------------------------------------------
         def enabled_inputs(self, a: Action) -> list[dict[str, int]]:
@@ -159,6 +160,30 @@ def build_state_machine(
                 self._enabled[a.name] = res
             return self._enabled[a.name]
 
+        def attempt(self, a: Action, inputs: dict[str, int]) -> None:
+            """Fire ``a`` if the model allows it; otherwise the target must refuse it unchanged."""
+            if any(inputs.get(q.name) not in machine.domain(q.kind) for q in _inputs(a)):
+                return  # a seed step for a larger pool than this run's
+            if inputs in self.enabled_inputs(a):
+                self.perform(a, inputs)
+                return
+            self.expect_refusal(a, inputs)
+
+        def expect_refusal(self, a: Action, inputs: dict[str, int]) -> None:
+            outs = {q.name: 0 for q in a.params if q.kind in OUTPUT_KINDS}
+            before = self.target.observe()
+            try:
+                getattr(self.target, a.name)(**inputs)
+            except ActionRefused:
+                pass
+            else:
+                raise AssertionError(f"target performed {a.name}({inputs}) although its guard "
+                                     f"{machine.failed_conjuncts(self.model, a, {**inputs, **outs})} is false"
+                                     f" (after {' ; '.join(self.trace[-8:]) or 'Init'})")
+            after = self.target.observe()
+            assert diff(before, after, table) == [], f"refused {a.name} still changed state"
+            counts["(refused)"] += 1
+
         def perform(self, a: Action, inputs: dict[str, int]) -> None:
             method = getattr(self.target, a.name)
             out = method(**inputs) or {}
@@ -171,7 +196,8 @@ def build_state_machine(
             self.model = machine.step(self.model, a, params)
             self._enabled = None
             counts[a.name] += 1
-            event(f"action {a.name}")
+            if self.in_hypothesis:
+                event(f"action {a.name}")
             self.trace.append(f"{a.name}({', '.join(f'{k}={v}' for k, v in params.items())})")
 
         # -- invariants ---------------------------------------------------------------------
@@ -217,12 +243,10 @@ def build_state_machine(
     if seeds:
         @initialize(data=st.data())
         def warm_up(self: Any, data: st.DataObject) -> None:
-            i = data.draw(st.integers(-1, len(seeds) - 1), label="warm-up witness")
+            i = data.draw(st.sampled_from(range(-1, len(seeds))), label="warm-up witness")
             for name, params in seeds[i] if i >= 0 else []:
                 a = table.action(name)
-                inputs = {q.name: params[q.name] for q in _inputs(a) if q.name in params}
-                if inputs in self.enabled_inputs(a):
-                    self.perform(a, inputs)
+                self.attempt(a, {q.name: params[q.name] for q in _inputs(a) if q.name in params})
 
         Conformance.warm_up = warm_up  # type: ignore[attr-defined]
 
@@ -237,19 +261,50 @@ def build_state_machine(
             outs = {q.name: 0 for q in a.params if q.kind in OUTPUT_KINDS}
             if machine.is_enabled(self.model, a, {**inputs, **outs}):
                 return
-            before = self.target.observe()
-            try:
-                getattr(self.target, a.name)(**inputs)
-            except ActionRefused:
-                pass
-            else:
-                raise AssertionError(f"target performed {a.name}({inputs}) although its guard "
-                                     f"{machine.failed_conjuncts(self.model, a, {**inputs, **outs})} is false")
-            after = self.target.observe()
-            assert diff(before, after, table) == [], f"refused {a.name} still changed state"
-            counts["(refused)"] += 1
+            self.expect_refusal(a, inputs)
 
         Conformance.refuses_disabled = refuses_disabled  # type: ignore[attr-defined]
 
     Conformance.__name__ = f"Conformance_{table.name}"
     return Conformance
+
+
+def replay_seeds(machine_cls: type[RuleBasedStateMachine], table: Table,
+                 seeds: Sequence[Sequence[tuple[str, Mapping[str, int]]]]) -> None:
+    """Deterministic coverage pass: each seed trace in lockstep from Init, checked every step.
+
+    Like Hypothesis' ``@example`` for state machines: it guarantees every seeded path (e.g. every
+    reachability witness) is exercised in every run, before the random exploration starts.
+    """
+    for trace in seeds:
+        m: Any = machine_cls()
+        m.in_hypothesis = False
+        try:
+            m.conforms()
+            for name, params in trace:
+                a = table.action(name)
+                m.attempt(a, {q.name: params[q.name] for q in _inputs(a) if q.name in params})
+                m.conforms()
+        finally:
+            close = getattr(m.target, "close", None)
+            if callable(close):
+                close()
+
+
+def run_conformance(
+    table: Table,
+    factory: TargetFactory | None = None,
+    N: int | None = None,
+    *,
+    profile: settings | None = None,
+    seeds: Sequence[Sequence[tuple[str, Mapping[str, int]]]] = (),
+    stats: Counter[str] | None = None,
+) -> Counter[str]:
+    """The seeded coverage pass, then Hypothesis' random walks; raises on the first divergence."""
+    from hypothesis.stateful import run_state_machine_as_test
+
+    counts: Counter[str] = stats if stats is not None else Counter()
+    cls = build_state_machine(table, N, factory, stats=counts, seed_traces=seeds)
+    replay_seeds(cls, table, seeds)
+    run_state_machine_as_test(cls, settings=profile or settings.get_profile("ci"))
+    return counts

@@ -260,8 +260,9 @@ def _find_real_trace(table: Table, inv: Invariant, inst: Instance, invs: list[In
         def check(tr: Trace) -> bool:
             return tr.replayed and any(v.startswith(inv.name) for v in tr.violated)
 
-        found = witnesses.search(table, lambda t: violation_goal(t.invariant(inv.name)), check,
-                                 max_depth=cfg.search_depth, scale_caps=False, timeout_ms=cfg.timeout_ms)
+        found = witnesses.witness(table, f"violation/{inv.name}", lambda t: violation_goal(t.invariant(inv.name)),
+                                  check, max_depth=cfg.search_depth, scale_caps=False,
+                                  timeout_ms=cfg.timeout_ms, update=cfg.update_witnesses)
         _TRACE_MEMO[key] = found[0] if found else None
     trace = _TRACE_MEMO[key]
     if trace is not None:

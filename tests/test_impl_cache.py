@@ -47,7 +47,13 @@ def check_window(run: Any, toks: np.ndarray, layer: int = 3) -> None:
     lo = max(0, h - G.n_win)
     want = torch.zeros(G.n_win, G.entry_bytes, dtype=torch.uint8)
     if h:
-        rows = expected_rows("swa", torch.tensor([layer]), torch.arange(lo, h), torch.tensor(toks[lo:h]), G.entry_bytes)
+        rows = expected_rows(
+            "swa",
+            torch.tensor([layer]),
+            torch.arange(lo, h),
+            torch.tensor(toks[lo:h]),
+            G.entry_bytes,
+        )
         want[G.n_win - (h - lo) :] = rows[0]
     assert torch.equal(run.read_window(layer), want)
 
@@ -57,7 +63,9 @@ def check_tail(run: Any, toks: np.ndarray, li: int = 0) -> None:
     layer = [i for i, k in enumerate(G.layers) if k == "csa"][li]
     state = run.read_tail(li)
     q = torch.arange(h - m, h)
-    rows = expected_state_rows(torch.tensor([layer]), q, torch.tensor(toks[h - m : h]), 2 * G.head_dim)[0]
+    rows = expected_state_rows(
+        torch.tensor([layer]), q, torch.tensor(toks[h - m : h]), 2 * G.head_dim
+    )[0]
     assert torch.equal(state[:m], rows)  # the next entry's window: positions h - m .. h + m - 1
     assert not state[m:].any()  # positions >= h do not exist yet
 
@@ -69,10 +77,17 @@ def check_compressed(run: Any, toks: np.ndarray) -> None:
             pages = run.read_compressed(grp.name, li)
             for b in range(run.blocks):
                 want = grp.make_pages(b * L, toks[b * L : (b + 1) * L], core.writer)[li]
-                assert torch.equal(pages[b * grp.pages_per_block : (b + 1) * grp.pages_per_block], want)
+                assert torch.equal(
+                    pages[b * grp.pages_per_block : (b + 1) * grp.pages_per_block], want
+                )
                 n_e = L // grp.ratio
-                raw = expected_rows(grp.name, torch.tensor([layer]), torch.arange(b * n_e, (b + 1) * n_e),
-                                    torch.tensor(toks[b * L + grp.ratio - 1 : (b + 1) * L : grp.ratio]), G.entry_bytes)
+                raw = expected_rows(
+                    grp.name,
+                    torch.tensor([layer]),
+                    torch.arange(b * n_e, (b + 1) * n_e),
+                    torch.tensor(toks[b * L + grp.ratio - 1 : (b + 1) * L : grp.ratio]),
+                    G.entry_bytes,
+                )
                 flat = want[:, : grp.entries_per_page * G.entry_bytes].reshape(-1, G.entry_bytes)
                 assert torch.equal(flat, raw[0])
     idx = core.tiers.indexer
@@ -108,7 +123,12 @@ def test_last_token_is_never_a_hit_and_alignment_is_explained(cache: Heterogeneo
     a = cache.admit(cache.request(toks))
     assert a.requested == 3 * L - 1 and a.hit_tokens == 2 * L
     (cut,) = a.explanation.shortenings
-    assert (cut.rule, cut.layer, cut.from_tokens, cut.to_tokens) == ("L1.lcm_aligned", "L1", 3 * L - 1, 2 * L)
+    assert (cut.rule, cut.layer, cut.from_tokens, cut.to_tokens) == (
+        "L1.lcm_aligned",
+        "L1",
+        3 * L - 1,
+        2 * L,
+    )
     cache.abort(a.request)
     short = cache.admit(cache.request(toks[: L - 3]))  # shorter than one LCM block: never a hit
     assert short.hit_tokens == 0 and short.explanation.shortenings[0].rule == "L1.lcm_aligned"
@@ -144,12 +164,18 @@ def test_lease_longer_than_lease_max_is_explained(cache: HeterogeneousKVCache) -
 def test_admission_cap_downgrades() -> None:
     from kvstate.spec import default_table
 
-    c = HeterogeneousKVCache(table=default_table(G.with_changes(pin_cap_blocks=3)), executors="manual")
+    c = HeterogeneousKVCache(
+        table=default_table(G.with_changes(pin_cap_blocks=3)), executors="manual"
+    )
     try:
         toks = harness_tokens(4 * L + 1)
         store(c, toks)
         a = c.admit(c.request(toks))
-        assert a.state == "downgraded" and a.hit_tokens == 0 and "pin_cap" in (a.explanation.rejection or "")
+        assert (
+            a.state == "downgraded"
+            and a.hit_tokens == 0
+            and "pin_cap" in (a.explanation.rejection or "")
+        )
         assert c.events.of(EventKind.DOWNGRADED)
         with c.use(a) as run:  # a downgraded request recomputes from scratch
             assert run.hit_tokens == 0
@@ -168,7 +194,11 @@ def test_decode_append_seals_indexes_and_slides(cache: HeterogeneousKVCache) -> 
         rids = cache.core.resolve(req.chain)
         assert req.chain.blocks == 6
         for rid in rids:
-            assert m.ckv[rid] == CKV.READY and m.idx[rid] == Indexer.PRESENT and m.iver[rid] == m.ver[rid]
+            assert (
+                m.ckv[rid] == CKV.READY
+                and m.idx[rid] == Indexer.PRESENT
+                and m.iver[rid] == m.ver[rid]
+            )
         W = cache.table.consts.W
         assert [m.swa[r] for r in rids] == [Swa.NULL] * (6 - W) + [Swa.VALID] * W  # window slid
         assert all(not m.swa_pages[r] for r in rids[: 6 - W])  # SWA pages returned at once
@@ -335,7 +365,9 @@ def test_offload_cancelled_by_a_hit(cache: HeterogeneousKVCache) -> None:
     cache.tick(10)
     cache.offload(10)  # jobs queued, not run: blocks are OFFLOADING
     a = cache.admit(cache.request(toks))
-    assert [s.action for s in a.recovery.steps if s.state == "Compressed KV"] == ["offload_cancel"] * 2
+    assert [s.action for s in a.recovery.steps if s.state == "Compressed KV"] == [
+        "offload_cancel"
+    ] * 2
     cache.pipelines.drain()
     with cache.use(a) as run:
         assert run.hit_tokens == 2 * L
@@ -345,7 +377,9 @@ def test_offload_cancelled_by_a_hit(cache: HeterogeneousKVCache) -> None:
 def test_zero_swa_policy_recomputes_the_window() -> None:
     from kvstate.spec import default_table
 
-    c = HeterogeneousKVCache(table=default_table(G.with_changes(swa_disk_policy="zero")), executors="manual")
+    c = HeterogeneousKVCache(
+        table=default_table(G.with_changes(swa_disk_policy="zero")), executors="manual"
+    )
     try:
         toks = harness_tokens(4 * L + 1)
         store(c, toks)
@@ -462,7 +496,9 @@ def test_bug_use_before_load_complete_lands_garbage() -> None:
         c.pipelines.drain()
         core = c.core
         rid = a.rids[0]
-        assert core.meta.ckv[rid] == CKV.READY and core.meta.prog[rid] < G.load_steps  # "done" early
+        assert (
+            core.meta.ckv[rid] == CKV.READY and core.meta.prog[rid] < G.load_steps
+        )  # "done" early
         grp = core.tiers.csa
         landed = grp.device_data[:, grp.dev_index(core.meta.slot[rid])]
         assert not torch.equal(landed, grp.make_pages(0, toks[:L], core.writer))  # never copied
@@ -528,7 +564,12 @@ def test_same_job_code_in_both_modes(monkeypatch: pytest.MonkeyPatch) -> None:
     from kvstate.impl import pipelines
 
     calls: dict[str, list[str]] = {}
-    for cls in (pipelines.LoadJob, pipelines.RebuildJob, pipelines.OffloadJob, pipelines.TailCheckJob):
+    for cls in (
+        pipelines.LoadJob,
+        pipelines.RebuildJob,
+        pipelines.OffloadJob,
+        pipelines.TailCheckJob,
+    ):
         original = cls.step
 
         def counted(self: Any, _orig: Any = original, _name: str = cls.__name__) -> bool:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from kvstate.impl.adapter import make_target
-from kvstate.impl.bugs import BUGS
+from kvstate.impl.bugs import BUGS, witness
 from kvstate.model.concrete import Machine
 from kvstate.spec import default_table
 from kvstate.spec.errors import ActionRefused
@@ -284,67 +284,20 @@ def test_walks_reach_deep_states() -> None:
 
 
 # ---- seeded bugs: each is caught -------------------------------------------------------------
-def _build(ls: Lockstep, b: int) -> None:
-    for name in ("allocate", "commit", "seal", "index_update"):
-        assert ls.do(name, b=b)
+def replay(ls: Lockstep, steps: list[tuple[str, dict[str, int]]]) -> None:
+    for name, params in steps:
+        ls.do(name, **params)
 
 
-def _hit_block0(ls: Lockstep) -> None:
-    _build(ls, 0)
-    assert ls.do("touch", b=0, t=1)
-    assert ls.do("admit", r=0, t=1)
-    assert ls.do("match", r=0, h=L)
-    assert ls.do("pin", r=0)
-    ls.do("validate", r=0)
-
-
-def _evict_pinned(ls: Lockstep) -> None:
-    _hit_block0(ls)
-    ls.do("tick", t=2)
-    ls.do("evict_start", b=0)
-
-
-def _index(ls: Lockstep) -> None:
-    _build(ls, 0)
-
-
-def _load_early(ls: Lockstep) -> None:
-    _build(ls, 0)
-    ls.do("offload", b=0)
-    ls.do("offload_done", b=0)
-    ls.do("load_start", b=0)
-    ls.do("load_done", b=0)
-
-
-def _abort_mid_load(ls: Lockstep) -> None:
-    _build(ls, 0)
-    ls.do("offload", b=0)
-    ls.do("offload_done", b=0)
-    ls.do("admit", r=0, t=1)
-    ls.do("match", r=0, h=L)
-    ls.do("pin", r=0)
-    ls.do("load_start", b=0)
-    ls.do("abort", r=0)
-    ls.do("load_progress", b=0)
-    ls.do("load_progress", b=0)
-    ls.do("load_done", b=0)
-
-
-SCRIPTS = {
-    "evict_ignores_pins": _evict_pinned,
-    "skip_indexer_version": _index,
-    "swa_offset_by_one_block": _hit_block0,
-    "tail_splice_off_by_one": _hit_block0,
-    "use_before_load_complete": _load_early,
-    "abort_during_load_double_free": _abort_mid_load,
-}
+def run_witness(ls: Lockstep, bug: str) -> None:
+    replay(ls, witness(bug, L))
 
 
 @pytest.mark.parametrize("bug", sorted(BUGS))
 def test_scripted_trace_conforms_without_bug(bug: str) -> None:
     ls = Lockstep()
     try:
-        SCRIPTS[bug](ls)
+        run_witness(ls, bug)
     finally:
         ls.close()
 
@@ -354,7 +307,7 @@ def test_seeded_bug_is_caught_by_lockstep(bug: str) -> None:
     ls = Lockstep((bug,))
     try:
         with pytest.raises(Divergence):
-            SCRIPTS[bug](ls)
+            run_witness(ls, bug)
     finally:
         ls.close()
 

@@ -12,7 +12,6 @@ from kvstate.impl.disk import FILE_FORMAT, SUFFIX, DiskTier
 from kvstate.impl.testdata import harness_tokens
 from kvstate.spec import small
 from kvstate.spec.phases import CKV
-
 from test_impl_cache import check_compressed, check_tail, check_window
 
 G = small()
@@ -115,7 +114,9 @@ def test_bad_files_are_rejected_at_scan(tmp_path: Path, damage: str) -> None:
         c = HeterogeneousKVCache(G, cache_dir=tmp_path / "y", executors="manual")
         fp = c.core.disk.fingerprint
         c.close()
-        other = DiskTier(tmp_path / "z", {**fp, "head_dim": 1} if damage == "geometry" else fp, G.load_steps)
+        other = DiskTier(
+            tmp_path / "z", {**fp, "head_dim": 1} if damage == "geometry" else fp, G.load_steps
+        )
         entry = other.write(b"\x00" * 16, ver=1, gen=1, fmt=0, tail=2, swa=1,
                             units=[("csa", 0, torch.zeros(8, dtype=torch.uint8))], swa_data=None)  # fmt: skip
         data = bytearray(entry.path.read_bytes())

@@ -19,7 +19,7 @@ from kvstate.impl import (
 from kvstate.impl.adapter import make_target
 from kvstate.impl.bugs import planted
 from kvstate.impl.testdata import harness_tokens
-from kvstate.spec import default_table, deepseek_v4_flash, small
+from kvstate.spec import deepseek_v4_flash, default_table, small
 from kvstate.spec.errors import ActionRefused, GeometryError
 
 L = small().lcm_tokens
@@ -191,7 +191,9 @@ def test_geometry_that_cannot_be_laid_out() -> None:
 
 
 def test_flash_geometry_with_small_capacity() -> None:
-    g = deepseek_v4_flash().with_changes(device_blocks=4, host_blocks=2, disk_blocks=4, pin_cap_blocks=4)
+    g = deepseek_v4_flash().with_changes(
+        device_blocks=4, host_blocks=2, disk_blocks=4, pin_cap_blocks=4
+    )
     c = HeterogeneousKVCache(g, executors="manual")
     try:
         toks = harness_tokens(2 * g.lcm_tokens + 1)

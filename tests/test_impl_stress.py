@@ -20,13 +20,26 @@ G = small()
 L = G.lcm_tokens
 
 
-def stress(bugs: tuple[str, ...], seconds: float, stop_on_violation: bool = False) -> dict[str, Any]:
-    c = HeterogeneousKVCache(G, executors="threads", device_blocks=24, host_blocks=12, disk_blocks=40, bugs=bugs)
+def stress(
+    bugs: tuple[str, ...], seconds: float, stop_on_violation: bool = False
+) -> dict[str, Any]:
+    c = HeterogeneousKVCache(
+        G, executors="threads", device_blocks=24, host_blocks=12, disk_blocks=40, bugs=bugs
+    )
     # prompts sharing prefixes, so requests hit each other's blocks
     base = harness_tokens(8 * L, seed=11)
-    prompts = [base[: k * L + 1] for k in (2, 3, 5, 8)] + [harness_tokens(4 * L + 1, seed=s) for s in range(12)]
+    prompts = [base[: k * L + 1] for k in (2, 3, 5, 8)] + [
+        harness_tokens(4 * L + 1, seed=s) for s in range(12)
+    ]
     stop = threading.Event()
-    out: dict[str, Any] = {"violations": [], "errors": [], "uses": 0, "hits": 0, "evicted": 0, "offloaded": 0}
+    out: dict[str, Any] = {
+        "violations": [],
+        "errors": [],
+        "uses": 0,
+        "hits": 0,
+        "evicted": 0,
+        "offloaded": 0,
+    }
     lock = threading.Lock()
 
     def note(key: str, value: Any = 1) -> None:
@@ -93,7 +106,10 @@ def stress(bugs: tuple[str, ...], seconds: float, stop_on_violation: bool = Fals
                     break
         c.forget(req)
 
-    threads = [threading.Thread(target=guarded(f), daemon=True) for f in (ticker, evictor, offloader, user, user, user)]
+    threads = [
+        threading.Thread(target=guarded(f), daemon=True)
+        for f in (ticker, evictor, offloader, user, user, user)
+    ]
     for t in threads:
         t.start()
     deadline = time.time() + seconds
@@ -115,7 +131,13 @@ def stress(bugs: tuple[str, ...], seconds: float, stop_on_violation: bool = Fals
 def test_no_pin_violations_under_racing_threads() -> None:
     r = stress((), seconds=3.0)
     assert r["hung"] == [] and r["errors"] == [] and r["pipeline_errors"] == []
-    assert r["uses"] > 20 and r["hits"] > 0 and r["evicted"] > 0 and r["offloaded"] > 0 and r["loaded"] > 0
+    assert (
+        r["uses"] > 20
+        and r["hits"] > 0
+        and r["evicted"] > 0
+        and r["offloaded"] > 0
+        and r["loaded"] > 0
+    )
     assert r["violations"] == []
     assert r["pinned_after"] == 0
 

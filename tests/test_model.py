@@ -7,9 +7,9 @@ from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from kvstate.model.concrete import GuardError, Machine
-from kvstate.model.fuzz import ModelTarget, build_state_machine, canonical, diff
+from kvstate.model.fuzz import ModelTarget, build_state_machine, canonical, diff, run_conformance
 from kvstate.model.graph import check_structure, phase_graph, to_dot
-from kvstate.proofs.corpus import evict_without_refcount
+from kvstate.proofs.corpus import evict_without_refcount, replay_without_recapture
 from kvstate.proofs.witnesses import reach_traces
 from kvstate.spec import CKV, LIFECYCLES, Req, SpecError, default_table
 
@@ -25,7 +25,7 @@ def test_happy_path_keeps_every_invariant():
     states = m.run(HAPPY)
     for s in states:
         assert m.violations(s) == []
-    assert states[-4].req(0).phase == Req.VALIDATED and states[-4].ref[0] == 1
+    assert states[-3].req(0).phase == Req.VALIDATED and states[-3].ref[0] == 1
     assert states[-1].ref == (0, 0)
 
 
@@ -72,21 +72,28 @@ def test_phase_graph_finds_a_stuck_load():
 
 def test_model_walk_fires_every_action_in_ci_profile():
     t = default_table()
-    counts: Counter[str] = Counter()
-    m = build_state_machine(t, 2, stats=counts, seed_traces=reach_traces(t.name))
-    run_state_machine_as_test(m, settings=settings(settings.get_profile("ci")))
+    counts = run_conformance(t, None, 2, seeds=reach_traces(t.name))
     missing = [a.name for a in t.actions if counts[a.name] == 0]
     assert not missing, missing
+    assert counts["(refused)"] > 0
 
 
-def test_divergent_target_is_caught():
+def test_divergent_state_is_caught():
     """A target that behaves like a mutated table must fail conformance with the default one."""
+    t = default_table()
+    bad = replay_without_recapture()
+    with pytest.raises(AssertionError, match="diverges from the model"):
+        run_conformance(t, lambda table, n: ModelTarget(bad, n), 1, seeds=reach_traces(t.name))
+
+
+def test_performing_a_refused_action_is_caught():
     t = default_table()
     bad = evict_without_refcount()
     m = build_state_machine(t, 1, factory=lambda table, n: ModelTarget(bad, n),
                             seed_traces=[HAPPY[:9] + [("tick", {"t": 4})]])
     with pytest.raises(AssertionError, match="performed evict_start"):
-        run_state_machine_as_test(m, settings=settings(settings.get_profile("ci"), max_examples=200))
+        run_state_machine_as_test(m, settings=settings(settings.get_profile("ci"), max_examples=300,
+                                                       stateful_step_count=6))
 
 
 def test_addresses_are_compared_up_to_renaming():
