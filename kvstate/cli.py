@@ -95,7 +95,7 @@ def _cmd_graphs(args: argparse.Namespace) -> int:
 
 
 def _cmd_fuzz(args: argparse.Namespace) -> int:
-    from kvstate.model.fuzz_cli import run_fuzz_cli
+    from kvstate.fuzz_cli import run_fuzz_cli
 
     return run_fuzz_cli(args, _load_table(args.spec))
 

@@ -42,7 +42,8 @@ class Target(Protocol):
 
     A method returns ``None``, or for actions with output parameters (address, format) a dict
     of the values the target chose.  A disabled action raises :class:`ActionRefused` and
-    changes nothing.
+    changes nothing.  Optionally, ``check_data() -> list[str]`` verifies the bytes running
+    requests read; the harness calls it after every step and fails on any problem.
     """
 
     def observe(self) -> Mapping[str, Any]: ...
@@ -123,6 +124,7 @@ def build_state_machine(
     stats: Counter[str] | None = None,
     check_refusals: bool = True,
     seed_traces: Sequence[Sequence[tuple[str, Mapping[str, int]]]] = (),
+    on_example_end: Callable[[int], None] | None = None,
 ) -> type[RuleBasedStateMachine]:
     """A RuleBasedStateMachine class for ``table`` against targets from ``factory``.
 
@@ -160,6 +162,17 @@ def build_state_machine(
                 self._enabled[a.name] = res
             return self._enabled[a.name]
 
+        def near_misses(self) -> list[tuple[str, tuple[tuple[str, int], ...]]]:
+            out = []
+            for a in table.actions:
+                outs = {q.name: 0 for q in a.params if q.kind in OUTPUT_KINDS}
+                for params in machine.param_space(a, tokens_step=table.consts.L):
+                    if any(params.get(q.name, 0) != 0 for q in a.params if q.kind in OUTPUT_KINDS):
+                        continue
+                    if len(machine.failed_conjuncts(self.model, a, {**params, **outs})) == 1:
+                        out.append((a.name, tuple((q.name, params[q.name]) for q in _inputs(a))))
+            return out
+
         def attempt(self, a: Action, inputs: dict[str, int]) -> None:
             """Fire ``a`` if the model allows it; otherwise the target must refuse it unchanged."""
             if any(inputs.get(q.name) not in machine.domain(q.kind) for q in _inputs(a)):
@@ -186,7 +199,11 @@ def build_state_machine(
 
         def perform(self, a: Action, inputs: dict[str, int]) -> None:
             method = getattr(self.target, a.name)
-            out = method(**inputs) or {}
+            try:
+                out = method(**inputs) or {}
+            except Exception as exc:  # noqa: BLE001 - any target failure on an allowed step is a finding
+                raise AssertionError(f"target failed {a.name}({inputs}), which the model allows, after "
+                                     f"{' ; '.join(self.trace[-8:]) or 'Init'}: {type(exc).__name__}: {exc}") from exc
             params = dict(inputs)
             for q in a.params:
                 if q.kind in OUTPUT_KINDS:
@@ -212,10 +229,19 @@ def build_state_machine(
             obs_state = ConcreteState(canonical(observed, table), n, table.consts, self.model._req_names)
             bad = machine.violations(obs_state)
             assert not bad, f"observed state breaks {', '.join(map(str, bad))}"
+            check_data = getattr(self.target, "check_data", None)
+            if callable(check_data):
+                problems = check_data()
+                assert not problems, "data read by a running request is wrong after " + (
+                    " ; ".join(self.trace[-8:]) or "Init") + ":\n  " + "\n  ".join(problems)
 
         def teardown(self) -> None:
             # Steer towards long, varied walks: distinct actions fired in this example.
-            target(float(len({t.split("(")[0] for t in self.trace})), label="distinct actions")
+            if self.in_hypothesis:
+                target(float(len({t.split("(")[0] for t in self.trace})), label="distinct actions")
+                counts["(examples)"] += 1
+                if on_example_end is not None:
+                    on_example_end(counts["(examples)"])
             close = getattr(self.target, "close", None)
             if callable(close):
                 close()
@@ -253,6 +279,13 @@ def build_state_machine(
     if check_refusals:
         @rule(data=st.data())
         def refuses_disabled(self: Any, data: st.DataObject) -> None:
+            # Near misses first: actions whose guard fails on exactly one conjunct are where an
+            # implementation that forgets one check (a seeded bug, a real one) would accept.
+            near = self.near_misses()
+            if near and data.draw(st.booleans(), label="near miss"):
+                a_name, inputs = data.draw(st.sampled_from(near), label="disabled action")
+                self.expect_refusal(table.action(a_name), dict(inputs))
+                return
             a = table.action(data.draw(st.sampled_from([x.name for x in table.actions]), label="disabled action"))
             inputs = {}
             for q in _inputs(a):
@@ -285,6 +318,9 @@ def replay_seeds(machine_cls: type[RuleBasedStateMachine], table: Table,
                 a = table.action(name)
                 m.attempt(a, {q.name: params[q.name] for q in _inputs(a) if q.name in params})
                 m.conforms()
+                # Refusal sweep: every near miss (guard false on exactly one conjunct) must be refused.
+                for a_name, inputs in m.near_misses():
+                    m.expect_refusal(table.action(a_name), dict(inputs))
         finally:
             close = getattr(m.target, "close", None)
             if callable(close):

@@ -308,6 +308,21 @@ def any_violation_goal(invs: Sequence[Invariant]) -> Any:
     return goal
 
 
+def hit_use_goal() -> Any:
+    """Some request starts using a non-empty validated hit: the whole hit path is reachable."""
+
+    def goal(u: Unrolling) -> Any:
+        parts = []
+        for t, sel in enumerate(u.sels):
+            for i, inst in enumerate(u.insts):
+                if inst.action.name == "use" and inst.r is not None:
+                    s = u.states[t]
+                    parts.append(z3.And(sel == i, s.req(inst.r).hit > 0))
+        return z3.Or(*parts)
+
+    return goal
+
+
 def fires_goal(action: str) -> Any:
     def goal(u: Unrolling) -> Any:
         idx = [i for i, inst in enumerate(u.insts) if inst.action.name == action]

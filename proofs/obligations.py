@@ -48,6 +48,7 @@ from .engine import (
     bmc_find,
     check_init,
     fires_goal,
+    hit_use_goal,
     k_induction,
     proof_invariants,
     replay,
@@ -92,6 +93,8 @@ def plan(table: Table, cfg: Config, only: str | None = None) -> list[Unit]:
         units.append(Unit("bmc", f"bmc/{inv.name}", (inv.name,)))
     for a in table.actions:
         units.append(Unit("reach", f"reach/{a.name}", (a.name,)))
+    if any(a.name == "use" for a in table.actions) and any(v.name == "hit" for v in table.vars):
+        units.append(Unit("reach", "reach/use+hit", ("use", True)))
     for inv in table.invariants:
         for a_name, c_name in inv.protected_by:
             if any(a.name == a_name and any(c.name == c_name for c in a.guard) for a in table.actions):
@@ -299,14 +302,20 @@ def _bmc(table: Table, cfg: Config, inv_name: str) -> list[Result]:
                    res == "unsat", time.perf_counter() - t0, invariant=inv_name, trace=trace)]
 
 
-def _reach(table: Table, cfg: Config, action_name: str) -> list[Result]:
+def _reach(table: Table, cfg: Config, action_name: str, with_hit: bool = False) -> list[Result]:
     t0 = time.perf_counter()
     table.action(action_name)
+    name = f"reach/{action_name}" + ("+hit" if with_hit else "")
 
     def check(tr: Trace) -> bool:
-        return tr.replayed and bool(tr.steps) and tr.steps[-1].action == action_name
+        if not (tr.replayed and bool(tr.steps) and tr.steps[-1].action == action_name):
+            return False
+        if with_hit:  # the request using the hit must have been validated with a non-empty hit
+            return any(s.action == "match" and s.params.get("h", 0) > 0 for s in tr.steps)
+        return True
 
-    found = witnesses.witness(table, f"reach/{action_name}", lambda t: fires_goal(action_name), check,
+    goal = hit_use_goal() if with_hit else fires_goal(action_name)
+    found = witnesses.witness(table, name, lambda t: goal, check,
                               max_depth=cfg.search_depth, scale_caps=False, timeout_ms=cfg.timeout_ms,
                               update=cfg.update_witnesses)
     trace = None
@@ -318,7 +327,7 @@ def _reach(table: Table, cfg: Config, action_name: str) -> list[Result]:
     ok = trace is not None and check(trace)
     scope = (f"bounded: witness of depth {len(trace.steps)}, N={trace.pool_size}" if trace
              else f"bounded: none within depth {cfg.search_depth}")
-    return [Result(f"reach/{action_name}", "reach", how, scope, "witness" if ok else "no-witness", ok,
+    return [Result(name, "reach", how, scope, "witness" if ok else "no-witness", ok,
                    time.perf_counter() - t0, action=action_name, trace=trace,
                    detail="" if ok else "the action is never enabled in a reachable state (dead action)")]
 
