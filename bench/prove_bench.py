@@ -30,8 +30,10 @@ def main() -> None:
 
     t0 = time.perf_counter()
     rep = prove(table, kinds=["init", "inductive"], jobs=1, config=Config(timeout_ms=tmo))
-    print(f"parametric init + 1-induction (any pool size): {len(rep.results)} obligations, "
-          f"{time.perf_counter() - t0:.1f} s, ok={rep.ok}")
+    print(
+        f"parametric init + 1-induction (any pool size): {len(rep.results)} obligations, "
+        f"{time.perf_counter() - t0:.1f} s, ok={rep.ok}"
+    )
 
     invs = [i for i in table.invariants if args.invariants is None or i.name in args.invariants]
     print()

@@ -26,8 +26,8 @@ from kvstate.spec.phases import CKV
 from kvstate.spec.table import Scope, Table
 
 from .cache import HeterogeneousKVCache, Request, UseContext
-from .errors import AlreadyReleased
 from .datacheck import verify_run
+from .errors import AlreadyReleased
 from .testdata import harness_tokens
 
 NAMESPACE = "kvstate-harness"
@@ -194,9 +194,13 @@ class Target:
     def check_data(self) -> list[str]:
         """Byte-exact check of everything each running request reads (optional protocol hook)."""
         tokens = harness_tokens(self.N * self.table.consts.L)
-        out = []
+        out: list[str] = []
         for r, ctx in enumerate(self._ctx):
-            if ctx is not None and ctx.run is not None and self.core.slots[r].request is ctx.request:
+            if (
+                ctx is not None
+                and ctx.run is not None
+                and self.core.slots[r].request is ctx.request
+            ):
                 out.extend(f"request {r}: {p}" for p in verify_run(ctx.run, tokens))
         return out
 

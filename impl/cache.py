@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 import torch
+
 from kvstate.kernels import gather_blocks
 from kvstate.spec.default import default_table
 from kvstate.spec.errors import GeometryError

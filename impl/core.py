@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 import torch
+
 from kvstate.kernels import KernelError
 from kvstate.spec.phases import CKV, Fmt, Indexer, Pipe, Req, Swa, Tail
 from kvstate.spec.table import Table

@@ -36,11 +36,17 @@ def verify_run(run: Run, tokens: np.ndarray) -> list[str]:
             for b in range(run.blocks):
                 block = pages[b * grp.pages_per_block : (b + 1) * grp.pages_per_block]
                 flat = block[:, : grp.entries_per_page * g.entry_bytes].reshape(-1, g.entry_bytes)
-                raw = expected_rows(grp.name, torch.tensor([layer]), torch.arange(b * n_e, (b + 1) * n_e),
-                                    torch.tensor(tokens[b * L + grp.ratio - 1 : (b + 1) * L : grp.ratio]),
-                                    g.entry_bytes)[0]
+                raw = expected_rows(
+                    grp.name,
+                    torch.tensor([layer]),
+                    torch.arange(b * n_e, (b + 1) * n_e),
+                    torch.tensor(tokens[b * L + grp.ratio - 1 : (b + 1) * L : grp.ratio]),
+                    g.entry_bytes,
+                )[0]
                 if not torch.equal(flat[: raw.shape[0]], raw):
-                    problems.append(f"compressed KV: {grp.name} layer {layer} block {b} bytes differ")
+                    problems.append(
+                        f"compressed KV: {grp.name} layer {layer} block {b} bytes differ"
+                    )
     # indexer pages are the keys of the compressed KV they index
     idx = core.tiers.indexer
     for li in range(idx.nl):
@@ -51,8 +57,13 @@ def verify_run(run: Run, tokens: np.ndarray) -> list[str]:
     lo = max(0, h - g.n_win)
     for layer in range(len(g.layers)):
         want = torch.zeros(g.n_win, g.entry_bytes, dtype=torch.uint8)
-        rows = expected_rows("swa", torch.tensor([layer]), torch.arange(lo, h), torch.tensor(tokens[lo:h]),
-                             g.entry_bytes)
+        rows = expected_rows(
+            "swa",
+            torch.tensor([layer]),
+            torch.arange(lo, h),
+            torch.tensor(tokens[lo:h]),
+            g.entry_bytes,
+        )
         want[g.n_win - (h - lo) :] = rows[0]
         if not torch.equal(run.read_window(layer), want):
             problems.append(f"SWA window: layer {layer} rows differ from positions [{lo}, {h})")
@@ -66,7 +77,9 @@ def verify_run(run: Run, tokens: np.ndarray) -> list[str]:
             problems.append(f"uncompressed tail: layer {layer}: {type(exc).__name__}: {exc}")
             continue
         q = torch.arange(h - m, h)
-        rows = expected_state_rows(torch.tensor([layer]), q, torch.tensor(tokens[h - m : h]), 2 * g.head_dim)[0]
+        rows = expected_state_rows(
+            torch.tensor([layer]), q, torch.tensor(tokens[h - m : h]), 2 * g.head_dim
+        )[0]
         if not torch.equal(state[:m], rows) or bool(state[m:].any()):
             problems.append(f"uncompressed tail: layer {layer} state at boundary {h} differs")
     bad_pins = run.verify_pins()

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
 from kvstate.kernels import block_checksum
 
 from .errors import CorruptEntry

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 import torch
+
 from kvstate.spec.phases import Graph
 
 from .meta import BlockMeta

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
+
 from kvstate.kernels import splice_tail
 from kvstate.spec.geometry import Geometry
 from kvstate.spec.layers import HitRule, Rule

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+
 from kvstate.spec.phases import CKV, Fmt, Indexer, Pipe, Req, Swa, Tail
 
 from .errors import InternalError

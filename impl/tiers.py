@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
+
 from kvstate.spec.geometry import Geometry
 from kvstate.spec.layers import HitRule
 

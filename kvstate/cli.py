@@ -51,24 +51,36 @@ def _cmd_prove(args: argparse.Namespace) -> int:
         table = table.with_geometry(preset(args.geometry))
     progress = None
     if args.format == "text" and not args.quiet and sys.stderr.isatty():
+
         def progress(r):  # type: ignore[no-untyped-def]
             print(f"  {r.obligation}: {r.status}", file=sys.stderr)
 
     try:
         from kvstate.proofs import Config
 
-        report = prove(table, depth=args.depth, only=args.only, jobs=args.jobs, progress=progress,
-                       config=Config(update_witnesses=args.update_witnesses))
+        report = prove(
+            table,
+            depth=args.depth,
+            only=args.only,
+            jobs=args.jobs,
+            progress=progress,
+            config=Config(update_witnesses=args.update_witnesses),
+        )
     except ValueError as exc:
         print(f"kvstate: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    out = {"text": lambda: render_text(report, verbose=args.verbose), "json": lambda: render_json(report),
-           "junit": lambda: render_junit(report)}[args.format]()
+    out = {
+        "text": lambda: render_text(report, verbose=args.verbose),
+        "json": lambda: render_json(report),
+        "junit": lambda: render_junit(report),
+    }[args.format]()
     if args.output:
         with open(args.output, "w", encoding="utf-8") as fh:
             fh.write(out + "\n")
-        print(f"kvstate prove: {'ok' if report.ok else 'FAILED'} ({len(report.results)} obligations, "
-              f"{report.seconds:.1f} s); report written to {args.output}")
+        print(
+            f"kvstate prove: {'ok' if report.ok else 'FAILED'} ({len(report.results)} obligations, "
+            f"{report.seconds:.1f} s); report written to {args.output}"
+        )
     else:
         print(out)
     return EXIT_OK if report.ok else EXIT_FAIL
@@ -87,10 +99,14 @@ def _cmd_graphs(args: argparse.Namespace) -> int:
         g = phase_graph(table, lc)
         rep = check_structure(g, lc)
         ok &= rep.ok
-        path = os.path.join(args.out, lc.component.lower().replace(" ", "_").replace("-", "_") + ".dot")
+        path = os.path.join(
+            args.out, lc.component.lower().replace(" ", "_").replace("-", "_") + ".dot"
+        )
         with open(path, "w", encoding="utf-8") as fh:
             fh.write(to_dot(g, lc))
-        print(f"{lc.component:<18} {rep.edges:>3} edges  {'ok' if rep.ok else 'PROBLEM'}  -> {path}")
+        print(
+            f"{lc.component:<18} {rep.edges:>3} edges  {'ok' if rep.ok else 'PROBLEM'}  -> {path}"
+        )
     return EXIT_OK if ok else EXIT_FAIL
 
 
@@ -101,21 +117,34 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="kvstate", description="Provable prefix-cache hits for hybrid-attention KV caches.")
+    p = _Parser(
+        prog="kvstate", description="Provable prefix-cache hits for hybrid-attention KV caches."
+    )
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
 
     pr = sub.add_parser("prove", help="prove the safeguards of a transition table with Z3")
-    pr.add_argument("--spec", default="default", help="built-in spec (default, small, deepseek-v4-flash) or module:attr")
+    pr.add_argument(
+        "--spec",
+        default="default",
+        help="built-in spec (default, small, deepseek-v4-flash) or module:attr",
+    )
     pr.add_argument("--geometry", default=None, help="replace the spec's geometry by a preset")
     pr.add_argument("--depth", type=int, default=None, help="BMC depth (default 4)")
-    pr.add_argument("--only", default=None, help="only obligations of this invariant, action or kind")
+    pr.add_argument(
+        "--only", default=None, help="only obligations of this invariant, action or kind"
+    )
     pr.add_argument("--format", choices=["text", "json", "junit"], default="text")
     pr.add_argument("-o", "--output", default=None, help="write the report to a file")
-    pr.add_argument("-j", "--jobs", type=int, default=None, help="worker processes (default: all cores)")
+    pr.add_argument(
+        "-j", "--jobs", type=int, default=None, help="worker processes (default: all cores)"
+    )
     pr.add_argument("-v", "--verbose", action="store_true", help="also print every witness trace")
     pr.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
-    pr.add_argument("--update-witnesses", action="store_true",
-                    help="store newly found witness traces in proofs/witnesses.json")
+    pr.add_argument(
+        "--update-witnesses",
+        action="store_true",
+        help="store newly found witness traces in proofs/witnesses.json",
+    )
     pr.set_defaults(func=_cmd_prove)
 
     gr = sub.add_parser("graphs", help="export each component's phase graph as DOT and check it")
@@ -123,15 +152,23 @@ def build_parser() -> argparse.ArgumentParser:
     gr.add_argument("--out", default="graphs")
     gr.set_defaults(func=_cmd_graphs)
 
-    fz = sub.add_parser("fuzz", help="fuzz an allocator against the model, step by step (Hypothesis)")
+    fz = sub.add_parser(
+        "fuzz", help="fuzz an allocator against the model, step by step (Hypothesis)"
+    )
     fz.add_argument("--spec", default="default")
-    fz.add_argument("--target", default="kvstate", help="'kvstate' (the built-in allocator), 'model', or module:factory")
+    fz.add_argument(
+        "--target",
+        default="kvstate",
+        help="'kvstate' (the built-in allocator), 'model', or module:factory",
+    )
     fz.add_argument("--examples", type=int, default=None)
     fz.add_argument("--steps", type=int, default=None)
     fz.add_argument("--seed", type=int, default=None)
     fz.add_argument("--profile", choices=["ci", "dev", "nightly"], default="ci")
     fz.add_argument("--pool", type=int, default=None, help="blocks in the fuzzed prefix chain")
-    fz.add_argument("--bug", action="append", default=[], help="plant a seeded bug in the built-in target")
+    fz.add_argument(
+        "--bug", action="append", default=[], help="plant a seeded bug in the built-in target"
+    )
     fz.set_defaults(func=_cmd_fuzz)
     return p
 

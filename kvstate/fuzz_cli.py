@@ -83,16 +83,31 @@ def run_fuzz_cli(args: argparse.Namespace, table: Table) -> int:
         if now - last[0] >= 5.0:
             last[0] = now
             steps = sum(v for k, v in counts.items() if not k.startswith("("))
-            print(f"  ... {done} examples, {steps} steps, {now - started:.0f} s", file=sys.stderr, flush=True)
+            print(
+                f"  ... {done} examples, {steps} steps, {now - started:.0f} s",
+                file=sys.stderr,
+                flush=True,
+            )
 
-    cls = build_state_machine(table, n, factory, stats=counts, seed_traces=reach_traces(table.name),
-                              on_example_end=progress)
+    cls = build_state_machine(
+        table,
+        n,
+        factory,
+        stats=counts,
+        seed_traces=reach_traces(table.name),
+        on_example_end=progress,
+    )
     if seed is not None:
         cls._hypothesis_internal_use_seed = seed  # type: ignore[attr-defined]
-    what = f"target {args.target}" + (f" with planted bug(s) {', '.join(args.bug)}" if args.bug else "")
-    print(f"kvstate fuzz: {what} vs table {table.name}, pool N={n}, profile {args.profile} "
-          f"({prof.max_examples} examples x {prof.stateful_step_count} steps), "
-          f"seed {'derandomized' if seed is None else seed}", flush=True)
+    what = f"target {args.target}" + (
+        f" with planted bug(s) {', '.join(args.bug)}" if args.bug else ""
+    )
+    print(
+        f"kvstate fuzz: {what} vs table {table.name}, pool N={n}, profile {args.profile} "
+        f"({prof.max_examples} examples x {prof.stateful_step_count} steps), "
+        f"seed {'derandomized' if seed is None else seed}",
+        flush=True,
+    )
     from hypothesis.stateful import run_state_machine_as_test
 
     try:
@@ -102,17 +117,27 @@ def run_fuzz_cli(args: argparse.Namespace, table: Table) -> int:
         run_state_machine_as_test(cls, settings=prof)
     except (AssertionError, HypothesisException, Exception) as exc:  # noqa: BLE001
         print("", flush=True)
-        print(f"kvstate fuzz: FAILED after {time.monotonic() - started:.1f} s: {type(exc).__name__}: {exc}")
-        print(f"  rerun: kvstate fuzz --target {args.target}"
-              + "".join(f" --bug {b}" for b in args.bug)
-              + f" --profile {args.profile}" + (f" --seed {seed}" if seed is not None else "")
-              + (f" --examples {args.examples}" if args.examples else "")
-              + (f" --steps {args.steps}" if args.steps else "") + (f" --pool {args.pool}" if args.pool else ""))
-        print("  (the shrunk trace and the @reproduce_failure blob are printed above by Hypothesis)")
+        print(
+            f"kvstate fuzz: FAILED after {time.monotonic() - started:.1f} s: {type(exc).__name__}: {exc}"
+        )
+        print(
+            f"  rerun: kvstate fuzz --target {args.target}"
+            + "".join(f" --bug {b}" for b in args.bug)
+            + f" --profile {args.profile}"
+            + (f" --seed {seed}" if seed is not None else "")
+            + (f" --examples {args.examples}" if args.examples else "")
+            + (f" --steps {args.steps}" if args.steps else "")
+            + (f" --pool {args.pool}" if args.pool else "")
+        )
+        print(
+            "  (the shrunk trace and the @reproduce_failure blob are printed above by Hypothesis)"
+        )
         return 1
     steps = sum(v for k, v in counts.items() if not k.startswith("("))
-    print(f"kvstate fuzz: ok, {steps} lockstep steps and {counts['(refused)']} refused actions checked "
-          f"in {time.monotonic() - started:.1f} s")
+    print(
+        f"kvstate fuzz: ok, {steps} lockstep steps and {counts['(refused)']} refused actions checked "
+        f"in {time.monotonic() - started:.1f} s"
+    )
     print("action counts:")
     for a in table.actions:
         print(f"  {a.name:<16} {counts[a.name]:>7}")

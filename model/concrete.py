@@ -24,7 +24,9 @@ class GuardError(Exception):
     """An action was stepped in a state where its guard is false."""
 
     def __init__(self, action: str, params: Mapping[str, Any], failed: list[str]) -> None:
-        super().__init__(f"{action}({_fmt_params(params)}) is disabled: guard {', '.join(failed)} false")
+        super().__init__(
+            f"{action}({_fmt_params(params)}) is disabled: guard {', '.join(failed)} false"
+        )
         self.action = action
         self.params = dict(params)
         self.failed = failed
@@ -85,7 +87,9 @@ class Machine:
             return range(1, self.k.lease_max + 1)
         return [int(f) for f in Fmt]
 
-    def param_space(self, action: Action, *, tokens_step: int | None = None) -> Iterator[dict[str, Any]]:
+    def param_space(
+        self, action: Action, *, tokens_step: int | None = None
+    ) -> Iterator[dict[str, Any]]:
         doms = []
         for p in action.params:
             d = self.domain(p.kind)
@@ -96,7 +100,9 @@ class Machine:
             yield {p.name: v for p, v in zip(action.params, combo, strict=True)}
 
     # ---- transitions --------------------------------------------------------------------
-    def failed_conjuncts(self, s: ConcreteState, action: Action | str, params: Mapping[str, Any]) -> list[str]:
+    def failed_conjuncts(
+        self, s: ConcreteState, action: Action | str, params: Mapping[str, Any]
+    ) -> list[str]:
         a = self.table.action(action) if isinstance(action, str) else action
         p = SimpleNamespace(**params)
         return [c.name for c in a.guard if not c.fn(s, p)]
@@ -104,13 +110,17 @@ class Machine:
     def is_enabled(self, s: ConcreteState, action: Action | str, params: Mapping[str, Any]) -> bool:
         return not self.failed_conjuncts(s, action, params)
 
-    def enabled(self, s: ConcreteState, *, tokens_step: int | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
+    def enabled(
+        self, s: ConcreteState, *, tokens_step: int | None = None
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
         for a in self.table.actions:
             for params in self.param_space(a, tokens_step=tokens_step):
                 if self.is_enabled(s, a, params):
                     yield a.name, params
 
-    def step(self, s: ConcreteState, action: Action | str, params: Mapping[str, Any]) -> ConcreteState:
+    def step(
+        self, s: ConcreteState, action: Action | str, params: Mapping[str, Any]
+    ) -> ConcreteState:
         """The successor state; raises :class:`GuardError` (state untouched) if disabled."""
         a = self.table.action(action) if isinstance(action, str) else action
         self._check_params(a, params)
@@ -134,7 +144,9 @@ class Machine:
     def _check_params(self, a: Action, params: Mapping[str, Any]) -> None:
         names = {p.name for p in a.params}
         if set(params) != names:
-            raise SpecError(f"action {a.name!r} takes parameters {sorted(names)}, got {sorted(params)}")
+            raise SpecError(
+                f"action {a.name!r} takes parameters {sorted(names)}, got {sorted(params)}"
+            )
         for q in a.params:
             v = params[q.name]
             if not isinstance(v, int) or isinstance(v, bool):
@@ -144,10 +156,14 @@ class Machine:
                     raise SpecError(f"action {a.name!r}: address {q.name}={v} is negative")
                 continue
             if v not in self.domain(q.kind):
-                raise SpecError(f"action {a.name!r}: parameter {q.name}={v!r} outside its {q.kind.value} domain")
+                raise SpecError(
+                    f"action {a.name!r}: parameter {q.name}={v!r} outside its {q.kind.value} domain"
+                )
 
     # ---- invariants ---------------------------------------------------------------------
-    def violations(self, s: ConcreteState, invariants: list[Invariant] | None = None) -> list[Violation]:
+    def violations(
+        self, s: ConcreteState, invariants: list[Invariant] | None = None
+    ) -> list[Violation]:
         out: list[Violation] = []
         for inv in invariants if invariants is not None else self.table.invariants:
             for r in range(self.k.R) if inv.per_request else [None]:
@@ -161,7 +177,9 @@ class Machine:
                             break
         return out
 
-    def run(self, trace: list[tuple[str, Mapping[str, Any]]], s: ConcreteState | None = None) -> list[ConcreteState]:
+    def run(
+        self, trace: list[tuple[str, Mapping[str, Any]]], s: ConcreteState | None = None
+    ) -> list[ConcreteState]:
         """States along a trace of (action, params), starting from ``s`` or Init."""
         states = [s if s is not None else self.init()]
         for name, params in trace:

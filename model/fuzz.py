@@ -30,11 +30,15 @@ from .concrete import GuardError, Machine
 OUTPUT_KINDS = (ParamKind.ADDR, ParamKind.FMT)  # chosen by the target, fed to the model
 ADDRESS_VARS = ("addr", "gaddr", "paddr")
 
-settings.register_profile("ci", derandomize=True, max_examples=60, stateful_step_count=40, deadline=None,
-                          print_blob=True)
-settings.register_profile("dev", max_examples=300, stateful_step_count=50, deadline=None, print_blob=True)
-settings.register_profile("nightly", max_examples=5000, stateful_step_count=100, deadline=None,
-                          print_blob=True)
+settings.register_profile(
+    "ci", derandomize=True, max_examples=60, stateful_step_count=40, deadline=None, print_blob=True
+)
+settings.register_profile(
+    "dev", max_examples=300, stateful_step_count=50, deadline=None, print_blob=True
+)
+settings.register_profile(
+    "nightly", max_examples=5000, stateful_step_count=100, deadline=None, print_blob=True
+)
 
 
 class Target(Protocol):
@@ -68,7 +72,9 @@ class ModelTarget:
             outs = {}
             for q in action.params:
                 if q.kind in OUTPUT_KINDS and q.name not in params:
-                    params[q.name] = outs[q.name] = 0 if q.kind is ParamKind.FMT else 3 * self.m.N + 1
+                    params[q.name] = outs[q.name] = (
+                        0 if q.kind is ParamKind.FMT else 3 * self.m.N + 1
+                    )
             try:
                 self.s = self.m.step(self.s, action, params)
             except GuardError as exc:
@@ -155,7 +161,11 @@ def build_state_machine(
                 outs = {q.name: 0 for q in a.params if q.kind in OUTPUT_KINDS}
                 res = []
                 for params in machine.param_space(a):
-                    if any(q.name in params and params[q.name] != 0 for q in a.params if q.kind in OUTPUT_KINDS):
+                    if any(
+                        q.name in params and params[q.name] != 0
+                        for q in a.params
+                        if q.kind in OUTPUT_KINDS
+                    ):
                         continue
                     if machine.is_enabled(self.model, a, {**params, **outs}):
                         res.append({q.name: params[q.name] for q in inputs})
@@ -190,9 +200,11 @@ def build_state_machine(
             except ActionRefused:
                 pass
             else:
-                raise AssertionError(f"target performed {a.name}({inputs}) although its guard "
-                                     f"{machine.failed_conjuncts(self.model, a, {**inputs, **outs})} is false"
-                                     f" (after {' ; '.join(self.trace[-8:]) or 'Init'})")
+                raise AssertionError(
+                    f"target performed {a.name}({inputs}) although its guard "
+                    f"{machine.failed_conjuncts(self.model, a, {**inputs, **outs})} is false"
+                    f" (after {' ; '.join(self.trace[-8:]) or 'Init'})"
+                )
             after = self.target.observe()
             assert diff(before, after, table) == [], f"refused {a.name} still changed state"
             counts["(refused)"] += 1
@@ -202,13 +214,17 @@ def build_state_machine(
             try:
                 out = method(**inputs) or {}
             except Exception as exc:  # noqa: BLE001 - any target failure on an allowed step is a finding
-                raise AssertionError(f"target failed {a.name}({inputs}), which the model allows, after "
-                                     f"{' ; '.join(self.trace[-8:]) or 'Init'}: {type(exc).__name__}: {exc}") from exc
+                raise AssertionError(
+                    f"target failed {a.name}({inputs}), which the model allows, after "
+                    f"{' ; '.join(self.trace[-8:]) or 'Init'}: {type(exc).__name__}: {exc}"
+                ) from exc
             params = dict(inputs)
             for q in a.params:
                 if q.kind in OUTPUT_KINDS:
                     if q.name not in out:
-                        raise AssertionError(f"target's {a.name} did not return output parameter {q.name!r}")
+                        raise AssertionError(
+                            f"target's {a.name} did not return output parameter {q.name!r}"
+                        )
                     params[q.name] = int(out[q.name])
             self.model = machine.step(self.model, a, params)
             self._enabled = None
@@ -224,16 +240,26 @@ def build_state_machine(
             assert not viol, f"model invariant broken: {', '.join(map(str, viol))}"
             observed = self.target.observe()
             d = diff(self.model.values, observed, table)
-            assert not d, "implementation diverges from the model after " + (
-                " ; ".join(self.trace[-8:]) or "Init") + ":\n  " + "\n  ".join(d)
-            obs_state = ConcreteState(canonical(observed, table), n, table.consts, self.model._req_names)
+            assert not d, (
+                "implementation diverges from the model after "
+                + (" ; ".join(self.trace[-8:]) or "Init")
+                + ":\n  "
+                + "\n  ".join(d)
+            )
+            obs_state = ConcreteState(
+                canonical(observed, table), n, table.consts, self.model._req_names
+            )
             bad = machine.violations(obs_state)
             assert not bad, f"observed state breaks {', '.join(map(str, bad))}"
             check_data = getattr(self.target, "check_data", None)
             if callable(check_data):
                 problems = check_data()
-                assert not problems, "data read by a running request is wrong after " + (
-                    " ; ".join(self.trace[-8:]) or "Init") + ":\n  " + "\n  ".join(problems)
+                assert not problems, (
+                    "data read by a running request is wrong after "
+                    + (" ; ".join(self.trace[-8:]) or "Init")
+                    + ":\n  "
+                    + "\n  ".join(problems)
+                )
 
         def teardown(self) -> None:
             # Steer towards long, varied walks: distinct actions fired in this example.
@@ -252,10 +278,19 @@ def build_state_machine(
         def step(self: Any, data: st.DataObject) -> None:
             options = self.enabled_inputs(a)
             # Whole-LCM-block hit lengths are the interesting ones; keep a few ragged ones too.
-            aligned = [o for o in options if all(
-                o[q.name] % table.consts.L == 0 for q in a.params if q.kind is ParamKind.TOKENS)]
+            aligned = [
+                o
+                for o in options
+                if all(
+                    o[q.name] % table.consts.L == 0 for q in a.params if q.kind is ParamKind.TOKENS
+                )
+            ]
             pool = st.sampled_from(aligned) if aligned and len(aligned) < len(options) else None
-            strategy = st.sampled_from(options) if pool is None else st.one_of(pool, pool, pool, st.sampled_from(options))
+            strategy = (
+                st.sampled_from(options)
+                if pool is None
+                else st.one_of(pool, pool, pool, st.sampled_from(options))
+            )
             inputs = data.draw(strategy, label=a.name)
             self.perform(a, inputs)
 
@@ -267,6 +302,7 @@ def build_state_machine(
 
     seeds = [[(name, dict(params)) for name, params in tr] for tr in seed_traces]
     if seeds:
+
         @initialize(data=st.data())
         def warm_up(self: Any, data: st.DataObject) -> None:
             i = data.draw(st.sampled_from(range(-1, len(seeds))), label="warm-up witness")
@@ -277,6 +313,7 @@ def build_state_machine(
         Conformance.warm_up = warm_up  # type: ignore[attr-defined]
 
     if check_refusals:
+
         @rule(data=st.data())
         def refuses_disabled(self: Any, data: st.DataObject) -> None:
             # Near misses first: actions whose guard fails on exactly one conjunct are where an
@@ -286,7 +323,9 @@ def build_state_machine(
                 a_name, inputs = data.draw(st.sampled_from(near), label="disabled action")
                 self.expect_refusal(table.action(a_name), dict(inputs))
                 return
-            a = table.action(data.draw(st.sampled_from([x.name for x in table.actions]), label="disabled action"))
+            a = table.action(
+                data.draw(st.sampled_from([x.name for x in table.actions]), label="disabled action")
+            )
             inputs = {}
             for q in _inputs(a):
                 dom = machine.domain(q.kind)
@@ -302,8 +341,11 @@ def build_state_machine(
     return Conformance
 
 
-def replay_seeds(machine_cls: type[RuleBasedStateMachine], table: Table,
-                 seeds: Sequence[Sequence[tuple[str, Mapping[str, int]]]]) -> None:
+def replay_seeds(
+    machine_cls: type[RuleBasedStateMachine],
+    table: Table,
+    seeds: Sequence[Sequence[tuple[str, Mapping[str, int]]]],
+) -> None:
     """Deterministic coverage pass: each seed trace in lockstep from Init, checked every step.
 
     Like Hypothesis' ``@example`` for state machines: it guarantees every seeded path (e.g. every

@@ -21,7 +21,16 @@ import z3
 from kvstate.spec.phases import LIFECYCLES, Lifecycle
 from kvstate.spec.table import ParamKind, Scope, Table
 
-from .symbolic import bind, block_in_pool, fresh_params, fresh_state, guard, instances, inv_holds, successor
+from .symbolic import (
+    bind,
+    block_in_pool,
+    fresh_params,
+    fresh_state,
+    guard,
+    instances,
+    inv_holds,
+    successor,
+)
 
 
 def _phase_term(s: object, lc: Lifecycle, table: Table, sk: z3.ArithRef) -> z3.ArithRef:

@@ -60,7 +60,9 @@ class Vec:
         return Vec([z3.If(index == i, value, x) for i, x in enumerate(self.items)])
 
     def eq(self, other: Vec) -> Any:
-        return z3.And(*[a == b for a, b in zip(self.items, other.items, strict=True)], z3.BoolVal(True))
+        return z3.And(
+            *[a == b for a, b in zip(self.items, other.items, strict=True)], z3.BoolVal(True)
+        )
 
     def ite(self, cond: Any, other: Vec) -> Vec:
         """``If(cond, self, other)`` elementwise."""
@@ -102,7 +104,9 @@ class SymState:
             return self._v[name]
         except KeyError:
             if name in self._req:
-                raise AttributeError(f"{name!r} is per-request: read it as s.req(r).{name}") from None
+                raise AttributeError(
+                    f"{name!r} is per-request: read it as s.req(r).{name}"
+                ) from None
             raise AttributeError(f"unknown state variable {name!r}") from None
 
     def req(self, r: int) -> _ReqView:
@@ -121,11 +125,15 @@ class SymState:
         if self.mode == "expand":
             bound = self.N if isinstance(self.N, int) else self.nmax
             assert bound is not None, "expand mode needs a concrete or bounded pool"
-            return z3.And(*[z3.Implies(within(i), body(z3.IntVal(i))) for i in range(bound)], z3.BoolVal(True))
+            return z3.And(
+                *[z3.Implies(within(i), body(z3.IntVal(i))) for i in range(bound)], z3.BoolVal(True)
+            )
         if self.mode == "goal":
             raise TypeError("an invariant may not quantify over blocks: use its per_block part")
         if self.mode == "inst":
-            return z3.And(*[z3.Implies(within(t), body(t)) for t in self.inst_terms], z3.BoolVal(True))
+            return z3.And(
+                *[z3.Implies(within(t), body(t)) for t in self.inst_terms], z3.BoolVal(True)
+            )
         x = z3.Int(f"q!{next(_counter)}")
         return z3.ForAll([x], z3.Implies(within(x), body(x)))
 
@@ -220,11 +228,15 @@ def fresh_params(table: Table, prefix: str, N: Any) -> Params:
         ParamKind.FMT: z3.Int(f"{prefix}f"),
     }
     dom = [
-        v[ParamKind.BLOCK] >= 0, v[ParamKind.BLOCK] < N,
-        v[ParamKind.TOKENS] >= 0, v[ParamKind.TOKENS] <= N * k.L,
+        v[ParamKind.BLOCK] >= 0,
+        v[ParamKind.BLOCK] < N,
+        v[ParamKind.TOKENS] >= 0,
+        v[ParamKind.TOKENS] <= N * k.L,
         v[ParamKind.ADDR] >= 0,
-        v[ParamKind.TICKS] >= 1, v[ParamKind.TICKS] <= k.lease_max,
-        v[ParamKind.FMT] >= min(Fmt), v[ParamKind.FMT] <= max(Fmt),
+        v[ParamKind.TICKS] >= 1,
+        v[ParamKind.TICKS] <= k.lease_max,
+        v[ParamKind.FMT] >= min(Fmt),
+        v[ParamKind.FMT] <= max(Fmt),
     ]
     if isinstance(N, int):
         dom.append(v[ParamKind.ADDR] < 4 * N)
@@ -244,7 +256,7 @@ class Instance:
 
 
 def instances(table: Table, actions: Iterable[Action] | None = None) -> list[Instance]:
-    out = []
+    out: list[Instance] = []
     for a in actions if actions is not None else table.actions:
         if a.request_scoped:
             out.extend(Instance(a, r) for r in range(table.consts.R))
@@ -261,7 +273,9 @@ def bind(inst: Instance, params: Params) -> SimpleNamespace:
 
 
 def guard(s: SymState, inst: Instance, p: SimpleNamespace, skip: Sequence[str] = ()) -> Any:
-    return z3.And(*[_as_bool(c.fn(s, p)) for c in inst.action.guard if c.name not in skip], z3.BoolVal(True))
+    return z3.And(
+        *[_as_bool(c.fn(s, p)) for c in inst.action.guard if c.name not in skip], z3.BoolVal(True)
+    )
 
 
 def _as_bool(x: Any) -> Any:
@@ -289,7 +303,15 @@ def post(s: SymState, inst: Instance, p: SimpleNamespace) -> dict[str, Any]:
 
 def successor(s: SymState, inst: Instance, p: SimpleNamespace) -> SymState:
     """The post-state as terms (frame: everything not updated is unchanged)."""
-    nxt = SymState(s.table, s.N, s.mode, s.nmax, s.inst_terms, dict(s._v), {k: list(v) for k, v in s._req.items()})
+    nxt = SymState(
+        s.table,
+        s.N,
+        s.mode,
+        s.nmax,
+        s.inst_terms,
+        dict(s._v),
+        {k: list(v) for k, v in s._req.items()},
+    )
     for name, val in post(s, inst, p).items():
         if name in nxt._req:
             nxt._req[name] = val
@@ -309,19 +331,29 @@ def inv_holds(s: SymState, inv: Invariant, terms: Sequence[Any]) -> Any:
         if inv.per_block is not None:
             if s.mode == "forall":
                 x = z3.Int(f"h!{next(_counter)}")
-                parts.append(z3.ForAll([x], z3.Implies(z3.And(x >= 0, x < s.N), _as_bool(inv.per_block(*args, x)))))
+                parts.append(
+                    z3.ForAll(
+                        [x], z3.Implies(z3.And(x >= 0, x < s.N), _as_bool(inv.per_block(*args, x)))
+                    )
+                )
             elif s.mode == "expand":
                 bound = s.N if isinstance(s.N, int) else s.nmax
                 assert bound is not None
                 parts.extend(
-                    z3.Implies(z3.IntVal(i) < s.N, _as_bool(inv.per_block(*args, z3.IntVal(i)))) for i in range(bound)
+                    z3.Implies(z3.IntVal(i) < s.N, _as_bool(inv.per_block(*args, z3.IntVal(i))))
+                    for i in range(bound)
                 )
             else:
-                parts.extend(z3.Implies(z3.And(t >= 0, t < s.N), _as_bool(inv.per_block(*args, t))) for t in terms)
+                parts.extend(
+                    z3.Implies(z3.And(t >= 0, t < s.N), _as_bool(inv.per_block(*args, t)))
+                    for t in terms
+                )
     return z3.And(*parts, z3.BoolVal(True))
 
 
-def inv_violated(s: SymState, inv: Invariant, skolem: Any) -> tuple[Any, list[tuple[Any, int | None]]]:
+def inv_violated(
+    s: SymState, inv: Invariant, skolem: Any
+) -> tuple[Any, list[tuple[Any, int | None]]]:
     """Negated invariant with the per-block part at a Skolem block; also per-request labels."""
     disj = []
     labels: list[tuple[Any, int | None]] = []

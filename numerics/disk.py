@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 import torch
+
 from kvstate.spec.geometry import SwaDiskPolicy
 
 from .model import HybridModel, Tokens

@@ -42,8 +42,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-from kvstate.spec.geometry import Geometry, small
 from torch import Tensor
+
+from kvstate.spec.geometry import Geometry, small
 
 from .state import (
     DTYPE,

@@ -32,8 +32,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
-from kvstate.spec.geometry import Geometry, LayerKind
 from torch import Tensor
+
+from kvstate.spec.geometry import Geometry, LayerKind
 
 DTYPE = torch.float32
 

@@ -9,4 +9,14 @@ from .report import render_json, render_junit, render_text
 from .results import Result, Step, Trace
 from .runner import Report, prove
 
-__all__ = ["Config", "Report", "Result", "Step", "Trace", "prove", "render_json", "render_junit", "render_text"]
+__all__ = [
+    "Config",
+    "Report",
+    "Result",
+    "Step",
+    "Trace",
+    "prove",
+    "render_json",
+    "render_junit",
+    "render_text",
+]

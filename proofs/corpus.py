@@ -31,7 +31,9 @@ def _base() -> Table:
 
 
 def evict_without_refcount() -> Table:
-    return _base().derive(name="evict without the reference-count guard", drop_guard=[("evict_start", "unpinned")])
+    return _base().derive(
+        name="evict without the reference-count guard", drop_guard=[("evict_start", "unpinned")]
+    )
 
 
 def use_without_pinning() -> Table:
@@ -39,8 +41,10 @@ def use_without_pinning() -> Table:
 
 
 def replay_without_recapture() -> Table:
-    return _base().derive(name="replay after a recovery without recapture",
-                          update={("load_done", "graph"): lambda s, p: s.graph})
+    return _base().derive(
+        name="replay after a recovery without recapture",
+        update={("load_done", "graph"): lambda s, p: s.graph},
+    )
 
 
 def admit_past_io_cap() -> Table:
@@ -55,8 +59,10 @@ def _indexer_present_only(s, p):  # type: ignore[no-untyped-def]
 
 
 def skip_indexer_version() -> Table:
-    return _base().derive(name="hit that skips the indexer version check",
-                          replace_guard={("validate", "L3.indexer_synced"): _indexer_present_only})
+    return _base().derive(
+        name="hit that skips the indexer version check",
+        replace_guard={("validate", "L3.indexer_synced"): _indexer_present_only},
+    )
 
 
 def unaligned_hit() -> Table:
@@ -73,22 +79,69 @@ def _unaligned_match(trace: list[tuple[str, dict[str, int]]]) -> bool:
 
 CORPUS: tuple[Case, ...] = (
     Case("default", "the default table", _base, True),
-    Case("default_32", "the default table with 32-token compressed blocks",
-         lambda: default_table(small(32)), True),
-    Case("evict_without_refcount", "evict_start without its unpinned conjunct", evict_without_refcount, False,
-         "toctou", ("pin", "validate", "evict_start")),
-    Case("use_without_pinning", "validate (then use) without holding pins", use_without_pinning, False,
-         "toctou", ("match", "validate")),
-    Case("replay_without_recapture", "load_done moves a buffer but leaves the graph replayable",
-         replay_without_recapture, False, "graph_topology", ("capture", "load_done")),
-    Case("admit_past_io_cap", "load_start ignores the I/O cap", admit_past_io_cap, False,
-         "admission_cap", ("load_start", "load_start")),
-    Case("skip_indexer_version", "validate checks indexer presence but not its version",
-         skip_indexer_version, False, "hit_soundness", ("index_update", "seal", "validate")),
-    Case("unaligned_hit", "validate without the LCM alignment rule", unaligned_hit, False,
-         "hit_soundness", ("match", "validate"), _unaligned_match),
-    Case("offload_pinned", "offload starts moving a block a checked request reads", offload_pinned, False,
-         "toctou", ("validate", "offload")),
+    Case(
+        "default_32",
+        "the default table with 32-token compressed blocks",
+        lambda: default_table(small(32)),
+        True,
+    ),
+    Case(
+        "evict_without_refcount",
+        "evict_start without its unpinned conjunct",
+        evict_without_refcount,
+        False,
+        "toctou",
+        ("pin", "validate", "evict_start"),
+    ),
+    Case(
+        "use_without_pinning",
+        "validate (then use) without holding pins",
+        use_without_pinning,
+        False,
+        "toctou",
+        ("match", "validate"),
+    ),
+    Case(
+        "replay_without_recapture",
+        "load_done moves a buffer but leaves the graph replayable",
+        replay_without_recapture,
+        False,
+        "graph_topology",
+        ("capture", "load_done"),
+    ),
+    Case(
+        "admit_past_io_cap",
+        "load_start ignores the I/O cap",
+        admit_past_io_cap,
+        False,
+        "admission_cap",
+        ("load_start", "load_start"),
+    ),
+    Case(
+        "skip_indexer_version",
+        "validate checks indexer presence but not its version",
+        skip_indexer_version,
+        False,
+        "hit_soundness",
+        ("index_update", "seal", "validate"),
+    ),
+    Case(
+        "unaligned_hit",
+        "validate without the LCM alignment rule",
+        unaligned_hit,
+        False,
+        "hit_soundness",
+        ("match", "validate"),
+        _unaligned_match,
+    ),
+    Case(
+        "offload_pinned",
+        "offload starts moving a block a checked request reads",
+        offload_pinned,
+        False,
+        "toctou",
+        ("validate", "offload"),
+    ),
 )
 
 

@@ -80,7 +80,11 @@ def check_init(table: Table, inv: Invariant, timeout_ms: int = 20000) -> Inducti
 
 
 def check_inductive(
-    table: Table, inv: Invariant, inst: Instance, timeout_ms: int = 20000, assume: Sequence[Invariant] | None = None
+    table: Table,
+    inv: Invariant,
+    inst: Instance,
+    timeout_ms: int = 20000,
+    assume: Sequence[Invariant] | None = None,
 ) -> InductionOutcome:
     """Invariants(s) and guard(s, p) and s' = step(s, p) imply inv(s'), for any pool size."""
     hyps_invs = list(assume) if assume is not None else proof_invariants(table)
@@ -269,7 +273,9 @@ def replay(table: Table, n: int, steps: list[Step], start: dict[str, Any] | None
     return Trace(tuple(steps), n, start, viol, replayed=True)
 
 
-def bmc_find(table: Table, depth: int, N: int, goal: Any, timeout_ms: int = 60000) -> tuple[str, Trace | None]:
+def bmc_find(
+    table: Table, depth: int, N: int, goal: Any, timeout_ms: int = 60000
+) -> tuple[str, Trace | None]:
     """``goal(unrolling)`` is a Z3 condition; returns sat/unsat/unknown and a replayed trace."""
     u = unroll(table, depth, N)
     solver = _solver(timeout_ms)

@@ -43,7 +43,9 @@ from kvstate.spec.phases import LIFECYCLES
 from kvstate.spec.state import invariant_reads
 from kvstate.spec.table import Invariant, ParamKind, Table
 
+from . import witnesses
 from .engine import (
+    _cti_trace,
     _verdict,
     bmc_find,
     check_init,
@@ -53,9 +55,7 @@ from .engine import (
     proof_invariants,
     replay,
     violation_goal,
-    _cti_trace,
 )
-from . import witnesses
 from .results import Result, Trace
 
 UNBOUNDED = "unbounded: any pool size, any depth (requests expanded: R={R})"
@@ -97,8 +97,16 @@ def plan(table: Table, cfg: Config, only: str | None = None) -> list[Unit]:
         units.append(Unit("reach", "reach/use+hit", ("use", True)))
     for inv in table.invariants:
         for a_name, c_name in inv.protected_by:
-            if any(a.name == a_name and any(c.name == c_name for c in a.guard) for a in table.actions):
-                units.append(Unit("anti-vacuity", f"anti-vacuity/{inv.name}/{a_name}.{c_name}", (inv.name, a_name, c_name)))
+            if any(
+                a.name == a_name and any(c.name == c_name for c in a.guard) for a in table.actions
+            ):
+                units.append(
+                    Unit(
+                        "anti-vacuity",
+                        f"anti-vacuity/{inv.name}/{a_name}.{c_name}",
+                        (inv.name, a_name, c_name),
+                    )
+                )
     if only:
         units = [u for u in units if _matches(u, only, table)]
     return units
@@ -125,8 +133,18 @@ def run_unit(table: Table, unit: Unit, cfg: Config, only: str | None = None) -> 
     try:
         results = fn(table, cfg, *unit.args)
     except Exception as exc:  # noqa: BLE001 - an obligation that crashes is reported, not fatal
-        return [Result(unit.name, unit.kind, "-", "-", "error", False, time.perf_counter() - t0,
-                       detail=f"{type(exc).__name__}: {exc}")]
+        return [
+            Result(
+                unit.name,
+                unit.kind,
+                "-",
+                "-",
+                "error",
+                False,
+                time.perf_counter() - t0,
+                detail=f"{type(exc).__name__}: {exc}",
+            )
+        ]
     if only and unit.kind == "inductive" and any(i.name == only for i in table.invariants):
         results = [r for r in results if r.invariant == only]
     return results
@@ -143,9 +161,18 @@ def _structure(table: Table, cfg: Config, component: str) -> list[Result]:
         detail += f"; unreachable from {lc.initial.name}: {', '.join(rep.unreachable)}"
     if rep.traps:
         detail += f"; trap phases (no way back to rest): {', '.join(rep.traps)}"
-    return [Result(f"structure/{component}", "structure", "phase graph from guards (Z3) + networkx",
-                   "unbounded: every state satisfying the invariants", "proved" if rep.ok else "violated",
-                   rep.ok, time.perf_counter() - t0, detail=detail)]
+    return [
+        Result(
+            f"structure/{component}",
+            "structure",
+            "phase graph from guards (Z3) + networkx",
+            "unbounded: every state satisfying the invariants",
+            "proved" if rep.ok else "violated",
+            rep.ok,
+            time.perf_counter() - t0,
+            detail=detail,
+        )
+    ]
 
 
 def _init(table: Table, cfg: Config, inv_name: str) -> list[Result]:
@@ -154,16 +181,38 @@ def _init(table: Table, cfg: Config, inv_name: str) -> list[Result]:
     if inv.bounded:
         from kvstate.model.concrete import Machine
 
-        bad = [n for n in cfg.k_pools if Machine(table, n).violations(Machine(table, n).init(), [inv])]
+        bad = [
+            n for n in cfg.k_pools if Machine(table, n).violations(Machine(table, n).init(), [inv])
+        ]
         ok = not bad
-        return [Result(f"init/{inv_name}", "init", "concrete evaluation", f"bounded: N in {list(cfg.k_pools)}",
-                       "proved" if ok else "violated", ok, time.perf_counter() - t0, invariant=inv_name,
-                       detail="" if ok else f"Init violates it at N={bad}")]
+        return [
+            Result(
+                f"init/{inv_name}",
+                "init",
+                "concrete evaluation",
+                f"bounded: N in {list(cfg.k_pools)}",
+                "proved" if ok else "violated",
+                ok,
+                time.perf_counter() - t0,
+                invariant=inv_name,
+                detail="" if ok else f"Init violates it at N={bad}",
+            )
+        ]
     out = check_init(table, inv, cfg.timeout_ms)
     ok = out.status == "proved"
-    return [Result(f"init/{inv_name}", "init", "Z3 (parametric N)", UNBOUNDED.format(R=table.consts.R),
-                   out.status if out.status != "cti" else "violated", ok, time.perf_counter() - t0,
-                   invariant=inv_name, detail=out.detail)]
+    return [
+        Result(
+            f"init/{inv_name}",
+            "init",
+            "Z3 (parametric N)",
+            UNBOUNDED.format(R=table.consts.R),
+            out.status if out.status != "cti" else "violated",
+            ok,
+            time.perf_counter() - t0,
+            invariant=inv_name,
+            detail=out.detail,
+        )
+    ]
 
 
 def _inductive(table: Table, cfg: Config, action_name: str) -> list[Result]:
@@ -175,9 +224,17 @@ def _inductive(table: Table, cfg: Config, action_name: str) -> list[Result]:
     # Frame rule: an action that modifies none of the variables an invariant reads preserves it.
     framed = [inv for inv in invs if not (invariant_reads(table, inv) & a.modifies)]
     for inv in framed:
-        results[inv.name] = Result(f"inductive/{inv.name}/{action_name}", "inductive",
-                                   "frame: modifies none of its variables", UNBOUNDED.format(R=table.consts.R),
-                                   "proved", True, 0.0, invariant=inv.name, action=action_name)
+        results[inv.name] = Result(
+            f"inductive/{inv.name}/{action_name}",
+            "inductive",
+            "frame: modifies none of its variables",
+            UNBOUNDED.format(R=table.consts.R),
+            "proved",
+            True,
+            0.0,
+            invariant=inv.name,
+            action=action_name,
+        )
     invs_to_check = [inv for inv in invs if inv not in framed]
     for inst in insts if invs_to_check else []:
         prepared = {mode: _prepare(table, inst, invs, mode, cfg) for mode in ("inst",)}
@@ -188,31 +245,61 @@ def _inductive(table: Table, cfg: Config, action_name: str) -> list[Result]:
                 # Instantiation is incomplete: confirm with real quantifiers (briefly; a trace
                 # search follows anyway if it is still not proved).
                 prep_f = _prepare(table, inst, invs, "forall", cfg)
-                status, mode = _check_prepared(prep_f, inv, cfg, timeout_ms=min(cfg.timeout_ms, 10000))
+                status, mode = _check_prepared(
+                    prep_f, inv, cfg, timeout_ms=min(cfg.timeout_ms, 10000)
+                )
             prev = results.get(inv.name)
             dt = time.perf_counter() - t0 + (prev.seconds if prev else 0.0)
-            method = "Z3 1-induction, Skolem block" + (" + instantiation" if mode == "inst" else " + ForAll")
+            method = "Z3 1-induction, Skolem block" + (
+                " + instantiation" if mode == "inst" else " + ForAll"
+            )
             if status == "proved":
                 if prev is None or prev.ok:
-                    results[inv.name] = Result(f"inductive/{inv.name}/{action_name}", "inductive", method,
-                                               UNBOUNDED.format(R=table.consts.R), "proved", True, dt,
-                                               invariant=inv.name, action=action_name)
+                    results[inv.name] = Result(
+                        f"inductive/{inv.name}/{action_name}",
+                        "inductive",
+                        method,
+                        UNBOUNDED.format(R=table.consts.R),
+                        "proved",
+                        True,
+                        dt,
+                        invariant=inv.name,
+                        action=action_name,
+                    )
                 else:
                     prev.seconds = dt
                 continue
             trace, how = _find_real_trace(table, inv, inst, invs, cfg)
             label = inst.label
             if trace is not None and how == "bmc":
-                res = Result(f"inductive/{inv.name}/{action_name}", "inductive", method + "; BMC trace",
-                             f"bounded trace: depth {len(trace.steps)}, N={trace.pool_size}", "violated", False, dt,
-                             invariant=inv.name, action=action_name, trace=trace,
-                             detail=f"{label} breaks {inv.name}; reachable from Init")
+                res = Result(
+                    f"inductive/{inv.name}/{action_name}",
+                    "inductive",
+                    method + "; BMC trace",
+                    f"bounded trace: depth {len(trace.steps)}, N={trace.pool_size}",
+                    "violated",
+                    False,
+                    dt,
+                    invariant=inv.name,
+                    action=action_name,
+                    trace=trace,
+                    detail=f"{label} breaks {inv.name}; reachable from Init",
+                )
             else:
-                res = Result(f"inductive/{inv.name}/{action_name}", "inductive", method,
-                             UNBOUNDED.format(R=table.consts.R), "not-inductive" if status == "cti" else status,
-                             False, dt, invariant=inv.name, action=action_name, trace=trace,
-                             detail=f"{label}: counterexample to induction (no trace from Init within "
-                                    f"depth {cfg.search_depth}); strengthen with an auxiliary invariant")
+                res = Result(
+                    f"inductive/{inv.name}/{action_name}",
+                    "inductive",
+                    method,
+                    UNBOUNDED.format(R=table.consts.R),
+                    "not-inductive" if status == "cti" else status,
+                    False,
+                    dt,
+                    invariant=inv.name,
+                    action=action_name,
+                    trace=trace,
+                    detail=f"{label}: counterexample to induction (no trace from Init within "
+                    f"depth {cfg.search_depth}); strengthen with an auxiliary invariant",
+                )
             results[inv.name] = res
     return list(results.values())
 
@@ -225,7 +312,9 @@ class _Prepared:
     mode: str
 
 
-def _prepare(table: Table, inst: Instance, invs: list[Invariant], mode: str, cfg: Config) -> _Prepared:
+def _prepare(
+    table: Table, inst: Instance, invs: list[Invariant], mode: str, cfg: Config
+) -> _Prepared:
     N = z3.Int("N")
     s = fresh_state(table, "pre.", N, mode=mode)
     pp = fresh_params(table, "p.", N)
@@ -243,7 +332,9 @@ def _prepare(table: Table, inst: Instance, invs: list[Invariant], mode: str, cfg
     return _Prepared(parts, s2, sk, mode)
 
 
-def _check_prepared(prep: _Prepared, inv: Invariant, cfg: Config, timeout_ms: int | None = None) -> tuple[str, str]:
+def _check_prepared(
+    prep: _Prepared, inv: Invariant, cfg: Config, timeout_ms: int | None = None
+) -> tuple[str, str]:
     solver = z3.Solver()
     solver.set(timeout=timeout_ms or cfg.timeout_ms)
     solver.add(*prep.solver_parts)
@@ -256,16 +347,25 @@ def _check_prepared(prep: _Prepared, inv: Invariant, cfg: Config, timeout_ms: in
 _TRACE_MEMO: dict[tuple[str, str], Trace | None] = {}
 
 
-def _find_real_trace(table: Table, inv: Invariant, inst: Instance, invs: list[Invariant], cfg: Config) -> tuple[Trace | None, str]:
+def _find_real_trace(
+    table: Table, inv: Invariant, inst: Instance, invs: list[Invariant], cfg: Config
+) -> tuple[Trace | None, str]:
     key = (table.name, inv.name)
     if key not in _TRACE_MEMO:
 
         def check(tr: Trace) -> bool:
             return tr.replayed and any(v.startswith(inv.name) for v in tr.violated)
 
-        found = witnesses.witness(table, f"violation/{inv.name}", lambda t: violation_goal(t.invariant(inv.name)),
-                                  check, max_depth=cfg.search_depth, scale_caps=False,
-                                  timeout_ms=cfg.timeout_ms, update=cfg.update_witnesses)
+        found = witnesses.witness(
+            table,
+            f"violation/{inv.name}",
+            lambda t: violation_goal(t.invariant(inv.name)),
+            check,
+            max_depth=cfg.search_depth,
+            scale_caps=False,
+            timeout_ms=cfg.timeout_ms,
+            update=cfg.update_witnesses,
+        )
         _TRACE_MEMO[key] = found[0] if found else None
     trace = _TRACE_MEMO[key]
     if trace is not None:
@@ -286,10 +386,19 @@ def _kinduction(table: Table, cfg: Config, inv_name: str) -> list[Result]:
         if status != "proved":
             failed.append(f"N={n}: {status}")
     ok = not failed
-    return [Result(f"k-induction/{inv_name}", "k-induction", "Z3 k-induction (k<=2) on concrete pools",
-                   f"bounded: pool sizes N in {list(cfg.k_pools)}, any depth",
-                   "proved" if ok else "not-inductive", ok, time.perf_counter() - t0, invariant=inv_name,
-                   detail="; ".join(failed))]
+    return [
+        Result(
+            f"k-induction/{inv_name}",
+            "k-induction",
+            "Z3 k-induction (k<=2) on concrete pools",
+            f"bounded: pool sizes N in {list(cfg.k_pools)}, any depth",
+            "proved" if ok else "not-inductive",
+            ok,
+            time.perf_counter() - t0,
+            invariant=inv_name,
+            detail="; ".join(failed),
+        )
+    ]
 
 
 def _bmc(table: Table, cfg: Config, inv_name: str) -> list[Result]:
@@ -297,9 +406,19 @@ def _bmc(table: Table, cfg: Config, inv_name: str) -> list[Result]:
     inv = table.invariant(inv_name)
     res, trace = bmc_find(table, cfg.depth, cfg.bmc_pool, violation_goal(inv), cfg.timeout_ms)
     status = {"unsat": "holds", "sat": "violated"}.get(res, "unknown")
-    return [Result(f"bmc/{inv_name}", "bmc", "Z3 BMC, one action selector per step",
-                   f"bounded: depth {cfg.depth}, N={cfg.bmc_pool}, R={table.consts.R}", status,
-                   res == "unsat", time.perf_counter() - t0, invariant=inv_name, trace=trace)]
+    return [
+        Result(
+            f"bmc/{inv_name}",
+            "bmc",
+            "Z3 BMC, one action selector per step",
+            f"bounded: depth {cfg.depth}, N={cfg.bmc_pool}, R={table.consts.R}",
+            status,
+            res == "unsat",
+            time.perf_counter() - t0,
+            invariant=inv_name,
+            trace=trace,
+        )
+    ]
 
 
 def _reach(table: Table, cfg: Config, action_name: str, with_hit: bool = False) -> list[Result]:
@@ -315,9 +434,16 @@ def _reach(table: Table, cfg: Config, action_name: str, with_hit: bool = False) 
         return True
 
     goal = hit_use_goal() if with_hit else fires_goal(action_name)
-    found = witnesses.witness(table, name, lambda t: goal, check,
-                              max_depth=cfg.search_depth, scale_caps=False, timeout_ms=cfg.timeout_ms,
-                              update=cfg.update_witnesses)
+    found = witnesses.witness(
+        table,
+        name,
+        lambda t: goal,
+        check,
+        max_depth=cfg.search_depth,
+        scale_caps=False,
+        timeout_ms=cfg.timeout_ms,
+        update=cfg.update_witnesses,
+    )
     trace = None
     how = f"Z3 BMC witness (depth <= {cfg.search_depth})"
     if found is not None:
@@ -325,33 +451,70 @@ def _reach(table: Table, cfg: Config, action_name: str, with_hit: bool = False) 
         trace = replay(table, found[1].pool, list(found[0].steps))
         how = found[2]
     ok = trace is not None and check(trace)
-    scope = (f"bounded: witness of depth {len(trace.steps)}, N={trace.pool_size}" if trace
-             else f"bounded: none within depth {cfg.search_depth}")
-    return [Result(name, "reach", how, scope, "witness" if ok else "no-witness", ok,
-                   time.perf_counter() - t0, action=action_name, trace=trace,
-                   detail="" if ok else "the action is never enabled in a reachable state (dead action)")]
+    scope = (
+        f"bounded: witness of depth {len(trace.steps)}, N={trace.pool_size}"
+        if trace
+        else f"bounded: none within depth {cfg.search_depth}"
+    )
+    return [
+        Result(
+            name,
+            "reach",
+            how,
+            scope,
+            "witness" if ok else "no-witness",
+            ok,
+            time.perf_counter() - t0,
+            action=action_name,
+            trace=trace,
+            detail="" if ok else "the action is never enabled in a reachable state (dead action)",
+        )
+    ]
 
 
-def _antivacuity(table: Table, cfg: Config, inv_name: str, a_name: str, c_name: str) -> list[Result]:
+def _antivacuity(
+    table: Table, cfg: Config, inv_name: str, a_name: str, c_name: str
+) -> list[Result]:
     t0 = time.perf_counter()
     mutated = table.derive(name=f"{table.name} - {a_name}.{c_name}", drop_guard=[(a_name, c_name)])
 
     def check(tr: Trace) -> bool:
         return tr.replayed and any(v.startswith(inv_name) for v in tr.violated)
 
-    found = witnesses.witness(mutated, f"anti-vacuity/{inv_name}", lambda t: violation_goal(t.invariant(inv_name)),
-                              check, max_depth=cfg.search_depth, scale_caps=True, timeout_ms=cfg.timeout_ms,
-                              update=cfg.update_witnesses)
+    found = witnesses.witness(
+        mutated,
+        f"anti-vacuity/{inv_name}",
+        lambda t: violation_goal(t.invariant(inv_name)),
+        check,
+        max_depth=cfg.search_depth,
+        scale_caps=True,
+        timeout_ms=cfg.timeout_ms,
+        update=cfg.update_witnesses,
+    )
     ok = found is not None
     trace = found[0] if found else None
-    scope = (f"bounded: witness of depth {len(trace.steps)}, {found[1].describe()}" if found and trace
-             else f"bounded: none within depth {cfg.search_depth}")
-    return [Result(f"anti-vacuity/{inv_name}/{a_name}.{c_name}", "anti-vacuity",
-                   "drop the conjunct: " + (found[2] if found else "Z3 BMC"), scope,
-                   "falsifiable" if ok else "vacuous?", ok, time.perf_counter() - t0, invariant=inv_name,
-                   action=a_name, trace=trace,
-                   detail=f"without {a_name}.{c_name}, {inv_name} fails" if ok else
-                   f"removing {a_name}.{c_name} did not break {inv_name} within depth {cfg.search_depth}")]
+    scope = (
+        f"bounded: witness of depth {len(trace.steps)}, {found[1].describe()}"
+        if found and trace
+        else f"bounded: none within depth {cfg.search_depth}"
+    )
+    return [
+        Result(
+            f"anti-vacuity/{inv_name}/{a_name}.{c_name}",
+            "anti-vacuity",
+            "drop the conjunct: " + (found[2] if found else "Z3 BMC"),
+            scope,
+            "falsifiable" if ok else "vacuous?",
+            ok,
+            time.perf_counter() - t0,
+            invariant=inv_name,
+            action=a_name,
+            trace=trace,
+            detail=f"without {a_name}.{c_name}, {inv_name} fails"
+            if ok
+            else f"removing {a_name}.{c_name} did not break {inv_name} within depth {cfg.search_depth}",
+        )
+    ]
 
 
 __all__ = ["Config", "Unit", "plan", "run_unit", "replay"]

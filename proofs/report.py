@@ -45,8 +45,14 @@ def render_text(report: Report, *, verbose: bool = False) -> str:
         lines.append(f"FAILED: {len(fails)} obligation(s)")
         for r in fails:
             lines.append("")
-            who = ", ".join(x for x in (f"invariant {r.invariant}" if r.invariant else "",
-                                         f"action {r.action}" if r.action else "") if x)
+            who = ", ".join(
+                x
+                for x in (
+                    f"invariant {r.invariant}" if r.invariant else "",
+                    f"action {r.action}" if r.action else "",
+                )
+                if x
+            )
             lines.append(f"* {r.obligation} [{r.status}]" + (f" ({who})" if who else ""))
             if r.detail:
                 lines.append(f"  {r.detail}")
@@ -88,7 +94,13 @@ def render_junit(report: Report) -> str:
         time=f"{report.seconds:.3f}",
     )
     for r in report.results:
-        case = ET.SubElement(suite, "testcase", classname=f"kvstate.{r.kind}", name=r.obligation, time=f"{r.seconds:.3f}")
+        case = ET.SubElement(
+            suite,
+            "testcase",
+            classname=f"kvstate.{r.kind}",
+            name=r.obligation,
+            time=f"{r.seconds:.3f}",
+        )
         ET.SubElement(case, "system-out").text = f"{r.method}; {r.scope}; {r.status}"
         if not r.ok:
             f = ET.SubElement(case, "failure", message=f"{r.status}: {r.detail}")

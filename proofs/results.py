@@ -43,7 +43,9 @@ class Trace:
             lines.append(f"  {i:>2}. {st}")
         if self.violated:
             lines.append("  => violates " + "; ".join(self.violated))
-        lines.append("  (replayed in the concrete interpreter: " + ("yes" if self.replayed else "NO") + ")")
+        lines.append(
+            "  (replayed in the concrete interpreter: " + ("yes" if self.replayed else "NO") + ")"
+        )
         return "\n".join(lines)
 
 

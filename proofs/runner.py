@@ -84,7 +84,15 @@ def prove(
     results: list[Result] = []
     _TABLE, _CFG, _ONLY = table, cfg, only
     # Expensive units first, so the pool stays busy at the end.
-    order = {"anti-vacuity": 0, "reach": 1, "bmc": 2, "inductive": 3, "k-induction": 4, "structure": 5, "init": 6}
+    order = {
+        "anti-vacuity": 0,
+        "reach": 1,
+        "bmc": 2,
+        "inductive": 3,
+        "k-induction": 4,
+        "structure": 5,
+        "init": 6,
+    }
     units.sort(key=lambda u: order.get(u.kind, 9))
     try:
         if n_jobs == 1 or len(units) == 1:
@@ -106,7 +114,9 @@ def prove(
         _TABLE = _CFG = None
         _ONLY = None
     kind_order = ["structure", "init", "inductive", "k-induction", "bmc", "reach", "anti-vacuity"]
-    results.sort(key=lambda r: (kind_order.index(r.kind) if r.kind in kind_order else 99, r.obligation))
+    results.sort(
+        key=lambda r: (kind_order.index(r.kind) if r.kind in kind_order else 99, r.obligation)
+    )
     return Report(table.name, table.geometry.name, results, time.perf_counter() - t0, n_jobs, cfg)
 
 

@@ -57,15 +57,21 @@ def shapes(base: Table, scale_caps: bool) -> list[Shape]:
     return out
 
 
-def confirm_symbolically(table: Table, n: int, steps: list[Step], goal: Callable[[Unrolling], Any]) -> bool:
+def confirm_symbolically(
+    table: Table, n: int, steps: list[Step], goal: Callable[[Unrolling], Any]
+) -> bool:
     """The exact steps, asserted in the Z3 unrolling, satisfy the guards and reach the goal."""
     u = unroll(table, len(steps), n)
     solver = z3.Solver()
     solver.set(timeout=20000)
     solver.add(*u.constraints)
     for t, st in enumerate(steps):
-        idx = [i for i, inst in enumerate(u.insts) if inst.action.name == st.action and
-               (inst.r is None or inst.r == st.params.get(_req_param(inst)))]
+        idx = [
+            i
+            for i, inst in enumerate(u.insts)
+            if inst.action.name == st.action
+            and (inst.r is None or inst.r == st.params.get(_req_param(inst)))
+        ]
         if not idx:
             return False
         solver.add(u.sels[t] == idx[0])
@@ -117,7 +123,9 @@ def cached(table_name: str, obligation: str) -> tuple[list[Step], Shape] | None:
     if not entry:
         return None
     try:
-        steps = [Step(s["action"], {k: int(v) for k, v in s["params"].items()}) for s in entry["steps"]]
+        steps = [
+            Step(s["action"], {k: int(v) for k, v in s["params"].items()}) for s in entry["steps"]
+        ]
         shape = Shape(int(entry["requests"]), int(entry["pool"]), bool(entry["scaled_caps"]))
     except (KeyError, TypeError, ValueError):
         return None
@@ -158,9 +166,15 @@ def witness(
         steps, shape = hit
         t = shape.table(base)
         trace = replay(t, shape.pool, steps)
-        if trace.replayed and check(trace) and confirm_symbolically(t, shape.pool, steps, goal_for(t)):
+        if (
+            trace.replayed
+            and check(trace)
+            and confirm_symbolically(t, shape.pool, steps, goal_for(t))
+        ):
             return trace, shape, "cached certificate, re-checked (concrete replay + Z3)"
-    found = search(base, goal_for, check, max_depth=max_depth, scale_caps=scale_caps, timeout_ms=timeout_ms)
+    found = search(
+        base, goal_for, check, max_depth=max_depth, scale_caps=scale_caps, timeout_ms=timeout_ms
+    )
     if found is None:
         return None
     trace, shape = found

@@ -90,15 +90,33 @@ def _vars() -> list[Var]:
         Var("ver", BL, z, doc="version of the compressed KV content"),
         Var("idx", BL, lambda k, N, b: int(Indexer.ABSENT), Indexer, doc="Indexer State phase"),
         Var("iver", BL, z, doc="compressed-KV version the indexer page was built from"),
-        Var("tail", BL, lambda k, N, b: int(Tail.NONE), Tail, doc="Uncompressed Tail at the boundary after b"),
+        Var(
+            "tail",
+            BL,
+            lambda k, N, b: int(Tail.NONE),
+            Tail,
+            doc="Uncompressed Tail at the boundary after b",
+        ),
         Var("swa", BL, lambda k, N, b: int(Swa.NULL), Swa, doc="SWA Window block"),
         Var("lease", BL, z, doc="residency lease: resident until this tick"),
         Var("addr", BL, lambda k, N, b: b, doc="device address of the block's state buffer"),
         Var("gaddr", BL, lambda k, N, b: b, doc="address the captured graph recorded"),
         Var("prog", BL, lambda k, N, b: k.load_steps, doc="load progress; load_steps = complete"),
         Var("fmt", BL, lambda k, N, b: int(Fmt.PRIMARY), Fmt, doc="stored block form (kernel ABI)"),
-        Var("ldpipe", BL, lambda k, N, b: int(Pipe.NONE), Pipe, doc="pipeline of the block's transfer job"),
-        Var("ixpipe", BL, lambda k, N, b: int(Pipe.NONE), Pipe, doc="pipeline of the block's indexer job"),
+        Var(
+            "ldpipe",
+            BL,
+            lambda k, N, b: int(Pipe.NONE),
+            Pipe,
+            doc="pipeline of the block's transfer job",
+        ),
+        Var(
+            "ixpipe",
+            BL,
+            lambda k, N, b: int(Pipe.NONE),
+            Pipe,
+            doc="pipeline of the block's indexer job",
+        ),
         Var("phase", RQ, lambda k, N, b: int(Req.IDLE), Req, doc="request phase"),
         Var("hit", RQ, z, doc="candidate / validated hit length, tokens"),
         Var("pinned", RQ, z, doc="tokens whose blocks this request pins ([0, pinned))"),
@@ -111,238 +129,545 @@ def _vars() -> list[Var]:
 def _actions(hit_rule: HitRule) -> list[Action]:
     acts: list[Action] = [
         # ---- Compressed KV: write path ---------------------------------------------------
-        action("allocate", [B, F], [_c("free", lambda s, p: s.ckv[p.b] == CKV.FREE)], {
-            "ckv": lambda s, p: store(s, s.ckv, p.b, int(CKV.WRITING)),
-            "gen": lambda s, p: store(s, s.gen, p.b, s.gen[p.b] + 1),
-            "tail": lambda s, p: store(s, s.tail, p.b, int(Tail.OPEN)),
-            "swa": lambda s, p: store(s, s.swa, p.b, int(Swa.NULL)),
-            "idx": lambda s, p: store(s, s.idx, p.b, int(Indexer.ABSENT)),
-            "fmt": lambda s, p: store(s, s.fmt, p.b, p.f),
-            "nfree": lambda s, p: s.nfree - 1,
-        }, ["ckv", "gen", "tail", "swa", "idx", "fmt", "nfree"], "Compressed KV",
-            "take a free slot for new tokens in the form the writer produces (f); a new generation"),
-        action("commit", [B], [_c("writing", lambda s, p: s.ckv[p.b] == CKV.WRITING)], {
-            "ckv": lambda s, p: store(s, s.ckv, p.b, int(CKV.READY)),
-            "ver": lambda s, p: store(s, s.ver, p.b, s.ver[p.b] + 1),
-            "swa": lambda s, p: store(s, s.swa, p.b, int(Swa.VALID)),
-        }, ["ckv", "ver", "swa"], "Compressed KV", "prefill wrote the block: new content version"),
-        action("discard", [B], [
-            _c("writing", lambda s, p: s.ckv[p.b] == CKV.WRITING),
-            _c("unpinned", unpinned),
-        ], {
-            "ckv": lambda s, p: store(s, s.ckv, p.b, int(CKV.FREE)),
-            "tail": lambda s, p: store(s, s.tail, p.b, int(Tail.NONE)),
-            "nfree": lambda s, p: s.nfree + 1,
-        }, ["ckv", "tail", "nfree"], "Compressed KV", "the writer was aborted mid-prefill: free the slot"),
-        # ---- Uncompressed Tail -----------------------------------------------------------
-        action("seal", [B], [
-            _c("open", lambda s, p: s.tail[p.b] == Tail.OPEN),
-            _c("committed", lambda s, p: s.ckv[p.b] == CKV.READY),
-            _c("unpinned", unpinned, "a shared (pinned) block is immutable"),
-        ], {
-            "tail": lambda s, p: store(s, s.tail, p.b, int(Tail.SEALED)),
-            "ver": lambda s, p: store(s, s.ver, p.b, s.ver[p.b] + 1),
-        }, ["tail", "ver"], "Uncompressed Tail",
-            "compression fired at the boundary: the tail's rows become compressed entries (a new "
-            "content version, so the indexer is stale until updated) and the state there is saved"),
-        # ---- SWA Window ------------------------------------------------------------------
-        action("slide", [B], [
-            _c("valid", lambda s, p: s.swa[p.b] == Swa.VALID),
-            _c("unpinned", unpinned, "a pinned hit still needs its window"),
-        ], {"swa": lambda s, p: store(s, s.swa, p.b, int(Swa.NULL))},
-            ["swa"], "SWA Window", "the window moved past the block: it becomes the null block"),
-        # ---- Indexer State ---------------------------------------------------------------
-        action("index_update", [B], [
-            _c("committed", lambda s, p: s.ckv[p.b] == CKV.READY),
-            _c("no_job", lambda s, p: s.idx[p.b] != Indexer.REBUILDING),
-        ], {
-            "idx": lambda s, p: store(s, s.idx, p.b, int(Indexer.PRESENT)),
-            "iver": lambda s, p: store(s, s.iver, p.b, s.ver[p.b]),
-        }, ["idx", "iver"], "Indexer State", "inline indexer write alongside the compressed KV"),
-        action("rebuild_start", [B], [
-            _c("needed", lambda s, p: OR(s.idx[p.b] == Indexer.ABSENT,
-                                         AND(s.idx[p.b] == Indexer.PRESENT, s.iver[p.b] != s.ver[p.b]))),
-            _c("kv_on_device", lambda s, p: s.ckv[p.b] == CKV.READY,
-               "a CPU job never waits on an I/O job: its input must be resident"),
-        ], {
-            "idx": lambda s, p: store(s, s.idx, p.b, int(Indexer.REBUILDING)),
-            "ixpipe": lambda s, p: store(s, s.ixpipe, p.b, int(Pipe.CPU)),
-        }, ["idx", "ixpipe"], "Indexer State", "queue an indexer rebuild in the CPU pipeline"),
-        action("rebuild_done", [B], [_c("rebuilding", lambda s, p: s.idx[p.b] == Indexer.REBUILDING)], {
-            "idx": lambda s, p: store(s, s.idx, p.b, int(Indexer.PRESENT)),
-            "iver": lambda s, p: store(s, s.iver, p.b, s.ver[p.b]),
-            "ixpipe": lambda s, p: store(s, s.ixpipe, p.b, int(Pipe.NONE)),
-        }, ["idx", "iver", "ixpipe"], "Indexer State", "the rebuilt keys match the current version"),
-        # ---- offload: device -> host -> disk --------------------------------------------
-        action("offload", [B], [
-            _c("committed", lambda s, p: s.ckv[p.b] == CKV.READY),
-            _c("unpinned", unpinned, "a checked hit reads the device copy: do not start moving it"),
-        ], {
-            "ckv": lambda s, p: store(s, s.ckv, p.b, int(CKV.OFFLOADING)),
-            "ldpipe": lambda s, p: store(s, s.ldpipe, p.b, int(Pipe.DMA)),
-        }, ["ckv", "ldpipe"], "On-disk Prefix", "copy to host in the DMA pipeline (device copy stays)"),
-        action("offload_done", [B], [
-            _c("offloading", lambda s, p: s.ckv[p.b] == CKV.OFFLOADING),
-            _c("unpinned", unpinned),
-            _c("lease_expired", lease_expired),
-            _c("no_cpu_job", lambda s, p: s.idx[p.b] != Indexer.REBUILDING),
-        ], {
-            "ckv": lambda s, p: store(s, s.ckv, p.b, int(CKV.HOST)),
-            "ldpipe": lambda s, p: store(s, s.ldpipe, p.b, int(Pipe.NONE)),
-        }, ["ckv", "ldpipe"], "On-disk Prefix", "host copy complete; the device slot is released"),
-        action("offload_cancel", [B], [_c("offloading", lambda s, p: s.ckv[p.b] == CKV.OFFLOADING)], {
-            "ckv": lambda s, p: store(s, s.ckv, p.b, int(CKV.READY)),
-            "ldpipe": lambda s, p: store(s, s.ldpipe, p.b, int(Pipe.NONE)),
-        }, ["ckv", "ldpipe"], "On-disk Prefix", "a pinned block stays on device: keep the device copy"),
-        action("spill", [B], [_c("on_host", lambda s, p: s.ckv[p.b] == CKV.HOST)], {
-            "ckv": lambda s, p: store(s, s.ckv, p.b, int(CKV.DISK)),
-        }, ["ckv"], "On-disk Prefix", "host copy written to disk (atomically) and dropped from host"),
-        # ---- recovery: load back to device -----------------------------------------------
-        action("load_start", [B], [
-            _c("offloaded", lambda s, p: IN(s.ckv[p.b], (CKV.HOST, CKV.DISK))),
-            _c("io_cap", lambda s, p: IMPLIES(s.ckv[p.b] == CKV.DISK, s.io_inflight < s.k.io_cap),
-               "admission cap: disk recoveries in flight stay within the I/O bandwidth"),
-        ], {
-            "ckv": lambda s, p: store(s, s.ckv, p.b, int(CKV.LOADING)),
-            "ldpipe": lambda s, p: store(s, s.ldpipe, p.b, ITE(s.ckv[p.b] == CKV.DISK, int(Pipe.IO), int(Pipe.DMA))),
-            "prog": lambda s, p: store(s, s.prog, p.b, 0),
-            "io_inflight": lambda s, p: s.io_inflight + B2I(s.ckv[p.b] == CKV.DISK),
-        }, ["ckv", "ldpipe", "prog", "io_inflight"], "On-disk Prefix",
-            "start an asynchronous load: disk loads in the I/O pipeline, host copies in DMA"),
-        action("load_progress", [B], [
-            _c("loading", lambda s, p: s.ckv[p.b] == CKV.LOADING),
-            _c("not_done", lambda s, p: s.prog[p.b] < s.k.load_steps),
-        ], {"prog": lambda s, p: store(s, s.prog, p.b, s.prog[p.b] + 1)},
-            ["prog"], "On-disk Prefix", "one more chunk of the load landed"),
-        action("load_done", [B, A, F], [
-            _c("loading", lambda s, p: s.ckv[p.b] == CKV.LOADING),
-            _c("complete", lambda s, p: s.prog[p.b] == s.k.load_steps, "never use a partial load"),
-        ], {
-            "ckv": lambda s, p: store(s, s.ckv, p.b, int(CKV.READY)),
-            "addr": lambda s, p: store(s, s.addr, p.b, p.a),
-            "graph": lambda s, p: ITE(AND(s.graph == Graph.CAPTURED, p.a != s.addr[p.b]), int(Graph.STALE), s.graph),
-            "io_inflight": lambda s, p: s.io_inflight - B2I(s.ldpipe[p.b] == Pipe.IO),
-            "ldpipe": lambda s, p: store(s, s.ldpipe, p.b, int(Pipe.NONE)),
-            "idx": lambda s, p: store(s, s.idx, p.b, ITE(s.ldpipe[p.b] == Pipe.IO, int(Indexer.ABSENT), s.idx[p.b])),
-            "swa": lambda s, p: store(s, s.swa, p.b, ITE(
-                AND(s.ldpipe[p.b] == Pipe.IO, not s.k.swa_restored_from_disk), int(Swa.NULL), s.swa[p.b])),
-            "fmt": lambda s, p: store(s, s.fmt, p.b, ITE(s.ldpipe[p.b] == Pipe.IO, p.f, s.fmt[p.b])),
-        }, ["ckv", "addr", "graph", "io_inflight", "ldpipe", "idx", "swa", "fmt"], "On-disk Prefix",
-            "the load completed into a (possibly new) device slot; a moved buffer makes the graph stale; "
-            "disk loads come back without indexer pages and in the file's stored form"),
-        action("load_fail", [B], [_c("loading", lambda s, p: s.ckv[p.b] == CKV.LOADING)], {
-            "ckv": lambda s, p: store(s, s.ckv, p.b, ITE(s.ldpipe[p.b] == Pipe.IO, int(CKV.DISK), int(CKV.HOST))),
-            "io_inflight": lambda s, p: s.io_inflight - B2I(s.ldpipe[p.b] == Pipe.IO),
-            "ldpipe": lambda s, p: store(s, s.ldpipe, p.b, int(Pipe.NONE)),
-            "prog": lambda s, p: store(s, s.prog, p.b, s.k.load_steps),
-        }, ["ckv", "io_inflight", "ldpipe", "prog"], "On-disk Prefix",
-            "the load failed: the source stays where it was, the hit is truncated and recomputed"),
-        action("drop", [B], [
-            _c("offloaded", lambda s, p: IN(s.ckv[p.b], (CKV.HOST, CKV.DISK))),
-            _c("unpinned", unpinned, "a pinned host/disk source may still be loaded"),
-            _c("lease_expired", lease_expired),
-        ], {
-            "ckv": lambda s, p: store(s, s.ckv, p.b, int(CKV.FREE)),
-            "tail": lambda s, p: store(s, s.tail, p.b, int(Tail.NONE)),
-            "swa": lambda s, p: store(s, s.swa, p.b, int(Swa.NULL)),
-            "idx": lambda s, p: store(s, s.idx, p.b, int(Indexer.ABSENT)),
-            "nfree": lambda s, p: s.nfree + 1,
-        }, ["ckv", "tail", "swa", "idx", "nfree"], "On-disk Prefix", "delete the host/disk copy"),
-        # ---- eviction and residency ------------------------------------------------------
-        action("evict_start", [B], [
-            _c("committed", lambda s, p: s.ckv[p.b] == CKV.READY),
-            _c("unpinned", unpinned, "TOCTOU: never evict a block a checked request holds"),
-            _c("lease_expired", lease_expired),
-            _c("no_cpu_job", lambda s, p: s.idx[p.b] != Indexer.REBUILDING),
-        ], {"ckv": lambda s, p: store(s, s.ckv, p.b, int(CKV.EVICTING))},
-            ["ckv"], "Compressed KV", "reclaim an unreferenced device block"),
-        action("evict_done", [B], [_c("evicting", lambda s, p: s.ckv[p.b] == CKV.EVICTING)], {
-            "ckv": lambda s, p: store(s, s.ckv, p.b, int(CKV.FREE)),
-            "tail": lambda s, p: store(s, s.tail, p.b, int(Tail.NONE)),
-            "swa": lambda s, p: store(s, s.swa, p.b, int(Swa.NULL)),
-            "idx": lambda s, p: store(s, s.idx, p.b, int(Indexer.ABSENT)),
-            "nfree": lambda s, p: s.nfree + 1,
-        }, ["ckv", "tail", "swa", "idx", "nfree"], "Compressed KV", "the slot is free again"),
-        action("touch", [B, T], [_c("resident", lambda s, p: NOT(IN(s.ckv[p.b], (CKV.FREE, CKV.EVICTING))))], {
-            "lease": lambda s, p: store(s, s.lease, p.b, MAX(s.lease[p.b], s.now + p.t)),
-        }, ["lease"], "Compressed KV", "extend a residency lease (never shortens it)"),
-        action("tick", [T], [_c("always", lambda s, p: True)], {"now": lambda s, p: s.now + p.t},
-               ["now"], "Scheduler", "time passes (t ticks)"),
-        # ---- CUDA graph ------------------------------------------------------------------
-        action("capture", [], [_c("none", lambda s, p: s.graph == Graph.NONE)], {
-            "graph": lambda s, p: int(Graph.CAPTURED),
-            "gaddr": lambda s, p: s.addr,
-        }, ["graph", "gaddr"], "CUDA Graph", "capture over the persistent buffers; record their addresses"),
-        action("replay", [], [_c("captured", lambda s, p: s.graph == Graph.CAPTURED)], {},
-               [], "CUDA Graph", "replay the captured graph (reads the recorded addresses)"),
-        action("recapture", [], [_c("stale", lambda s, p: s.graph == Graph.STALE)], {
-            "graph": lambda s, p: int(Graph.CAPTURED),
-            "gaddr": lambda s, p: s.addr,
-        }, ["graph", "gaddr"], "CUDA Graph", "recapture after a recovery moved a buffer"),
-        # ---- requests --------------------------------------------------------------------
-        action("admit", [R, T], [_c("idle", lambda s, p: s.req(p.r).phase == Req.IDLE)], {
-            "phase": lambda s, p: int(Req.WAITING),
-            "deadline": lambda s, p: s.now + p.t,
-            "hit": lambda s, p: 0,
-        }, ["phase", "deadline", "hit"], "Request", "admit a request that will live t ticks"),
-        action("match", [R, H], [
-            _c("waiting", lambda s, p: s.req(p.r).phase == Req.WAITING),
-            _c("in_pool", lambda s, p: AND(p.h >= 0, p.h <= s.N * s.k.L)),
-        ], {
-            "phase": lambda s, p: int(Req.MATCHED),
-            "hit": lambda s, p: p.h,
-        }, ["phase", "hit"], "Request", "prefix-hash lookup: a candidate length; nothing is locked"),
-        action("pin", [R], [
-            _c("matched", lambda s, p: s.req(p.r).phase == Req.MATCHED),
-            _c("present", lambda s, p: s.forall_blocks(0, CDIV(s.req(p.r).hit, s.k.L),
-                                                       lambda b: NOT(IN(s.ckv[b], (CKV.FREE, CKV.EVICTING)))),
-               "only existing blocks can be pinned"),
-            _c("pin_cap", lambda s, p: pinned_blocks_total(s) + CDIV(s.req(p.r).hit, s.k.L) <= s.k.pin_cap,
-               "admission cap: pinned blocks stay within capacity"),
-        ], {
-            "phase": lambda s, p: int(Req.PINNED),
-            "pinned": lambda s, p: s.req(p.r).hit,
-            "ref": lambda s, p: array(s, lambda b: s.ref[b] + B2I(covers(s, b, s.req(p.r).hit))),
-        }, ["phase", "pinned", "ref"], "Request", "take reference counts on the hit's blocks"),
-        action("validate", [R], [
-            _c("pinned", lambda s, p: s.req(p.r).phase == Req.PINNED,
-               "check only under pins, so the check stays true until use"),
-            *[
-                _c(rule.qualname, (lambda rule: lambda s, p: hit_rule.rule_holds(rule, s, p.r, s.req(p.r).hit))(rule),
-                   rule.doc)
-                for rule in hit_rule.rules
+        action(
+            "allocate",
+            [B, F],
+            [_c("free", lambda s, p: s.ckv[p.b] == CKV.FREE)],
+            {
+                "ckv": lambda s, p: store(s, s.ckv, p.b, int(CKV.WRITING)),
+                "gen": lambda s, p: store(s, s.gen, p.b, s.gen[p.b] + 1),
+                "tail": lambda s, p: store(s, s.tail, p.b, int(Tail.OPEN)),
+                "swa": lambda s, p: store(s, s.swa, p.b, int(Swa.NULL)),
+                "idx": lambda s, p: store(s, s.idx, p.b, int(Indexer.ABSENT)),
+                "fmt": lambda s, p: store(s, s.fmt, p.b, p.f),
+                "nfree": lambda s, p: s.nfree - 1,
+            },
+            ["ckv", "gen", "tail", "swa", "idx", "fmt", "nfree"],
+            "Compressed KV",
+            "take a free slot for new tokens in the form the writer produces (f); a new generation",
+        ),
+        action(
+            "commit",
+            [B],
+            [_c("writing", lambda s, p: s.ckv[p.b] == CKV.WRITING)],
+            {
+                "ckv": lambda s, p: store(s, s.ckv, p.b, int(CKV.READY)),
+                "ver": lambda s, p: store(s, s.ver, p.b, s.ver[p.b] + 1),
+                "swa": lambda s, p: store(s, s.swa, p.b, int(Swa.VALID)),
+            },
+            ["ckv", "ver", "swa"],
+            "Compressed KV",
+            "prefill wrote the block: new content version",
+        ),
+        action(
+            "discard",
+            [B],
+            [
+                _c("writing", lambda s, p: s.ckv[p.b] == CKV.WRITING),
+                _c("unpinned", unpinned),
             ],
-        ], {
-            "phase": lambda s, p: int(Req.VALIDATED),
-            "pgen": lambda s, p: s.gen,
-            "paddr": lambda s, p: s.addr,
-        }, ["phase", "pgen", "paddr"], "Request",
-            "the four layers hold: record state_data_ptrs (generations and addresses)"),
-        action("use", [R], [
-            _c("checked", lambda s, p: IN(s.req(p.r).phase, (Req.VALIDATED, Req.RECOMPUTE))),
-        ], {"phase": lambda s, p: int(Req.USING)}, ["phase"], "Request", "compute from the hit"),
-        action("release", [R], [_c("using", lambda s, p: s.req(p.r).phase == Req.USING)], {
-            "phase": lambda s, p: int(Req.IDLE),
-            "ref": release_pins,
-            "pinned": lambda s, p: 0,
-            "hit": lambda s, p: 0,
-        }, ["phase", "ref", "pinned", "hit"], "Request", "finish: drop the pins"),
-        action("abort", [R], [_c("active", lambda s, p: IN(s.req(p.r).phase, ACTIVE))], {
-            "phase": lambda s, p: int(Req.IDLE),
-            "ref": release_pins,
-            "pinned": lambda s, p: 0,
-            "hit": lambda s, p: 0,
-        }, ["phase", "ref", "pinned", "hit"], "Request",
-            "abort at any point; in-flight loads finish in their pipeline, so nothing is reused mid-write"),
-        action("downgrade", [R], [
-            _c("unchecked", lambda s, p: IN(s.req(p.r).phase, (Req.MATCHED, Req.PINNED)),
-               "a hit that cannot pass (cap, failed load, layer) is never blocked forever"),
-        ], {
-            "phase": lambda s, p: int(Req.RECOMPUTE),
-            "ref": release_pins,
-            "pinned": lambda s, p: 0,
-            "hit": lambda s, p: 0,
-        }, ["phase", "ref", "pinned", "hit"], "Request", "give up the hit and recompute from scratch"),
+            {
+                "ckv": lambda s, p: store(s, s.ckv, p.b, int(CKV.FREE)),
+                "tail": lambda s, p: store(s, s.tail, p.b, int(Tail.NONE)),
+                "nfree": lambda s, p: s.nfree + 1,
+            },
+            ["ckv", "tail", "nfree"],
+            "Compressed KV",
+            "the writer was aborted mid-prefill: free the slot",
+        ),
+        # ---- Uncompressed Tail -----------------------------------------------------------
+        action(
+            "seal",
+            [B],
+            [
+                _c("open", lambda s, p: s.tail[p.b] == Tail.OPEN),
+                _c("committed", lambda s, p: s.ckv[p.b] == CKV.READY),
+                _c("unpinned", unpinned, "a shared (pinned) block is immutable"),
+            ],
+            {
+                "tail": lambda s, p: store(s, s.tail, p.b, int(Tail.SEALED)),
+                "ver": lambda s, p: store(s, s.ver, p.b, s.ver[p.b] + 1),
+            },
+            ["tail", "ver"],
+            "Uncompressed Tail",
+            "compression fired at the boundary: the tail's rows become compressed entries (a new "
+            "content version, so the indexer is stale until updated) and the state there is saved",
+        ),
+        # ---- SWA Window ------------------------------------------------------------------
+        action(
+            "slide",
+            [B],
+            [
+                _c("valid", lambda s, p: s.swa[p.b] == Swa.VALID),
+                _c("unpinned", unpinned, "a pinned hit still needs its window"),
+            ],
+            {"swa": lambda s, p: store(s, s.swa, p.b, int(Swa.NULL))},
+            ["swa"],
+            "SWA Window",
+            "the window moved past the block: it becomes the null block",
+        ),
+        # ---- Indexer State ---------------------------------------------------------------
+        action(
+            "index_update",
+            [B],
+            [
+                _c("committed", lambda s, p: s.ckv[p.b] == CKV.READY),
+                _c("no_job", lambda s, p: s.idx[p.b] != Indexer.REBUILDING),
+            ],
+            {
+                "idx": lambda s, p: store(s, s.idx, p.b, int(Indexer.PRESENT)),
+                "iver": lambda s, p: store(s, s.iver, p.b, s.ver[p.b]),
+            },
+            ["idx", "iver"],
+            "Indexer State",
+            "inline indexer write alongside the compressed KV",
+        ),
+        action(
+            "rebuild_start",
+            [B],
+            [
+                _c(
+                    "needed",
+                    lambda s, p: OR(
+                        s.idx[p.b] == Indexer.ABSENT,
+                        AND(s.idx[p.b] == Indexer.PRESENT, s.iver[p.b] != s.ver[p.b]),
+                    ),
+                ),
+                _c(
+                    "kv_on_device",
+                    lambda s, p: s.ckv[p.b] == CKV.READY,
+                    "a CPU job never waits on an I/O job: its input must be resident",
+                ),
+            ],
+            {
+                "idx": lambda s, p: store(s, s.idx, p.b, int(Indexer.REBUILDING)),
+                "ixpipe": lambda s, p: store(s, s.ixpipe, p.b, int(Pipe.CPU)),
+            },
+            ["idx", "ixpipe"],
+            "Indexer State",
+            "queue an indexer rebuild in the CPU pipeline",
+        ),
+        action(
+            "rebuild_done",
+            [B],
+            [_c("rebuilding", lambda s, p: s.idx[p.b] == Indexer.REBUILDING)],
+            {
+                "idx": lambda s, p: store(s, s.idx, p.b, int(Indexer.PRESENT)),
+                "iver": lambda s, p: store(s, s.iver, p.b, s.ver[p.b]),
+                "ixpipe": lambda s, p: store(s, s.ixpipe, p.b, int(Pipe.NONE)),
+            },
+            ["idx", "iver", "ixpipe"],
+            "Indexer State",
+            "the rebuilt keys match the current version",
+        ),
+        # ---- offload: device -> host -> disk --------------------------------------------
+        action(
+            "offload",
+            [B],
+            [
+                _c("committed", lambda s, p: s.ckv[p.b] == CKV.READY),
+                _c(
+                    "unpinned",
+                    unpinned,
+                    "a checked hit reads the device copy: do not start moving it",
+                ),
+            ],
+            {
+                "ckv": lambda s, p: store(s, s.ckv, p.b, int(CKV.OFFLOADING)),
+                "ldpipe": lambda s, p: store(s, s.ldpipe, p.b, int(Pipe.DMA)),
+            },
+            ["ckv", "ldpipe"],
+            "On-disk Prefix",
+            "copy to host in the DMA pipeline (device copy stays)",
+        ),
+        action(
+            "offload_done",
+            [B],
+            [
+                _c("offloading", lambda s, p: s.ckv[p.b] == CKV.OFFLOADING),
+                _c("unpinned", unpinned),
+                _c("lease_expired", lease_expired),
+                _c("no_cpu_job", lambda s, p: s.idx[p.b] != Indexer.REBUILDING),
+            ],
+            {
+                "ckv": lambda s, p: store(s, s.ckv, p.b, int(CKV.HOST)),
+                "ldpipe": lambda s, p: store(s, s.ldpipe, p.b, int(Pipe.NONE)),
+            },
+            ["ckv", "ldpipe"],
+            "On-disk Prefix",
+            "host copy complete; the device slot is released",
+        ),
+        action(
+            "offload_cancel",
+            [B],
+            [_c("offloading", lambda s, p: s.ckv[p.b] == CKV.OFFLOADING)],
+            {
+                "ckv": lambda s, p: store(s, s.ckv, p.b, int(CKV.READY)),
+                "ldpipe": lambda s, p: store(s, s.ldpipe, p.b, int(Pipe.NONE)),
+            },
+            ["ckv", "ldpipe"],
+            "On-disk Prefix",
+            "a pinned block stays on device: keep the device copy",
+        ),
+        action(
+            "spill",
+            [B],
+            [_c("on_host", lambda s, p: s.ckv[p.b] == CKV.HOST)],
+            {
+                "ckv": lambda s, p: store(s, s.ckv, p.b, int(CKV.DISK)),
+            },
+            ["ckv"],
+            "On-disk Prefix",
+            "host copy written to disk (atomically) and dropped from host",
+        ),
+        # ---- recovery: load back to device -----------------------------------------------
+        action(
+            "load_start",
+            [B],
+            [
+                _c("offloaded", lambda s, p: IN(s.ckv[p.b], (CKV.HOST, CKV.DISK))),
+                _c(
+                    "io_cap",
+                    lambda s, p: IMPLIES(s.ckv[p.b] == CKV.DISK, s.io_inflight < s.k.io_cap),
+                    "admission cap: disk recoveries in flight stay within the I/O bandwidth",
+                ),
+            ],
+            {
+                "ckv": lambda s, p: store(s, s.ckv, p.b, int(CKV.LOADING)),
+                "ldpipe": lambda s, p: store(
+                    s, s.ldpipe, p.b, ITE(s.ckv[p.b] == CKV.DISK, int(Pipe.IO), int(Pipe.DMA))
+                ),
+                "prog": lambda s, p: store(s, s.prog, p.b, 0),
+                "io_inflight": lambda s, p: s.io_inflight + B2I(s.ckv[p.b] == CKV.DISK),
+            },
+            ["ckv", "ldpipe", "prog", "io_inflight"],
+            "On-disk Prefix",
+            "start an asynchronous load: disk loads in the I/O pipeline, host copies in DMA",
+        ),
+        action(
+            "load_progress",
+            [B],
+            [
+                _c("loading", lambda s, p: s.ckv[p.b] == CKV.LOADING),
+                _c("not_done", lambda s, p: s.prog[p.b] < s.k.load_steps),
+            ],
+            {"prog": lambda s, p: store(s, s.prog, p.b, s.prog[p.b] + 1)},
+            ["prog"],
+            "On-disk Prefix",
+            "one more chunk of the load landed",
+        ),
+        action(
+            "load_done",
+            [B, A, F],
+            [
+                _c("loading", lambda s, p: s.ckv[p.b] == CKV.LOADING),
+                _c(
+                    "complete",
+                    lambda s, p: s.prog[p.b] == s.k.load_steps,
+                    "never use a partial load",
+                ),
+            ],
+            {
+                "ckv": lambda s, p: store(s, s.ckv, p.b, int(CKV.READY)),
+                "addr": lambda s, p: store(s, s.addr, p.b, p.a),
+                "graph": lambda s, p: ITE(
+                    AND(s.graph == Graph.CAPTURED, p.a != s.addr[p.b]), int(Graph.STALE), s.graph
+                ),
+                "io_inflight": lambda s, p: s.io_inflight - B2I(s.ldpipe[p.b] == Pipe.IO),
+                "ldpipe": lambda s, p: store(s, s.ldpipe, p.b, int(Pipe.NONE)),
+                "idx": lambda s, p: store(
+                    s, s.idx, p.b, ITE(s.ldpipe[p.b] == Pipe.IO, int(Indexer.ABSENT), s.idx[p.b])
+                ),
+                "swa": lambda s, p: store(
+                    s,
+                    s.swa,
+                    p.b,
+                    ITE(
+                        AND(s.ldpipe[p.b] == Pipe.IO, not s.k.swa_restored_from_disk),
+                        int(Swa.NULL),
+                        s.swa[p.b],
+                    ),
+                ),
+                "fmt": lambda s, p: store(
+                    s, s.fmt, p.b, ITE(s.ldpipe[p.b] == Pipe.IO, p.f, s.fmt[p.b])
+                ),
+            },
+            ["ckv", "addr", "graph", "io_inflight", "ldpipe", "idx", "swa", "fmt"],
+            "On-disk Prefix",
+            "the load completed into a (possibly new) device slot; a moved buffer makes the graph stale; "
+            "disk loads come back without indexer pages and in the file's stored form",
+        ),
+        action(
+            "load_fail",
+            [B],
+            [_c("loading", lambda s, p: s.ckv[p.b] == CKV.LOADING)],
+            {
+                "ckv": lambda s, p: store(
+                    s, s.ckv, p.b, ITE(s.ldpipe[p.b] == Pipe.IO, int(CKV.DISK), int(CKV.HOST))
+                ),
+                "io_inflight": lambda s, p: s.io_inflight - B2I(s.ldpipe[p.b] == Pipe.IO),
+                "ldpipe": lambda s, p: store(s, s.ldpipe, p.b, int(Pipe.NONE)),
+                "prog": lambda s, p: store(s, s.prog, p.b, s.k.load_steps),
+            },
+            ["ckv", "io_inflight", "ldpipe", "prog"],
+            "On-disk Prefix",
+            "the load failed: the source stays where it was, the hit is truncated and recomputed",
+        ),
+        action(
+            "drop",
+            [B],
+            [
+                _c("offloaded", lambda s, p: IN(s.ckv[p.b], (CKV.HOST, CKV.DISK))),
+                _c("unpinned", unpinned, "a pinned host/disk source may still be loaded"),
+                _c("lease_expired", lease_expired),
+            ],
+            {
+                "ckv": lambda s, p: store(s, s.ckv, p.b, int(CKV.FREE)),
+                "tail": lambda s, p: store(s, s.tail, p.b, int(Tail.NONE)),
+                "swa": lambda s, p: store(s, s.swa, p.b, int(Swa.NULL)),
+                "idx": lambda s, p: store(s, s.idx, p.b, int(Indexer.ABSENT)),
+                "nfree": lambda s, p: s.nfree + 1,
+            },
+            ["ckv", "tail", "swa", "idx", "nfree"],
+            "On-disk Prefix",
+            "delete the host/disk copy",
+        ),
+        # ---- eviction and residency ------------------------------------------------------
+        action(
+            "evict_start",
+            [B],
+            [
+                _c("committed", lambda s, p: s.ckv[p.b] == CKV.READY),
+                _c("unpinned", unpinned, "TOCTOU: never evict a block a checked request holds"),
+                _c("lease_expired", lease_expired),
+                _c("no_cpu_job", lambda s, p: s.idx[p.b] != Indexer.REBUILDING),
+            ],
+            {"ckv": lambda s, p: store(s, s.ckv, p.b, int(CKV.EVICTING))},
+            ["ckv"],
+            "Compressed KV",
+            "reclaim an unreferenced device block",
+        ),
+        action(
+            "evict_done",
+            [B],
+            [_c("evicting", lambda s, p: s.ckv[p.b] == CKV.EVICTING)],
+            {
+                "ckv": lambda s, p: store(s, s.ckv, p.b, int(CKV.FREE)),
+                "tail": lambda s, p: store(s, s.tail, p.b, int(Tail.NONE)),
+                "swa": lambda s, p: store(s, s.swa, p.b, int(Swa.NULL)),
+                "idx": lambda s, p: store(s, s.idx, p.b, int(Indexer.ABSENT)),
+                "nfree": lambda s, p: s.nfree + 1,
+            },
+            ["ckv", "tail", "swa", "idx", "nfree"],
+            "Compressed KV",
+            "the slot is free again",
+        ),
+        action(
+            "touch",
+            [B, T],
+            [_c("resident", lambda s, p: NOT(IN(s.ckv[p.b], (CKV.FREE, CKV.EVICTING))))],
+            {
+                "lease": lambda s, p: store(s, s.lease, p.b, MAX(s.lease[p.b], s.now + p.t)),
+            },
+            ["lease"],
+            "Compressed KV",
+            "extend a residency lease (never shortens it)",
+        ),
+        action(
+            "tick",
+            [T],
+            [_c("always", lambda s, p: True)],
+            {"now": lambda s, p: s.now + p.t},
+            ["now"],
+            "Scheduler",
+            "time passes (t ticks)",
+        ),
+        # ---- CUDA graph ------------------------------------------------------------------
+        action(
+            "capture",
+            [],
+            [_c("none", lambda s, p: s.graph == Graph.NONE)],
+            {
+                "graph": lambda s, p: int(Graph.CAPTURED),
+                "gaddr": lambda s, p: s.addr,
+            },
+            ["graph", "gaddr"],
+            "CUDA Graph",
+            "capture over the persistent buffers; record their addresses",
+        ),
+        action(
+            "replay",
+            [],
+            [_c("captured", lambda s, p: s.graph == Graph.CAPTURED)],
+            {},
+            [],
+            "CUDA Graph",
+            "replay the captured graph (reads the recorded addresses)",
+        ),
+        action(
+            "recapture",
+            [],
+            [_c("stale", lambda s, p: s.graph == Graph.STALE)],
+            {
+                "graph": lambda s, p: int(Graph.CAPTURED),
+                "gaddr": lambda s, p: s.addr,
+            },
+            ["graph", "gaddr"],
+            "CUDA Graph",
+            "recapture after a recovery moved a buffer",
+        ),
+        # ---- requests --------------------------------------------------------------------
+        action(
+            "admit",
+            [R, T],
+            [_c("idle", lambda s, p: s.req(p.r).phase == Req.IDLE)],
+            {
+                "phase": lambda s, p: int(Req.WAITING),
+                "deadline": lambda s, p: s.now + p.t,
+                "hit": lambda s, p: 0,
+            },
+            ["phase", "deadline", "hit"],
+            "Request",
+            "admit a request that will live t ticks",
+        ),
+        action(
+            "match",
+            [R, H],
+            [
+                _c("waiting", lambda s, p: s.req(p.r).phase == Req.WAITING),
+                _c("in_pool", lambda s, p: AND(p.h >= 0, p.h <= s.N * s.k.L)),
+            ],
+            {
+                "phase": lambda s, p: int(Req.MATCHED),
+                "hit": lambda s, p: p.h,
+            },
+            ["phase", "hit"],
+            "Request",
+            "prefix-hash lookup: a candidate length; nothing is locked",
+        ),
+        action(
+            "pin",
+            [R],
+            [
+                _c("matched", lambda s, p: s.req(p.r).phase == Req.MATCHED),
+                _c(
+                    "present",
+                    lambda s, p: s.forall_blocks(
+                        0,
+                        CDIV(s.req(p.r).hit, s.k.L),
+                        lambda b: NOT(IN(s.ckv[b], (CKV.FREE, CKV.EVICTING))),
+                    ),
+                    "only existing blocks can be pinned",
+                ),
+                _c(
+                    "pin_cap",
+                    lambda s, p: (
+                        pinned_blocks_total(s) + CDIV(s.req(p.r).hit, s.k.L) <= s.k.pin_cap
+                    ),
+                    "admission cap: pinned blocks stay within capacity",
+                ),
+            ],
+            {
+                "phase": lambda s, p: int(Req.PINNED),
+                "pinned": lambda s, p: s.req(p.r).hit,
+                "ref": lambda s, p: array(
+                    s, lambda b: s.ref[b] + B2I(covers(s, b, s.req(p.r).hit))
+                ),
+            },
+            ["phase", "pinned", "ref"],
+            "Request",
+            "take reference counts on the hit's blocks",
+        ),
+        action(
+            "validate",
+            [R],
+            [
+                _c(
+                    "pinned",
+                    lambda s, p: s.req(p.r).phase == Req.PINNED,
+                    "check only under pins, so the check stays true until use",
+                ),
+                *[
+                    _c(
+                        rule.qualname,
+                        (
+                            lambda rule: (
+                                lambda s, p: hit_rule.rule_holds(rule, s, p.r, s.req(p.r).hit)  # noqa: B023
+                            )
+                        )(rule),
+                        rule.doc,
+                    )
+                    for rule in hit_rule.rules
+                ],
+            ],
+            {
+                "phase": lambda s, p: int(Req.VALIDATED),
+                "pgen": lambda s, p: s.gen,
+                "paddr": lambda s, p: s.addr,
+            },
+            ["phase", "pgen", "paddr"],
+            "Request",
+            "the four layers hold: record state_data_ptrs (generations and addresses)",
+        ),
+        action(
+            "use",
+            [R],
+            [
+                _c("checked", lambda s, p: IN(s.req(p.r).phase, (Req.VALIDATED, Req.RECOMPUTE))),
+            ],
+            {"phase": lambda s, p: int(Req.USING)},
+            ["phase"],
+            "Request",
+            "compute from the hit",
+        ),
+        action(
+            "release",
+            [R],
+            [_c("using", lambda s, p: s.req(p.r).phase == Req.USING)],
+            {
+                "phase": lambda s, p: int(Req.IDLE),
+                "ref": release_pins,
+                "pinned": lambda s, p: 0,
+                "hit": lambda s, p: 0,
+            },
+            ["phase", "ref", "pinned", "hit"],
+            "Request",
+            "finish: drop the pins",
+        ),
+        action(
+            "abort",
+            [R],
+            [_c("active", lambda s, p: IN(s.req(p.r).phase, ACTIVE))],
+            {
+                "phase": lambda s, p: int(Req.IDLE),
+                "ref": release_pins,
+                "pinned": lambda s, p: 0,
+                "hit": lambda s, p: 0,
+            },
+            ["phase", "ref", "pinned", "hit"],
+            "Request",
+            "abort at any point; in-flight loads finish in their pipeline, so nothing is reused mid-write",
+        ),
+        action(
+            "downgrade",
+            [R],
+            [
+                _c(
+                    "unchecked",
+                    lambda s, p: IN(s.req(p.r).phase, (Req.MATCHED, Req.PINNED)),
+                    "a hit that cannot pass (cap, failed load, layer) is never blocked forever",
+                ),
+            ],
+            {
+                "phase": lambda s, p: int(Req.RECOMPUTE),
+                "ref": release_pins,
+                "pinned": lambda s, p: 0,
+                "hit": lambda s, p: 0,
+            },
+            ["phase", "ref", "pinned", "hit"],
+            "Request",
+            "give up the hit and recompute from scratch",
+        ),
     ]
     return acts
 
@@ -368,8 +693,12 @@ def _invariants(hit_rule: HitRule) -> list[Invariant]:
             per_request=True,
             per_block=lambda s, r, b: IMPLIES(
                 AND(IN(s.req(r).phase, CHECKED), covers(s, b, s.req(r).hit)),
-                AND(s.ref[b] >= 1, s.ckv[b] == CKV.READY, s.gen[b] == s.req(r).pgen[b],
-                    s.addr[b] == s.req(r).paddr[b]),
+                AND(
+                    s.ref[b] >= 1,
+                    s.ckv[b] == CKV.READY,
+                    s.gen[b] == s.req(r).pgen[b],
+                    s.addr[b] == s.req(r).paddr[b],
+                ),
             ),
             protected_by=(("evict_start", "unpinned"), ("validate", "pinned")),
         ),
@@ -384,7 +713,9 @@ def _invariants(hit_rule: HitRule) -> list[Invariant]:
             "admission_cap",
             "disk recoveries in flight stay within the I/O cap, and pinned blocks within capacity",
             "safeguard",
-            scalar=lambda s: AND(s.io_inflight <= s.k.io_cap, pinned_blocks_total(s) <= s.k.pin_cap),
+            scalar=lambda s: AND(
+                s.io_inflight <= s.k.io_cap, pinned_blocks_total(s) <= s.k.pin_cap
+            ),
             protected_by=(("load_start", "io_cap"), ("pin", "pin_cap")),
         ),
         Invariant(
@@ -407,13 +738,20 @@ def _invariants(hit_rule: HitRule) -> list[Invariant]:
             "a checked request (validated or using) satisfies all four layers L1..L4 at its hit",
             "safeguard",
             per_request=True,
-            per_block=lambda s, r, b: IMPLIES(IN(s.req(r).phase, CHECKED), hit_rule.block_ok(s, r, s.req(r).hit, b)),
-            scalar=lambda s, r: IMPLIES(IN(s.req(r).phase, CHECKED), hit_rule.scalar_ok(s, r, s.req(r).hit)),
+            per_block=lambda s, r, b: IMPLIES(
+                IN(s.req(r).phase, CHECKED), hit_rule.block_ok(s, r, s.req(r).hit, b)
+            ),
+            scalar=lambda s, r: IMPLIES(
+                IN(s.req(r).phase, CHECKED), hit_rule.scalar_ok(s, r, s.req(r).hit)
+            ),
             # Not listed (the prover would call them vacuous, rightly): L3.disk_loaded is defence
             # in depth (ckv_ready plus load_integrity imply it), and L4.splice_aligned is implied
             # by L1's LCM alignment on the preset geometries; it matters for custom layouts.
-            protected_by=tuple(("validate", rule.qualname) for rule in hit_rule.rules
-                               if rule.qualname not in ("L3.disk_loaded", "L4.splice_aligned")),
+            protected_by=tuple(
+                ("validate", rule.qualname)
+                for rule in hit_rule.rules
+                if rule.qualname not in ("L3.disk_loaded", "L4.splice_aligned")
+            ),
         ),
         Invariant(
             "load_integrity",
@@ -421,7 +759,8 @@ def _invariants(hit_rule: HitRule) -> list[Invariant]:
             "safety",
             per_block=lambda s, b: AND(
                 IMPLIES(s.ckv[b] != CKV.LOADING, s.prog[b] == s.k.load_steps),
-                s.prog[b] >= 0, s.prog[b] <= s.k.load_steps,
+                s.prog[b] >= 0,
+                s.prog[b] <= s.k.load_steps,
             ),
             protected_by=(("load_done", "complete"),),
         ),
@@ -431,10 +770,14 @@ def _invariants(hit_rule: HitRule) -> list[Invariant]:
             "aux",
             per_request=True,
             scalar=lambda s, r: AND(
-                s.req(r).hit >= 0, s.req(r).pinned >= 0, s.req(r).hit <= s.N * s.k.L,
+                s.req(r).hit >= 0,
+                s.req(r).pinned >= 0,
+                s.req(r).hit <= s.N * s.k.L,
                 IMPLIES(IN(s.req(r).phase, HOLDS_PINS), s.req(r).pinned == s.req(r).hit),
                 IMPLIES(NOT(IN(s.req(r).phase, HOLDS_PINS)), s.req(r).pinned == 0),
-                IMPLIES(IN(s.req(r).phase, (Req.IDLE, Req.WAITING, Req.RECOMPUTE)), s.req(r).hit == 0),
+                IMPLIES(
+                    IN(s.req(r).phase, (Req.IDLE, Req.WAITING, Req.RECOMPUTE)), s.req(r).hit == 0
+                ),
             ),
         ),
         Invariant(
@@ -442,13 +785,21 @@ def _invariants(hit_rule: HitRule) -> list[Invariant]:
             "phase variables hold phases of their own lifecycle",
             "aux",
             per_block=lambda s, b: AND(
-                IN(s.ckv[b], list(CKV)), IN(s.idx[b], list(Indexer)), IN(s.tail[b], list(Tail)),
-                IN(s.swa[b], list(Swa)), IN(s.fmt[b], list(Fmt)), IN(s.ldpipe[b], list(Pipe)),
-                IN(s.ixpipe[b], list(Pipe)), s.lease[b] >= 0,
+                IN(s.ckv[b], list(CKV)),
+                IN(s.idx[b], list(Indexer)),
+                IN(s.tail[b], list(Tail)),
+                IN(s.swa[b], list(Swa)),
+                IN(s.fmt[b], list(Fmt)),
+                IN(s.ldpipe[b], list(Pipe)),
+                IN(s.ixpipe[b], list(Pipe)),
+                s.lease[b] >= 0,
             ),
-            scalar=lambda s: AND(IN(s.graph, list(Graph)), s.now >= 0,
-                                 *[IN(s.req(r).phase, list(Req)) for r in range(s.k.R)],
-                                 *[s.req(r).deadline >= 0 for r in range(s.k.R)]),
+            scalar=lambda s: AND(
+                IN(s.graph, list(Graph)),
+                s.now >= 0,
+                *[IN(s.req(r).phase, list(Req)) for r in range(s.k.R)],
+                *[s.req(r).deadline >= 0 for r in range(s.k.R)],
+            ),
         ),
         Invariant(
             "ghost_counters",
@@ -458,7 +809,9 @@ def _invariants(hit_rule: HitRule) -> list[Invariant]:
             scalar=lambda s: AND(
                 s.nfree == count_blocks(s, lambda b: s.ckv[b] == CKV.FREE),
                 s.io_inflight == count_blocks(s, lambda b: s.ldpipe[b] == Pipe.IO),
-                s.nfree >= 0, s.nfree <= s.N, s.io_inflight >= 0,
+                s.nfree >= 0,
+                s.nfree <= s.N,
+                s.io_inflight >= 0,
             ),
             bounded=True,
         ),

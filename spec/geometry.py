@@ -147,13 +147,19 @@ class Geometry:
         for name in positive:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise GeometryError(f"geometry {self.name!r}: {name} must be a positive int, got {value!r}")
+                raise GeometryError(
+                    f"geometry {self.name!r}: {name} must be a positive int, got {value!r}"
+                )
         if self.rope_dims < 0:
             raise GeometryError(f"geometry {self.name!r}: rope_dims must be >= 0")
         if not self.layers or any(k not in ("swa", "csa", "hca") for k in self.layers):
-            raise GeometryError(f"geometry {self.name!r}: layers must be a non-empty tuple of swa/csa/hca")
+            raise GeometryError(
+                f"geometry {self.name!r}: layers must be a non-empty tuple of swa/csa/hca"
+            )
         if self.hca_ratio % self.csa_ratio:
-            raise GeometryError(f"geometry {self.name!r}: m={self.csa_ratio} must divide m'={self.hca_ratio}")
+            raise GeometryError(
+                f"geometry {self.name!r}: m={self.csa_ratio} must divide m'={self.hca_ratio}"
+            )
         if self.fp8_dims + self.rope_dims != self.head_dim:
             raise GeometryError(
                 f"geometry {self.name!r}: fp8_dims + rope_dims ({self.fp8_dims}+{self.rope_dims}) != head_dim {self.head_dim}"
@@ -168,11 +174,17 @@ class Geometry:
                 )
         for ratio in (self.csa_ratio, self.hca_ratio):
             if self.page_bytes(ratio) % self.align_bytes:
-                raise GeometryError(f"geometry {self.name!r}: page stride is not {self.align_bytes}-byte aligned")
+                raise GeometryError(
+                    f"geometry {self.name!r}: page stride is not {self.align_bytes}-byte aligned"
+                )
         if self.swa_disk_policy not in ("full", "checkpoint", "zero"):
-            raise GeometryError(f"geometry {self.name!r}: unknown swa_disk_policy {self.swa_disk_policy!r}")
+            raise GeometryError(
+                f"geometry {self.name!r}: unknown swa_disk_policy {self.swa_disk_policy!r}"
+            )
         if self.primary_combo not in self.kernel_combos:
-            raise GeometryError(f"geometry {self.name!r}: the primary block form has no fused kernel")
+            raise GeometryError(
+                f"geometry {self.name!r}: the primary block form has no fused kernel"
+            )
         if self.pin_cap_blocks > self.device_blocks:
             raise GeometryError(f"geometry {self.name!r}: pin_cap_blocks exceeds device_blocks")
 
@@ -195,9 +207,10 @@ def _combos(block_tokens: int) -> frozenset[KernelCombo]:
 
 def deepseek_v4_flash() -> Geometry:
     """DeepSeek-V4-Flash at full size (paper sec. 4.2.1; vLLM's page layout)."""
-    layers: tuple[LayerKind, ...] = ("swa", "swa") + tuple(
-        "csa" if i % 2 == 0 else "hca" for i in range(41)
-    )
+    csa: LayerKind = "csa"
+    hca: LayerKind = "hca"
+    body: tuple[LayerKind, ...] = tuple(csa if i % 2 == 0 else hca for i in range(41))
+    layers: tuple[LayerKind, ...] = ("swa", "swa") + body
     return Geometry(
         name="deepseek-v4-flash",
         layers=layers,
@@ -272,4 +285,6 @@ def preset(name: str) -> Geometry:
     try:
         return PRESETS[name]()
     except KeyError:
-        raise GeometryError(f"unknown geometry {name!r}; known: {', '.join(sorted(PRESETS))}") from None
+        raise GeometryError(
+            f"unknown geometry {name!r}; known: {', '.join(sorted(PRESETS))}"
+        ) from None

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .expr import AND, CDIV, IMPLIES, IN, MOD, FDIV, forall_blocks
+from .expr import AND, CDIV, FDIV, IMPLIES, IN, MOD, forall_blocks
 from .geometry import Geometry, KernelCombo
 from .phases import CKV, Fmt, Indexer, Pipe, Swa, Tail
 
@@ -104,7 +104,9 @@ class HitRule:
     def without(self, *qualnames: str) -> HitRule:
         for q in qualnames:
             self.rule(q)
-        return HitRule(tuple(x for x in self.rules if x.qualname not in qualnames and x.name not in qualnames))
+        return HitRule(
+            tuple(x for x in self.rules if x.qualname not in qualnames and x.name not in qualnames)
+        )
 
 
 def supported_formats(g: Geometry) -> tuple[int, ...]:

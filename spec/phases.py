@@ -106,8 +106,14 @@ LIFECYCLES: tuple[Lifecycle, ...] = (
     Lifecycle("SWA Window", "swa", Swa, Swa.NULL, frozenset({Swa.NULL})),
     Lifecycle("Indexer State", "idx", Indexer, Indexer.ABSENT, frozenset({Indexer.ABSENT})),
     # On-disk Prefix: the load job's pipeline; its rest phase is "no job in flight".
-    Lifecycle("On-disk Prefix", "ldpipe", Pipe, Pipe.NONE, frozenset({Pipe.NONE}),
-              frozenset({Pipe.NONE, Pipe.IO, Pipe.DMA})),
+    Lifecycle(
+        "On-disk Prefix",
+        "ldpipe",
+        Pipe,
+        Pipe.NONE,
+        frozenset({Pipe.NONE}),
+        frozenset({Pipe.NONE, Pipe.IO, Pipe.DMA}),
+    ),
     Lifecycle("Request", "phase", Req, Req.IDLE, frozenset({Req.IDLE})),
     Lifecycle("CUDA Graph", "graph", Graph, Graph.NONE, frozenset({Graph.NONE, Graph.CAPTURED})),
 )

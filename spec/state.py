@@ -38,7 +38,9 @@ class ConcreteState:
 
     __slots__ = ("_v", "N", "k", "_req_names")
 
-    def __init__(self, values: Mapping[str, Any], N: int, k: Any, req_names: frozenset[str]) -> None:
+    def __init__(
+        self, values: Mapping[str, Any], N: int, k: Any, req_names: frozenset[str]
+    ) -> None:
         self._v = dict(values)
         self.N = N
         self.k = k

@@ -185,7 +185,9 @@ class Table:
             geometry=geometry,
             vars=tuple(vars),
             actions=tuple(
-                replace(a, updates=MappingProxyType(dict(a.updates)), modifies=frozenset(a.modifies))
+                replace(
+                    a, updates=MappingProxyType(dict(a.updates)), modifies=frozenset(a.modifies)
+                )
                 for a in actions
             ),
             invariants=tuple(invariants),
@@ -260,12 +262,12 @@ class Table:
                 raise SpecError(f"table {self.name!r}: action {new.name!r} already exists")
             actions[new.name] = new
         for (a_name, v_name), fn in (update or {}).items():
-            a = actions.get(a_name)
-            if a is None:
+            found = actions.get(a_name)
+            if found is None:
                 raise SpecError(f"table {self.name!r}: unknown action {a_name!r}")
-            ups = dict(a.updates)
+            ups = dict(found.updates)
             ups[v_name] = fn
-            actions[a_name] = replace(a, updates=ups)
+            actions[a_name] = replace(found, updates=ups)
         return Table.build(
             name or f"{self.name}*",
             geometry or self.geometry,

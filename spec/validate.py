@@ -45,13 +45,19 @@ def _check_value(var: Var, value: Any, N: int, where: str) -> None:
     kind = "bool" if var.is_bool else (var.domain.__name__ if var.domain else "int")
     if var.scope in (Scope.BLOCK, Scope.REQ_BLOCK):
         if not isinstance(value, tuple) or len(value) != N:
-            raise SpecError(f"{where}: update of per-block variable {var.name!r} must be a whole array "
-                            f"(use store()/array()), got {type(value).__name__}")
+            raise SpecError(
+                f"{where}: update of per-block variable {var.name!r} must be a whole array "
+                f"(use store()/array()), got {type(value).__name__}"
+            )
         bad = [x for x in value if not scalar_ok(x)]
         if bad:
-            raise SpecError(f"{where}: update of {var.name!r} has an element {bad[0]!r} that is not a {kind}")
+            raise SpecError(
+                f"{where}: update of {var.name!r} has an element {bad[0]!r} that is not a {kind}"
+            )
     elif not scalar_ok(value):
-        raise SpecError(f"{where}: update of {var.name!r} gives {value!r} ({type(value).__name__}), not a {kind}")
+        raise SpecError(
+            f"{where}: update of {var.name!r} gives {value!r} ({type(value).__name__}), not a {kind}"
+        )
 
 
 def validate_table(t: Table) -> None:
@@ -72,9 +78,13 @@ def validate_table(t: Table) -> None:
             if u not in by_name:
                 raise SpecError(f"action {a.name!r}: updates unknown variable {u!r}")
             if u not in a.modifies:
-                raise SpecError(f"action {a.name!r}: updates {u!r} outside its modifies frame {sorted(a.modifies)}")
+                raise SpecError(
+                    f"action {a.name!r}: updates {u!r} outside its modifies frame {sorted(a.modifies)}"
+                )
             if by_name[u].scope in (Scope.REQ, Scope.REQ_BLOCK) and not a.request_scoped:
-                raise SpecError(f"action {a.name!r}: updates per-request {u!r} but has no request parameter")
+                raise SpecError(
+                    f"action {a.name!r}: updates per-request {u!r} but has no request parameter"
+                )
         if not a.guard:
             raise SpecError(f"action {a.name!r}: a guard needs at least one conjunct")
         cn = [c.name for c in a.guard]
@@ -96,8 +106,14 @@ def _probe(t: Table, by_name: dict[str, Var]) -> None:
     try:
         s = initial_state(t, N, ProbeState)
         for v in t.vars:
-            _check_value(v, s._v[v.name] if v.scope is not Scope.REQ and v.scope is not Scope.REQ_BLOCK
-                         else s._v[v.name][0], N, f"variable {v.name!r} init")
+            _check_value(
+                v,
+                s._v[v.name]
+                if v.scope is not Scope.REQ and v.scope is not Scope.REQ_BLOCK
+                else s._v[v.name][0],
+                N,
+                f"variable {v.name!r} init",
+            )
     except SpecError:
         raise
     except Exception as exc:  # noqa: BLE001 - any failure of user callables is a spec error
@@ -108,10 +124,14 @@ def _probe(t: Table, by_name: dict[str, Var]) -> None:
             try:
                 g = c.fn(s, p)
             except Exception as exc:  # noqa: BLE001
-                raise SpecError(f"action {a.name!r}: guard conjunct {c.name!r} failed: {exc}") from exc
+                raise SpecError(
+                    f"action {a.name!r}: guard conjunct {c.name!r} failed: {exc}"
+                ) from exc
             if not isinstance(g, bool):
-                raise SpecError(f"action {a.name!r}: guard conjunct {c.name!r} returned "
-                                f"{type(g).__name__} {g!r}, not a bool")
+                raise SpecError(
+                    f"action {a.name!r}: guard conjunct {c.name!r} returned "
+                    f"{type(g).__name__} {g!r}, not a bool"
+                )
         for u, fn in a.updates.items():
             try:
                 val = fn(s, p)

@@ -15,11 +15,25 @@ def test_prove_only_one_invariant_json(capsys):
 
 
 def test_prove_refutes_a_broken_spec_with_a_trace(capsys):
-    rc = main(["prove", "--spec", "kvstate.proofs.corpus:replay_without_recapture", "--only", "graph_topology",
-               "-j", "1"])
+    rc = main(
+        [
+            "prove",
+            "--spec",
+            "kvstate.proofs.corpus:replay_without_recapture",
+            "--only",
+            "graph_topology",
+            "-j",
+            "1",
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == 1
-    assert "FAILED" in out and "load_done" in out and "capture" in out and "replayed in the concrete interpreter: yes" in out
+    assert (
+        "FAILED" in out
+        and "load_done" in out
+        and "capture" in out
+        and "replayed in the concrete interpreter: yes" in out
+    )
 
 
 def test_junit_output(tmp_path):
@@ -37,7 +51,11 @@ def test_bad_usage_exits_2(capsys):
 
 
 def test_argparse_errors_exit_2():
-    p = subprocess.run([sys.executable, "-m", "kvstate", "prove", "--format", "yaml"], capture_output=True, text=True)
+    p = subprocess.run(
+        [sys.executable, "-m", "kvstate", "prove", "--format", "yaml"],
+        capture_output=True,
+        text=True,
+    )
     assert p.returncode == 2 and "invalid choice" in p.stderr
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+
 from kvstate.impl import EventKind, HeterogeneousKVCache, NotReady, Refused
 from kvstate.impl.pipelines import LoadJob
 from kvstate.impl.testdata import expected_rows, expected_state_rows, harness_tokens

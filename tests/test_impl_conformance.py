@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from kvstate.impl.adapter import make_target
 from kvstate.impl.bugs import BUGS, witness
 from kvstate.model.concrete import Machine

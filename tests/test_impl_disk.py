@@ -7,12 +7,13 @@ from typing import Any
 
 import pytest
 import torch
+from test_impl_cache import check_compressed, check_tail, check_window
+
 from kvstate.impl import EventKind, HeterogeneousKVCache
 from kvstate.impl.disk import FILE_FORMAT, SUFFIX, DiskTier
 from kvstate.impl.testdata import harness_tokens
 from kvstate.spec import small
 from kvstate.spec.phases import CKV
-from test_impl_cache import check_compressed, check_tail, check_window
 
 G = small()
 L = G.lcm_tokens

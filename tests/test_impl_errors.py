@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+
 from kvstate.impl import (
     AlreadyReleased,
     HeterogeneousKVCache,

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import torch
+
 from kvstate.impl import EventKind, HeterogeneousKVCache, KVStateError, NotReady
 from kvstate.impl.testdata import harness_tokens
 from kvstate.spec import small

@@ -11,6 +11,7 @@ import itertools
 import numba
 import pytest
 import torch
+
 from kvstate.kernels import Backend, LaunchConfig, block_checksum, launch_override
 from kvstate.kernels.reference import block_checksum_ref
 

@@ -11,6 +11,7 @@ import warnings
 import numba
 import pytest
 import torch
+
 from kvstate.kernels import (
     Backend,
     EntryLayout,

@@ -6,10 +6,11 @@ import os
 # Must precede the first numba import (the lead should move this into tests/conftest.py).
 os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
 
-import kvstate.kernels as K
 import numba
 import pytest
 import torch
+
+import kvstate.kernels as K
 from kvstate.kernels import (
     ENV_VAR,
     Backend,

@@ -9,6 +9,7 @@ os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
 import numba
 import pytest
 import torch
+
 from kvstate.kernels import (
     Backend,
     KernelInputError,

@@ -1,7 +1,5 @@
 """The concrete interpreter, the phase graphs and the model-level Hypothesis walk."""
 
-from collections import Counter
-
 import pytest
 from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
@@ -14,9 +12,17 @@ from kvstate.proofs.witnesses import reach_traces
 from kvstate.spec import CKV, LIFECYCLES, Req, SpecError, default_table
 
 HAPPY = [
-    ("allocate", {"b": 0, "f": 0}), ("commit", {"b": 0}), ("seal", {"b": 0}), ("index_update", {"b": 0}),
-    ("admit", {"r": 0, "t": 1}), ("touch", {"b": 0, "t": 2}), ("match", {"r": 0, "h": 16}),
-    ("pin", {"r": 0}), ("validate", {"r": 0}), ("use", {"r": 0}), ("release", {"r": 0}),
+    ("allocate", {"b": 0, "f": 0}),
+    ("commit", {"b": 0}),
+    ("seal", {"b": 0}),
+    ("index_update", {"b": 0}),
+    ("admit", {"r": 0, "t": 1}),
+    ("touch", {"b": 0, "t": 2}),
+    ("match", {"r": 0, "h": 16}),
+    ("pin", {"r": 0}),
+    ("validate", {"r": 0}),
+    ("use", {"r": 0}),
+    ("release", {"r": 0}),
 ]
 
 
@@ -89,11 +95,17 @@ def test_divergent_state_is_caught():
 def test_performing_a_refused_action_is_caught():
     t = default_table()
     bad = evict_without_refcount()
-    m = build_state_machine(t, 1, factory=lambda table, n: ModelTarget(bad, n),
-                            seed_traces=[HAPPY[:9] + [("tick", {"t": 4})]])
+    m = build_state_machine(
+        t,
+        1,
+        factory=lambda table, n: ModelTarget(bad, n),
+        seed_traces=[HAPPY[:9] + [("tick", {"t": 4})]],
+    )
     with pytest.raises(AssertionError, match="performed evict_start"):
-        run_state_machine_as_test(m, settings=settings(settings.get_profile("ci"), max_examples=300,
-                                                       stateful_step_count=6))
+        run_state_machine_as_test(
+            m,
+            settings=settings(settings.get_profile("ci"), max_examples=300, stateful_step_count=6),
+        )
 
 
 def test_addresses_are_compared_up_to_renaming():

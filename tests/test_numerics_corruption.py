@@ -5,6 +5,7 @@ the structural check catches every break except a correctly labelled but misplac
 from __future__ import annotations
 
 import pytest
+
 from kvstate.numerics import (
     CORRUPTIONS,
     TOL,

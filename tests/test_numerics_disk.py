@@ -4,6 +4,7 @@ policy's recompute bound is tight, and the demo table reports every case as expe
 from __future__ import annotations
 
 import pytest
+
 from kvstate.numerics import (
     TOL,
     StateError,

@@ -10,6 +10,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from kvstate.numerics import (
     HybridModel,
     ModelConfig,

@@ -9,7 +9,15 @@ def test_default_prove_holds_everywhere():
     report = prove(default_table(), jobs=2)
     assert report.ok, [(r.obligation, r.status, r.detail) for r in report.failures]
     kinds = {r.kind for r in report.results}
-    assert kinds == {"structure", "init", "inductive", "k-induction", "bmc", "reach", "anti-vacuity"}
+    assert kinds == {
+        "structure",
+        "init",
+        "inductive",
+        "k-induction",
+        "bmc",
+        "reach",
+        "anti-vacuity",
+    }
     t = default_table()
     # one inductive result per (invariant, action) pair, every pair unbounded
     inductive = report.by_kind("inductive")

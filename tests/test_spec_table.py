@@ -20,15 +20,48 @@ from kvstate.spec.expr import AND, IMPLIES, ITE, NOT, OR
 def test_default_table_has_five_states_and_all_actions():
     t = default_table()
     names = {a.name for a in t.actions}
-    for required in ("allocate", "commit", "seal", "slide", "index_update", "rebuild_start", "offload",
-                     "load_start", "load_progress", "load_done", "load_fail", "match", "validate", "pin",
-                     "use", "release", "evict_start", "abort", "capture", "replay", "recapture", "admit",
-                     "downgrade"):
+    for required in (
+        "allocate",
+        "commit",
+        "seal",
+        "slide",
+        "index_update",
+        "rebuild_start",
+        "offload",
+        "load_start",
+        "load_progress",
+        "load_done",
+        "load_fail",
+        "match",
+        "validate",
+        "pin",
+        "use",
+        "release",
+        "evict_start",
+        "abort",
+        "capture",
+        "replay",
+        "recapture",
+        "admit",
+        "downgrade",
+    ):
         assert required in names
     comps = {a.component for a in t.actions}
-    assert {"Compressed KV", "Uncompressed Tail", "SWA Window", "Indexer State", "On-disk Prefix"} <= comps
-    assert {"toctou", "graph_topology", "admission_cap", "separation", "hit_soundness", "refcount"} <= {
-        i.name for i in t.invariants}
+    assert {
+        "Compressed KV",
+        "Uncompressed Tail",
+        "SWA Window",
+        "Indexer State",
+        "On-disk Prefix",
+    } <= comps
+    assert {
+        "toctou",
+        "graph_topology",
+        "admission_cap",
+        "separation",
+        "hit_soundness",
+        "refcount",
+    } <= {i.name for i in t.invariants}
 
 
 def test_geometry_presets_keep_the_real_relations():
@@ -40,12 +73,15 @@ def test_geometry_presets_keep_the_real_relations():
     assert small(32).lcm_tokens == 32 and small(32).page_bytes(4) % 16 == 0
 
 
-@pytest.mark.parametrize("change,msg", [
-    ({"csa_ratio": 3}, "must divide"),
-    ({"device_blocks": 0}, "positive"),
-    ({"rope_dims": 8}, "head_dim"),
-    ({"swa_disk_policy": "sometimes"}, "swa_disk_policy"),
-])
+@pytest.mark.parametrize(
+    "change,msg",
+    [
+        ({"csa_ratio": 3}, "must divide"),
+        ({"device_blocks": 0}, "positive"),
+        ({"rope_dims": 8}, "head_dim"),
+        ({"swa_disk_policy": "sometimes"}, "swa_disk_policy"),
+    ],
+)
 def test_bad_geometry_is_rejected(change, msg):
     with pytest.raises(GeometryError, match=msg):
         small().with_changes(**change)
@@ -66,7 +102,9 @@ def _with_action(t, name, **changes):
 def test_update_outside_frame_names_the_action():
     t = default_table()
     a = t.action("commit")
-    with pytest.raises(SpecError, match=r"action 'commit': updates 'gen' outside its modifies frame"):
+    with pytest.raises(
+        SpecError, match=r"action 'commit': updates 'gen' outside its modifies frame"
+    ):
         t.derive(replace_action=[replace(a, updates={**a.updates, "gen": lambda s, p: s.gen})])
 
 
@@ -75,7 +113,10 @@ def test_unknown_variable_names_the_action():
     with pytest.raises(SpecError, match=r"action 'seal': modifies unknown variable 'tails'"):
         _with_action(t, "seal", modifies=frozenset({"tails"}))
     bad = Conjunct("typo", lambda s, p: s.ckvv[p.b] == CKV.READY)
-    with pytest.raises(SpecError, match=r"action 'seal': guard conjunct 'typo' failed: unknown state variable 'ckvv'"):
+    with pytest.raises(
+        SpecError,
+        match=r"action 'seal': guard conjunct 'typo' failed: unknown state variable 'ckvv'",
+    ):
         _with_action(t, "seal", guard=(bad,))
 
 
@@ -106,7 +147,11 @@ def test_derive_rejects_unknown_names():
 def test_derived_table_is_a_new_value():
     t = default_table()
     d = t.derive(drop_guard=[("evict_start", "unpinned")])
-    assert [c.name for c in d.action("evict_start").guard] == ["committed", "lease_expired", "no_cpu_job"]
+    assert [c.name for c in d.action("evict_start").guard] == [
+        "committed",
+        "lease_expired",
+        "no_cpu_job",
+    ]
     assert "unpinned" in [c.name for c in t.action("evict_start").guard]
 
 
