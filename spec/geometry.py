@@ -207,10 +207,10 @@ def _combos(block_tokens: int) -> frozenset[KernelCombo]:
 
 def deepseek_v4_flash() -> Geometry:
     """DeepSeek-V4-Flash at full size (paper sec. 4.2.1; vLLM's page layout)."""
-    csa: LayerKind = "csa"
-    hca: LayerKind = "hca"
-    body: tuple[LayerKind, ...] = tuple(csa if i % 2 == 0 else hca for i in range(41))
-    layers: tuple[LayerKind, ...] = ("swa", "swa") + body
+    kinds: list[LayerKind] = ["swa", "swa"]
+    for i in range(41):
+        kinds.append("csa" if i % 2 == 0 else "hca")
+    layers = tuple(kinds)
     return Geometry(
         name="deepseek-v4-flash",
         layers=layers,
