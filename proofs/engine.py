@@ -329,6 +329,24 @@ def hit_use_goal() -> Any:
     return goal
 
 
+def fires_with_pinned_phase_goal(action: str, phase: int) -> Any:
+    """``action`` fires for a request that holds a pin on a block in compressed-KV ``phase``."""
+
+    def goal(u: Unrolling) -> Any:
+        parts = []
+        L = u.states[0].k.L
+        for t, sel in enumerate(u.sels):
+            s = u.states[t]
+            for i, inst in enumerate(u.insts):
+                if inst.action.name == action and inst.r is not None:
+                    pinned = s.req(inst.r).pinned
+                    held = [z3.And(b * L < pinned, s.ckv[b] == phase) for b in range(u.N)]
+                    parts.append(z3.And(sel == i, z3.Or(*held)))
+        return z3.Or(*parts)
+
+    return goal
+
+
 def fires_goal(action: str) -> Any:
     def goal(u: Unrolling) -> Any:
         idx = [i for i, inst in enumerate(u.insts) if inst.action.name == action]

@@ -39,7 +39,9 @@ from kvstate.model.symbolic import (
     inv_violated,
     successor,
 )
-from kvstate.spec.phases import LIFECYCLES
+from kvstate.spec.phases import CKV, LIFECYCLES
+
+PINNED_PHASES = (CKV.WRITING, CKV.READY, CKV.OFFLOADING, CKV.HOST, CKV.DISK, CKV.LOADING)
 from kvstate.spec.state import invariant_reads
 from kvstate.spec.table import Invariant, ParamKind, Table
 
@@ -50,6 +52,7 @@ from .engine import (
     bmc_find,
     check_init,
     fires_goal,
+    fires_with_pinned_phase_goal,
     hit_use_goal,
     k_induction,
     proof_invariants,
@@ -95,6 +98,12 @@ def plan(table: Table, cfg: Config, only: str | None = None) -> list[Unit]:
         units.append(Unit("reach", f"reach/{a.name}", (a.name,)))
     if any(a.name == "use" for a in table.actions) and any(v.name == "hit" for v in table.vars):
         units.append(Unit("reach", "reach/use+hit", ("use", True)))
+    # Phase coverage: a request gives up its pins while a pinned block is in each recovery phase
+    # (the fuzzer replays these, so effects of abort/downgrade mid-recovery are exercised).
+    for a_name in ("abort", "downgrade"):
+        if any(a.name == a_name for a in table.actions):
+            for ph in PINNED_PHASES:
+                units.append(Unit("reach", f"reach/{a_name}@{ph.name}", (a_name, False, int(ph))))
     for inv in table.invariants:
         for a_name, c_name in inv.protected_by:
             if any(
@@ -421,19 +430,42 @@ def _bmc(table: Table, cfg: Config, inv_name: str) -> list[Result]:
     ]
 
 
-def _reach(table: Table, cfg: Config, action_name: str, with_hit: bool = False) -> list[Result]:
+def _reach(
+    table: Table,
+    cfg: Config,
+    action_name: str,
+    with_hit: bool = False,
+    pinned_phase: int | None = None,
+) -> list[Result]:
     t0 = time.perf_counter()
     table.action(action_name)
     name = f"reach/{action_name}" + ("+hit" if with_hit else "")
+    if pinned_phase is not None:
+        name += f"@{CKV(pinned_phase).name}"
 
     def check(tr: Trace) -> bool:
         if not (tr.replayed and bool(tr.steps) and tr.steps[-1].action == action_name):
             return False
         if with_hit:  # the request using the hit must have been validated with a non-empty hit
             return any(s.action == "match" and s.params.get("h", 0) > 0 for s in tr.steps)
+        if pinned_phase is not None:
+            from kvstate.model.concrete import Machine
+
+            m = Machine(table, tr.pool_size)
+            before = m.run([(st.action, st.params) for st in tr.steps[:-1]])[-1]
+            r = tr.steps[-1].params["r"]
+            pinned = before.req(r).pinned
+            return any(
+                b * table.consts.L < pinned and before.ckv[b] == pinned_phase for b in range(m.N)
+            )
         return True
 
-    goal = hit_use_goal() if with_hit else fires_goal(action_name)
+    if with_hit:
+        goal = hit_use_goal()
+    elif pinned_phase is not None:
+        goal = fires_with_pinned_phase_goal(action_name, pinned_phase)
+    else:
+        goal = fires_goal(action_name)
     found = witnesses.witness(
         table,
         name,
