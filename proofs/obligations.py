@@ -40,8 +40,6 @@ from kvstate.model.symbolic import (
     successor,
 )
 from kvstate.spec.phases import CKV, LIFECYCLES
-
-PINNED_PHASES = (CKV.WRITING, CKV.READY, CKV.OFFLOADING, CKV.HOST, CKV.DISK, CKV.LOADING)
 from kvstate.spec.state import invariant_reads
 from kvstate.spec.table import Invariant, ParamKind, Table
 
@@ -61,6 +59,7 @@ from .engine import (
 )
 from .results import Result, Trace
 
+PINNED_PHASES = (CKV.WRITING, CKV.READY, CKV.OFFLOADING, CKV.HOST, CKV.DISK, CKV.LOADING)
 UNBOUNDED = "unbounded: any pool size, any depth (requests expanded: R={R})"
 
 
