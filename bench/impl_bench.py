@@ -37,6 +37,7 @@ import gc  # noqa: E402
 import io  # noqa: E402
 import math  # noqa: E402
 import pstats  # noqa: E402
+import re  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
@@ -70,6 +71,30 @@ def fmt_length(n: int) -> str:
     if n % 1024 == 0:
         return f"{n // 1024}K"
     return str(n)
+
+
+def ram_gib() -> float:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024 / GIB
+    except OSError:
+        pass
+    return float("nan")
+
+
+def describe_failure(exc: BaseException, row: Row) -> str:
+    """One line: the exception, and for an allocation failure the sizes behind it."""
+    text = f"{type(exc).__name__}: {exc}".splitlines()[0]
+    m = re.search(r"tried to allocate (\d+) bytes", text)
+    if m:
+        return (
+            f"{type(exc).__name__}: cannot allocate one {int(m.group(1)) / GIB:.1f} GiB tier tensor "
+            f"(all tiers {row.planned_gib:.1f} GiB; this machine has {ram_gib():.1f} GiB RAM, "
+            "no swap: the kernel refuses the mapping even uninitialised)"
+        )
+    return text[:200]
 
 
 def rss_gib() -> float:
@@ -275,7 +300,7 @@ def bench_length(length: int, args: argparse.Namespace) -> Row:
     except BaseException as exc:  # noqa: BLE001 - a failed row is reported, the rest goes on
         if isinstance(exc, KeyboardInterrupt):
             raise
-        row.error = f"{type(exc).__name__}: {exc}".splitlines()[0][:160]
+        row.error = describe_failure(exc, row)
         row.rss_gib = rss_gib()
     finally:
         if cache is not None:
@@ -368,6 +393,11 @@ def report(rows: list[Row]) -> None:
         print(
             f"ours at 1K tokens: {one_k.cycles_s:,.0f} cycles/s = {ratio:.2f}x the reference; "
             f"target >= {TARGET_RATIO:g}x ({target:,.0f} cycles/s): {verdict}"
+        )
+        hits_s = one_k.hits / one_k.hit_s
+        print(
+            f"  hit cycles alone at 1K: {hits_s:,.0f} cycles/s = {hits_s / VLLM_CYCLES_S:.2f}x; "
+            f"miss cycles alone: {one_k.misses / one_k.miss_s:,.0f} cycles/s"
         )
         print(
             "  (not like for like: ours is 5 groups (CSA, HCA, indexer, SWA, compressor) in "
