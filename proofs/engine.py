@@ -133,7 +133,6 @@ def _cti_trace(
         solver.add(*pp.domain)
         for other in hyps_invs:
             solver.add(inv_holds(s, other, []))
-        solver.add(_value_bounds(s))
         solver.add(guard(s, inst, p))
         s2 = successor(s, inst, p)
         sk = z3.Int("sk")
@@ -146,11 +145,6 @@ def _cti_trace(
             step = decode_step(m, inst, pp)
             return replay(table, n, [step], start=start)
     return None
-
-
-def _value_bounds(s: SymState) -> Any:
-    """Keep decoded integers small so a counterexample reads well (sound for SAT answers only)."""
-    return z3.BoolVal(True)
 
 
 # ---- bounded unrolling from Init ----------------------------------------------------------
