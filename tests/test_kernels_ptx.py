@@ -69,7 +69,10 @@ def test_gpu_less_machine_selects_torch_and_says_why(no_sim_run) -> None:
 def test_every_kernel_compiles_to_sm90_ptx(no_sim_run) -> None:
     _report(no_sim_run)
     if no_sim_run.returncode == 2:
-        pytest.skip("NVVM missing: " + no_sim_run.stdout.strip().splitlines()[-1])
+        msg = "NVVM missing: " + no_sim_run.stdout.strip().splitlines()[-1]
+        if os.environ.get("CI"):  # CI installs the [ptx] extra: a missing NVVM is a failure there
+            pytest.fail(msg)
+        pytest.skip(msg + " (install kvstate[ptx] to run this check)")
     lines = [ln for ln in no_sim_run.stdout.splitlines() if ln.startswith(("ok ", "FAIL "))]
     assert no_sim_run.returncode == 0, no_sim_run.stdout + no_sim_run.stderr
     assert lines and all(ln.startswith("ok") and ".target sm_90" in ln for ln in lines)
