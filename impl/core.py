@@ -54,7 +54,6 @@ from .pipelines import Job, LoadJob, OffloadJob, Pipelines, RebuildJob
 from .testdata import Writer
 from .tiers import Tiers
 
-ACTIVE = (Req.WAITING, Req.MATCHED, Req.PINNED, Req.VALIDATED, Req.USING, Req.RECOMPUTE)
 
 
 def _cdiv(a: int, b: int) -> int:
