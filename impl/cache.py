@@ -34,14 +34,14 @@ import numpy as np
 import torch
 
 from kvstate.kernels import gather_blocks
-from kvstate.spec.default import default_table
+from kvstate.spec.default import ACTIVE, default_table
 from kvstate.spec.errors import GeometryError
 from kvstate.spec.geometry import Geometry, small
 from kvstate.spec.phases import CKV, Indexer, Pipe, Req, Swa
 from kvstate.spec.table import Table
 
 from .coordinator import HitSearch, RecoveryPlan, Shortening, plan_steps, projection
-from .core import ACTIVE, CacheCore, Slot
+from .core import CacheCore, Slot
 from .errors import (
     AlreadyReleased,
     InvalidArgument,

@@ -55,7 +55,6 @@ from .testdata import Writer
 from .tiers import Tiers
 
 
-
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
