@@ -89,9 +89,10 @@ class Group:
         """Bytes one LCM block occupies in this group (all layers)."""
         return self.nl * self.pages_per_block * self.page_bytes
 
-    def host_index(self, hslot: int) -> list[int]:
+    def host_index(self, hslot: int) -> slice:
+        # A slice, not a list: indexing with a list copies page by page (advanced indexing).
         p = self.pages_per_block
-        return list(range(hslot * p, hslot * p + p))
+        return slice(hslot * p, hslot * p + p)
 
     def map(self, rids: Sequence[int]) -> Sequence[int]:
         """Chain block ``b`` reads this group's pages of record ``map(rids)[b]``."""
@@ -101,9 +102,9 @@ class Group:
 class SlotGroup(Group):
     """A group stored at the record's device slot (full-history groups and the compressor)."""
 
-    def dev_index(self, slot: int) -> list[int]:
+    def dev_index(self, slot: int) -> slice:
         p = self.pages_per_block
-        return list(range(slot * p, slot * p + p))
+        return slice(slot * p, slot * p + p)
 
 
 class CompressedGroup(SlotGroup):
