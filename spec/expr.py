@@ -34,12 +34,17 @@ def _bool(x: Term) -> Term:
 
 
 def AND(*xs: Term) -> Term:
+    # Fast path for the implementation's hot loop: plain bools only.
+    if all(x.__class__ is bool for x in xs):
+        return all(xs)
     if is_symbolic(*xs):
         return z3.And(*[z3.BoolVal(x) if isinstance(x, bool) else x for x in xs])
     return all(_bool(x) for x in xs)
 
 
 def OR(*xs: Term) -> Term:
+    if all(x.__class__ is bool for x in xs):
+        return any(xs)
     if is_symbolic(*xs):
         return z3.Or(*[z3.BoolVal(x) if isinstance(x, bool) else x for x in xs])
     return any(_bool(x) for x in xs)
@@ -69,6 +74,8 @@ def MAX(a: Term, b: Term) -> Term:
 
 def IN(x: Term, options: Sequence[int]) -> Term:
     """Membership in a finite set of enum values."""
+    if x.__class__ is int:
+        return x in options
     return OR(*[x == int(o) for o in options]) if options else False
 
 
