@@ -20,7 +20,6 @@ from kvstate.model.symbolic import (
     SymState,
     Vec,
     bind,
-    block_in_pool,
     fresh_params,
     fresh_state,
     guard,
@@ -77,48 +76,6 @@ def check_init(table: Table, inv: Invariant, timeout_ms: int = 20000) -> Inducti
     if res == z3.unknown:
         return InductionOutcome("unknown", "init", detail=solver.reason_unknown())
     return InductionOutcome("cti", "init", detail="Init violates the invariant")
-
-
-def check_inductive(
-    table: Table,
-    inv: Invariant,
-    inst: Instance,
-    timeout_ms: int = 20000,
-    assume: Sequence[Invariant] | None = None,
-) -> InductionOutcome:
-    """Invariants(s) and guard(s, p) and s' = step(s, p) imply inv(s'), for any pool size."""
-    hyps_invs = list(assume) if assume is not None else proof_invariants(table)
-    last: InductionOutcome | None = None
-    for mode in ("inst", "forall"):
-        N = z3.Int("N")
-        s = fresh_state(table, "pre.", N, mode=mode)
-        pp = fresh_params(table, "p.", N)
-        p = bind(inst, pp)
-        sk = z3.Int("sk")
-        terms = [sk]
-        if any(q.kind is ParamKind.BLOCK for q in inst.action.params):
-            terms.append(pp.values[ParamKind.BLOCK])
-        s.inst_terms = terms
-        solver = _solver(timeout_ms)
-        solver.add(N >= 1, *pp.domain, block_in_pool(sk, N))
-        for other in hyps_invs:
-            solver.add(inv_holds(s, other, terms))
-        solver.add(guard(s, inst, p))
-        s2 = successor(s, inst, p)
-        s2.mode = "goal"
-        bad, _ = inv_violated(s2, inv, sk)
-        solver.add(bad)
-        res = solver.check()
-        if res == z3.unsat:
-            return InductionOutcome("proved", mode)
-        if res == z3.unknown:
-            last = InductionOutcome("unknown", mode, detail=solver.reason_unknown())
-            continue
-        last = InductionOutcome("cti", mode)
-        if mode == "forall":
-            last.trace = _cti_trace(table, inv, inst, hyps_invs, timeout_ms)
-    assert last is not None
-    return last
 
 
 def _cti_trace(

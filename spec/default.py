@@ -69,6 +69,19 @@ def release_pins(s: Any, p: Any) -> Any:
     return array(s, lambda b: s.ref[b] - B2I(covers(s, b, pinned)))
 
 
+GIVE_UP_FRAME = ("phase", "ref", "pinned", "hit")
+
+
+def give_up_pins(next_phase: Req) -> dict[str, Fn]:
+    """Updates shared by release, abort and downgrade: drop every pin, forget the hit."""
+    return {
+        "phase": lambda s, p: int(next_phase),
+        "ref": release_pins,
+        "pinned": lambda s, p: 0,
+        "hit": lambda s, p: 0,
+    }
+
+
 def pinned_blocks_total(s: Any) -> Any:
     total: Any = 0
     for r in range(s.k.R):
@@ -624,13 +637,8 @@ def _actions(hit_rule: HitRule) -> list[Action]:
             "release",
             [R],
             [_c("using", lambda s, p: s.req(p.r).phase == Req.USING)],
-            {
-                "phase": lambda s, p: int(Req.IDLE),
-                "ref": release_pins,
-                "pinned": lambda s, p: 0,
-                "hit": lambda s, p: 0,
-            },
-            ["phase", "ref", "pinned", "hit"],
+            give_up_pins(Req.IDLE),
+            GIVE_UP_FRAME,
             "Request",
             "finish: drop the pins",
         ),
@@ -638,13 +646,8 @@ def _actions(hit_rule: HitRule) -> list[Action]:
             "abort",
             [R],
             [_c("active", lambda s, p: IN(s.req(p.r).phase, ACTIVE))],
-            {
-                "phase": lambda s, p: int(Req.IDLE),
-                "ref": release_pins,
-                "pinned": lambda s, p: 0,
-                "hit": lambda s, p: 0,
-            },
-            ["phase", "ref", "pinned", "hit"],
+            give_up_pins(Req.IDLE),
+            GIVE_UP_FRAME,
             "Request",
             "abort at any point; in-flight loads finish in their pipeline, so nothing is reused mid-write",
         ),
@@ -658,13 +661,8 @@ def _actions(hit_rule: HitRule) -> list[Action]:
                     "a hit that cannot pass (cap, failed load, layer) is never blocked forever",
                 ),
             ],
-            {
-                "phase": lambda s, p: int(Req.RECOMPUTE),
-                "ref": release_pins,
-                "pinned": lambda s, p: 0,
-                "hit": lambda s, p: 0,
-            },
-            ["phase", "ref", "pinned", "hit"],
+            give_up_pins(Req.RECOMPUTE),
+            GIVE_UP_FRAME,
             "Request",
             "give up the hit and recompute from scratch",
         ),
