@@ -19,18 +19,9 @@ import networkx as nx
 import z3
 
 from kvstate.spec.phases import LIFECYCLES, Lifecycle
-from kvstate.spec.table import ParamKind, Scope, Table
+from kvstate.spec.table import Scope, Table
 
-from .symbolic import (
-    bind,
-    block_in_pool,
-    fresh_params,
-    fresh_state,
-    guard,
-    instances,
-    inv_holds,
-    successor,
-)
+from .symbolic import instances, step_query
 
 
 def _phase_term(s: object, lc: Lifecycle, table: Table, sk: z3.ArithRef) -> z3.ArithRef:
@@ -56,22 +47,11 @@ def phase_graph(table: Table, lc: Lifecycle, timeout_ms: int = 10000) -> nx.Mult
             continue
         if scope is Scope.REQ and inst.r != 0:
             continue
-        N = z3.Int("N")
-        s = fresh_state(table, "pre.", N, mode="inst")
-        pp = fresh_params(table, "p.", N)
-        p = bind(inst, pp)
-        sk = z3.Int("sk")
-        terms = [sk]
-        if any(q.kind is ParamKind.BLOCK for q in inst.action.params):
-            terms.append(pp.values[ParamKind.BLOCK])
-        s.inst_terms = terms
+        q = step_query(table, inst, invs, "inst")
+        s, s2, sk = q.pre, q.post, q.skolem
         solver = z3.Solver()
         solver.set(timeout=timeout_ms)
-        solver.add(N >= 1, *pp.domain, block_in_pool(sk, N))
-        for inv in invs:
-            solver.add(inv_holds(s, inv, terms))
-        solver.add(guard(s, inst, p))
-        s2 = successor(s, inst, p)
+        solver.add(*q.hypotheses)
         before, after = _phase_term(s, lc, table, sk), _phase_term(s2, lc, table, sk)
         solver.add(before != after)
         while solver.check() == z3.sat:

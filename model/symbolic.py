@@ -377,3 +377,32 @@ def block_in_pool(x: Any, N: Any) -> Any:
 
 def implies(a: Any, b: Any) -> Any:
     return IMPLIES(a, b)
+
+
+@dataclass
+class StepQuery:
+    """One parametric step: invariants (at the Skolem block and the action's block) and the
+    guard hold in ``pre``; ``post`` is the successor.  Shared by induction and phase graphs."""
+
+    hypotheses: list[Any]
+    pre: SymState
+    post: SymState
+    skolem: Any
+
+
+def step_query(
+    table: Table, inst: Instance, invariants: Sequence[Invariant], mode: str
+) -> StepQuery:
+    N = z3.Int("N")
+    s = fresh_state(table, "pre.", N, mode=mode)
+    pp = fresh_params(table, "p.", N)
+    p = bind(inst, pp)
+    sk = z3.Int("sk")
+    terms = [sk]
+    if any(q.kind is ParamKind.BLOCK for q in inst.action.params):
+        terms.append(pp.values[ParamKind.BLOCK])
+    s.inst_terms = terms
+    hyps = [N >= 1, *pp.domain, block_in_pool(sk, N)]
+    hyps += [inv_holds(s, other, terms) for other in invariants]
+    hyps.append(guard(s, inst, p))
+    return StepQuery(hyps, s, successor(s, inst, p), sk)

@@ -29,19 +29,13 @@ import z3
 from kvstate.model.graph import check_structure, phase_graph
 from kvstate.model.symbolic import (
     Instance,
-    bind,
-    block_in_pool,
-    fresh_params,
-    fresh_state,
-    guard,
     instances,
-    inv_holds,
     inv_violated,
-    successor,
+    step_query,
 )
 from kvstate.spec.phases import CKV, LIFECYCLES
 from kvstate.spec.state import invariant_reads
-from kvstate.spec.table import Invariant, ParamKind, Table
+from kvstate.spec.table import Invariant, Table
 
 from . import witnesses
 from .engine import (
@@ -323,21 +317,9 @@ class _Prepared:
 def _prepare(
     table: Table, inst: Instance, invs: list[Invariant], mode: str, cfg: Config
 ) -> _Prepared:
-    N = z3.Int("N")
-    s = fresh_state(table, "pre.", N, mode=mode)
-    pp = fresh_params(table, "p.", N)
-    p = bind(inst, pp)
-    sk = z3.Int("sk")
-    terms = [sk]
-    if any(q.kind is ParamKind.BLOCK for q in inst.action.params):
-        terms.append(pp.values[ParamKind.BLOCK])
-    s.inst_terms = terms
-    parts = [N >= 1, *pp.domain, block_in_pool(sk, N)]
-    parts += [inv_holds(s, other, terms) for other in invs]
-    parts.append(guard(s, inst, p))
-    s2 = successor(s, inst, p)
-    s2.mode = "goal"
-    return _Prepared(parts, s2, sk, mode)
+    q = step_query(table, inst, invs, mode)
+    q.post.mode = "goal"
+    return _Prepared(q.hypotheses, q.post, q.skolem, mode)
 
 
 def _check_prepared(
