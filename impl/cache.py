@@ -438,10 +438,16 @@ class HeterogeneousKVCache:
         now, epoch = core.search(s, rids, h_max)
         expl = Explanation(h_max, now)
         target, plan = now.hit, RecoveryPlan()
-        if recover and now.hit < h_max:
-            proj = projection(
+        proj = (
+            projection(
                 m, rids[:nb_max], disk_drops_swa=not self.table.consts.swa_restored_from_disk
             )
+            if recover and now.hit < h_max
+            else {}
+        )
+        # an empty projection is the current state, where the search would find ``now`` again
+        # (a full hit is cut to whole blocks by L1 alone: nothing to recover)
+        if any(proj.values()):
             over = {
                 name: _overlay(getattr(m, name), vals)
                 for name, vals in proj.items()

@@ -21,6 +21,10 @@ from .errors import Refused
 class Guards:
     def __init__(self, table: Table) -> None:
         self._actions: dict[str, Action] = {a.name: a for a in table.actions}
+        # (name, callable) pairs per action, looked up once: this runs on every transition
+        self._conj: dict[str, tuple[tuple[str, Any], ...]] = {
+            a.name: tuple((c.name, c.fn) for c in a.guard) for a in table.actions
+        }
 
     def has(self, action: str) -> bool:
         return action in self._actions
@@ -28,12 +32,14 @@ class Guards:
     def failed(
         self, action: str, view: Any, params: dict[str, int], skip: Iterable[str] = ()
     ) -> list[str]:
-        a = self._actions.get(action)
-        if a is None:
+        conj = self._conj.get(action)
+        if conj is None:
             raise Refused(action, (), "the table has no such action")
         p = SimpleNamespace(**params)
-        skip = tuple(skip)
-        return [c.name for c in a.guard if c.name not in skip and not c.fn(view, p)]
+        if skip:
+            skipped = frozenset(skip)
+            return [name for name, fn in conj if name not in skipped and not fn(view, p)]
+        return [name for name, fn in conj if not fn(view, p)]
 
     def check(
         self,

@@ -120,7 +120,7 @@ class Tiers:
 
     def build_index(self, slot: int) -> None:
         idx = self.csa.dev_index(slot)
-        self.indexer.device_data[:, idx] = self.indexer.build(self.csa.device_data[:, idx])
+        self.indexer.build_into(self.csa.device_data[:, idx], self.indexer.device_data[:, idx])
 
     # ---- device <-> host ------------------------------------------------------------------
     def to_host(self, slot: int, swa_pages: Sequence[int], hslot: int) -> None:

@@ -34,35 +34,47 @@ def _bool(x: Term) -> Term:
 
 
 def AND(*xs: Term) -> Term:
-    # Fast path for the implementation's hot loop: plain bools only.
-    if all(x.__class__ is bool for x in xs):
-        return all(xs)
+    # Fast path for the implementation's hot loop: plain bools only (a loop, not a generator).
+    for x in xs:
+        if x.__class__ is not bool:
+            break
+    else:
+        return False not in xs
     if is_symbolic(*xs):
         return z3.And(*[z3.BoolVal(x) if isinstance(x, bool) else x for x in xs])
     return all(_bool(x) for x in xs)
 
 
 def OR(*xs: Term) -> Term:
-    if all(x.__class__ is bool for x in xs):
-        return any(xs)
+    for x in xs:
+        if x.__class__ is not bool:
+            break
+    else:
+        return True in xs
     if is_symbolic(*xs):
         return z3.Or(*[z3.BoolVal(x) if isinstance(x, bool) else x for x in xs])
     return any(_bool(x) for x in xs)
 
 
 def NOT(x: Term) -> Term:
+    if x.__class__ is bool:
+        return not x
     if is_symbolic(x):
         return z3.Not(x)
     return not _bool(x)
 
 
 def IMPLIES(a: Term, b: Term) -> Term:
+    if a.__class__ is bool and b.__class__ is bool:
+        return (not a) or b
     if is_symbolic(a, b):
         return z3.Implies(a, b)
     return (not _bool(a)) or _bool(b)
 
 
 def ITE(c: Term, a: Term, b: Term) -> Term:
+    if c.__class__ is bool and not isinstance(a, z3.ExprRef) and not isinstance(b, z3.ExprRef):
+        return a if c else b
     if is_symbolic(c, a, b):
         return z3.If(c, a, b)
     return a if _bool(c) else b
@@ -81,6 +93,8 @@ def IN(x: Term, options: Sequence[int]) -> Term:
 
 def CDIV(a: Term, k: int) -> Term:
     """Ceiling division by a positive constant (linear for Z3)."""
+    if a.__class__ is int:
+        return -(-a // k)
     if is_symbolic(a):
         return (a + (k - 1)) / k
     return -(-a // k)
@@ -88,14 +102,14 @@ def CDIV(a: Term, k: int) -> Term:
 
 def FDIV(a: Term, k: int) -> Term:
     """Floor division by a positive constant, for non-negative ``a`` (linear for Z3)."""
+    if a.__class__ is int:
+        return a // k
     if is_symbolic(a):
         return a / k
     return a // k
 
 
 def MOD(a: Term, k: int) -> Term:
-    if is_symbolic(a):
-        return a % k
     return a % k
 
 
