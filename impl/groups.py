@@ -24,7 +24,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from kvstate.kernels import splice_tail
+from kvstate.kernels import Backend, select_backend, splice_tail
 from kvstate.spec.geometry import Geometry
 from kvstate.spec.layers import HitRule, Rule
 
@@ -330,9 +330,12 @@ class CompressorGroup(SlotGroup):
         S, m = self.ring, self.ratio
         shift = ((h - S) // S) * S if h >= S else 0
         local = h - shift
+        # the kernel runs where its backend needs its inputs (CUDA: on the GPU, whatever the tier)
+        dev = torch.device("cuda" if select_backend(backend).backend is Backend.CUDA else "cpu")
+        state, pos = state.to(dev), pos.to(dev)
         held = torch.where(pos >= 0, pos - shift, torch.full_like(pos, -1))
-        entries = torch.zeros(local // m, self.width // 2, dtype=torch.float32)
+        entries = torch.zeros(local // m, self.width // 2, dtype=torch.float32, device=dev)
         out = splice_tail(
             entries, state, held, ratio=m, num_tokens=local, check=True, backend=backend
         )
-        return out.state
+        return out.state.cpu()  # (decode's contract: the caller gets host tensors)
