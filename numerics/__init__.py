@@ -5,7 +5,9 @@ is *numerically* the right one: resuming from it must reproduce a full prefill b
 breaking any of the five states must visibly change the logits.  See ``model`` (the model),
 ``state`` (the five states, export/restore, structural checks), ``corrupt`` (negative tests),
 ``disk`` (the three SWA disk policies) and ``scenario`` (the demo's cases;
-``python -m kvstate.numerics``).
+``python -m kvstate.numerics``).  ``kvbridge`` (the model's states stored in and restored from
+the kvstate library) and ``e2e`` (the end-to-end cases) import the library and are not
+re-exported here.
 """
 
 from .corrupt import (
