@@ -84,6 +84,9 @@ class Explanation:
     requested: int
     immediate: HitSearch
     after_recovery: HitSearch | None = None
+    # the projected search when recovery would not lengthen the hit (e.g. under the zero SWA
+    # disk policy the window does not come back from disk): why the planner gave up
+    unrecoverable: HitSearch | None = None
     truncations: list[Shortening] = field(default_factory=list)
     rejection: str | None = None
 
@@ -98,6 +101,9 @@ class Explanation:
         if self.after_recovery is not None:
             out.append(f"recoverable to {self.after_recovery.hit} tokens")
             out += [f"after recovery: {s}" for s in self.after_recovery.shortenings]
+        if self.unrecoverable is not None:
+            out.append(f"not recoverable beyond {self.immediate.hit} tokens")
+            out += [f"even after recovery: {s}" for s in self.unrecoverable.shortenings]
         out += [f"truncated: {s}" for s in self.truncations]
         if self.rejection:
             out.append(f"rejected: {self.rejection}")
@@ -460,6 +466,8 @@ class HeterogeneousKVCache:
                 plan = RecoveryPlan(tuple(plan_steps(m, rids, _cdiv(ext.hit, L))), ext.hit, ext)
                 target = ext.hit
                 expl.after_recovery = ext
+            else:
+                expl.unrecoverable = ext
         core.match(s, target, rids)
         try:
             core.pin(s, rids)

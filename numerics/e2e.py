@@ -202,6 +202,10 @@ class E2E:
             lines += [
                 f"after recovery: {s}" for s in ex.after_recovery.shortenings if s.to_tokens < h
             ]
+        if ex.unrecoverable is not None:
+            lines += [
+                f"even after recovery: {s}" for s in ex.unrecoverable.shortenings if s.to_tokens < h
+            ]
         lines += [f"truncated: {s}" for s in ex.truncations]
         if ex.rejection:
             lines.append(f"rejected: {ex.rejection}")

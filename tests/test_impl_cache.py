@@ -389,6 +389,10 @@ def test_zero_swa_policy_recomputes_the_window() -> None:
         a = c.admit(c.request(toks))
         assert a.hit_tokens == 0 and a.explanation.after_recovery is None
         assert any(s.rule == "L3.ckv_ready" for s in a.explanation.shortenings)
+        # ... and it says why no recovery was planned: the window does not come back from disk
+        un = a.explanation.unrecoverable
+        assert un is not None and any(s.rule == "L3.swa_window" for s in un.shortenings)
+        assert any("even after recovery: L3.swa_window" in x for x in a.explanation.lines())
     finally:
         c.close()
 
