@@ -15,6 +15,7 @@ the columns a rule actually reads.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -29,6 +30,7 @@ VIEW_FIELDS: tuple[str, ...] = (
 )  # fmt: skip
 
 NULL_RID = 0
+_VIEW_FIELD_SET = frozenset(VIEW_FIELDS)
 
 
 class BlockMeta:
@@ -150,14 +152,18 @@ class ChainView:
         self.nfree = nfree
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("_") or name not in VIEW_FIELDS:
+        if name not in _VIEW_FIELD_SET:
             raise AttributeError(f"view has no variable {name!r}")
         build = self._over.get(name)
         if build is not None:
             col = build(self._rids)
         else:
+            rids = self._rids
             arr = getattr(self._m, name)
-            col = [arr[i] for i in self._rids]
+            if len(rids) > 1:  # one C call per column (this runs for every guard and search)
+                col = itemgetter(*rids)(arr)
+            else:
+                col = [arr[i] for i in rids]
         self.__dict__[name] = col  # later reads are plain attribute lookups
         return col
 
