@@ -169,6 +169,33 @@ def build_parser() -> argparse.ArgumentParser:
     fz.add_argument(
         "--bug", action="append", default=[], help="plant a seeded bug in the built-in target"
     )
+    fz.add_argument(
+        "--no-coverage",
+        action="store_true",
+        help="skip the deterministic coverage pass (witness replays + refusal sweep)",
+    )
+    fz.add_argument(
+        "--no-warmup",
+        action="store_true",
+        help="Hypothesis examples do not start from the proofs' witness traces",
+    )
+    fz.add_argument(
+        "--hypothesis-shrink",
+        action="store_true",
+        help="let Hypothesis shrink a failure first (slow here: up to its 5-minute cap)",
+    )
+    fz.add_argument(
+        "--replay",
+        default=None,
+        metavar="TRACE",
+        help="replay one trace ('allocate(b=0); commit(b=0); ...', or @FILE) and stop",
+    )
+    fz.add_argument(
+        "--reproduce",
+        default=None,
+        metavar="BLOB",
+        help="rerun the one Hypothesis example of a printed @reproduce_failure blob",
+    )
     fz.set_defaults(func=_cmd_fuzz)
     return p
 

@@ -4,9 +4,14 @@ Targets: ``kvstate`` (the built-in allocator, ``kvstate.impl.adapter:make_target
 (the reference interpreter, a self-check), or ``module:factory`` -- any callable
 ``factory(table, N)`` returning an object with one method per spec action plus ``observe()``.
 
-A run first replays the proofs' reachability witnesses in lockstep (a deterministic coverage
-pass), then lets Hypothesis explore.  On failure it prints the shrunk, replayable trace, the
-seed and the reproduce blob, and exits 1.
+A run first replays the proofs' reachability witnesses in lockstep with a near-miss refusal
+sweep (a deterministic coverage pass; ``--no-coverage`` skips it), then lets Hypothesis explore.
+A finding is shrunk to a short trace that fails the same way: by Hypothesis' own shrinker when
+Hypothesis found it, then (either way) by delta debugging over fresh replays
+(:func:`kvstate.model.fuzz.minimize`).  The report gives who found it and the lengths before
+and after, the failure, the minimized trace (one action per line), the seed, Hypothesis'
+``@reproduce_failure`` blob when it applies, and one-line commands to rerun the run, replay the
+trace (``--replay``) and reproduce Hypothesis' example (``--reproduce``); exit 1.
 """
 
 from __future__ import annotations
@@ -14,18 +19,36 @@ from __future__ import annotations
 import argparse
 import importlib
 import random
+import re
+import shlex
 import sys
 import time
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
-from hypothesis import settings
-from hypothesis.errors import HypothesisException
+import hypothesis
+from hypothesis import Phase, settings
+from hypothesis.errors import DidNotReproduce
 
-from kvstate.model.fuzz import build_state_machine, replay_seeds
+from kvstate.model.concrete import Machine
+from kvstate.model.fuzz import (
+    OUTPUT_KINDS,
+    Minimized,
+    Nonconformance,
+    Step,
+    build_state_machine,
+    minimize,
+    replay_seeds,
+    replay_trace,
+)
 from kvstate.proofs.witnesses import reach_traces
 from kvstate.spec.errors import SpecError
 from kvstate.spec.table import Table
+
+MINIMIZE_SECONDS = 60.0  # budget of the replay minimizer (it stops earlier at a fixpoint)
+_BLOB = re.compile(r"@reproduce_failure\('([^']+)', b'([^']+)'\)")
+_STEP = re.compile(r"^\s*(?:\d+[.)]\s*)?([A-Za-z_]\w*)\s*\(([^()]*)\)\s*$")
 
 
 def resolve_target(spec: str, bugs: list[str]) -> Any:
@@ -53,7 +76,163 @@ def resolve_target(spec: str, bugs: list[str]) -> Any:
     return factory
 
 
+def parse_trace(text: str, table: Table, n: int) -> list[Step]:
+    """``'allocate(b=0); commit(b=0)'`` (or one step per line, as the report prints them).
+
+    ``# comments`` and leading step numbers are ignored, and so are output parameters (the
+    target chooses them).  Unknown actions or parameters and out-of-range values raise
+    :class:`SpecError`.
+    """
+    machine = Machine(table, n)
+    names = {a.name for a in table.actions}
+    steps: list[Step] = []
+    for raw in re.split(r"[;\n]", text):
+        line = raw.split("#")[0].strip()
+        if not line:
+            continue
+        m = _STEP.match(line)
+        if m is None or m.group(1) not in names:
+            raise SpecError(f"--replay: cannot read step {line!r} (expected action(p=1, ...))")
+        action = table.action(m.group(1))
+        kinds = {q.name: q.kind for q in action.params}
+        params: dict[str, int] = {}
+        for item in filter(None, (x.strip() for x in m.group(2).split(","))):
+            key, eq, value = (x.strip() for x in item.partition("="))
+            if not eq or key not in kinds or not re.fullmatch(r"-?\d+", value):
+                raise SpecError(f"--replay: bad parameter {item!r} in {line!r}")
+            if kinds[key] in OUTPUT_KINDS:
+                continue
+            if int(value) not in machine.domain(kinds[key]):
+                raise SpecError(f"--replay: {key}={value} out of range for pool N={n} in {line!r}")
+            params[key] = int(value)
+        missing = [q for q, k in kinds.items() if k not in OUTPUT_KINDS and q not in params]
+        if missing:
+            raise SpecError(f"--replay: {line!r} lacks parameter(s) {', '.join(missing)}")
+        steps.append((action.name, params))
+    return steps
+
+
+def _flags(args: argparse.Namespace, *, run: bool) -> list[str]:
+    out = ["kvstate", "fuzz"]
+    if args.spec != "default":
+        out += ["--spec", args.spec]
+    out += ["--target", args.target]
+    for b in args.bug:
+        out += ["--bug", b]
+    if args.pool:
+        out += ["--pool", str(args.pool)]
+    if run:
+        out += ["--profile", args.profile]
+        for flag in ("seed", "examples", "steps"):
+            if getattr(args, flag) is not None:
+                out += [f"--{flag}", str(getattr(args, flag))]
+        for flag in ("no_coverage", "no_warmup", "hypothesis_shrink"):
+            if getattr(args, flag):
+                out.append("--" + flag.replace("_", "-"))
+    return out
+
+
+def _command(args: argparse.Namespace, *, run: bool, extra: Sequence[str] = ()) -> str:
+    return " ".join(shlex.quote(x) for x in [*_flags(args, run=run), *extra])
+
+
+def _nonconformance(exc: BaseException) -> Nonconformance | None:
+    if isinstance(exc, Nonconformance):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for sub in exc.exceptions:
+            found = _nonconformance(sub)
+            if found is not None:
+                return found
+    return None
+
+
+def _report(
+    args: argparse.Namespace,
+    cls: Any,
+    exc: BaseException,
+    *,
+    seed: int | None,
+    started: float,
+    counts: Counter[str],
+    hypothesis_found: bool,
+) -> int:
+    """Print the failure report (who found it, failure, minimized trace, seed, blob, commands)."""
+    notes = "\n".join(getattr(exc, "__notes__", []) or [])
+    blob = _BLOB.search(notes)
+    finding = _nonconformance(exc)
+    print("", flush=True)
+    print(f"kvstate fuzz: FAILED after {time.monotonic() - started:.1f} s")
+    if finding is None:  # not a conformance finding: a crash of the target or of the harness
+        print(f"  failure:   {type(exc).__name__}: {exc}")
+        if notes:
+            print("  " + notes.replace("\n", "\n  "))
+        print(f"  rerun:     {_command(args, run=True)}")
+        return 1
+    if hypothesis_found:
+        finding.origin = "Hypothesis" + (
+            f", example {counts['(first failure)']} (first failing example: "
+            f"{counts['(first failure steps)']} steps)"
+            if "(first failure)" in counts
+            else ""
+        )
+    print(
+        f"  minimizing the {len(finding.trace)}-step failing trace (fresh replays)...", flush=True
+    )
+    mini: Minimized = minimize(cls, finding, max_seconds=MINIMIZE_SECONDS)
+    if not mini.reproduced:
+        how = "NOT minimized: the trace did not fail the same way on a fresh replay"
+    elif hypothesis_found:
+        how = (
+            f"Hypothesis shrank it to {mini.before} steps; replay-minimized to {mini.after}"
+            if args.hypothesis_shrink
+            else f"replay-minimized {mini.before} -> {mini.after} steps"
+        ) + f" ({mini.replays} fresh replays, {mini.seconds:.1f} s)"
+    else:
+        how = (
+            f"minimized {mini.before} -> {mini.after} steps"
+            f" ({mini.replays} fresh replays, {mini.seconds:.1f} s)"
+        )
+    if mini.reproduced and not mini.complete:
+        how += "; budget spent before a fixpoint"
+    failure = mini.failure
+    print(f"  found by:  {failure.origin}; {how}")
+    print(f"  failure:   {failure.signature}")
+    print("             " + str(failure).replace("\n", "\n             "))
+    print("  trace (from Init, one action per line; replayable with --replay):")
+    if not mini.steps:
+        print("      (none: Init itself fails)")
+    for i, s in enumerate(mini.steps, 1):
+        print(f"    {i:>3}. {s.render()}")
+    if seed is None:
+        print(f"  seed:      derandomized (profile {args.profile}: the same examples every run)")
+    else:
+        print(f"  seed:      {seed}")
+    if blob is not None:
+        print(f"  blob:      @reproduce_failure({blob.group(1)!r}, b{blob.group(2)!r})")
+    elif hypothesis_found:
+        print("  blob:      (Hypothesis printed none)")
+    elif args.replay is None:
+        print("  blob:      none (the deterministic coverage pass found it; every run repeats it)")
+    if args.replay is None:
+        print(f"  rerun:     {_command(args, run=True)}")
+    if blob is not None and args.reproduce is None:
+        print(f"  reproduce: {_command(args, run=True, extra=['--reproduce', blob.group(2)])}")
+    trace = "; ".join(s.call() for s in mini.steps)
+    print(f"  replay:    {_command(args, run=False, extra=['--replay', trace])}")
+    return 1
+
+
 def run_fuzz_cli(args: argparse.Namespace, table: Table) -> int:
+    for name, default in (
+        ("no_coverage", False),
+        ("no_warmup", False),
+        ("replay", None),
+        ("reproduce", None),
+        ("hypothesis_shrink", False),
+    ):
+        if not hasattr(args, name):  # callers that build the namespace themselves
+            setattr(args, name, default)
     try:
         factory = resolve_target(args.target, args.bug)
     except Exception as exc:  # noqa: BLE001 - bad target/bug names are usage errors
@@ -63,12 +242,29 @@ def run_fuzz_cli(args: argparse.Namespace, table: Table) -> int:
         print("kvstate fuzz: error: --examples and --steps must be >= 1", file=sys.stderr)
         return 2
     n = args.pool or table.geometry.model_blocks
+    replay_steps: list[Step] | None = None
+    if args.replay is not None:
+        text = args.replay
+        try:
+            if text.startswith("@"):
+                with open(text[1:], encoding="utf-8") as fh:
+                    text = fh.read()
+            replay_steps = parse_trace(text, table, n)
+        except (OSError, SpecError) as exc:
+            print(f"kvstate fuzz: error: {exc}", file=sys.stderr)
+            return 2
     base = settings.get_profile(args.profile)
-    overrides: dict[str, Any] = {}
+    # No example database: a saved failure would be replayed first by the next run, whatever
+    # the bug or target (the generated machine's digest is the same), hiding how it was found.
+    overrides: dict[str, Any] = {"database": None}
     if args.examples is not None:
         overrides["max_examples"] = args.examples
     if args.steps is not None:
         overrides["stateful_step_count"] = args.steps
+    if not args.hypothesis_shrink:
+        # The replay minimizer shrinks what Hypothesis finds (0.5 s where Hypothesis' shrinker,
+        # each example a fresh allocator, spent its 5-minute cap and stopped at 19 steps).
+        overrides["phases"] = tuple(p for p in base.phases if p is not Phase.shrink)
     seed = args.seed
     if seed is not None or args.profile != "ci":
         seed = seed if seed is not None else random.randrange(2**32)
@@ -89,19 +285,37 @@ def run_fuzz_cli(args: argparse.Namespace, table: Table) -> int:
                 flush=True,
             )
 
-    cls = build_state_machine(
+    seeds = reach_traces(table.name)
+    cls: Any = build_state_machine(
         table,
         n,
         factory,
         stats=counts,
-        seed_traces=reach_traces(table.name),
+        seed_traces=() if args.no_warmup else seeds,
         on_example_end=progress,
     )
     if seed is not None:
-        cls._hypothesis_internal_use_seed = seed  # type: ignore[attr-defined]
+        cls._hypothesis_internal_use_seed = seed
     what = f"target {args.target}" + (
         f" with planted bug(s) {', '.join(args.bug)}" if args.bug else ""
     )
+    if replay_steps is not None:
+        print(
+            f"kvstate fuzz: {what} vs table {table.name}, pool N={n}: replaying {len(replay_steps)} steps"
+        )
+        found, _, taken = replay_trace(cls, replay_steps)
+        if found is not None:
+            found.origin = "replay of the given trace"
+            return _report(
+                args, cls, found, seed=seed, started=started, counts=counts, hypothesis_found=False
+            )
+        print(f"kvstate fuzz: ok, the trace conforms ({len(taken)} steps checked in lockstep)")
+        return 0
+    if args.reproduce is not None:
+        cls._hypothesis_internal_use_reproduce_failure = (
+            hypothesis.__version__,
+            args.reproduce.encode(),
+        )
     print(
         f"kvstate fuzz: {what} vs table {table.name}, pool N={n}, profile {args.profile} "
         f"({prof.max_examples} examples x {prof.stateful_step_count} steps), "
@@ -110,33 +324,31 @@ def run_fuzz_cli(args: argparse.Namespace, table: Table) -> int:
     )
     from hypothesis.stateful import run_state_machine_as_test
 
+    if not args.no_coverage and args.reproduce is None:
+        try:
+            replay_seeds(cls, table, seeds)
+        except Exception as exc:  # noqa: BLE001 - a finding, or a target crash, is reported
+            return _report(
+                args, cls, exc, seed=seed, started=started, counts=counts, hypothesis_found=False
+            )
+        print(
+            f"  coverage pass: {len(seeds)} witness traces replayed in lockstep"
+            " (near misses refused at every step)",
+            flush=True,
+        )
     try:
-        seeds = reach_traces(table.name)
-        replay_seeds(cls, table, seeds)
-        print(f"  coverage pass: {len(seeds)} witness traces replayed in lockstep", flush=True)
         run_state_machine_as_test(cls, settings=prof)
-    except (AssertionError, HypothesisException, Exception) as exc:  # noqa: BLE001
-        print("", flush=True)
-        print(
-            f"kvstate fuzz: FAILED after {time.monotonic() - started:.1f} s: {type(exc).__name__}: {exc}"
+    except DidNotReproduce as exc:
+        print(f"kvstate fuzz: error: --reproduce: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # noqa: BLE001 - a finding, or a target crash, is reported
+        return _report(
+            args, cls, exc, seed=seed, started=started, counts=counts, hypothesis_found=True
         )
-        print(
-            f"  rerun: kvstate fuzz --target {args.target}"
-            + "".join(f" --bug {b}" for b in args.bug)
-            + f" --profile {args.profile}"
-            + (f" --seed {seed}" if seed is not None else "")
-            + (f" --examples {args.examples}" if args.examples else "")
-            + (f" --steps {args.steps}" if args.steps else "")
-            + (f" --pool {args.pool}" if args.pool else "")
-        )
-        print(
-            "  (the shrunk trace and the @reproduce_failure blob are printed above by Hypothesis)"
-        )
-        return 1
     steps = sum(v for k, v in counts.items() if not k.startswith("("))
     print(
         f"kvstate fuzz: ok, {steps} lockstep steps and {counts['(refused)']} refused actions checked "
-        f"in {time.monotonic() - started:.1f} s"
+        f"in {counts['(examples)']} examples, {time.monotonic() - started:.1f} s"
     )
     print("action counts:")
     for a in table.actions:

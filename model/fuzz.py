@@ -9,12 +9,20 @@ The target is pluggable: ``ModelTarget`` (the reference interpreter itself, for 
 random walks) or any object with one method per action plus ``observe()`` -- the adapter
 protocol of ``kvstate fuzz``.  Each example gets a fresh target from the factory, so nothing
 carries over between examples.
+
+Findings are raised as :class:`Nonconformance` (a kind and details: which invariant, which
+``observe()`` fields, which refused action and conjunct) carrying the steps that led to them;
+:func:`replay_seeds` is the deterministic coverage pass, and :func:`minimize` shrinks any
+finding by delta debugging, replaying every candidate trace on a fresh target and model.
 """
 
 from __future__ import annotations
 
+import re
+import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from hypothesis import event, settings, target
@@ -122,6 +130,72 @@ def _inputs(action: Action) -> list[Any]:
     return [q for q in action.params if q.kind not in OUTPUT_KINDS]
 
 
+Step = tuple[str, dict[str, int]]  # (action, its input parameters): one replayable step
+
+
+@dataclass
+class TraceStep:
+    """One step a run took: an action it fired, or a disabled action whose refusal it checked."""
+
+    action: str
+    inputs: dict[str, int]
+    refused: bool = False  # the model's guard was false: the target had to refuse it
+    failed: tuple[str, ...] = ()  # the false guard conjuncts (refused steps)
+    outputs: dict[str, int] = field(default_factory=dict)  # parameters the target chose
+
+    @property
+    def step(self) -> Step:
+        return (self.action, dict(self.inputs))
+
+    def call(self) -> str:
+        return f"{self.action}({', '.join(f'{k}={v}' for k, v in self.inputs.items())})"
+
+    def render(self) -> str:
+        if self.refused:
+            note = f"guard false ({', '.join(self.failed)}): the target must refuse it"
+        elif self.outputs:
+            note = "target chose " + ", ".join(f"{k}={v}" for k, v in self.outputs.items())
+        else:
+            return self.call()
+        return f"{self.call():<24}  # {note}"
+
+
+class Nonconformance(AssertionError):
+    """A finding, classified so that a minimized trace can be checked to fail *the same way*.
+
+    ``kind`` is one of ``model-invariant``, ``observe`` (``detail``: the fields of ``observe()``
+    that differ from the model), ``observed-invariant`` (the invariants the observed state
+    breaks), ``data`` (the states whose bytes are wrong), ``accepted-disabled`` (the target
+    performed an action whose guard is false; ``detail``: ``action[conjuncts]``),
+    ``refusal-changed-state``, ``refusal-error`` (raised something other than ``ActionRefused``),
+    ``target-error`` (failed an allowed action), ``missing-output``.  ``trace`` holds the steps
+    of the run up to and including the failing one; ``origin`` says who found it.
+    """
+
+    def __init__(self, kind: str, detail: Sequence[str], message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.detail = tuple(detail)
+        self.trace: list[TraceStep] = []
+        self.origin = ""
+
+    @property
+    def signature(self) -> str:
+        return f"{self.kind}: {', '.join(self.detail)}"
+
+    def same_as(self, original: Nonconformance) -> bool:
+        """Same kind, and ``original``'s primary detail among ours: the same refused action and
+        conjuncts, the same first mismatched field (table order), the same first invariant."""
+        return self.kind == original.kind and (
+            not original.detail or original.detail[0] in self.detail
+        )
+
+
+def _data_subject(problem: str) -> str:
+    """``'request 0: SWA window: layer 1 rows differ'`` -> ``'SWA window'``."""
+    return re.sub(r"^request \d+: ", "", problem).split(":")[0].strip()
+
+
 def build_state_machine(
     table: Table,
     N: int | None = None,
@@ -136,7 +210,11 @@ def build_state_machine(
 
     ``seed_traces`` (e.g. the proofs' reachability witnesses) are optional warm-up walks: an
     example may start by replaying one, so deep phases (a completed disk load, a validated
-    hit) are reached in every run rather than by luck.  Steps whose guard is false are skipped.
+    hit) are reached in every run rather than by luck.  Steps whose guard is false are checked
+    to be refused.  Every instance records its steps (``.steps``) and raises
+    :class:`Nonconformance` (carrying them) on a finding; ``stats`` gets the per-action counts,
+    ``(examples)``, ``(refused)``, and ``(first failure)`` / ``(first failure steps)``: the
+    Hypothesis example that first failed and its length before shrinking.
     """
     n = N if N is not None else table.geometry.model_blocks
     make = factory or (lambda t, k: ModelTarget(t, k))
@@ -149,10 +227,25 @@ def build_state_machine(
             self.model = machine.init()
             self.target = make(table, n)
             self._enabled: dict[str, list[dict[str, int]]] | None = None
-            self.trace: list[str] = []
+            self.trace: list[str] = []  # performed actions, with the target's outputs
+            self.steps: list[TraceStep] = []  # everything the run did, refusal checks included
             self.in_hypothesis = True  # events may be recorded only inside a Hypothesis test
 
         # -- helpers ------------------------------------------------------------------------
+        def recent(self) -> str:
+            return " ; ".join(self.trace[-8:]) or "Init"
+
+        def fail(self, kind: str, detail: Sequence[str], message: str) -> Nonconformance:
+            exc = Nonconformance(kind, detail, message)
+            exc.trace = [
+                TraceStep(s.action, dict(s.inputs), s.refused, s.failed, dict(s.outputs))
+                for s in self.steps
+            ]
+            if self.in_hypothesis and "(first failure)" not in counts:
+                counts["(first failure)"] = counts["(examples)"] + 1
+                counts["(first failure steps)"] = len(self.steps)
+            return exc
+
         def enabled_inputs(self, a: Action) -> list[dict[str, int]]:
             if self._enabled is None:
                 self._enabled = {}
@@ -183,49 +276,76 @@ def build_state_machine(
                         out.append((a.name, tuple((q.name, params[q.name]) for q in _inputs(a))))
             return out
 
-        def attempt(self, a: Action, inputs: dict[str, int]) -> None:
-            """Fire ``a`` if the model allows it; otherwise the target must refuse it unchanged."""
+        def attempt(self, a: Action, inputs: dict[str, int]) -> bool:
+            """Fire ``a`` if the model allows it; otherwise the target must refuse it unchanged.
+
+            Returns False (and does nothing) for inputs outside this pool's domains.
+            """
             if any(inputs.get(q.name) not in machine.domain(q.kind) for q in _inputs(a)):
-                return  # a seed step for a larger pool than this run's
+                return False  # a seed step for a larger pool than this run's
             if inputs in self.enabled_inputs(a):
                 self.perform(a, inputs)
-                return
-            self.expect_refusal(a, inputs)
+            else:
+                self.expect_refusal(a, inputs)
+            return True
 
         def expect_refusal(self, a: Action, inputs: dict[str, int]) -> None:
             outs = {q.name: 0 for q in a.params if q.kind in OUTPUT_KINDS}
+            failed = tuple(machine.failed_conjuncts(self.model, a, {**inputs, **outs}))
+            self.steps.append(TraceStep(a.name, dict(inputs), refused=True, failed=failed))
             before = self.target.observe()
             try:
                 getattr(self.target, a.name)(**inputs)
             except ActionRefused:
                 pass
+            except Exception as exc:  # noqa: BLE001 - the protocol says: raise ActionRefused
+                raise self.fail(
+                    "refusal-error",
+                    [a.name],
+                    f"target raised {type(exc).__name__}: {exc} instead of ActionRefused on "
+                    f"{a.name}({inputs}), whose guard {list(failed)} is false "
+                    f"(after {self.recent()})",
+                ) from exc
             else:
-                raise AssertionError(
+                raise self.fail(
+                    "accepted-disabled",
+                    [f"{a.name}[{','.join(failed)}]"],
                     f"target performed {a.name}({inputs}) although its guard "
-                    f"{machine.failed_conjuncts(self.model, a, {**inputs, **outs})} is false"
-                    f" (after {' ; '.join(self.trace[-8:]) or 'Init'})"
+                    f"{list(failed)} is false (after {self.recent()})",
                 )
             after = self.target.observe()
-            assert diff(before, after, table) == [], f"refused {a.name} still changed state"
+            d = diff(before, after, table)
+            if d:
+                raise self.fail(
+                    "refusal-changed-state",
+                    [a.name],
+                    f"refused {a.name} still changed state:\n  " + "\n  ".join(d),
+                )
             counts["(refused)"] += 1
 
         def perform(self, a: Action, inputs: dict[str, int]) -> None:
+            step = TraceStep(a.name, dict(inputs))
+            self.steps.append(step)
             method = getattr(self.target, a.name)
             try:
                 out = method(**inputs) or {}
             except Exception as exc:  # noqa: BLE001 - any target failure on an allowed step is a finding
-                raise AssertionError(
+                raise self.fail(
+                    "target-error",
+                    [f"{a.name}:{type(exc).__name__}"],
                     f"target failed {a.name}({inputs}), which the model allows, after "
-                    f"{' ; '.join(self.trace[-8:]) or 'Init'}: {type(exc).__name__}: {exc}"
+                    f"{self.recent()}: {type(exc).__name__}: {exc}",
                 ) from exc
             params = dict(inputs)
             for q in a.params:
                 if q.kind in OUTPUT_KINDS:
                     if q.name not in out:
-                        raise AssertionError(
-                            f"target's {a.name} did not return output parameter {q.name!r}"
+                        raise self.fail(
+                            "missing-output",
+                            [f"{a.name}.{q.name}"],
+                            f"target's {a.name} did not return output parameter {q.name!r}",
                         )
-                    params[q.name] = int(out[q.name])
+                    params[q.name] = step.outputs[q.name] = int(out[q.name])
             self.model = machine.step(self.model, a, params)
             self._enabled = None
             counts[a.name] += 1
@@ -237,29 +357,52 @@ def build_state_machine(
         @invariant()
         def conforms(self) -> None:
             viol = machine.violations(self.model)
-            assert not viol, f"model invariant broken: {', '.join(map(str, viol))}"
-            observed = self.target.observe()
+            if viol:
+                raise self.fail(
+                    "model-invariant",
+                    list(dict.fromkeys(v.invariant for v in viol)),
+                    f"model invariant broken: {', '.join(map(str, viol))}",
+                )
+            try:
+                observed = self.target.observe()
+            except Exception as exc:  # noqa: BLE001 - observe() must not fail
+                raise self.fail(
+                    "target-error",
+                    [f"observe:{type(exc).__name__}"],
+                    f"target's observe() failed after {self.recent()}: {exc}",
+                ) from exc
             d = diff(self.model.values, observed, table)
-            assert not d, (
-                "implementation diverges from the model after "
-                + (" ; ".join(self.trace[-8:]) or "Init")
-                + ":\n  "
-                + "\n  ".join(d)
-            )
+            if d:
+                raise self.fail(
+                    "observe",
+                    [line.split(":")[0] for line in d],
+                    "implementation diverges from the model after "
+                    + self.recent()
+                    + ":\n  "
+                    + "\n  ".join(d),
+                )
             obs_state = ConcreteState(
                 canonical(observed, table), n, table.consts, self.model._req_names
             )
             bad = machine.violations(obs_state)
-            assert not bad, f"observed state breaks {', '.join(map(str, bad))}"
+            if bad:
+                raise self.fail(
+                    "observed-invariant",
+                    list(dict.fromkeys(v.invariant for v in bad)),
+                    f"observed state breaks {', '.join(map(str, bad))}",
+                )
             check_data = getattr(self.target, "check_data", None)
             if callable(check_data):
                 problems = check_data()
-                assert not problems, (
-                    "data read by a running request is wrong after "
-                    + (" ; ".join(self.trace[-8:]) or "Init")
-                    + ":\n  "
-                    + "\n  ".join(problems)
-                )
+                if problems:
+                    raise self.fail(
+                        "data",
+                        list(dict.fromkeys(_data_subject(p) for p in problems)),
+                        "data read by a running request is wrong after "
+                        + self.recent()
+                        + ":\n  "
+                        + "\n  ".join(problems),
+                    )
 
         def teardown(self) -> None:
             # Steer towards long, varied walks: distinct actions fired in this example.
@@ -308,7 +451,10 @@ def build_state_machine(
             i = data.draw(st.sampled_from(range(-1, len(seeds))), label="warm-up witness")
             for name, params in seeds[i] if i >= 0 else []:
                 a = table.action(name)
-                self.attempt(a, {q.name: params[q.name] for q in _inputs(a) if q.name in params})
+                if self.attempt(
+                    a, {q.name: params[q.name] for q in _inputs(a) if q.name in params}
+                ):
+                    self.conforms()  # every step checked, as in a replay of the trace
 
         Conformance.warm_up = warm_up  # type: ignore[attr-defined]
 
@@ -338,7 +484,15 @@ def build_state_machine(
         Conformance.refuses_disabled = refuses_disabled  # type: ignore[attr-defined]
 
     Conformance.__name__ = f"Conformance_{table.name}"
+    Conformance.table = table  # type: ignore[attr-defined]
+    Conformance.machine = machine  # type: ignore[attr-defined]
     return Conformance
+
+
+def _close(m: Any) -> None:
+    close = getattr(m.target, "close", None)
+    if callable(close):
+        close()
 
 
 def replay_seeds(
@@ -350,23 +504,194 @@ def replay_seeds(
 
     Like Hypothesis' ``@example`` for state machines: it guarantees every seeded path (e.g. every
     reachability witness) is exercised in every run, before the random exploration starts.
+    After every step, every near miss (an action whose guard is false on exactly one conjunct)
+    must be refused.  A finding is raised as :class:`Nonconformance` whose ``trace`` is the
+    witness up to the failing step (a failing near-miss check is its last step; passing checks
+    change nothing and are left out); :func:`minimize` shrinks it.
     """
-    for trace in seeds:
+    for idx, trace in enumerate(seeds):
         m: Any = machine_cls()
         m.in_hypothesis = False
+        sweep = False
         try:
             m.conforms()
             for name, params in trace:
                 a = table.action(name)
                 m.attempt(a, {q.name: params[q.name] for q in _inputs(a) if q.name in params})
                 m.conforms()
-                # Refusal sweep: every near miss (guard false on exactly one conjunct) must be refused.
+                sweep = True
                 for a_name, inputs in m.near_misses():
+                    done = len(m.steps)
                     m.expect_refusal(table.action(a_name), dict(inputs))
+                    del m.steps[done:]
+                sweep = False
+        except Nonconformance as exc:
+            exc.origin = f"coverage pass (witness trace {idx + 1} of {len(seeds)}" + (
+                ", near-miss refusal sweep)" if sweep else ")"
+            )
+            raise
         finally:
-            close = getattr(m.target, "close", None)
-            if callable(close):
-                close()
+            _close(m)
+
+
+def replay_trace(
+    machine_cls: type[RuleBasedStateMachine], steps: Sequence[Step]
+) -> tuple[Nonconformance | None, int, list[TraceStep]]:
+    """Replay ``steps`` from Init on a FRESH target and model, checking after every step.
+
+    Each step is fired if the model allows it, else the target must refuse it.  Returns the
+    finding (or None), the index of the step it arose at (-1: at Init; the last index when
+    none), and the steps the run took.
+    """
+    table: Table = machine_cls.table  # type: ignore[attr-defined]
+    m: Any = machine_cls()
+    m.in_hypothesis = False
+    at = -1
+    try:
+        m.conforms()
+        for name, params in steps:
+            at += 1
+            a = table.action(name)
+            m.attempt(a, {q.name: params[q.name] for q in _inputs(a) if q.name in params})
+            m.conforms()
+    except Nonconformance as exc:
+        return exc, at, m.steps
+    finally:
+        _close(m)
+    return None, len(steps) - 1, m.steps
+
+
+@dataclass
+class Minimized:
+    """The outcome of :func:`minimize`."""
+
+    steps: list[TraceStep]  # the minimized trace, as its final fresh replay took it
+    failure: Nonconformance  # the failure that replay raised
+    before: int  # steps in the trace it started from
+    replays: int  # fresh replays tried
+    seconds: float
+    reproduced: bool  # the starting trace failed the same way on a fresh replay
+    complete: bool  # a fixpoint: no single step can be removed or parameter lowered
+
+    @property
+    def after(self) -> int:
+        return len(self.steps)
+
+
+def _simpler(machine: Machine, kind: ParamKind, v: int) -> list[int]:
+    """Smaller values for a parameter, smallest first (whole LCM blocks first for tokens)."""
+    lower = [x for x in machine.domain(kind) if x < v]
+    if kind is ParamKind.TOKENS:
+        step = machine.table.consts.L
+        return [x for x in lower if x % step == 0] + [x for x in lower if x % step]
+    return lower
+
+
+def _relabel(steps: list[Step], table: Table, kind: ParamKind) -> list[Step]:
+    """Rename the block (request) indices by order of first appearance: 0, 1, ..."""
+    names: dict[int, int] = {}
+    out = []
+    for name, params in steps:
+        p = dict(params)
+        for q in table.action(name).params:
+            if q.kind is kind and q.name in p:
+                p[q.name] = names.setdefault(p[q.name], len(names))
+        out.append((name, p))
+    return out
+
+
+def minimize(
+    machine_cls: type[RuleBasedStateMachine],
+    failure: Nonconformance,
+    *,
+    max_replays: int = 400,
+    max_seconds: float = 60.0,
+) -> Minimized:
+    """Shrink ``failure.trace`` to a short trace that fails *the same way*.
+
+    Delta debugging over the steps (remove chunks, halving down to single steps), then lower
+    each parameter (and rename blocks/requests to 0, 1, ...), repeated to a fixpoint.  Every
+    candidate is replayed from Init on a fresh target and model (:func:`replay_trace`: no
+    state carries over between replays) and kept only if it raises a :class:`Nonconformance`
+    that is :meth:`~Nonconformance.same_as` the original (same kind; same refused action and
+    conjuncts, same first mismatched field, same first invariant); steps after the failing one
+    are dropped.
+    """
+    table: Table = machine_cls.table  # type: ignore[attr-defined]
+    machine: Machine = machine_cls.machine  # type: ignore[attr-defined]
+    original = [s.step for s in failure.trace]
+    started = time.monotonic()
+    replays = 0
+
+    def over() -> bool:
+        return replays >= max_replays or time.monotonic() - started > max_seconds
+
+    def check(cand: list[Step]) -> tuple[list[Step], Nonconformance, list[TraceStep]] | None:
+        nonlocal replays
+        replays += 1
+        exc, i, taken = replay_trace(machine_cls, cand)
+        if exc is None or not exc.same_as(failure):
+            return None
+        return cand[: i + 1], exc, taken
+
+    first = check(original)
+    if first is None:
+        return Minimized(
+            failure.trace, failure, len(original), replays, 0.0, reproduced=False, complete=False
+        )
+    cur, exc, taken = first
+    complete = False
+    while not over():
+        changed = False
+        # 1. delta debugging: try removing each of n chunks, refining n up to single steps
+        n = 2
+        while cur and not over():
+            size = -(-len(cur) // n)
+            for k in range(0, len(cur), size):
+                r = check(cur[:k] + cur[k + size :])
+                if r is not None:
+                    cur, exc, taken = r
+                    n, changed = max(n - 1, 2), True
+                    break
+                if over():
+                    break
+            else:
+                if size == 1:
+                    break
+                n = min(2 * n, len(cur))
+        # 2. simpler parameters, one at a time, then canonical block / request names
+        j = 0
+        while j < len(cur) and not over():
+            name, params = cur[j]
+            for q in _inputs(table.action(name)):
+                if q.name not in params:
+                    continue
+                for v in _simpler(machine, q.kind, params[q.name]):
+                    cand = list(cur)
+                    cand[j] = (name, {**params, q.name: v})
+                    r = check(cand)
+                    if r is not None:
+                        cur, exc, taken = r
+                        changed = True
+                        break
+                    if over():
+                        break
+                if j >= len(cur) or over():
+                    break
+                params = cur[j][1]
+            j += 1
+        for kind in (ParamKind.BLOCK, ParamKind.REQ):
+            cand = _relabel(cur, table, kind)
+            if cand != cur and not over():
+                r = check(cand)
+                if r is not None:
+                    cur, exc, taken = r
+                    changed = True
+        if not changed:
+            complete = not over()
+            break
+    exc.origin = failure.origin
+    return Minimized(taken, exc, len(original), replays, time.monotonic() - started, True, complete)
 
 
 def run_conformance(
