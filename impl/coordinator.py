@@ -22,9 +22,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvstate.spec.compile import CompiledHitRule
 from kvstate.spec.layers import HitRule, Rule, RuleScope, scope_range
 from kvstate.spec.phases import CKV, Indexer, Pipe, Swa
 
+from .errors import InternalError
 from .meta import BlockMeta
 
 
@@ -64,17 +66,25 @@ def _short(rule: Rule, block: int | None, frm: int, to: int) -> Shortening:
 class Coordinator:
     """Hit search over a ``ChainView`` with the rules of one :class:`HitRule`."""
 
-    def __init__(self, hit_rule: HitRule) -> None:
+    def __init__(self, hit_rule: HitRule, compiled: CompiledHitRule | None = None) -> None:
         self.hit_rule = hit_rule
         self.all_rules = tuple(r for r in hit_rule.rules if r.scope is RuleScope.ALL)
         self.point_rules = tuple(r for r in hit_rule.rules if r.scope is not RuleScope.ALL)
+        # compiled forms (kvstate.spec.compile) where the rule compiled; the table's callable
+        # otherwise.  Naming the rules that failed at a block always uses the callables.
+        self._pred: dict[str, Any] = {}
+        self._scan: Any = None
+        if compiled is not None:
+            self._pred = {q: c.fn for q, c in compiled.rules.items()}
+            if compiled.all_rules == self.all_rules:
+                self._scan = compiled.first_bad
 
     def _first_bad(self, rule: Rule, view: Any, r: int, h: int) -> int | None | bool:
         """False if ``rule`` holds at ``h``; else the first failing block (None: HIT scope)."""
+        pred = self._pred.get(rule.qualname, rule.pred)
         if rule.scope is RuleScope.HIT:
-            return False if rule.pred(view, r, h) else None
+            return False if pred(view, r, h) else None
         lo, hi = scope_range(rule, view, h)
-        pred = rule.pred
         for b in range(max(lo, 0), min(hi, view.N)):
             if not pred(view, r, b):
                 return b
@@ -86,13 +96,23 @@ class Coordinator:
         cuts: list[Shortening] = []
         if self.all_rules and h > 0:
             lo, hi = scope_range(self.all_rules[0], view, h)
+            lo, hi = max(lo, 0), min(hi, view.N)
+            first = -1
+            if self._scan is not None:  # one fused loop; the callables only name the culprits
+                first = self._scan(view, r, lo, hi)
+                lo, hi = (first, first + 1) if first >= 0 else (hi, hi)
             checks = [(x, x.pred) for x in self.all_rules]
-            for b in range(max(lo, 0), min(hi, view.N)):
+            for b in range(lo, hi):
                 bad = [x for x, pred in checks if not pred(view, r, b)]
                 if bad:
                     cuts.extend(_short(x, b, h, b * L) for x in bad)
                     h = b * L
                     break
+            else:
+                if first >= 0:
+                    raise InternalError(
+                        f"compiled hit rule fails block {first} where the table's rules hold"
+                    )
         while True:
             failing: tuple[Rule, int | None] | None = None
             for rule in self.point_rules:

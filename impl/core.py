@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from kvstate.kernels import KernelError
+from kvstate.spec.compile import compile_hit_rule
 from kvstate.spec.phases import CKV, Fmt, Indexer, Pipe, Req, Swa, Tail
 from kvstate.spec.table import Table
 
@@ -147,7 +148,6 @@ class CacheCore:
             self._tmp = tempfile.TemporaryDirectory(prefix="kvstate-disk-")
             cache_dir = self._tmp.name
         self.disk = DiskTier(cache_dir, self._fingerprint(), self.k.load_steps, durable=durable)
-        self.coord = Coordinator(table.hit_rule)
         self.events = EventLog()
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)
@@ -167,6 +167,7 @@ class CacheCore:
         self.io_inflight = 0
         self.pinned_blocks = 0
         self.vk = replace(self.k, R=2)  # views: the acting request + the aggregate of the others
+        self.coord = Coordinator(table.hit_rule, compile_hit_rule(table.hit_rule, table, self.vk))
         # rule epoch: bumped by every transition whose frame meets what the hit rules read, so a
         # hit search is still a proof of the rules while the epoch has not moved
         reads = rule_reads(table.hit_rule, self.k)
