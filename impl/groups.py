@@ -198,17 +198,22 @@ class IndexerGroup(SlotGroup):
         nl, ppl = csa_pages.shape[0], csa_pages.shape[1]
         epp, eb, kb = self.entries_per_page, self.entry_bytes, self.key_bytes
         if csa_pages.device.type == "cpu":  # numpy's strided loops are ~3x torch's on CPU here
-            src, dst = csa_pages.numpy(), out.numpy()  # views of the same memory, no copies
-            ent_np = src[..., : epp * eb].reshape(nl, ppl, epp, eb)[..., :kb]
-            keys = dst[..., : epp * kb].reshape(nl, ppl, epp, kb)
-            if not np.may_share_memory(keys, dst):
-                raise InternalError("indexer pages are not viewable in place")
-            np.bitwise_xor(ent_np, np.uint8(0xA5), out=keys)
-            dst[..., epp * kb :] = 0
+            self.build_into_host(csa_pages.numpy(), out.numpy())  # views, no copies
             return
         ent = csa_pages[..., : epp * eb].reshape(nl, ppl, epp, eb)[..., :kb]
         torch.bitwise_xor(ent, 0xA5, out=out[..., : epp * kb].view(nl, ppl, epp, kb))
         out[..., epp * kb :] = 0
+
+    def build_into_host(self, src: np.ndarray, dst: np.ndarray) -> None:
+        """:meth:`build_into` on host memory, as numpy views of the tiers."""
+        nl, ppl = src.shape[0], src.shape[1]
+        epp, eb, kb = self.entries_per_page, self.entry_bytes, self.key_bytes
+        ent = src[..., : epp * eb].reshape(nl, ppl, epp, eb)[..., :kb]
+        keys = dst[..., : epp * kb].reshape(nl, ppl, epp, kb)
+        if not np.may_share_memory(keys, dst):
+            raise InternalError("indexer pages are not viewable in place")
+        np.bitwise_xor(ent, np.uint8(0xA5), out=keys)
+        dst[..., epp * kb :] = 0
 
 
 class SWAGroup(Group):

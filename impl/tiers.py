@@ -54,6 +54,7 @@ class Tiers:
         bugs: Bugs,
         memory_limit: int,
     ) -> None:
+        self._host_views: tuple[np.ndarray, np.ndarray] | None = None
         dev_b, host_b = planned_bytes(g, device_slots, host_slots)
         if dev_b + host_b > memory_limit:
             raise LayoutError(
@@ -120,6 +121,13 @@ class Tiers:
 
     def build_index(self, slot: int) -> None:
         idx = self.csa.dev_index(slot)
+        if self.device.type == "cpu":  # numpy views of the whole tiers, made once: slicing a
+            # numpy array costs a fraction of a torch __getitem__ plus .numpy() per store
+            if self._host_views is None:
+                self._host_views = (self.csa.device_data.numpy(), self.indexer.device_data.numpy())
+            src, dst = self._host_views
+            self.indexer.build_into_host(src[:, idx], dst[:, idx])
+            return
         self.indexer.build_into(self.csa.device_data[:, idx], self.indexer.device_data[:, idx])
 
     # ---- device <-> host ------------------------------------------------------------------
