@@ -112,7 +112,6 @@ class CacheCore:
         self.k = table.consts
         self.L = self.k.L
         self.bugs = Bugs(bugs)
-        self.guards = Guards(table)
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.device = torch.device(device)
@@ -167,6 +166,7 @@ class CacheCore:
         self.io_inflight = 0
         self.pinned_blocks = 0
         self.vk = replace(self.k, R=2)  # views: the acting request + the aggregate of the others
+        self.guards = Guards(table, self.vk)
         self.coord = Coordinator(table.hit_rule, compile_hit_rule(table.hit_rule, table, self.vk))
         # rule epoch: bumped by every transition whose frame meets what the hit rules read, so a
         # hit search is still a proof of the rules while the epoch has not moved

@@ -63,6 +63,7 @@ class _TraceState:
         self._table = table
         self.k = k
         self.N = z3.Int("N")
+        self._quants: dict[str, tuple[Any, Any, z3.ExprRef, z3.ExprRef]] = {}
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
@@ -78,12 +79,42 @@ class _TraceState:
         return _Req(r, self._table)
 
     def forall_blocks(self, lo: Any, hi: Any, body: Callable[[Any], Any]) -> Any:
-        raise CompileError("quantified predicates are not compiled")
+        """A fresh boolean standing for the quantifier; :func:`to_python` expands it into an
+        ``all(...)`` over the same range the concrete states loop over."""
+        n = len(self._quants)
+        q = z3.Int(f"q{n}")
+        t = body(q)
+        if isinstance(t, bool):
+            t = z3.BoolVal(t)
+        self._quants[f"forall{n}"] = (lo, hi, q, t)
+        return z3.Bool(f"forall{n}")
 
 
-def to_python(e: z3.ExprRef, names: set[str]) -> str:
+Quants = dict[str, tuple[Any, Any, z3.ExprRef, z3.ExprRef]]
+
+
+def _operand(x: Any, names: set[str], quants: Quants) -> str:
+    if isinstance(x, bool):
+        return str(x)
+    if isinstance(x, int):
+        return str(int(x))
+    return to_python(x, names, quants)
+
+
+def to_python(e: z3.ExprRef, names: set[str], quants: Quants | None = None) -> str:
     """A Python expression equal to ``e``; the free constants' names are added to ``names``
-    (arrays are read as ``name[index]``)."""
+    (arrays are read as ``name[index]``; a quantifier placeholder of ``quants`` becomes an
+    ``all(...)`` over ``range(max(lo, 0), min(hi, N))``, as concrete states loop)."""
+    quants = quants or {}
+    if z3.is_const(e) and e.decl().name() in quants:
+        lo, hi, q, body = quants[e.decl().name()]
+        inner: set[str] = set()
+        src = to_python(body, inner, quants)
+        qn = q.decl().name()
+        names.update(inner - {qn})
+        names.add("N")
+        lo_s, hi_s = _operand(lo, names, quants), _operand(hi, names, quants)
+        return f"all({src} for {qn} in range(max({lo_s}, 0), min({hi_s}, N)))"
     if z3.is_true(e):
         return "True"
     if z3.is_false(e):
@@ -96,7 +127,7 @@ def to_python(e: z3.ExprRef, names: set[str]) -> str:
     if not z3.is_app(e):
         raise CompileError(f"cannot translate {e}")
     op = e.decl().kind()
-    args = [to_python(a, names) for a in e.children()]
+    args = [to_python(a, names, quants) for a in e.children()]
     if op == z3.Z3_OP_SELECT:
         arr = e.arg(0)
         if not (z3.is_const(arr) and arr.decl().kind() == z3.Z3_OP_UNINTERPRETED):
@@ -151,36 +182,67 @@ class CompiledHitRule:
     skipped: dict[str, str]  # qualname -> why it stays interpreted
 
 
-def _term(rule: Rule, table: Table, k: Any) -> z3.ExprRef:
+def _trace(what: str, call: Callable[[_TraceState], Any], table: Table, k: Any) -> str:
+    """Evaluate ``call`` on a symbolic state and translate the term; the free names are
+    returned through :func:`_names_of` (kept on the source as its prelude)."""
     s = _TraceState(table, k)
-    x = z3.Int("h" if rule.scope is RuleScope.HIT else "b")
     try:
-        t = rule.pred(s, 0, x)
+        t = call(s)
     except CompileError:
         raise
     except Exception as exc:  # noqa: BLE001 - a predicate that cannot be traced stays interpreted
-        raise CompileError(f"{rule.qualname}: {type(exc).__name__}: {exc}") from exc
+        raise CompileError(f"{what}: {type(exc).__name__}: {exc}") from exc
     if isinstance(t, bool):
-        return z3.BoolVal(t)
+        t = z3.BoolVal(t)
     if not isinstance(t, z3.BoolRef):
-        raise CompileError(f"{rule.qualname} is not a boolean term")
-    return t
+        raise CompileError(f"{what} is not a boolean term")
+    names: set[str] = set()
+    expr = to_python(t, names, s._quants)
+    _NAMES[expr] = names
+    return expr
 
 
-def _prelude(names: set[str], x: str) -> tuple[list[str], list[str]]:
-    """Lines binding each free name from the view (``v``) and request ``r``."""
-    lines, params = [], []
-    for n in sorted(names):
-        if n == x:
-            continue
+_NAMES: dict[str, set[str]] = {}
+
+
+def _names_of(expr: str) -> set[str]:
+    return _NAMES[expr]
+
+
+def _prelude(names: set[str], bound: set[str], req: Callable[[int], str]) -> list[str]:
+    """Lines binding each free name: view columns and scalars from ``v``, request fields from
+    ``v.req(...)``, action parameters (``p_b``) from ``p``."""
+    lines = []
+    for n in sorted(names - bound):
+        head, _, field_ = n.partition("_")
         if n == "N":
             lines.append("N = v.N")
-        elif n.startswith("r0_"):
-            lines.append(f"{n} = v.req(r).{n[3:]}")
+        elif head == "p" and field_:
+            lines.append(f"{n} = p.{field_}")
+        elif head[:1] == "r" and head[1:].isdigit() and field_:
+            lines.append(f"{n} = v.req({req(int(head[1:]))}).{field_}")
         else:
             lines.append(f"{n} = v.{n}")
-        params.append(n)
-    return lines, params
+    return lines
+
+
+_MEMO: dict[tuple[Any, ...], tuple[tuple[Any, ...], Any]] = {}
+_MEMO_SIZE = 16
+
+
+def _memo(kind: str, args: tuple[Any, ...], build: Callable[..., Any]) -> Any:
+    """Compiling costs ~0.1 s and every cache object (the fuzzer makes one per example) asks
+    again for the same table: results are kept per (kind, identity of the table objects, k).
+    The key holds the arguments themselves, so an id is never reused while it is cached."""
+    key = (kind, *(id(a) for a in args[:-1]), args[-1])
+    hit = _MEMO.get(key)
+    if hit is not None and all(x is y for x, y in zip(hit[0], args[:-1], strict=True)):
+        return hit[1]
+    out = build(*args)
+    if len(_MEMO) >= _MEMO_SIZE:
+        _MEMO.pop(next(iter(_MEMO)))
+    _MEMO[key] = (args[:-1], out)
+    return out
 
 
 def _define(name: str, src: str) -> Callable[..., Any]:
@@ -191,20 +253,24 @@ def _define(name: str, src: str) -> Callable[..., Any]:
 
 
 def compile_hit_rule(hit_rule: HitRule, table: Table, k: Any) -> CompiledHitRule:
+    return _memo("hit", (hit_rule, table, k), _compile_hit_rule)
+
+
+def _compile_hit_rule(hit_rule: HitRule, table: Table, k: Any) -> CompiledHitRule:
     """Compile what can be compiled; the rest is listed in ``skipped`` with the reason."""
     rules: dict[str, CompiledPredicate] = {}
     skipped: dict[str, str] = {}
-    exprs: dict[str, tuple[str, set[str]]] = {}
+    exprs: dict[str, str] = {}
+    acting = lambda i: "r" if i == 0 else str(i)  # noqa: E731 - r0 is the request asked about
     for rule in hit_rule.rules:
         x = "h" if rule.scope is RuleScope.HIT else "b"
         try:
-            names: set[str] = set()
-            expr = to_python(_term(rule, table, k), names)
+            expr = _trace(rule.qualname, lambda s: rule.pred(s, 0, z3.Int(x)), table, k)  # noqa: B023
         except CompileError as exc:
             skipped[rule.qualname] = str(exc)
             continue
-        exprs[rule.qualname] = (expr, names)
-        pre, _ = _prelude(names, x)
+        exprs[rule.qualname] = expr
+        pre = _prelude(_names_of(expr), {x}, acting)
         fname = "pred_" + rule.qualname.replace(".", "_")
         body = "".join(f"    {ln}\n" for ln in pre)
         src = f"def {fname}(v, r, {x}):\n{body}    return {expr}\n"
@@ -213,9 +279,9 @@ def compile_hit_rule(hit_rule: HitRule, table: Table, k: Any) -> CompiledHitRule
     first_bad = None
     src = ""
     if all_rules and all(r.qualname in exprs for r in all_rules):
-        names = set().union(*(exprs[r.qualname][1] for r in all_rules))
-        pre, _ = _prelude(names, "b")
-        cond = " and ".join(exprs[r.qualname][0] for r in all_rules)
+        names = set().union(*(_names_of(exprs[r.qualname]) for r in all_rules))
+        pre = _prelude(names, {"b"}, acting)
+        cond = " and ".join(exprs[r.qualname] for r in all_rules)
         body = "".join(f"    {ln}\n" for ln in pre)
         src = (
             f"def first_bad(v, r, lo, hi):\n{body}"
@@ -226,3 +292,48 @@ def compile_hit_rule(hit_rule: HitRule, table: Table, k: Any) -> CompiledHitRule
         )
         first_bad = _define("first_bad", src)
     return CompiledHitRule(all_rules, first_bad, src, rules, skipped)
+
+
+@dataclass(frozen=True)
+class CompiledGuards:
+    """Each action's guard conjuncts as ``fn(view, p)`` for the acting request ``p.r == 0``
+    (how the implementation's views are laid out); a conjunct that did not compile keeps the
+    table's callable and is listed in ``skipped``."""
+
+    conjuncts: dict[str, tuple[tuple[str, Callable[[Any, Any], bool]], ...]]
+    sources: dict[tuple[str, str], str]
+    skipped: dict[tuple[str, str], str]
+
+
+class _Params:
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return 0 if name == "r" else z3.Int(f"p_{name}")
+
+
+def compile_guards(table: Table, k: Any) -> CompiledGuards:
+    return _memo("guards", (table, k), _compile_guards)
+
+
+def _compile_guards(table: Table, k: Any) -> CompiledGuards:
+    conj: dict[str, tuple[tuple[str, Callable[[Any, Any], bool]], ...]] = {}
+    sources: dict[tuple[str, str], str] = {}
+    skipped: dict[tuple[str, str], str] = {}
+    for a in table.actions:
+        out = []
+        for c in a.guard:
+            try:
+                expr = _trace(f"{a.name}.{c.name}", lambda s: c.fn(s, _Params()), table, k)  # noqa: B023
+            except CompileError as exc:
+                skipped[(a.name, c.name)] = str(exc)
+                out.append((c.name, c.fn))
+                continue
+            pre = _prelude(_names_of(expr), set(), str)
+            fname = f"guard_{a.name}_{c.name}".replace(".", "_")
+            body = "".join(f"    {ln}\n" for ln in pre)
+            src = f"def {fname}(v, p):\n{body}    return {expr}\n"
+            sources[(a.name, c.name)] = src
+            out.append((c.name, _define(fname, src)))
+        conj[a.name] = tuple(out)
+    return CompiledGuards(conj, sources, skipped)

@@ -9,21 +9,27 @@ from typing import Any
 
 import pytest
 import z3
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvstate.spec import default_table
-from kvstate.spec.compile import CompileError, compile_hit_rule, to_python
+from kvstate.spec.compile import CompileError, compile_guards, compile_hit_rule, to_python
 from kvstate.spec.geometry import deepseek_v4_flash, small
 from kvstate.spec.layers import Rule, RuleScope
+from kvstate.spec.table import ParamKind, Scope
 
 GEOMETRIES = {"small": small(), "small32": small(block_tokens=32), "flash": deepseek_v4_flash()}
 COLUMNS = ("ckv", "fmt", "idx", "iver", "ver", "ldpipe", "prog", "lease", "swa", "tail")
 
 
 class View(SimpleNamespace):
+    """A concrete state with the same quantifier semantics as ``ConcreteState``/``ChainView``."""
+
     def req(self, r: int) -> Any:
         return self.reqs[r]
+
+    def forall_blocks(self, lo: int, hi: int, body: Any) -> bool:
+        return all(body(b) for b in range(max(lo, 0), min(hi, self.N)))
 
 
 @st.composite
@@ -76,13 +82,89 @@ def test_untranslatable_terms_are_refused_not_guessed() -> None:
         to_python(z3.ForAll([x], x > y), set())
 
 
-def test_a_quantified_rule_stays_interpreted_and_is_listed() -> None:
+def test_a_quantified_rule_compiles_to_the_same_loop() -> None:
     t = default_table()
+    k = replace(t.consts, R=2)
     quantified = Rule(
         "all_ready", "L3", "Compressed KV", "csa", RuleScope.HIT,
-        lambda s, r, h: s.forall_blocks(0, h, lambda b: s.ckv[b] == 2),
+        lambda s, r, h: s.forall_blocks(1, h, lambda b: s.ckv[b] == 2),
     )  # fmt: skip
     hr = replace(t.hit_rule, rules=(*t.hit_rule.rules, quantified))
+    c = compile_hit_rule(hr, t, k)
+    fn = c.rules["L3.all_ready"].fn
+    for ckv in ([2, 2, 2], [2, 0, 2], [0, 2, 2], [2, 2, 0]):
+        v = View(N=3, k=k, ckv=ckv, reqs=())
+        for h in range(-1, 5):
+            assert fn(v, 0, h) == quantified.pred(v, 0, h), (ckv, h)
+
+
+def test_an_untraceable_rule_stays_interpreted_and_is_listed() -> None:
+    t = default_table()
+    opaque = Rule(
+        "opaque", "L3", "Compressed KV", "csa", RuleScope.HIT,
+        lambda s, r, h: bool(h),  # Python truth of a Z3 term: cannot be traced
+    )  # fmt: skip
+    hr = replace(t.hit_rule, rules=(*t.hit_rule.rules, opaque))
     c = compile_hit_rule(hr, t, replace(t.consts, R=2))
-    assert "L3.all_ready" in c.skipped and "L3.all_ready" not in c.rules
+    assert "L3.opaque" in c.skipped and "L3.opaque" not in c.rules
     assert c.first_bad is not None  # the ALL rules still fuse
+
+
+# ---- action guards ------------------------------------------------------------------------
+PARAM_VALUES = {
+    ParamKind.TOKENS: st.integers(-2, 40),
+    ParamKind.ADDR: st.integers(-1, 6),
+    ParamKind.TICKS: st.integers(0, 6),
+    ParamKind.FMT: st.integers(-1, 4),
+}
+
+
+@st.composite
+def guard_cases(draw: st.DrawFn, table: Any, k: Any) -> tuple[View, Any]:
+    n = draw(st.integers(1, 4))
+    val = st.integers(-1, 8)
+    fields: dict[str, Any] = {"N": n, "k": k}
+    req_fields: list[dict[str, Any]] = [{}, {}]
+    for var in table.vars:
+        if var.scope is Scope.BLOCK:
+            fields[var.name] = draw(st.lists(val, min_size=n, max_size=n))
+        elif var.scope is Scope.GLOBAL:
+            fields[var.name] = draw(val)
+        else:
+            for rf in req_fields:
+                if var.scope is Scope.REQ:
+                    rf[var.name] = draw(st.integers(-1, 40))
+                else:
+                    rf[var.name] = tuple(draw(st.lists(val, min_size=n, max_size=n)))
+    fields["reqs"] = tuple(SimpleNamespace(**rf) for rf in req_fields)
+    params: dict[str, int] = {}
+    for action in table.actions:  # one value per parameter name, shared by every action
+        for prm in action.params:
+            if prm.name in params:
+                continue
+            if prm.kind is ParamKind.BLOCK:
+                params[prm.name] = draw(st.integers(0, n - 1))
+            elif prm.kind is ParamKind.REQ:
+                params[prm.name] = 0
+            else:
+                params[prm.name] = draw(PARAM_VALUES[prm.kind])
+    return View(**fields), SimpleNamespace(**params)
+
+
+@pytest.mark.parametrize("name", sorted(GEOMETRIES))
+def test_compiled_guards_agree_with_the_table(name: str) -> None:
+    t = default_table(GEOMETRIES[name])
+    k = replace(t.consts, R=2)
+    c = compile_guards(t, k)
+    assert c.skipped == {}
+
+    @settings(max_examples=300)
+    @given(case=guard_cases(t, k))
+    def check(case: tuple[View, Any]) -> None:
+        v, p = case
+        for action in t.actions:  # every conjunct of every action on the same state
+            compiled = dict(c.conjuncts[action.name])
+            for conj in action.guard:
+                assert compiled[conj.name](v, p) == conj.fn(v, p), (action.name, conj.name)
+
+    check()
