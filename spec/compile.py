@@ -182,9 +182,10 @@ class CompiledHitRule:
     skipped: dict[str, str]  # qualname -> why it stays interpreted
 
 
-def _trace(what: str, call: Callable[[_TraceState], Any], table: Table, k: Any) -> str:
-    """Evaluate ``call`` on a symbolic state and translate the term; the free names are
-    returned through :func:`_names_of` (kept on the source as its prelude)."""
+def _trace(
+    what: str, call: Callable[[_TraceState], Any], table: Table, k: Any
+) -> tuple[str, set[str]]:
+    """Evaluate ``call`` on a symbolic state and translate the term: (expression, free names)."""
     s = _TraceState(table, k)
     try:
         t = call(s)
@@ -198,15 +199,7 @@ def _trace(what: str, call: Callable[[_TraceState], Any], table: Table, k: Any) 
         raise CompileError(f"{what} is not a boolean term")
     names: set[str] = set()
     expr = to_python(t, names, s._quants)
-    _NAMES[expr] = names
-    return expr
-
-
-_NAMES: dict[str, set[str]] = {}
-
-
-def _names_of(expr: str) -> set[str]:
-    return _NAMES[expr]
+    return expr, names
 
 
 def _prelude(names: set[str], bound: set[str], req: Callable[[int], str]) -> list[str]:
@@ -260,17 +253,17 @@ def _compile_hit_rule(hit_rule: HitRule, table: Table, k: Any) -> CompiledHitRul
     """Compile what can be compiled; the rest is listed in ``skipped`` with the reason."""
     rules: dict[str, CompiledPredicate] = {}
     skipped: dict[str, str] = {}
-    exprs: dict[str, str] = {}
+    exprs: dict[str, tuple[str, set[str]]] = {}
     acting = lambda i: "r" if i == 0 else str(i)  # noqa: E731 - r0 is the request asked about
     for rule in hit_rule.rules:
         x = "h" if rule.scope is RuleScope.HIT else "b"
         try:
-            expr = _trace(rule.qualname, lambda s: rule.pred(s, 0, z3.Int(x)), table, k)  # noqa: B023
+            expr, names = _trace(rule.qualname, lambda s: rule.pred(s, 0, z3.Int(x)), table, k)  # noqa: B023
         except CompileError as exc:
             skipped[rule.qualname] = str(exc)
             continue
-        exprs[rule.qualname] = expr
-        pre = _prelude(_names_of(expr), {x}, acting)
+        exprs[rule.qualname] = (expr, names)
+        pre = _prelude(names, {x}, acting)
         fname = "pred_" + rule.qualname.replace(".", "_")
         body = "".join(f"    {ln}\n" for ln in pre)
         src = f"def {fname}(v, r, {x}):\n{body}    return {expr}\n"
@@ -279,9 +272,9 @@ def _compile_hit_rule(hit_rule: HitRule, table: Table, k: Any) -> CompiledHitRul
     first_bad = None
     src = ""
     if all_rules and all(r.qualname in exprs for r in all_rules):
-        names = set().union(*(_names_of(exprs[r.qualname]) for r in all_rules))
+        names = set().union(*(exprs[r.qualname][1] for r in all_rules))
         pre = _prelude(names, {"b"}, acting)
-        cond = " and ".join(exprs[r.qualname] for r in all_rules)
+        cond = " and ".join(exprs[r.qualname][0] for r in all_rules)
         body = "".join(f"    {ln}\n" for ln in pre)
         src = (
             f"def first_bad(v, r, lo, hi):\n{body}"
@@ -324,12 +317,12 @@ def _compile_guards(table: Table, k: Any) -> CompiledGuards:
         out = []
         for c in a.guard:
             try:
-                expr = _trace(f"{a.name}.{c.name}", lambda s: c.fn(s, _Params()), table, k)  # noqa: B023
+                expr, names = _trace(f"{a.name}.{c.name}", lambda s: c.fn(s, _Params()), table, k)  # noqa: B023
             except CompileError as exc:
                 skipped[(a.name, c.name)] = str(exc)
                 out.append((c.name, c.fn))
                 continue
-            pre = _prelude(_names_of(expr), set(), str)
+            pre = _prelude(names, set(), str)
             fname = f"guard_{a.name}_{c.name}".replace(".", "_")
             body = "".join(f"    {ln}\n" for ln in pre)
             src = f"def {fname}(v, p):\n{body}    return {expr}\n"
