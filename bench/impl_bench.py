@@ -14,8 +14,10 @@ family evicts the previous one (requests live one tick; the bench ticks after ev
 leases have expired by then).  Every hit is checked to be the full prefix, every miss to be 0.
 
 Geometry: DeepSeek-V4-Flash (256-token LCM blocks), pools shrunk to one family.  No KV content
-is written (``writer=None``): the allocator's metadata path, guards and the indexer build are
-what is measured.  Tensors: ``--tensors zeroed`` allocates the tiers as the library does (zero
+is written (``writer=None``: in an engine its kernels write every group's pages): the allocator's
+metadata path, guards and validation are what is measured.  ``--derive-index`` adds what the
+cache does when it writes content itself: deriving each stored block's indexer pages from its CSA
+entries (a numpy pass over ~177 KB per block in this geometry).  Tensors: ``--tensors zeroed`` allocates the tiers as the library does (zero
 filled, resident); ``lazy`` allocates them uninitialised (untouched pages are not resident, which
 is safe because nothing reads KV content here); ``mapped`` makes them views of sparse files
 (untouched pages cost no RAM, and the kernel does not refuse a mapping larger than RAM, which it
@@ -284,7 +286,9 @@ def geometry_for(length: int) -> tuple[Geometry, int]:
     return g, dev
 
 
-def make_cache(length: int, row: Row, tensors: str, budget: float) -> HeterogeneousKVCache:
+def make_cache(
+    length: int, row: Row, tensors: str, budget: float, derive_index: bool = False
+) -> HeterogeneousKVCache:
     g, dev = geometry_for(length)
     d, h = planned_bytes(g, dev, 1)
     row.planned_gib = (d + h) / GIB
@@ -306,6 +310,7 @@ def make_cache(length: int, row: Row, tensors: str, budget: float) -> Heterogene
         disk_blocks=16,
         max_requests=4,
         writer=None,
+        derive_index=derive_index,
         memory_limit=d + h + GIB,
     )
     ctx = {"lazy": lazy_tensors, "mapped": mapped_tensors}.get(mode, contextlib.nullcontext)()
@@ -320,7 +325,7 @@ def bench_length(length: int, args: argparse.Namespace) -> Row:
         if length % 256:
             raise ValueError("length must be a multiple of the 256-token LCM block")
         t0 = time.perf_counter()
-        cache = make_cache(length, row, args.tensors, args.memory_gib)
+        cache = make_cache(length, row, args.tensors, args.memory_gib, args.derive_index)
         trace = Trace(cache, length, row)
         row.setup_s = time.perf_counter() - t0
         start = time.perf_counter()
@@ -448,7 +453,7 @@ def report(rows: list[Row]) -> None:
 def profile(length: int, args: argparse.Namespace) -> None:
     """cProfile of the cycle only (admit + use + finish), hit and miss cycles separately."""
     row = Row(length, blocks=length // 256)
-    cache = make_cache(length, row, args.tensors, args.memory_gib)
+    cache = make_cache(length, row, args.tensors, args.memory_gib, args.derive_index)
     try:
         trace = Trace(cache, length, row)
         for _ in range(args.warmup):
@@ -495,6 +500,12 @@ def main() -> None:
         default=1,
         help="torch intra-op threads (0: torch's default; waking the pool costs ms on small VMs)",
     )
+    ap.add_argument(
+        "--derive-index",
+        action="store_true",
+        help="the cache derives each stored block's indexer pages from its CSA entries (what it "
+        "does when it writes the content itself); default: the engine's kernels wrote them",
+    )
     ap.add_argument("--profile", default=None, help="also cProfile this length (e.g. 1K)")
     ap.add_argument("--profile-cycles", type=int, default=500)
     ap.add_argument("--profile-top", type=int, default=15)
@@ -512,6 +523,14 @@ def main() -> None:
         f"trace: families of {FAMILY} (1 miss storing the prefix + {FAMILY - 1} full-prefix hits), "
         f"{SUFFIX}-token unique suffix; cycle = admit + use + finish; "
         f"{args.cycles} cycles or {args.max_seconds:g} s per length"
+    )
+    print(
+        "indexer pages of stored blocks: "
+        + (
+            "derived by the cache from the CSA entries (--derive-index)"
+            if args.derive_index
+            else "written by the engine (writer=None); the cache stamps their version"
+        )
     )
     print()
     t0 = time.perf_counter()

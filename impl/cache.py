@@ -318,7 +318,14 @@ class UseContext:
 
 class HeterogeneousKVCache:
     """A verified heterogeneous KV cache (CSA, HCA, indexer, SWA and compressor groups over
-    device, host and disk tiers).  See the module docstring for the request path."""
+    device, host and disk tiers).  See the module docstring for the request path.
+
+    ``writer`` fills a stored block's pages (default: deterministic test content).  With
+    ``writer=None`` the engine's own kernels write every group's pages, and the cache only
+    tracks them; then storing a block does not derive its indexer pages either (the engine's
+    indexer wrote them), unless ``derive_index=True``.  Recovery (an indexer rebuild after a
+    disk load) always derives them.
+    """
 
     def __init__(
         self,
@@ -338,6 +345,7 @@ class HeterogeneousKVCache:
         memory_limit: int = 8 * 2**30,
         max_model_len: int = 1 << 24,
         durable: bool = False,
+        derive_index: bool | None = None,
     ) -> None:
         if geometry is not None and not isinstance(geometry, Geometry):
             raise InvalidArgument(f"geometry must be a Geometry, got {type(geometry).__name__}")
@@ -368,6 +376,7 @@ class HeterogeneousKVCache:
             kernel_backend=kernel_backend,
             memory_limit=memory_limit,
             durable=durable,
+            derive_index=derive_index,
         )
         self.events: EventLog = self.core.events
         self.pipelines = self.core.pipes

@@ -74,10 +74,12 @@ class Coordinator:
         # otherwise.  Naming the rules that failed at a block always uses the callables.
         self._pred: dict[str, Any] = {}
         self._scan: Any = None
+        self._points: Any = None
         if compiled is not None:
             self._pred = {q: c.fn for q, c in compiled.rules.items()}
             if compiled.all_rules == self.all_rules:
                 self._scan = compiled.first_bad
+            self._points = compiled.points_hold
 
     def _first_bad(self, rule: Rule, view: Any, r: int, h: int) -> int | None | bool:
         """False if ``rule`` holds at ``h``; else the first failing block (None: HIT scope)."""
@@ -113,7 +115,10 @@ class Coordinator:
                     raise InternalError(
                         f"compiled hit rule fails block {first} where the table's rules hold"
                     )
+        points = self._points
         while True:
+            if points is not None and points(view, r, h):
+                return HitSearch(h_max, h, tuple(cuts))
             failing: tuple[Rule, int | None] | None = None
             for rule in self.point_rules:
                 where = self._first_bad(rule, view, r, h)
@@ -124,6 +129,10 @@ class Coordinator:
                     )
                     break
             if failing is None:
+                if points is not None:
+                    raise InternalError(
+                        f"compiled point rules fail at {h} tokens where the table's rules hold"
+                    )
                 return HitSearch(h_max, h, tuple(cuts))
             rule, block = failing
             if h <= 0:

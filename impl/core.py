@@ -105,6 +105,7 @@ class CacheCore:
         kernel_backend: str | None = None,
         memory_limit: int = 8 * 2**30,
         durable: bool = False,
+        derive_index: bool | None = None,
     ) -> None:
         g = table.geometry
         self.table = table
@@ -132,6 +133,11 @@ class CacheCore:
         self.host_blocks = caps["host_blocks"]
         self.disk_blocks = caps["disk_blocks"]
         self.writer = writer
+        # the write path derives the indexer pages from the compressed entries when this cache
+        # writes the block's content (a writer); with ``writer=None`` the engine's kernels write
+        # every group's pages, the indexer's included, and ``index_update`` only stamps the
+        # version.  Recovery (a rebuild after a disk load) always derives them.
+        self.derive_index = writer is not None if derive_index is None else bool(derive_index)
         self.meta = BlockMeta(self.k.load_steps)
         self.tiers = Tiers(
             g,
@@ -504,9 +510,10 @@ class CacheCore:
             m.swa[rid] = int(Swa.NULL)
 
     # ---- Indexer State ----------------------------------------------------------------------
-    def _stamp_index(self, rid: int) -> None:
+    def _stamp_index(self, rid: int, build: bool = True) -> None:
         m = self.meta
-        self.tiers.build_index(m.slot[rid])
+        if build:
+            self.tiers.build_index(m.slot[rid])
         m.idx[rid] = int(Indexer.PRESENT)
         if not self.bugs.on("skip_indexer_version"):  # seeded bug: the version stamp is skipped
             m.iver[rid] = m.ver[rid]
@@ -514,7 +521,7 @@ class CacheCore:
     def index_update(self, rid: int) -> None:
         with self.lock:
             self._check_block("index_update", rid)
-            self._stamp_index(rid)
+            self._stamp_index(rid, self.derive_index)
 
     def rebuild_start(self, rid: int) -> None:
         with self.lock:

@@ -30,7 +30,6 @@ VIEW_FIELDS: tuple[str, ...] = (
 )  # fmt: skip
 
 NULL_RID = 0
-_VIEW_FIELD_SET = frozenset(VIEW_FIELDS)
 
 
 class BlockMeta:
@@ -120,6 +119,33 @@ class Others:
         self.paddr: tuple[int, ...] = ()
 
 
+class _Column:
+    """A view column, gathered on first read and then cached in the instance (a non-data
+    descriptor, so later reads are plain instance-dict lookups).  A class-level descriptor costs
+    a fraction of ``__getattr__``, which Python only reaches after a failed lookup: views are
+    built for every guard and every hit search, and a search reads nine columns."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, view: Any, owner: Any = None) -> Any:
+        if view is None:
+            return self
+        name = self.name
+        build = view._over.get(name)
+        if build is not None:
+            col = build(view._rids)
+        elif view._gather is not None:  # one C call per column
+            col = view._gather(getattr(view._m, name))
+        else:
+            arr = getattr(view._m, name)
+            col = [arr[i] for i in view._rids]
+        view.__dict__[name] = col
+        return col
+
+
 class ChainView:
     """Read-only ConcreteState-shaped view of a chain of records (block ``b`` -> ``rids[b]``).
 
@@ -142,6 +168,7 @@ class ChainView:
     ) -> None:
         self._m = meta
         self._rids = rids
+        self._gather = itemgetter(*rids) if len(rids) > 1 else None
         self._over = overrides or {}
         self._reqs = reqs
         self.N = len(rids)
@@ -152,20 +179,7 @@ class ChainView:
         self.nfree = nfree
 
     def __getattr__(self, name: str) -> Any:
-        if name not in _VIEW_FIELD_SET:
-            raise AttributeError(f"view has no variable {name!r}")
-        build = self._over.get(name)
-        if build is not None:
-            col = build(self._rids)
-        else:
-            rids = self._rids
-            arr = getattr(self._m, name)
-            if len(rids) > 1:  # one C call per column (this runs for every guard and search)
-                col = itemgetter(*rids)(arr)
-            else:
-                col = [arr[i] for i in rids]
-        self.__dict__[name] = col  # later reads are plain attribute lookups
-        return col
+        raise AttributeError(f"view has no variable {name!r}")
 
     def req(self, r: int) -> Any:
         return self._reqs[r]
@@ -181,3 +195,8 @@ class ChainView:
 
     def store(self, arr: Any, index: Any, value: Any) -> Any:
         raise TypeError("a ChainView is read-only: the implementation applies its own updates")
+
+
+for _name in VIEW_FIELDS:
+    setattr(ChainView, _name, _Column(_name))
+del _name

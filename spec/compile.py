@@ -18,7 +18,8 @@ and any other divisor is refused.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import z3
@@ -180,6 +181,10 @@ class CompiledHitRule:
     first_bad_source: str
     rules: dict[str, CompiledPredicate]  # qualname -> compiled (those that compiled)
     skipped: dict[str, str]  # qualname -> why it stays interpreted
+    # every rule that is not of scope ALL, over its own scope range, at a hit of ``h`` tokens:
+    # ``(view, r, h) -> bool`` (the search's accept test at each candidate length)
+    points_hold: Callable[[Any, int, int], bool] | None = None
+    points_hold_source: str = ""
 
 
 def _trace(
@@ -204,14 +209,14 @@ def _trace(
 
 def _prelude(names: set[str], bound: set[str], req: Callable[[int], str]) -> list[str]:
     """Lines binding each free name: view columns and scalars from ``v``, request fields from
-    ``v.req(...)``, action parameters (``p_b``) from ``p``."""
+    ``v.req(...)``, action parameters (``p_b``) from the dict ``p``."""
     lines = []
     for n in sorted(names - bound):
         head, _, field_ = n.partition("_")
         if n == "N":
             lines.append("N = v.N")
         elif head == "p" and field_:
-            lines.append(f"{n} = p.{field_}")
+            lines.append(f"{n} = p[{field_!r}]")
         elif head[:1] == "r" and head[1:].isdigit() and field_:
             lines.append(f"{n} = v.req({req(int(head[1:]))}).{field_}")
         else:
@@ -284,18 +289,47 @@ def _compile_hit_rule(hit_rule: HitRule, table: Table, k: Any) -> CompiledHitRul
             f"    return -1\n"
         )
         first_bad = _define("first_bad", src)
-    return CompiledHitRule(all_rules, first_bad, src, rules, skipped)
+    points = tuple(r for r in hit_rule.rules if r.scope is not RuleScope.ALL)
+    points_hold = None
+    psrc = ""
+    if points and all(r.qualname in exprs for r in points):
+        try:
+            pexpr, pnames = _trace(
+                "point rules",
+                lambda s: z3.And(
+                    *[z3.BoolVal(True)]
+                    + [_as_bool(hit_rule.rule_holds(x, s, 0, z3.Int("h"))) for x in points]
+                ),
+                table,
+                k,
+            )
+        except CompileError as exc:
+            skipped["<point rules>"] = str(exc)
+        else:
+            pre = _prelude(pnames, {"h"}, acting)
+            body = "".join(f"    {ln}\n" for ln in pre)
+            psrc = f"def points_hold(v, r, h):\n{body}    return {pexpr}\n"
+            points_hold = _define("points_hold", psrc)
+    return CompiledHitRule(all_rules, first_bad, src, rules, skipped, points_hold, psrc)
+
+
+def _as_bool(t: Any) -> Any:
+    return z3.BoolVal(t) if isinstance(t, bool) else t
 
 
 @dataclass(frozen=True)
 class CompiledGuards:
-    """Each action's guard conjuncts as ``fn(view, p)`` for the acting request ``p.r == 0``
-    (how the implementation's views are laid out); a conjunct that did not compile keeps the
-    table's callable and is listed in ``skipped``."""
+    """Each action's guard conjuncts as ``fn(view, params)`` for the acting request ``r == 0``
+    (how the implementation's views are laid out), ``params`` a dict of the action's parameters;
+    a conjunct that did not compile keeps the table's callable (wrapped to take the dict) and is
+    listed in ``skipped``.  ``fused[action]`` is the conjunction of all of them in one function,
+    for the accept path: it exists only when every conjunct compiled."""
 
-    conjuncts: dict[str, tuple[tuple[str, Callable[[Any, Any], bool]], ...]]
+    conjuncts: dict[str, tuple[tuple[str, Callable[[Any, dict[str, int]], bool]], ...]]
     sources: dict[tuple[str, str], str]
     skipped: dict[tuple[str, str], str]
+    fused: dict[str, Callable[[Any, dict[str, int]], bool]] = field(default_factory=dict)
+    fused_sources: dict[str, str] = field(default_factory=dict)
 
 
 class _Params:
@@ -309,19 +343,27 @@ def compile_guards(table: Table, k: Any) -> CompiledGuards:
     return _memo("guards", (table, k), _compile_guards)
 
 
+def _interpreted(fn: Callable[[Any, Any], Any]) -> Callable[[Any, dict[str, int]], bool]:
+    return lambda v, p: bool(fn(v, SimpleNamespace(**p)))
+
+
 def _compile_guards(table: Table, k: Any) -> CompiledGuards:
-    conj: dict[str, tuple[tuple[str, Callable[[Any, Any], bool]], ...]] = {}
+    conj: dict[str, tuple[tuple[str, Callable[[Any, dict[str, int]], bool]], ...]] = {}
     sources: dict[tuple[str, str], str] = {}
     skipped: dict[tuple[str, str], str] = {}
+    fused: dict[str, Callable[[Any, dict[str, int]], bool]] = {}
+    fused_sources: dict[str, str] = {}
     for a in table.actions:
-        out = []
+        out: list[tuple[str, Callable[[Any, dict[str, int]], bool]]] = []
+        parts: list[tuple[str, set[str]]] = []
         for c in a.guard:
             try:
                 expr, names = _trace(f"{a.name}.{c.name}", lambda s: c.fn(s, _Params()), table, k)  # noqa: B023
             except CompileError as exc:
                 skipped[(a.name, c.name)] = str(exc)
-                out.append((c.name, c.fn))
+                out.append((c.name, _interpreted(c.fn)))
                 continue
+            parts.append((expr, names))
             pre = _prelude(names, set(), str)
             fname = f"guard_{a.name}_{c.name}".replace(".", "_")
             body = "".join(f"    {ln}\n" for ln in pre)
@@ -329,4 +371,12 @@ def _compile_guards(table: Table, k: Any) -> CompiledGuards:
             sources[(a.name, c.name)] = src
             out.append((c.name, _define(fname, src)))
         conj[a.name] = tuple(out)
-    return CompiledGuards(conj, sources, skipped)
+        if len(parts) == len(a.guard):
+            names = set().union(*(n for _, n in parts)) if parts else set()
+            body = "".join(f"    {ln}\n" for ln in _prelude(names, set(), str))
+            cond = " and ".join(f"({e})" for e, _ in parts) or "True"
+            fname = f"guard_{a.name}".replace(".", "_")
+            src = f"def {fname}(v, p):\n{body}    return {cond}\n"
+            fused_sources[a.name] = src
+            fused[a.name] = _define(fname, src)
+    return CompiledGuards(conj, sources, skipped, fused, fused_sources)

@@ -164,7 +164,10 @@ def test_compiled_guards_agree_with_the_table(name: str) -> None:
         v, p = case
         for action in t.actions:  # every conjunct of every action on the same state
             compiled = dict(c.conjuncts[action.name])
+            d = vars(p)
             for conj in action.guard:
-                assert compiled[conj.name](v, p) == conj.fn(v, p), (action.name, conj.name)
+                assert compiled[conj.name](v, d) == conj.fn(v, p), (action.name, conj.name)
+            whole = all(conj.fn(v, p) for conj in action.guard)
+            assert c.fused[action.name](v, d) == whole, action.name
 
     check()
