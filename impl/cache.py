@@ -28,7 +28,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -65,9 +65,9 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-@dataclass(frozen=True)
-class Pin:
-    """One entry of a request's ``state_data_ptrs``: what it was validated against."""
+class Pin(NamedTuple):
+    """One entry of a request's ``state_data_ptrs``: what it was validated against.  (A named
+    tuple: one is built per pinned block on every admission.)"""
 
     block: int
     key: bytes
@@ -613,6 +613,8 @@ class HeterogeneousKVCache:
         adm.pins = tuple(pins)
         adm.hit_tokens = s.hit
         adm.state = "validated"
+        req = adm.request
+        req.stored = max(req.stored, len(s.rids))  # found cached: nothing to store for them
 
     def use(
         self, admission: Admission | Request, *, store: bool = True, timeout: float | None = 30.0

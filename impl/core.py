@@ -183,12 +183,15 @@ class CacheCore:
         )
         qualnames = {r.qualname for r in table.hit_rule.rules}
         self._rule_conjuncts = (
-            tuple(c.name for c in table.action("validate").guard if c.name in qualnames)
+            frozenset(c.name for c in table.action("validate").guard if c.name in qualnames)
             if self.guards.has("validate")
-            else ()
+            else frozenset()
         )
-        self._swa_col = self.tiers.swa.column(self.meta)
-        self._tail_col = self.tiers.compressor.column(self.meta)
+        self._group_cols: dict[str, Any] = {
+            "swa": self.tiers.swa.column(self.meta),
+            "tail": self.tiers.compressor.column(self.meta),
+        }
+        self._others: dict[int, Others] = {}
         self.max_records = 4 * (self.device_blocks + self.host_blocks + self.disk_blocks) + 64
         self._scan_disk()
         self.pipes.start()
@@ -230,13 +233,16 @@ class CacheCore:
     ) -> ChainView:
         """A request's chain as the table sees it; the SWA and compressor groups supply their own
         columns (their block mapping), ``overrides`` a projected state."""
-        cols: dict[str, Any] = {"swa": self._swa_col, "tail": self._tail_col}
+        cols = self._group_cols
         if overrides:
-            cols.update(overrides)
+            cols = {**cols, **overrides}
         reqs: tuple[Any, ...] = ()
         if slot is not None:
-            mine = _cdiv(slot.pinned, self.L)
-            reqs = (slot, Others(self.L * (self.pinned_blocks - mine)))
+            others = self.pinned_blocks - (-(-slot.pinned // self.L))
+            agg = self._others.get(others)
+            if agg is None:  # read-only aggregates, one per value
+                agg = self._others[others] = Others(self.L * others)
+            reqs = (slot, agg)
         return ChainView(
             self.meta,
             rids,
@@ -947,7 +953,7 @@ class CacheCore:
                 raise Refused("validate", ("pinned",), f"slot {s.index} holds no request")
             rids = self.resolve(s.request.chain) if rids is None else rids
             view = self.chain_view(rids, s)
-            skip: tuple[str, ...] = ()
+            skip: frozenset[str] = frozenset()
             if (
                 proof is not None
                 and proof[1] == self.epoch

@@ -35,6 +35,7 @@ class GraphRegistry:
         # on a GPU it is copied into the device buffers the graph reads.
         self._bt = np.full((rows, max_blocks), -1, dtype=np.int32)
         self._sp = np.zeros((rows, max_blocks), dtype=np.int64)
+        self._filled = [0] * rows  # entries of each row the last refill wrote (the rest is padding)
         if device.type == "cuda":
             self.block_tables = torch.full((rows, max_blocks), -1, dtype=torch.int32, device=device)
             self.state_ptrs = torch.zeros((rows, max_blocks), dtype=torch.int64, device=device)
@@ -52,9 +53,12 @@ class GraphRegistry:
         n = min(len(slots), self._bt.shape[1])
         bt, sp = self._bt[row], self._sp[row]
         bt[:n] = slots[:n]
-        bt[n:] = -1
         sp[:n] = ptrs[:n]
-        sp[n:] = 0
+        old = self._filled[row]
+        if old > n:  # beyond ``old`` the row is still padding
+            bt[n:old] = -1
+            sp[n:old] = 0
+        self._filled[row] = n
         if self.device.type == "cuda":
             self.block_tables[row].copy_(torch.from_numpy(bt), non_blocking=True)
             self.state_ptrs[row].copy_(torch.from_numpy(sp), non_blocking=True)

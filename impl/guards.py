@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from types import SimpleNamespace
 from typing import Any
 
-from kvstate.spec.compile import compile_guards
+from kvstate.spec.compile import CompiledGuards, compile_guards
 from kvstate.spec.table import Action, Table
 
 from .errors import Refused
@@ -32,8 +32,9 @@ class Guards:
         # function: the accept path costs one call, and only a refusal names its conjuncts.
         self._fast: dict[str, tuple[tuple[str, Any], ...]] = {}
         self._fused: dict[str, Any] = {}
+        self._compiled: CompiledGuards | None = None
         if k is not None:
-            compiled = compile_guards(table, k)
+            self._compiled = compiled = compile_guards(table, k)
             self._fast = dict(compiled.conjuncts)
             self._fused = dict(compiled.fused)
 
@@ -47,6 +48,11 @@ class Guards:
             if not skip:
                 whole = self._fused.get(action)
                 if whole is not None and whole(view, params):
+                    return []
+            elif self._compiled is not None:
+                skipped = skip if isinstance(skip, frozenset) else frozenset(skip)
+                rest = self._compiled.fused_without(action, skipped)
+                if rest is not None and rest(view, params):
                     return []
             conj = self._fast[action]
             if skip:

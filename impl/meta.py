@@ -139,9 +139,10 @@ class _Column:
             col = build(view._rids)
         elif view._gather is not None:  # one C call per column
             col = view._gather(getattr(view._m, name))
+        elif view.N == 1:  # a block view (every block action's guard)
+            col = (getattr(view._m, name)[view._rids[0]],)
         else:
-            arr = getattr(view._m, name)
-            col = [arr[i] for i in view._rids]
+            col = ()
         view.__dict__[name] = col
         return col
 

@@ -330,6 +330,31 @@ class CompiledGuards:
     skipped: dict[tuple[str, str], str]
     fused: dict[str, Callable[[Any, dict[str, int]], bool]] = field(default_factory=dict)
     fused_sources: dict[str, str] = field(default_factory=dict)
+    # (expression, free names) of each compiled conjunct, to fuse subsets on demand
+    parts: dict[tuple[str, str], tuple[str, frozenset[str]]] = field(default_factory=dict)
+    _subsets: dict[tuple[str, frozenset[str]], Any] = field(default_factory=dict)
+
+    def fused_without(
+        self, action: str, skip: frozenset[str]
+    ) -> Callable[[Any, dict[str, int]], bool] | None:
+        """The conjunction of ``action``'s conjuncts not in ``skip``, in one function (None if
+        one of them did not compile).  Made once per (action, skip)."""
+        key = (action, skip)
+        if key not in self._subsets:
+            names = [n for n, _ in self.conjuncts[action] if n not in skip]
+            if all((action, n) in self.parts for n in names):
+                exprs = [self.parts[(action, n)] for n in names]
+                free = set().union(*(f for _, f in exprs)) if exprs else set()
+                body = "".join(f"    {ln}\n" for ln in _prelude(free, set(), str))
+                cond = " and ".join(f"({e})" for e, _ in exprs) or "True"
+                fname = f"guard_{action}_subset".replace(".", "_")
+                self._subsets[key] = _define(
+                    fname, f"def {fname}(v, p):\n{body}    return {cond}\n"
+                )
+            else:
+                self._subsets[key] = None
+        fn: Callable[[Any, dict[str, int]], bool] | None = self._subsets[key]
+        return fn
 
 
 class _Params:
@@ -353,6 +378,7 @@ def _compile_guards(table: Table, k: Any) -> CompiledGuards:
     skipped: dict[tuple[str, str], str] = {}
     fused: dict[str, Callable[[Any, dict[str, int]], bool]] = {}
     fused_sources: dict[str, str] = {}
+    all_parts: dict[tuple[str, str], tuple[str, frozenset[str]]] = {}
     for a in table.actions:
         out: list[tuple[str, Callable[[Any, dict[str, int]], bool]]] = []
         parts: list[tuple[str, set[str]]] = []
@@ -364,6 +390,7 @@ def _compile_guards(table: Table, k: Any) -> CompiledGuards:
                 out.append((c.name, _interpreted(c.fn)))
                 continue
             parts.append((expr, names))
+            all_parts[(a.name, c.name)] = (expr, frozenset(names))
             pre = _prelude(names, set(), str)
             fname = f"guard_{a.name}_{c.name}".replace(".", "_")
             body = "".join(f"    {ln}\n" for ln in pre)
@@ -379,4 +406,4 @@ def _compile_guards(table: Table, k: Any) -> CompiledGuards:
             src = f"def {fname}(v, p):\n{body}    return {cond}\n"
             fused_sources[a.name] = src
             fused[a.name] = _define(fname, src)
-    return CompiledGuards(conj, sources, skipped, fused, fused_sources)
+    return CompiledGuards(conj, sources, skipped, fused, fused_sources, all_parts)
