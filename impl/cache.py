@@ -58,6 +58,7 @@ from .pipelines import TailCheckJob
 from .testdata import DeterministicWriter, Writer
 
 _ids = itertools.count(1)
+_NO_RECOVERY = RecoveryPlan()  # immutable: one shared empty plan for every hit that needs none
 _DEFAULT_WRITER: Any = object()
 
 
@@ -162,7 +163,7 @@ class Admission:
     hit_tokens: int
     state: str  # "validated" | "pending" | "downgraded"
     explanation: Explanation
-    recovery: RecoveryPlan = field(default_factory=RecoveryPlan)
+    recovery: RecoveryPlan = field(default_factory=lambda: _NO_RECOVERY)
     pins: tuple[Pin, ...] = ()
     rids: list[int] = field(default_factory=list)
     tail_check: TailCheckJob | None = None
@@ -452,7 +453,7 @@ class HeterogeneousKVCache:
         core.touch_prefix(rids, nb_max, min(req.lifetime, self.table.consts.lease_max))
         now, epoch = core.search(s, rids, h_max)
         expl = Explanation(h_max, now)
-        target, plan = now.hit, RecoveryPlan()
+        target, plan = now.hit, _NO_RECOVERY
         proj = (
             projection(
                 m, rids[:nb_max], disk_drops_swa=not self.table.consts.swa_restored_from_disk

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from kvstate.spec.compile import CompiledHitRule
 from kvstate.spec.layers import HitRule, Rule, RuleScope, scope_range
@@ -30,8 +30,7 @@ from .errors import InternalError
 from .meta import BlockMeta
 
 
-@dataclass(frozen=True)
-class Shortening:
+class Shortening(NamedTuple):
     """One rule that cut the hit: from ``from_tokens`` down to ``to_tokens``."""
 
     rule: str  # qualified name, e.g. "L3.ckv_ready"
@@ -51,8 +50,9 @@ class Shortening:
         )
 
 
-@dataclass(frozen=True)
-class HitSearch:
+class HitSearch(NamedTuple):
+    """The result of one search (named tuples: one or two are built per admission)."""
+
     requested: int
     hit: int
     shortenings: tuple[Shortening, ...]
@@ -103,9 +103,8 @@ class Coordinator:
             if self._scan is not None:  # one fused loop; the callables only name the culprits
                 first = self._scan(view, r, lo, hi)
                 lo, hi = (first, first + 1) if first >= 0 else (hi, hi)
-            checks = [(x, x.pred) for x in self.all_rules]
             for b in range(lo, hi):
-                bad = [x for x, pred in checks if not pred(view, r, b)]
+                bad = [x for x in self.all_rules if not x.pred(view, r, b)]
                 if bad:
                     cuts.extend(_short(x, b, h, b * L) for x in bad)
                     h = b * L

@@ -598,3 +598,27 @@ def test_same_job_code_in_both_modes(monkeypatch: pytest.MonkeyPatch) -> None:
             c.close()
     for mode in ("manual", "threads"):
         assert {"LoadJob", "RebuildJob", "OffloadJob", "TailCheckJob"} <= set(calls[mode]), calls
+
+
+@pytest.mark.parametrize("derive", [None, True])
+def test_who_writes_the_indexer_pages_of_a_stored_block(derive: bool | None) -> None:
+    """writer=None: the engine wrote every page; storing stamps the indexer's version and leaves
+    its pages alone, unless derive_index=True.  Either way the block then hits."""
+    c = make(writer=None, derive_index=derive)
+    try:
+        ix = c.core.tiers.indexer.device_data
+        ix.fill_(0x5A)  # what "the engine" wrote
+        before = ix.clone()
+        toks = harness_tokens(2 * L + 3)
+        store(c, toks)
+        rids = c.core.resolve(c.chain(toks))
+        m = c.core.meta
+        assert all(m.idx[r] == Indexer.PRESENT and m.iver[r] == m.ver[r] for r in rids)
+        if derive:
+            assert not torch.equal(ix, before)  # derived from the (zero) CSA entries
+        else:
+            assert torch.equal(ix, before)
+        a = c.admit(c.request(toks))
+        assert a.state == "validated" and a.hit_tokens == 2 * L
+    finally:
+        c.close()
