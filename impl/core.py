@@ -50,7 +50,7 @@ from .events import EventKind, EventLog
 from .graphs import GraphRegistry
 from .guards import Guards
 from .hashing import Chain
-from .meta import NULL_RID, BlockMeta, ChainView, Others
+from .meta import NULL_RID, BlockMeta, ChainView, Others, RecordState, SlotState
 from .pipelines import Job, LoadJob, OffloadJob, Pipelines, RebuildJob
 from .testdata import Writer
 from .tiers import Tiers
@@ -74,7 +74,9 @@ def _int(name: str, v: Any, lo: int | None = None, hi: int | None = None) -> int
 class Slot:
     """One request slot: the table's per-request variables, and the request occupying it."""
 
-    __slots__ = ("index", "phase", "hit", "pinned", "deadline", "pgen", "paddr", "request", "rids")
+    __slots__ = (
+        "index", "phase", "hit", "pinned", "deadline", "pgen", "paddr", "request", "rids", "state",
+    )  # fmt: skip
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -86,6 +88,7 @@ class Slot:
         self.paddr: tuple[int, ...] = ()
         self.request: Any = None  # the Request in this slot (None when free)
         self.rids: list[int] = []  # records this slot pins, in chain order
+        self.state = SlotState(self)  # this request alone, for guards of "slot" locality
 
 
 class CacheCore:
@@ -173,6 +176,13 @@ class CacheCore:
         self.pinned_blocks = 0
         self.vk = replace(self.k, R=2)  # views: the acting request + the aggregate of the others
         self.guards = Guards(table, self.vk)
+        # guards that read a block only at its own parameter (or nothing but globals) evaluate on
+        # the record-indexed metadata; those that read only the acting request, on its slot
+        self._records = RecordState(self.meta, self)
+        self._by_record = frozenset(
+            a for a, kind in self.guards.locality.items() if kind in ("block", "global")
+        )
+        self._by_slot = frozenset(a for a, kind in self.guards.locality.items() if kind == "slot")
         self.coord = Coordinator(table.hit_rule, compile_hit_rule(table.hit_rule, table, self.vk))
         # rule epoch: bumped by every transition whose frame meets what the hit rules read, so a
         # hit search is still a proof of the rules while the epoch has not moved
@@ -267,15 +277,26 @@ class CacheCore:
         if action not in self._neutral:
             self.epoch += 1
 
+    def _block_state(self, action: str, rid: int) -> tuple[Any, int]:
+        """The state a block action's guard reads, and the value of its block parameter."""
+        if action in self._by_record:
+            return self._records, rid
+        return self.block_view(rid), 0
+
+    def _global_state(self, action: str) -> Any:
+        return self._records if action in self._by_record else self.block_view(NULL_RID)
+
     def _check_block(self, action: str, rid: int, skip: Sequence[str] = (), **params: int) -> None:
         self._rid(rid)
-        self._guard(action, self.block_view(rid), {"b": 0, **params}, skip)
+        state, b = self._block_state(action, rid)
+        self._guard(action, state, {"b": b, **params}, skip)
 
     def can(self, action: str, rid: int) -> bool:
         """Would the block action be allowed now (jobs ask this to choose their next step)."""
         with self.lock:
             skip = self._load_done_skip() if action == "load_done" else ()
-            return self.guards.allows(action, self.block_view(rid), {"b": 0}, skip)
+            state, b = self._block_state(action, rid)
+            return self.guards.allows(action, state, {"b": b}, skip)
 
     def _rid(self, rid: int) -> int:
         if not isinstance(rid, int) or not 0 < rid < len(self.meta):
@@ -833,11 +854,15 @@ class CacheCore:
         the table's guard evaluated per block)."""
         with self.lock:
             t = _int("ticks", ticks, 1, self.k.lease_max)
-            view = self.chain_view(rids)
             lease, now = self.meta.lease, self.now
             allows = self.guards.allows
+            if "touch" in self._by_record:
+                state: Any = self._records
+                at: Any = rids
+            else:
+                state, at = self.chain_view(rids), range(len(rids))
             for b in range(min(blocks, len(rids))):
-                if not allows("touch", view, {"b": b, "t": t}):
+                if not allows("touch", state, {"b": at[b], "t": t}):
                     break
                 rid = rids[b]
                 lease[rid] = max(lease[rid], now + t)
@@ -853,23 +878,23 @@ class CacheCore:
     def tick(self, ticks: int = 1) -> None:
         with self.lock:
             t = _int("ticks", ticks, 1)
-            self._guard("tick", self.block_view(NULL_RID), {"t": t})
+            self._guard("tick", self._global_state("tick"), {"t": t})
             self.now += t
 
     # ---- CUDA graph -------------------------------------------------------------------------
     def capture(self) -> None:
         with self.lock:
-            self._guard("capture", self.block_view(NULL_RID), {})
+            self._guard("capture", self._global_state("capture"), {})
             self.graph.record()
 
     def replay(self) -> None:
         with self.lock:
-            self._guard("replay", self.block_view(NULL_RID), {})
+            self._guard("replay", self._global_state("replay"), {})
             self.graph.replay()
 
     def recapture(self) -> None:
         with self.lock:
-            self._guard("recapture", self.block_view(NULL_RID), {})
+            self._guard("recapture", self._global_state("recapture"), {})
             self.graph.record()
 
     # ---- requests ---------------------------------------------------------------------------
@@ -879,8 +904,11 @@ class CacheCore:
                 return s
         raise OutOfCapacity("admit", (), f"all {len(self.slots)} request slots are busy")
 
+    def _req_state(self, action: str, slot: Slot, rids: Sequence[int]) -> Any:
+        return slot.state if action in self._by_slot else self.chain_view(rids, slot)
+
     def _req_check(self, action: str, slot: Slot, rids: Sequence[int], **params: int) -> None:
-        self._guard(action, self.chain_view(rids, slot), {"r": 0, **params})
+        self._guard(action, self._req_state(action, slot, rids), {"r": 0, **params})
 
     def begin(self, request: Any, ticks: int, slot: int | None = None) -> Slot:
         """The table's ``admit``: the request takes a slot and a deadline ``now + ticks``."""
@@ -1009,7 +1037,7 @@ class CacheCore:
         with self.lock:
             s = self._slot(slot)
             exc = AlreadyReleased if s.phase == Req.IDLE else Refused
-            self._guard("release", self.chain_view((), s), {"r": 0}, exc=exc)
+            self._guard("release", self._req_state("release", s, ()), {"r": 0}, exc=exc)
             self._unpin(s)
             s.phase = int(Req.IDLE)
             self._detach(s)
@@ -1018,7 +1046,7 @@ class CacheCore:
         with self.lock:
             s = self._slot(slot)
             exc = AlreadyReleased if s.phase == Req.IDLE else Refused
-            self._guard("abort", self.chain_view((), s), {"r": 0}, exc=exc)
+            self._guard("abort", self._req_state("abort", s, ()), {"r": 0}, exc=exc)
             if self.bugs.on("abort_during_load_double_free"):
                 # seeded bug: the request's blocks still being loaded are freed with it
                 for rid in s.rids:

@@ -33,10 +33,12 @@ class Guards:
         self._fast: dict[str, tuple[tuple[str, Any], ...]] = {}
         self._fused: dict[str, Any] = {}
         self._compiled: CompiledGuards | None = None
+        self.locality: dict[str, str] = {}  # what each compiled guard reads (spec.compile)
         if k is not None:
             self._compiled = compiled = compile_guards(table, k)
             self._fast = dict(compiled.conjuncts)
             self._fused = dict(compiled.fused)
+            self.locality = dict(compiled.locality)
 
     def has(self, action: str) -> bool:
         return action in self._actions

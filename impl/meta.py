@@ -100,6 +100,50 @@ class BlockMeta:
         self._free.append(rid)
 
 
+class RecordState:
+    """The whole metadata in the table's state shape, indexed by *record id*: every column is
+    the live list itself.  A guard whose compiled term reads block variables only at its block
+    parameter (``"block"``/``"global"`` locality, :mod:`kvstate.spec.compile`) evaluates on it
+    with ``b`` = the record id exactly as on a one-block view, without building one; the
+    scalars are read from ``source`` (the cache core) when the guard asks."""
+
+    def __init__(self, meta: BlockMeta, source: Any) -> None:
+        for name in VIEW_FIELDS:
+            setattr(self, name, getattr(meta, name))
+        self._src = source
+        self.k = getattr(source, "vk", None)
+
+    @property
+    def now(self) -> int:
+        return int(self._src.now)
+
+    @property
+    def graph(self) -> int:
+        return int(self._src.graph.phase)
+
+    @property
+    def io_inflight(self) -> int:
+        return int(self._src.io_inflight)
+
+    def req(self, r: int) -> Any:
+        raise InternalError("a record-indexed state has no requests: build a view")
+
+
+class SlotState:
+    """One request slot as the only request of a state (``req(0)``), for guards of ``"slot"``
+    locality (they read nothing but the acting request's own fields)."""
+
+    __slots__ = ("_slot",)
+
+    def __init__(self, slot: Any) -> None:
+        self._slot = slot
+
+    def req(self, r: int) -> Any:
+        if r != 0:
+            raise InternalError("a slot state has only the acting request: build a view")
+        return self._slot
+
+
 class Others:
     """All requests but the acting one, aggregated: the request dimension of a view.
 

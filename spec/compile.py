@@ -17,6 +17,7 @@ and any other divisor is refused.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -191,6 +192,64 @@ def _trace(
     what: str, call: Callable[[_TraceState], Any], table: Table, k: Any
 ) -> tuple[str, set[str]]:
     """Evaluate ``call`` on a symbolic state and translate the term: (expression, free names)."""
+    expr, names, _ = _trace_with_locality(what, call, table, k)
+    return expr, names
+
+
+_REQ_NAME = re.compile(r"r(\d+)_")
+
+
+def _locality(t: z3.ExprRef, quants: Quants) -> str:
+    """What a term reads, as the narrowest of:
+
+    - ``"global"``: only global scalars (``now``, ``graph``, ...) and parameters;
+    - ``"block"``: that, plus block variables read at exactly the parameter ``p_b``;
+    - ``"slot"``: only the acting request's own scalar fields (``r0_phase``) and parameters;
+    - ``"chain"``: anything else (quantifiers, ``N``, other blocks, other requests).
+
+    A ``global``/``block`` term evaluates the same on a state indexed by record id (with
+    ``p_b`` the record id) as on a one-block view, and a ``slot`` term the same on any state
+    whose ``req(0)`` is the request: that is what lets an implementation skip building views.
+    """
+    reads: set[str] = set()
+    todo = [t]
+    seen: set[int] = set()
+    while todo:
+        e = todo.pop()
+        if e.get_id() in seen:
+            continue
+        seen.add(e.get_id())
+        if z3.is_const(e):
+            n = e.decl().name()
+            if n in quants or n == "N":
+                reads.add("chain")
+            elif e.decl().kind() != z3.Z3_OP_UNINTERPRETED or n.startswith("p_"):
+                pass
+            elif (m := _REQ_NAME.match(n)) is not None:
+                reads.add("slot" if m.group(1) == "0" else "chain")
+            else:
+                reads.add("global")
+            continue
+        if z3.is_app(e) and e.decl().kind() == z3.Z3_OP_SELECT:
+            arr, idx = e.arg(0), e.arg(1)
+            name = arr.decl().name() if z3.is_const(arr) else ""
+            local = z3.is_const(idx) and idx.decl().name() == "p_b"
+            reads.add("block" if local and not _REQ_NAME.match(name) else "chain")
+            todo.append(idx)
+            continue
+        todo.extend(e.children())
+    if reads <= {"global"}:
+        return "global"
+    if reads <= {"global", "block"}:
+        return "block"
+    if reads <= {"slot"}:
+        return "slot"
+    return "chain"
+
+
+def _trace_with_locality(
+    what: str, call: Callable[[_TraceState], Any], table: Table, k: Any
+) -> tuple[str, set[str], str]:
     s = _TraceState(table, k)
     try:
         t = call(s)
@@ -204,7 +263,9 @@ def _trace(
         raise CompileError(f"{what} is not a boolean term")
     names: set[str] = set()
     expr = to_python(t, names, s._quants)
-    return expr, names
+    bodies = [body for (_, _, _, body) in s._quants.values()]
+    kind = "chain" if bodies else _locality(t, s._quants)
+    return expr, names, kind
 
 
 def _prelude(names: set[str], bound: set[str], req: Callable[[int], str]) -> list[str]:
@@ -330,6 +391,9 @@ class CompiledGuards:
     skipped: dict[tuple[str, str], str]
     fused: dict[str, Callable[[Any, dict[str, int]], bool]] = field(default_factory=dict)
     fused_sources: dict[str, str] = field(default_factory=dict)
+    # what each action's guard reads (see ``_locality``): "global", "block", "slot" or "chain";
+    # absent for an action with a conjunct that did not compile
+    locality: dict[str, str] = field(default_factory=dict)
     # (expression, free names) of each compiled conjunct, to fuse subsets on demand
     parts: dict[tuple[str, str], tuple[str, frozenset[str]]] = field(default_factory=dict)
     _subsets: dict[tuple[str, frozenset[str]], Any] = field(default_factory=dict)
@@ -379,12 +443,21 @@ def _compile_guards(table: Table, k: Any) -> CompiledGuards:
     fused: dict[str, Callable[[Any, dict[str, int]], bool]] = {}
     fused_sources: dict[str, str] = {}
     all_parts: dict[tuple[str, str], tuple[str, frozenset[str]]] = {}
+    locality: dict[str, str] = {}
+    order = ("global", "block", "slot", "chain")
     for a in table.actions:
         out: list[tuple[str, Callable[[Any, dict[str, int]], bool]]] = []
         parts: list[tuple[str, set[str]]] = []
+        kinds: set[str] = set()
         for c in a.guard:
             try:
-                expr, names = _trace(f"{a.name}.{c.name}", lambda s: c.fn(s, _Params()), table, k)  # noqa: B023
+                expr, names, kind = _trace_with_locality(
+                    f"{a.name}.{c.name}",
+                    lambda s: c.fn(s, _Params()),  # noqa: B023
+                    table,
+                    k,
+                )
+                kinds.add(kind)
             except CompileError as exc:
                 skipped[(a.name, c.name)] = str(exc)
                 out.append((c.name, _interpreted(c.fn)))
@@ -406,4 +479,12 @@ def _compile_guards(table: Table, k: Any) -> CompiledGuards:
             src = f"def {fname}(v, p):\n{body}    return {cond}\n"
             fused_sources[a.name] = src
             fused[a.name] = _define(fname, src)
-    return CompiledGuards(conj, sources, skipped, fused, fused_sources, all_parts)
+            if kinds <= {"global", "block"}:
+                locality[a.name] = "block" if "block" in kinds else "global"
+            elif kinds <= {"slot"}:
+                locality[a.name] = "slot"
+            else:
+                locality[a.name] = max(kinds, key=order.index)
+    return CompiledGuards(
+        conj, sources, skipped, fused, fused_sources, locality=locality, parts=all_parts
+    )

@@ -171,3 +171,56 @@ def test_compiled_guards_agree_with_the_table(name: str) -> None:
             assert c.fused[action.name](v, d) == whole, action.name
 
     check()
+
+
+# ---- guard locality: evaluating without a view ----------------------------------------------
+@pytest.mark.parametrize("name", sorted(GEOMETRIES))
+def test_local_guards_agree_on_record_indexed_and_slot_states(name: str) -> None:
+    """A "block"/"global" guard on the whole record-indexed columns at p_b = the record equals
+    the same guard on a one-block view of that record; a "slot" guard on a state holding only
+    the acting request equals it on the full view."""
+    t = default_table(GEOMETRIES[name])
+    k = replace(t.consts, R=2)
+    c = compile_guards(t, k)
+    kinds = set(c.locality.values())
+    assert {"block", "global", "slot", "chain"} <= kinds  # the default table has all four
+    assert c.locality["evict_start"] == "block" and c.locality["pin"] == "chain"
+
+    @settings(max_examples=200)
+    @given(case=guard_cases(t, k), data=st.data())
+    def check(case: tuple[View, Any], data: st.DataObject) -> None:
+        v, p = case
+        rec = data.draw(st.integers(0, v.N - 1))
+        one = View(**{**vars(v), "N": 1})
+        for var in t.vars:
+            if var.scope is Scope.BLOCK:
+                setattr(one, var.name, [getattr(v, var.name)[rec]])
+        slot_only = View(reqs=(v.reqs[0],))
+        for action in t.actions:
+            kind = c.locality.get(action.name)
+            fn = c.fused[action.name]
+            if kind in ("block", "global"):
+                want = fn(one, {**vars(p), "b": 0})
+                assert fn(v, {**vars(p), "b": rec}) == want, action.name
+            elif kind == "slot":
+                assert fn(slot_only, vars(p)) == fn(v, vars(p)), action.name
+
+    check()
+
+
+def test_locality_is_chain_for_other_blocks_quantifiers_and_other_requests() -> None:
+    t = default_table()
+    base = t.action("evict_start")
+    k = replace(t.consts, R=2)
+    variants = {
+        "next block": lambda s, p: s.ckv[p.b + 1] == 2,
+        "pool size": lambda s, p: p.b < s.N,
+        "quantifier": lambda s, p: s.forall_blocks(0, s.N, lambda b: s.ref[b] == 0),
+        "other request": lambda s, p: s.req(1).phase == 0,
+        "slot and a global": lambda s, p: s.req(0).phase == s.now,
+    }
+    for why, fn in variants.items():
+        guard = (*base.guard, replace(base.guard[0], name="extra", fn=fn))
+        table = t.derive(replace_action=[replace(base, guard=guard)])
+        assert compile_guards(table, k).locality["evict_start"] == "chain", why
+    assert compile_guards(t, k).locality["evict_start"] == "block"
