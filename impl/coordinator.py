@@ -75,11 +75,15 @@ class Coordinator:
         self._pred: dict[str, Any] = {}
         self._scan: Any = None
         self._points: Any = None
+        self._scan_direct: Any = None
+        self._points_direct: Any = None
         if compiled is not None:
             self._pred = {q: c.fn for q, c in compiled.rules.items()}
             if compiled.all_rules == self.all_rules:
                 self._scan = compiled.first_bad
+                self._scan_direct = compiled.first_bad_direct
             self._points = compiled.points_hold
+            self._points_direct = compiled.points_hold_direct
 
     def _first_bad(self, rule: Rule, view: Any, r: int, h: int) -> int | None | bool:
         """False if ``rule`` holds at ``h``; else the first failing block (None: HIT scope)."""
@@ -94,14 +98,18 @@ class Coordinator:
 
     def search(self, view: Any, r: int, h_max: int) -> HitSearch:
         L = view.k.L
+        direct = getattr(view, "_direct", False)
         h = h_max
         cuts: list[Shortening] = []
         if self.all_rules and h > 0:
             lo, hi = scope_range(self.all_rules[0], view, h)
             lo, hi = max(lo, 0), min(hi, view.N)
             first = -1
-            if self._scan is not None:  # one fused loop; the callables only name the culprits
-                first = self._scan(view, r, lo, hi)
+            # one fused loop (the direct form on a view of live lists); the callables only name
+            # the culprits
+            scan = self._scan_direct if direct else self._scan
+            if scan is not None:
+                first = scan(view, r, lo, hi)
                 lo, hi = (first, first + 1) if first >= 0 else (hi, hi)
             for b in range(lo, hi):
                 bad = [x for x in self.all_rules if not x.pred(view, r, b)]
@@ -114,7 +122,7 @@ class Coordinator:
                     raise InternalError(
                         f"compiled hit rule fails block {first} where the table's rules hold"
                     )
-        points = self._points
+        points = self._points_direct if direct else self._points
         while True:
             if points is not None and points(view, r, h):
                 return HitSearch(h_max, h, tuple(cuts))

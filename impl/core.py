@@ -175,7 +175,13 @@ class CacheCore:
         self.io_inflight = 0
         self.pinned_blocks = 0
         self.vk = replace(self.k, R=2)  # views: the acting request + the aggregate of the others
-        self.guards = Guards(table, self.vk)
+        # the SWA and compressor groups read their state through their own block mapping (the
+        # identity unless a seeded bug shifts it: only non-identity mappings are applied)
+        self._maps: dict[str, Any] = {
+            grp.state_var: grp.map for grp in (self.tiers.swa, self.tiers.compressor) if grp.remaps
+        }
+        mapped = frozenset(self._maps)
+        self.guards = Guards(table, self.vk, mapped)
         # guards that read a block only at its own parameter (or nothing but globals) evaluate on
         # the record-indexed metadata; those that read only the acting request, on its slot
         self._records = RecordState(self.meta, self)
@@ -183,7 +189,9 @@ class CacheCore:
             a for a, kind in self.guards.locality.items() if kind in ("block", "global")
         )
         self._by_slot = frozenset(a for a, kind in self.guards.locality.items() if kind == "slot")
-        self.coord = Coordinator(table.hit_rule, compile_hit_rule(table.hit_rule, table, self.vk))
+        self.coord = Coordinator(
+            table.hit_rule, compile_hit_rule(table.hit_rule, table, self.vk, mapped)
+        )
         # rule epoch: bumped by every transition whose frame meets what the hit rules read, so a
         # hit search is still a proof of the rules while the epoch has not moved
         reads = rule_reads(table.hit_rule, self.k)
@@ -197,10 +205,6 @@ class CacheCore:
             if self.guards.has("validate")
             else frozenset()
         )
-        self._group_cols: dict[str, Any] = {
-            "swa": self.tiers.swa.column(self.meta),
-            "tail": self.tiers.compressor.column(self.meta),
-        }
         self._others: dict[int, Others] = {}
         self.max_records = 4 * (self.device_blocks + self.host_blocks + self.disk_blocks) + 64
         self._scan_disk()
@@ -243,9 +247,6 @@ class CacheCore:
     ) -> ChainView:
         """A request's chain as the table sees it; the SWA and compressor groups supply their own
         columns (their block mapping), ``overrides`` a projected state."""
-        cols = self._group_cols
-        if overrides:
-            cols = {**cols, **overrides}
         reqs: tuple[Any, ...] = ()
         if slot is not None:
             others = self.pinned_blocks - (-(-slot.pinned // self.L))
@@ -261,7 +262,8 @@ class CacheCore:
             graph=self.graph.phase,
             io_inflight=self.io_inflight,
             reqs=reqs,
-            overrides=cols,
+            overrides=overrides,
+            maps=self._maps,
         )
 
     def _guard(

@@ -30,7 +30,7 @@ from kvstate.spec.layers import HitRule, Rule
 
 from .bugs import Bugs
 from .errors import InternalError, LayoutError
-from .meta import NULL_RID, BlockMeta
+from .meta import NULL_RID
 from .testdata import Writer
 
 
@@ -48,6 +48,7 @@ class Group:
 
     name = ""
     state_var = ""  # the table variable that carries this group's readiness
+    remaps = False  # whether map() is not the identity (only under a seeded bug)
 
     def __init__(
         self,
@@ -232,6 +233,7 @@ class SWAGroup(Group):
     ) -> None:
         self.entry_bytes = g.entry_bytes
         self._late = bugs.on("swa_offset_by_one_block")
+        self.remaps = self._late  # map() is not the identity
         ppl = g.lcm_tokens // g.swa_block_tokens
         super().__init__(
             g,
@@ -254,13 +256,6 @@ class SWAGroup(Group):
         rows = writer.rows("swa", self.layer_ids, pos, _tok(tokens), self.entry_bytes)
         return rows.reshape(self.nl, self.pages_per_block, self.page_bytes)
 
-    def column(self, meta: BlockMeta) -> object:
-        def build(rids: Sequence[int]) -> list[int]:
-            swa = meta.swa
-            return [swa[i] for i in self.map(rids)]
-
-        return build
-
 
 class CompressorGroup(SlotGroup):
     name = "compressor"
@@ -280,6 +275,7 @@ class CompressorGroup(SlotGroup):
         self.width = 2 * g.head_dim  # kv | score
         self.state_bytes = self.ring * self.width * 4
         self._wrong_boundary = bugs.on("tail_splice_off_by_one")
+        self.remaps = self._wrong_boundary  # map() is not the identity
         layers = [i for i, k in enumerate(g.layers) if k == "csa"]
         super().__init__(
             g,
@@ -296,13 +292,6 @@ class CompressorGroup(SlotGroup):
         if self._wrong_boundary:  # seeded bug: the state of boundary nb is read for nb - 1
             return list(rids[1:]) + [NULL_RID]
         return rids
-
-    def column(self, meta: BlockMeta) -> object:
-        def build(rids: Sequence[int]) -> list[int]:
-            tail = meta.tail
-            return [tail[i] for i in self.map(rids)]
-
-        return build
 
     def make_pages(self, start: int, tokens: np.ndarray, writer: Writer) -> torch.Tensor:
         """The ring at boundary ``h = start + L``: positions ``[h - m, h)`` in slots ``q % 2m``."""

@@ -20,7 +20,7 @@ from .errors import Refused
 
 
 class Guards:
-    def __init__(self, table: Table, k: Any = None) -> None:
+    def __init__(self, table: Table, k: Any = None, mapped: frozenset[str] = frozenset()) -> None:
         self._actions: dict[str, Action] = {a.name: a for a in table.actions}
         # (name, callable) pairs per action, looked up once: this runs on every transition
         self._conj: dict[str, tuple[tuple[str, Any], ...]] = {
@@ -32,12 +32,14 @@ class Guards:
         # function: the accept path costs one call, and only a refusal names its conjuncts.
         self._fast: dict[str, tuple[tuple[str, Any], ...]] = {}
         self._fused: dict[str, Any] = {}
+        self._fused_direct: dict[str, Any] = {}
         self._compiled: CompiledGuards | None = None
         self.locality: dict[str, str] = {}  # what each compiled guard reads (spec.compile)
         if k is not None:
-            self._compiled = compiled = compile_guards(table, k)
+            self._compiled = compiled = compile_guards(table, k, mapped)
             self._fast = dict(compiled.conjuncts)
             self._fused = dict(compiled.fused)
+            self._fused_direct = dict(compiled.fused_direct)
             self.locality = dict(compiled.locality)
 
     def has(self, action: str) -> bool:
@@ -47,13 +49,16 @@ class Guards:
         self, action: str, view: Any, params: dict[str, int], skip: Iterable[str] = ()
     ) -> list[str]:
         if params.get("r", 0) == 0 and action in self._fast:
+            # a direct view (no projected columns) is read by the direct forms: live lists
+            # through the chain's record ids, no columns gathered
+            direct = getattr(view, "_direct", False)
             if not skip:
-                whole = self._fused.get(action)
+                whole = (self._fused_direct if direct else self._fused).get(action)
                 if whole is not None and whole(view, params):
                     return []
             elif self._compiled is not None:
                 skipped = skip if isinstance(skip, frozenset) else frozenset(skip)
-                rest = self._compiled.fused_without(action, skipped)
+                rest = self._compiled.fused_without(action, skipped, direct)
                 if rest is not None and rest(view, params):
                     return []
             conj = self._fast[action]

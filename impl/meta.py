@@ -107,6 +107,8 @@ class RecordState:
     with ``b`` = the record id exactly as on a one-block view, without building one; the
     scalars are read from ``source`` (the cache core) when the guard asks."""
 
+    _direct = False  # record-indexed already: the plain compiled forms read it as it is
+
     def __init__(self, meta: BlockMeta, source: Any) -> None:
         for name in VIEW_FIELDS:
             setattr(self, name, getattr(meta, name))
@@ -134,6 +136,7 @@ class SlotState:
     locality (they read nothing but the acting request's own fields)."""
 
     __slots__ = ("_slot",)
+    _direct = False
 
     def __init__(self, slot: Any) -> None:
         self._slot = slot
@@ -166,8 +169,7 @@ class Others:
 class _Column:
     """A view column, gathered on first read and then cached in the instance (a non-data
     descriptor, so later reads are plain instance-dict lookups).  A class-level descriptor costs
-    a fraction of ``__getattr__``, which Python only reaches after a failed lookup: views are
-    built for every guard and every hit search, and a search reads nine columns."""
+    a fraction of ``__getattr__``, which Python only reaches after a failed lookup."""
 
     __slots__ = ("name",)
 
@@ -181,12 +183,13 @@ class _Column:
         build = view._over.get(name)
         if build is not None:
             col = build(view._rids)
-        elif view._gather is not None:  # one C call per column
-            col = view._gather(getattr(view._m, name))
-        elif view.N == 1:  # a block view (every block action's guard)
-            col = (getattr(view._m, name)[view._rids[0]],)
         else:
-            col = ()
+            arr = getattr(view._m, name)
+            rids = view.rids_of(name)
+            if len(rids) > 1:  # one C call per column
+                col = (view._gather if rids is view._rids else itemgetter(*rids))(arr)
+            else:
+                col = tuple(arr[i] for i in rids)
         view.__dict__[name] = col
         return col
 
@@ -194,8 +197,12 @@ class _Column:
 class ChainView:
     """Read-only ConcreteState-shaped view of a chain of records (block ``b`` -> ``rids[b]``).
 
-    ``overrides`` maps a field name to a column builder ``rids -> list`` (a group manager's own
-    block mapping, or a projected recovery state); other fields are gathered from the metadata.
+    Columns are gathered from the metadata on first read.  ``maps`` names columns a group
+    manager reads through its own block mapping (``rids -> rids``: the SWA window's and the
+    compressor's), ``overrides`` replaces a column with a builder ``rids -> list`` (a projected
+    recovery state).  A view without overrides is *direct*: the compiled direct forms
+    (:mod:`kvstate.spec.compile`) read the live lists ``_m.X`` through ``_rids`` /
+    ``rids_of(X)`` instead of gathering columns.
     """
 
     def __init__(
@@ -210,11 +217,14 @@ class ChainView:
         nfree: int = 0,
         reqs: Sequence[Any] = (),
         overrides: dict[str, Callable[[Sequence[int]], list[Any]]] | None = None,
+        maps: dict[str, Callable[[Sequence[int]], Sequence[int]]] | None = None,
     ) -> None:
         self._m = meta
         self._rids = rids
         self._gather = itemgetter(*rids) if len(rids) > 1 else None
         self._over = overrides or {}
+        self._maps = maps or {}
+        self._direct = not overrides
         self._reqs = reqs
         self.N = len(rids)
         self.k = k
@@ -225,6 +235,11 @@ class ChainView:
 
     def __getattr__(self, name: str) -> Any:
         raise AttributeError(f"view has no variable {name!r}")
+
+    def rids_of(self, column: str) -> Sequence[int]:
+        """The records column ``column`` is read from, by chain position."""
+        m = self._maps.get(column)
+        return self._rids if m is None else m(self._rids)
 
     def req(self, r: int) -> Any:
         return self._reqs[r]

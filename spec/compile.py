@@ -95,27 +95,36 @@ class _TraceState:
 Quants = dict[str, tuple[Any, Any, z3.ExprRef, z3.ExprRef]]
 
 
-def _operand(x: Any, names: set[str], quants: Quants) -> str:
+Via = Callable[[str], "str | None"]
+
+
+def _operand(x: Any, names: set[str], quants: Quants, via: Via | None = None) -> str:
     if isinstance(x, bool):
         return str(x)
     if isinstance(x, int):
         return str(int(x))
-    return to_python(x, names, quants)
+    return to_python(x, names, quants, via)
 
 
-def to_python(e: z3.ExprRef, names: set[str], quants: Quants | None = None) -> str:
+def to_python(
+    e: z3.ExprRef, names: set[str], quants: Quants | None = None, via: Via | None = None
+) -> str:
     """A Python expression equal to ``e``; the free constants' names are added to ``names``
     (arrays are read as ``name[index]``; a quantifier placeholder of ``quants`` becomes an
-    ``all(...)`` over ``range(max(lo, 0), min(hi, N))``, as concrete states loop)."""
+    ``all(...)`` over ``range(max(lo, 0), min(hi, N))``, as concrete states loop).
+
+    ``via(array)`` names an index array to read ``array`` through (``array[via[index]]``), or
+    None: the *direct* form, where block columns are the implementation's live record-indexed
+    lists and the chain's record ids map block positions to records."""
     quants = quants or {}
     if z3.is_const(e) and e.decl().name() in quants:
         lo, hi, q, body = quants[e.decl().name()]
         inner: set[str] = set()
-        src = to_python(body, inner, quants)
+        src = to_python(body, inner, quants, via)
         qn = q.decl().name()
         names.update(inner - {qn})
         names.add("N")
-        lo_s, hi_s = _operand(lo, names, quants), _operand(hi, names, quants)
+        lo_s, hi_s = _operand(lo, names, quants, via), _operand(hi, names, quants, via)
         return f"all({src} for {qn} in range(max({lo_s}, 0), min({hi_s}, N)))"
     if z3.is_true(e):
         return "True"
@@ -129,11 +138,15 @@ def to_python(e: z3.ExprRef, names: set[str], quants: Quants | None = None) -> s
     if not z3.is_app(e):
         raise CompileError(f"cannot translate {e}")
     op = e.decl().kind()
-    args = [to_python(a, names, quants) for a in e.children()]
+    args = [to_python(a, names, quants, via) for a in e.children()]
     if op == z3.Z3_OP_SELECT:
         arr = e.arg(0)
         if not (z3.is_const(arr) and arr.decl().kind() == z3.Z3_OP_UNINTERPRETED):
             raise CompileError(f"cannot translate a read of a computed array: {e}")
+        through = via(arr.decl().name()) if via is not None else None
+        if through is not None:
+            names.add(through)
+            return f"{args[0]}[{through}[{args[1]}]]"
         return f"{args[0]}[{args[1]}]"
     if op == z3.Z3_OP_AND:
         return "(" + " and ".join(args) + ")" if args else "True"
@@ -186,14 +199,19 @@ class CompiledHitRule:
     # ``(view, r, h) -> bool`` (the search's accept test at each candidate length)
     points_hold: Callable[[Any, int, int], bool] | None = None
     points_hold_source: str = ""
+    # the same two in the direct form (``_Traced.direct``), for views whose columns are the
+    # implementation's live record-indexed lists (``v._m``, ``v._rids``, ``v.rids_of``)
+    first_bad_direct: Callable[[Any, int, int, int], int] | None = None
+    points_hold_direct: Callable[[Any, int, int], bool] | None = None
+    direct_sources: tuple[str, str] = ("", "")
 
 
 def _trace(
     what: str, call: Callable[[_TraceState], Any], table: Table, k: Any
 ) -> tuple[str, set[str]]:
     """Evaluate ``call`` on a symbolic state and translate the term: (expression, free names)."""
-    expr, names, _ = _trace_with_locality(what, call, table, k)
-    return expr, names
+    tr = _trace_with_locality(what, call, table, k)
+    return tr.expr, tr.names
 
 
 _REQ_NAME = re.compile(r"r(\d+)_")
@@ -247,9 +265,34 @@ def _locality(t: z3.ExprRef, quants: Quants) -> str:
     return "chain"
 
 
+@dataclass
+class _Traced:
+    """A traced term: its Python expression over view columns, free names and locality; and
+    the term itself, to translate again in the direct form."""
+
+    expr: str
+    names: set[str]
+    kind: str
+    term: z3.ExprRef
+    quants: Quants
+
+    def direct(self, mapped: frozenset[str]) -> tuple[str, set[str]]:
+        """The expression over the live record-indexed columns: block column ``X`` read at
+        chain position ``i`` as ``X[R[i]]`` (``R`` the chain's record ids), or ``X[R_X[i]]`` for
+        a column in ``mapped`` (read through its group's own block mapping)."""
+
+        def via(arr: str) -> str | None:
+            if _REQ_NAME.match(arr):
+                return None
+            return f"R_{arr}" if arr in mapped else "R"
+
+        names: set[str] = set()
+        return to_python(self.term, names, self.quants, via), names
+
+
 def _trace_with_locality(
     what: str, call: Callable[[_TraceState], Any], table: Table, k: Any
-) -> tuple[str, set[str], str]:
+) -> _Traced:
     s = _TraceState(table, k)
     try:
         t = call(s)
@@ -263,18 +306,32 @@ def _trace_with_locality(
         raise CompileError(f"{what} is not a boolean term")
     names: set[str] = set()
     expr = to_python(t, names, s._quants)
-    bodies = [body for (_, _, _, body) in s._quants.values()]
-    kind = "chain" if bodies else _locality(t, s._quants)
-    return expr, names, kind
+    kind = "chain" if s._quants else _locality(t, s._quants)
+    return _Traced(expr, names, kind, t, dict(s._quants))
 
 
-def _prelude(names: set[str], bound: set[str], req: Callable[[int], str]) -> list[str]:
+def _prelude(
+    names: set[str],
+    bound: set[str],
+    req: Callable[[int], str],
+    columns: frozenset[str] | None = None,
+) -> list[str]:
     """Lines binding each free name: view columns and scalars from ``v``, request fields from
-    ``v.req(...)``, action parameters (``p_b``) from the dict ``p``."""
+    ``v.req(...)``, action parameters (``p_b``) from the dict ``p``.  In the direct form
+    (``columns``: the block variables) columns are the live lists ``v._m.X``, ``R`` the chain's
+    record ids ``v._rids`` and ``R_X`` those of a mapped column, ``v.rids_of("X")``."""
     lines = []
+    if columns is not None and names & columns:
+        lines.append("M = v._m")
     for n in sorted(names - bound):
         head, _, field_ = n.partition("_")
-        if n == "N":
+        if columns is not None and n in columns:
+            lines.append(f"{n} = M.{n}")
+        elif columns is not None and n == "R":
+            lines.append("R = v._rids")
+        elif columns is not None and head == "R" and field_:
+            lines.append(f"{n} = v.rids_of({field_!r})")
+        elif n == "N":
             lines.append("N = v.N")
         elif head == "p" and field_:
             lines.append(f"{n} = p[{field_!r}]")
@@ -311,51 +368,72 @@ def _define(name: str, src: str) -> Callable[..., Any]:
     return fn
 
 
-def compile_hit_rule(hit_rule: HitRule, table: Table, k: Any) -> CompiledHitRule:
-    return _memo("hit", (hit_rule, table, k), _compile_hit_rule)
+def compile_hit_rule(
+    hit_rule: HitRule, table: Table, k: Any, mapped: frozenset[str] = frozenset()
+) -> CompiledHitRule:
+    """``mapped``: block columns an implementation reads through a group's own block mapping
+    (see :meth:`_Traced.direct`); it only shapes the direct forms."""
+    return _memo("hit", (hit_rule, table, (k, mapped)), _compile_hit_rule)
 
 
-def _compile_hit_rule(hit_rule: HitRule, table: Table, k: Any) -> CompiledHitRule:
+def _block_columns(table: Table) -> frozenset[str]:
+    return frozenset(v.name for v in table.vars if v.scope is Scope.BLOCK)
+
+
+def _compile_hit_rule(hit_rule: HitRule, table: Table, km: tuple[Any, Any]) -> CompiledHitRule:
     """Compile what can be compiled; the rest is listed in ``skipped`` with the reason."""
+    k, mapped = km
+    columns = _block_columns(table)
     rules: dict[str, CompiledPredicate] = {}
     skipped: dict[str, str] = {}
-    exprs: dict[str, tuple[str, set[str]]] = {}
+    traced: dict[str, _Traced] = {}
     acting = lambda i: "r" if i == 0 else str(i)  # noqa: E731 - r0 is the request asked about
     for rule in hit_rule.rules:
         x = "h" if rule.scope is RuleScope.HIT else "b"
         try:
-            expr, names = _trace(rule.qualname, lambda s: rule.pred(s, 0, z3.Int(x)), table, k)  # noqa: B023
+            tr = _trace_with_locality(
+                rule.qualname,
+                lambda s: rule.pred(s, 0, z3.Int(x)),  # noqa: B023
+                table,
+                k,
+            )
         except CompileError as exc:
             skipped[rule.qualname] = str(exc)
             continue
-        exprs[rule.qualname] = (expr, names)
-        pre = _prelude(names, {x}, acting)
+        traced[rule.qualname] = tr
+        pre = _prelude(tr.names, {x}, acting)
         fname = "pred_" + rule.qualname.replace(".", "_")
         body = "".join(f"    {ln}\n" for ln in pre)
-        src = f"def {fname}(v, r, {x}):\n{body}    return {expr}\n"
+        src = f"def {fname}(v, r, {x}):\n{body}    return {tr.expr}\n"
         rules[rule.qualname] = CompiledPredicate(rule, src, _define(fname, src))
     all_rules = tuple(r for r in hit_rule.rules if r.scope is RuleScope.ALL)
-    first_bad = None
-    src = ""
-    if all_rules and all(r.qualname in exprs for r in all_rules):
-        names = set().union(*(exprs[r.qualname][1] for r in all_rules))
-        pre = _prelude(names, {"b"}, acting)
-        cond = " and ".join(exprs[r.qualname][0] for r in all_rules)
-        body = "".join(f"    {ln}\n" for ln in pre)
-        src = (
-            f"def first_bad(v, r, lo, hi):\n{body}"
-            f"    for b in range(lo, hi):\n"
-            f"        if not ({cond}):\n"
-            f"            return b\n"
-            f"    return -1\n"
-        )
-        first_bad = _define("first_bad", src)
+    scans: dict[bool, tuple[Any, str]] = {}
+    if all_rules and all(r.qualname in traced for r in all_rules):
+        for direct in (False, True):
+            parts = [
+                traced[r.qualname].direct(mapped)
+                if direct
+                else (traced[r.qualname].expr, traced[r.qualname].names)
+                for r in all_rules
+            ]
+            names = set().union(*(n for _, n in parts))
+            pre = _prelude(names, {"b"}, acting, columns if direct else None)
+            cond = " and ".join(e for e, _ in parts)
+            body = "".join(f"    {ln}\n" for ln in pre)
+            fname = "first_bad_direct" if direct else "first_bad"
+            src = (
+                f"def {fname}(v, r, lo, hi):\n{body}"
+                f"    for b in range(lo, hi):\n"
+                f"        if not ({cond}):\n"
+                f"            return b\n"
+                f"    return -1\n"
+            )
+            scans[direct] = (_define(fname, src), src)
     points = tuple(r for r in hit_rule.rules if r.scope is not RuleScope.ALL)
-    points_hold = None
-    psrc = ""
-    if points and all(r.qualname in exprs for r in points):
+    holds: dict[bool, tuple[Any, str]] = {}
+    if points and all(r.qualname in traced for r in points):
         try:
-            pexpr, pnames = _trace(
+            ptr = _trace_with_locality(
                 "point rules",
                 lambda s: z3.And(
                     *[z3.BoolVal(True)]
@@ -367,11 +445,26 @@ def _compile_hit_rule(hit_rule: HitRule, table: Table, k: Any) -> CompiledHitRul
         except CompileError as exc:
             skipped["<point rules>"] = str(exc)
         else:
-            pre = _prelude(pnames, {"h"}, acting)
-            body = "".join(f"    {ln}\n" for ln in pre)
-            psrc = f"def points_hold(v, r, h):\n{body}    return {pexpr}\n"
-            points_hold = _define("points_hold", psrc)
-    return CompiledHitRule(all_rules, first_bad, src, rules, skipped, points_hold, psrc)
+            for direct in (False, True):
+                pexpr, pnames = ptr.direct(mapped) if direct else (ptr.expr, ptr.names)
+                pre = _prelude(pnames, {"h"}, acting, columns if direct else None)
+                body = "".join(f"    {ln}\n" for ln in pre)
+                fname = "points_hold_direct" if direct else "points_hold"
+                psrc = f"def {fname}(v, r, h):\n{body}    return {pexpr}\n"
+                holds[direct] = (_define(fname, psrc), psrc)
+    none: tuple[Any, str] = (None, "")
+    return CompiledHitRule(
+        all_rules,
+        scans.get(False, none)[0],
+        scans.get(False, none)[1],
+        rules,
+        skipped,
+        holds.get(False, none)[0],
+        holds.get(False, none)[1],
+        first_bad_direct=scans.get(True, none)[0],
+        points_hold_direct=holds.get(True, none)[0],
+        direct_sources=(scans.get(True, none)[1], holds.get(True, none)[1]),
+    )
 
 
 def _as_bool(t: Any) -> Any:
@@ -384,41 +477,74 @@ class CompiledGuards:
     (how the implementation's views are laid out), ``params`` a dict of the action's parameters;
     a conjunct that did not compile keeps the table's callable (wrapped to take the dict) and is
     listed in ``skipped``.  ``fused[action]`` is the conjunction of all of them in one function,
-    for the accept path: it exists only when every conjunct compiled."""
+    for the accept path, and ``fused_direct[action]`` the same in the direct form
+    (:meth:`_Traced.direct`); both exist only when every conjunct compiled."""
 
     conjuncts: dict[str, tuple[tuple[str, Callable[[Any, dict[str, int]], bool]], ...]]
     sources: dict[tuple[str, str], str]
     skipped: dict[tuple[str, str], str]
     fused: dict[str, Callable[[Any, dict[str, int]], bool]] = field(default_factory=dict)
     fused_sources: dict[str, str] = field(default_factory=dict)
+    fused_direct: dict[str, Callable[[Any, dict[str, int]], bool]] = field(default_factory=dict)
     # what each action's guard reads (see ``_locality``): "global", "block", "slot" or "chain";
     # absent for an action with a conjunct that did not compile
     locality: dict[str, str] = field(default_factory=dict)
-    # (expression, free names) of each compiled conjunct, to fuse subsets on demand
-    parts: dict[tuple[str, str], tuple[str, frozenset[str]]] = field(default_factory=dict)
-    _subsets: dict[tuple[str, frozenset[str]], Any] = field(default_factory=dict)
+    columns: frozenset[str] = frozenset()  # the table's block variables
+    mapped: frozenset[str] = frozenset()
+    _traced: dict[tuple[str, str], _Traced] = field(default_factory=dict)
+    _subsets: dict[tuple[str, frozenset[str], bool], Any] = field(default_factory=dict)
+
+    def locality_without(self, action: str, skip: frozenset[str]) -> str | None:
+        """The locality of ``action``'s conjuncts not in ``skip`` (None: one did not compile)."""
+        kinds = set()
+        for n, _ in self.conjuncts[action]:
+            if n in skip:
+                continue
+            tr = self._traced.get((action, n))
+            if tr is None:
+                return None
+            kinds.add(tr.kind)
+        return _combine(kinds)
 
     def fused_without(
-        self, action: str, skip: frozenset[str]
+        self, action: str, skip: frozenset[str], direct: bool = False
     ) -> Callable[[Any, dict[str, int]], bool] | None:
         """The conjunction of ``action``'s conjuncts not in ``skip``, in one function (None if
-        one of them did not compile).  Made once per (action, skip)."""
-        key = (action, skip)
+        one of them did not compile).  Made once per (action, skip, form)."""
+        key = (action, skip, direct)
         if key not in self._subsets:
             names = [n for n, _ in self.conjuncts[action] if n not in skip]
-            if all((action, n) in self.parts for n in names):
-                exprs = [self.parts[(action, n)] for n in names]
-                free = set().union(*(f for _, f in exprs)) if exprs else set()
-                body = "".join(f"    {ln}\n" for ln in _prelude(free, set(), str))
-                cond = " and ".join(f"({e})" for e, _ in exprs) or "True"
+            if all((action, n) in self._traced for n in names):
+                trs = [self._traced[(action, n)] for n in names]
                 fname = f"guard_{action}_subset".replace(".", "_")
-                self._subsets[key] = _define(
-                    fname, f"def {fname}(v, p):\n{body}    return {cond}\n"
-                )
+                fn, _ = _fuse(fname, trs, self.columns if direct else None, self.mapped)
+                self._subsets[key] = fn
             else:
                 self._subsets[key] = None
-        fn: Callable[[Any, dict[str, int]], bool] | None = self._subsets[key]
-        return fn
+        fn_: Callable[[Any, dict[str, int]], bool] | None = self._subsets[key]
+        return fn_
+
+
+def _combine(kinds: set[str]) -> str:
+    if kinds <= {"global"}:
+        return "global"
+    if kinds <= {"global", "block"}:
+        return "block"
+    if kinds <= {"slot"}:
+        return "slot"
+    return "chain"
+
+
+def _fuse(
+    fname: str, trs: list[_Traced], columns: frozenset[str] | None, mapped: frozenset[str]
+) -> tuple[Callable[[Any, dict[str, int]], bool], str]:
+    """One function for the conjunction of traced terms (direct form when ``columns``)."""
+    parts = [tr.direct(mapped) if columns is not None else (tr.expr, tr.names) for tr in trs]
+    names = set().union(*(n for _, n in parts)) if parts else set()
+    body = "".join(f"    {ln}\n" for ln in _prelude(names, set(), str, columns))
+    cond = " and ".join(f"({e})" for e, _ in parts) or "True"
+    src = f"def {fname}(v, p):\n{body}    return {cond}\n"
+    return _define(fname, src), src
 
 
 class _Params:
@@ -428,63 +554,63 @@ class _Params:
         return 0 if name == "r" else z3.Int(f"p_{name}")
 
 
-def compile_guards(table: Table, k: Any) -> CompiledGuards:
-    return _memo("guards", (table, k), _compile_guards)
+def compile_guards(table: Table, k: Any, mapped: frozenset[str] = frozenset()) -> CompiledGuards:
+    return _memo("guards", (table, (k, mapped)), _compile_guards)
 
 
 def _interpreted(fn: Callable[[Any, Any], Any]) -> Callable[[Any, dict[str, int]], bool]:
     return lambda v, p: bool(fn(v, SimpleNamespace(**p)))
 
 
-def _compile_guards(table: Table, k: Any) -> CompiledGuards:
+def _compile_guards(table: Table, km: tuple[Any, Any]) -> CompiledGuards:
+    k, mapped = km
+    columns = _block_columns(table)
     conj: dict[str, tuple[tuple[str, Callable[[Any, dict[str, int]], bool]], ...]] = {}
     sources: dict[tuple[str, str], str] = {}
     skipped: dict[tuple[str, str], str] = {}
     fused: dict[str, Callable[[Any, dict[str, int]], bool]] = {}
     fused_sources: dict[str, str] = {}
-    all_parts: dict[tuple[str, str], tuple[str, frozenset[str]]] = {}
+    fused_direct: dict[str, Callable[[Any, dict[str, int]], bool]] = {}
+    traced: dict[tuple[str, str], _Traced] = {}
     locality: dict[str, str] = {}
-    order = ("global", "block", "slot", "chain")
     for a in table.actions:
         out: list[tuple[str, Callable[[Any, dict[str, int]], bool]]] = []
-        parts: list[tuple[str, set[str]]] = []
-        kinds: set[str] = set()
+        trs: list[_Traced] = []
         for c in a.guard:
             try:
-                expr, names, kind = _trace_with_locality(
+                tr = _trace_with_locality(
                     f"{a.name}.{c.name}",
                     lambda s: c.fn(s, _Params()),  # noqa: B023
                     table,
                     k,
                 )
-                kinds.add(kind)
             except CompileError as exc:
                 skipped[(a.name, c.name)] = str(exc)
                 out.append((c.name, _interpreted(c.fn)))
                 continue
-            parts.append((expr, names))
-            all_parts[(a.name, c.name)] = (expr, frozenset(names))
-            pre = _prelude(names, set(), str)
+            trs.append(tr)
+            traced[(a.name, c.name)] = tr
+            pre = _prelude(tr.names, set(), str)
             fname = f"guard_{a.name}_{c.name}".replace(".", "_")
             body = "".join(f"    {ln}\n" for ln in pre)
-            src = f"def {fname}(v, p):\n{body}    return {expr}\n"
+            src = f"def {fname}(v, p):\n{body}    return {tr.expr}\n"
             sources[(a.name, c.name)] = src
             out.append((c.name, _define(fname, src)))
         conj[a.name] = tuple(out)
-        if len(parts) == len(a.guard):
-            names = set().union(*(n for _, n in parts)) if parts else set()
-            body = "".join(f"    {ln}\n" for ln in _prelude(names, set(), str))
-            cond = " and ".join(f"({e})" for e, _ in parts) or "True"
+        if len(trs) == len(a.guard):
             fname = f"guard_{a.name}".replace(".", "_")
-            src = f"def {fname}(v, p):\n{body}    return {cond}\n"
-            fused_sources[a.name] = src
-            fused[a.name] = _define(fname, src)
-            if kinds <= {"global", "block"}:
-                locality[a.name] = "block" if "block" in kinds else "global"
-            elif kinds <= {"slot"}:
-                locality[a.name] = "slot"
-            else:
-                locality[a.name] = max(kinds, key=order.index)
+            fused[a.name], fused_sources[a.name] = _fuse(fname, trs, None, mapped)
+            fused_direct[a.name], _ = _fuse(fname + "_direct", trs, columns, mapped)
+            locality[a.name] = _combine({tr.kind for tr in trs})
     return CompiledGuards(
-        conj, sources, skipped, fused, fused_sources, locality=locality, parts=all_parts
+        conj,
+        sources,
+        skipped,
+        fused,
+        fused_sources,
+        fused_direct,
+        locality=locality,
+        columns=columns,
+        mapped=mapped,
+        _traced=traced,
     )

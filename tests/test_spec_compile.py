@@ -224,3 +224,67 @@ def test_locality_is_chain_for_other_blocks_quantifiers_and_other_requests() -> 
         table = t.derive(replace_action=[replace(base, guard=guard)])
         assert compile_guards(table, k).locality["evict_start"] == "chain", why
     assert compile_guards(t, k).locality["evict_start"] == "block"
+
+
+# ---- the direct forms: live record-indexed lists read through the chain's record ids --------
+class Records(SimpleNamespace):
+    """Record-indexed columns (the implementation's metadata lists)."""
+
+
+def direct_view(v: View, table: Any, data: st.DataObject, mapped: frozenset[str]) -> View:
+    """The same chain as ``v`` laid out as the implementation stores it: every block column a
+    list over records (other records hold noise), block ``b`` at record ``rids[b]``, a mapped
+    column at record ``rids_of(col)[b]``."""
+    n = v.N
+    n_rec = n + data.draw(st.integers(0, 4))
+    noise = st.integers(-1, 8)
+    perm = data.draw(st.permutations(range(n_rec)))
+    rids = perm[:n]
+    own = {c: data.draw(st.permutations(range(n_rec)))[:n] for c in mapped}
+    cols: dict[str, list[int]] = {}
+    for var in table.vars:
+        if var.scope is Scope.BLOCK:
+            col = [data.draw(noise) for _ in range(n_rec)]
+            where = own.get(var.name, rids)
+            for b in range(n):
+                col[where[b]] = getattr(v, var.name)[b]
+            cols[var.name] = col
+    d = View(**vars(v))
+    d._m = Records(**cols)
+    d._rids = rids
+    d.rids_of = lambda c: own.get(c, rids)
+    return d
+
+
+@pytest.mark.parametrize("mapped", [frozenset(), frozenset({"swa", "tail"})])
+@pytest.mark.parametrize("name", ["small", "flash"])
+def test_direct_forms_agree_with_the_table(name: str, mapped: frozenset[str]) -> None:
+    t = default_table(GEOMETRIES[name])
+    k = replace(t.consts, R=2)
+    hr = compile_hit_rule(t.hit_rule, t, k, mapped)
+    g = compile_guards(t, k, mapped)
+    assert hr.first_bad_direct is not None and hr.points_hold_direct is not None
+    assert set(g.fused_direct) == {a.name for a in t.actions}
+
+    lengths = st.one_of(st.integers(-3, 7 * k.L + 3), st.integers(0, 7).map(lambda x: x * k.L))
+
+    @settings(max_examples=200)
+    @given(case=guard_cases(t, k), data=st.data(), h=lengths)
+    def check(case: tuple[View, Any], data: st.DataObject, h: int) -> None:
+        v, p = case
+        d = direct_view(v, t, data, mapped)
+        want = next((b for b in range(v.N) if not all(r.pred(v, 0, b) for r in hr.all_rules)), -1)
+        assert hr.first_bad_direct(d, 0, 0, v.N) == want
+        points = [r for r in t.hit_rule.rules if r.scope is not RuleScope.ALL]
+        assert hr.points_hold_direct(d, 0, h) == all(
+            bool(t.hit_rule.rule_holds(r, v, 0, h)) for r in points
+        )
+        for action in t.actions:
+            whole = all(conj.fn(v, p) for conj in action.guard)
+            assert g.fused_direct[action.name](d, vars(p)) == whole, action.name
+            names = frozenset(c.name for c in action.guard)
+            for conj in action.guard:  # each conjunct alone, in the direct form
+                one = g.fused_without(action.name, names - {conj.name}, direct=True)
+                assert one is not None and one(d, vars(p)) == conj.fn(v, p), (action, conj)
+
+    check()
