@@ -75,7 +75,13 @@ class Pin(NamedTuple):
     rid: int
     gen: int
     addr: int  # device slot of the compressed groups
-    data_ptrs: dict[str, int]  # group -> device address of the block's first page (layer 0)
+    slot: int  # device slot held at validation (== addr for a validated block)
+    bases: tuple[tuple[str, int, int], ...]  # per slot group: (name, base address, slot stride)
+
+    @property
+    def data_ptrs(self) -> dict[str, int]:
+        """Group -> device address of the block's first page (layer 0), as validated."""
+        return {name: base + self.slot * stride for name, base, stride in self.bases}
 
 
 @dataclass
@@ -451,7 +457,8 @@ class HeterogeneousKVCache:
         h_max = self.max_hit(req)
         nb_max = _cdiv(h_max, L)
         core.touch_prefix(rids, nb_max, min(req.lifetime, self.table.consts.lease_max))
-        now, epoch = core.search(s, rids, h_max)
+        view = core.chain_view(rids, s)  # one direct view for the steps of this admission
+        now, epoch = core.coord.search(view, 0, h_max), core.epoch
         expl = Explanation(h_max, now)
         target, plan = now.hit, _NO_RECOVERY
         proj = (
@@ -478,9 +485,9 @@ class HeterogeneousKVCache:
                 expl.after_recovery = ext
             else:
                 expl.unrecoverable = ext
-        core.match(s, target, rids)
+        core.match(s, target, rids, view)
         try:
-            core.pin(s, rids)
+            core.pin(s, rids, view)
         except Refused as exc:  # admission cap: give the hit up and recompute
             core.downgrade(s)
             expl.rejection = f"admission cap: {exc}"
@@ -492,7 +499,7 @@ class HeterogeneousKVCache:
         if plan:
             self._start_recovery(adm)
         else:
-            core.validate(s, rids, proof=(now, epoch))
+            core.validate(s, rids, proof=(now, epoch), view=view)
             self._validated(adm)
         return adm
 
@@ -607,10 +614,9 @@ class HeterogeneousKVCache:
         tiers = core.tiers
         bases = tiers.slot_bases
         pins = []
+        key, gen, addr, slot = m.key, m.gen, m.addr, m.slot
         for b, rid in enumerate(s.rids):
-            slot = m.slot[rid]
-            ptrs = {name: base + slot * stride for name, base, stride in bases}
-            pins.append(Pin(b, m.key[rid] or b"", rid, m.gen[rid], m.addr[rid], ptrs))
+            pins.append(Pin(b, key[rid] or b"", rid, gen[rid], addr[rid], slot[rid], bases))
         adm.pins = tuple(pins)
         adm.hit_tokens = s.hit
         adm.state = "validated"

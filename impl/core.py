@@ -206,6 +206,11 @@ class CacheCore:
             else frozenset()
         )
         self._others: dict[int, Others] = {}
+        # validate under a search's proof evaluates only its non-rule conjuncts: on the slot
+        # alone when those read nothing but the request (the default table: its phase)
+        self._validate_rest_by_slot = (
+            self.guards.locality_without("validate", self._rule_conjuncts) == "slot"
+        )
         self.max_records = 4 * (self.device_blocks + self.host_blocks + self.disk_blocks) + 64
         self._scan_disk()
         self.pipes.start()
@@ -906,11 +911,25 @@ class CacheCore:
                 return s
         raise OutOfCapacity("admit", (), f"all {len(self.slots)} request slots are busy")
 
-    def _req_state(self, action: str, slot: Slot, rids: Sequence[int]) -> Any:
-        return slot.state if action in self._by_slot else self.chain_view(rids, slot)
+    def _req_state(
+        self, action: str, slot: Slot, rids: Sequence[int], view: ChainView | None = None
+    ) -> Any:
+        """The state a request action's guard reads: the slot alone for "slot" guards, else
+        ``view`` (a caller's direct view of this very chain and slot, shared across the steps of
+        one admission) or a new view."""
+        if action in self._by_slot:
+            return slot.state
+        return view if view is not None else self.chain_view(rids, slot)
 
-    def _req_check(self, action: str, slot: Slot, rids: Sequence[int], **params: int) -> None:
-        self._guard(action, self._req_state(action, slot, rids), {"r": 0, **params})
+    def _req_check(
+        self,
+        action: str,
+        slot: Slot,
+        rids: Sequence[int],
+        view: ChainView | None = None,
+        **params: int,
+    ) -> None:
+        self._guard(action, self._req_state(action, slot, rids, view), {"r": 0, **params})
 
     def begin(self, request: Any, ticks: int, slot: int | None = None) -> Slot:
         """The table's ``admit``: the request takes a slot and a deadline ``now + ticks``."""
@@ -927,7 +946,13 @@ class CacheCore:
             request.slot = s
             return s
 
-    def match(self, slot: int | Slot, h: int, rids: Sequence[int] | None = None) -> None:
+    def match(
+        self,
+        slot: int | Slot,
+        h: int,
+        rids: Sequence[int] | None = None,
+        view: ChainView | None = None,
+    ) -> None:
         with self.lock:
             s = self._slot(slot)
             h = _int("hit tokens", h, 0)
@@ -939,17 +964,19 @@ class CacheCore:
                     f"hit of {h} tokens is longer than the request ({len(req.chain.tokens)})"
                 )
             rids = self.resolve(req.chain) if rids is None else rids
-            self._req_check("match", s, rids, h=h)
+            self._req_check("match", s, rids, view, h=h)
             s.hit = h
             s.phase = int(Req.MATCHED)
 
-    def pin(self, slot: int | Slot, rids: Sequence[int] | None = None) -> None:
+    def pin(
+        self, slot: int | Slot, rids: Sequence[int] | None = None, view: ChainView | None = None
+    ) -> None:
         with self.lock:
             s = self._slot(slot)
             if s.request is None:
                 raise Refused("pin", ("matched",), f"slot {s.index} holds no request")
             rids = self.resolve(s.request.chain) if rids is None else rids
-            self._req_check("pin", s, rids)
+            self._req_check("pin", s, rids, view)
             nb = _cdiv(s.hit, self.L)
             held = list(rids[:nb])
             ref, lru = self.meta.ref, self.lru
@@ -961,6 +988,8 @@ class CacheCore:
             s.pinned = s.hit
             self.pinned_blocks += len(held)
             s.phase = int(Req.PINNED)
+            if view is not None:
+                view.refresh()
 
     def search(
         self, slot: Slot, rids: Sequence[int], h_max: int, overrides: dict[str, Any] | None = None
@@ -974,6 +1003,7 @@ class CacheCore:
         slot: int | Slot,
         rids: Sequence[int] | None = None,
         proof: tuple[HitSearch, int] | None = None,
+        view: ChainView | None = None,
     ) -> None:
         """The table's ``validate``.  ``proof`` is a search from :meth:`search`: while no
         transition since then could change what the rules read (same rule epoch) and it found
@@ -983,7 +1013,8 @@ class CacheCore:
             if s.request is None:
                 raise Refused("validate", ("pinned",), f"slot {s.index} holds no request")
             rids = self.resolve(s.request.chain) if rids is None else rids
-            view = self.chain_view(rids, s)
+            if view is None:
+                view = self.chain_view(rids, s)
             skip: frozenset[str] = frozenset()
             if (
                 proof is not None
@@ -992,7 +1023,8 @@ class CacheCore:
                 and proof[0].rejected is None
             ):
                 skip = self._rule_conjuncts
-            bad = self.guards.failed("validate", view, {"r": 0}, skip)
+            state = s.state if skip and self._validate_rest_by_slot else view
+            bad = self.guards.failed("validate", state, {"r": 0}, skip)
             if bad:
                 why = (
                     "; ".join(str(x) for x in self.coord.failures(view, 0, s.hit))
@@ -1000,8 +1032,9 @@ class CacheCore:
                     else ""
                 )
                 raise Refused("validate", bad, why)
-            s.pgen = tuple(view.gen)
-            s.paddr = tuple(view.addr)
+            gen, addr = self.meta.gen, self.meta.addr
+            s.pgen = tuple([gen[i] for i in rids])
+            s.paddr = tuple([addr[i] for i in rids])
             s.phase = int(Req.VALIDATED)
             self.epoch += "validate" not in self._neutral
 

@@ -11,7 +11,7 @@ import enum
 import threading
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
 class EventKind(enum.Enum):
@@ -24,8 +24,9 @@ class EventKind(enum.Enum):
     STALE_GRAPH = "stale_graph"  # a recovery moved an address a captured graph recorded
 
 
-@dataclass(frozen=True)
-class Event:
+class Event(NamedTuple):
+    """One event (a named tuple: a stored block emits one or two on the request path)."""
+
     kind: EventKind
     key: bytes | None  # the block's chain hash, when the event concerns one block
     tier: str = ""  # "device" / "host" / "disk"

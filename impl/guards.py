@@ -42,6 +42,11 @@ class Guards:
             self._fused_direct = dict(compiled.fused_direct)
             self.locality = dict(compiled.locality)
 
+    def locality_without(self, action: str, skip: frozenset[str]) -> str | None:
+        if self._compiled is None or action not in self._compiled.conjuncts:
+            return None
+        return self._compiled.locality_without(action, skip)
+
     def has(self, action: str) -> bool:
         return action in self._actions
 

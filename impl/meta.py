@@ -187,10 +187,14 @@ class _Column:
             arr = getattr(view._m, name)
             rids = view.rids_of(name)
             if len(rids) > 1:  # one C call per column
-                col = (view._gather if rids is view._rids else itemgetter(*rids))(arr)
+                gather: Callable[[Any], Any] = view._gather
+                if rids is not view._rids:
+                    gather = itemgetter(*rids)
+                col = gather(arr)
             else:
                 col = tuple(arr[i] for i in rids)
         view.__dict__[name] = col
+        view._cached.append(name)
         return col
 
 
@@ -225,6 +229,7 @@ class ChainView:
         self._over = overrides or {}
         self._maps = maps or {}
         self._direct = not overrides
+        self._cached: list[str] = []  # gathered columns (snapshots), dropped by refresh()
         self._reqs = reqs
         self.N = len(rids)
         self.k = k
@@ -235,6 +240,14 @@ class ChainView:
 
     def __getattr__(self, name: str) -> Any:
         raise AttributeError(f"view has no variable {name!r}")
+
+    def refresh(self) -> None:
+        """Forget gathered columns: the metadata changed under a view that is kept (one view
+        serves the steps of an admission; the direct forms read live lists anyway)."""
+        d = self.__dict__
+        for name in self._cached:
+            d.pop(name, None)
+        self._cached.clear()
 
     def rids_of(self, column: str) -> Sequence[int]:
         """The records column ``column`` is read from, by chain position."""
