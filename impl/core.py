@@ -189,6 +189,7 @@ class CacheCore:
             a for a, kind in self.guards.locality.items() if kind in ("block", "global")
         )
         self._by_slot = frozenset(a for a, kind in self.guards.locality.items() if kind == "slot")
+        self._accept, self._accept_direct = self.guards.accept_tests()
         self.coord = Coordinator(
             table.hit_rule, compile_hit_rule(table.hit_rule, table, self.vk, mapped)
         )
@@ -279,8 +280,12 @@ class CacheCore:
         skip: Sequence[str] = (),
         exc: type[Refused] = Refused,
     ) -> None:
-        """Refuse unless the table's guard holds; the caller then performs the transition."""
-        self.guards.check(action, view, params, skip, exc)
+        """Refuse unless the table's guard holds; the caller then performs the transition.
+        The accept path is one call of the action's fused guard (the form that reads ``view``);
+        the conjuncts are evaluated one by one only to name a refusal, or under ``skip``."""
+        ok = None if skip else (self._accept_direct if view._direct else self._accept).get(action)
+        if ok is None or not ok(view, params):
+            self.guards.check(action, view, params, skip, exc)
         if action not in self._neutral:
             self.epoch += 1
 
@@ -862,14 +867,17 @@ class CacheCore:
         with self.lock:
             t = _int("ticks", ticks, 1, self.k.lease_max)
             lease, now = self.meta.lease, self.now
-            allows = self.guards.allows
             if "touch" in self._by_record:
                 state: Any = self._records
                 at: Any = rids
             else:
                 state, at = self.chain_view(rids), range(len(rids))
+            ok = (self._accept_direct if state._direct else self._accept).get("touch")
+            allows = self.guards.allows
+            p = {"b": 0, "t": t}
             for b in range(min(blocks, len(rids))):
-                if not allows("touch", state, {"b": at[b], "t": t}):
+                p["b"] = at[b]
+                if not (ok(state, p) if ok is not None else allows("touch", state, p)):
                     break
                 rid = rids[b]
                 lease[rid] = max(lease[rid], now + t)

@@ -42,6 +42,13 @@ class Guards:
             self._fused_direct = dict(compiled.fused_direct)
             self.locality = dict(compiled.locality)
 
+    def accept_tests(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Each action's whole guard as one function, ``(view, params) -> bool``, for the acting
+        request r = 0: the form for record-indexed / slot / gathered states, and the direct
+        form for direct views.  Only an accept is final: a False is re-evaluated conjunct by
+        conjunct (:meth:`check`) to name the refusal."""
+        return dict(self._fused), dict(self._fused_direct)
+
     def locality_without(self, action: str, skip: frozenset[str]) -> str | None:
         if self._compiled is None or action not in self._compiled.conjuncts:
             return None
