@@ -73,12 +73,14 @@ class Coordinator:
         # compiled forms (kvstate.spec.compile) where the rule compiled; the table's callable
         # otherwise.  Naming the rules that failed at a block always uses the callables.
         self._pred: dict[str, Any] = {}
+        self._pred_direct: dict[str, Any] = {}
         self._scan: Any = None
         self._points: Any = None
         self._scan_direct: Any = None
         self._points_direct: Any = None
         if compiled is not None:
             self._pred = {q: c.fn for q, c in compiled.rules.items()}
+            self._pred_direct = dict(compiled.rules_direct)
             if compiled.all_rules == self.all_rules:
                 self._scan = compiled.first_bad
                 self._scan_direct = compiled.first_bad_direct
@@ -87,7 +89,8 @@ class Coordinator:
 
     def _first_bad(self, rule: Rule, view: Any, r: int, h: int) -> int | None | bool:
         """False if ``rule`` holds at ``h``; else the first failing block (None: HIT scope)."""
-        pred = self._pred.get(rule.qualname, rule.pred)
+        preds = self._pred_direct if getattr(view, "_direct", False) else self._pred
+        pred = preds.get(rule.qualname, rule.pred)
         if rule.scope is RuleScope.HIT:
             return False if pred(view, r, h) else None
         lo, hi = scope_range(rule, view, h)
@@ -111,8 +114,10 @@ class Coordinator:
             if scan is not None:
                 first = scan(view, r, lo, hi)
                 lo, hi = (first, first + 1) if first >= 0 else (hi, hi)
+            # compiled per-rule forms name the culprits (the table's callables where none)
+            pred = self._pred_direct if direct else self._pred
             for b in range(lo, hi):
-                bad = [x for x in self.all_rules if not x.pred(view, r, b)]
+                bad = [x for x in self.all_rules if not pred.get(x.qualname, x.pred)(view, r, b)]
                 if bad:
                     cuts.extend(_short(x, b, h, b * L) for x in bad)
                     h = b * L
@@ -199,7 +204,14 @@ def projection(
     """The metadata the recovery pipelines will produce for ``rids``: loads make a block READY
     (a disk load in the file's stored form, without indexer pages and, under the zero-SWA policy,
     without its window), and a CPU rebuild brings every resident block's indexer in sync.
-    Returns ``field -> {rid: value}`` for the fields that change."""
+    Returns ``field -> {rid: value}`` for the fields that change (empty: nothing changes)."""
+    m_ckv, m_idx, m_iver, m_ver, m_corrupt = meta.ckv, meta.idx, meta.iver, meta.ver, meta.corrupt
+    ready, present = CKV.READY, Indexer.PRESENT
+    if all(
+        m_ckv[i] == ready and m_idx[i] == present and m_iver[i] == m_ver[i] and not m_corrupt[i]
+        for i in rids
+    ):  # every block resident with its indexer in sync: recovery has nothing to do
+        return {}
     ckv, prog, ldpipe, fmt, idx, iver, swa = ({} for _ in range(7))  # type: ignore[var-annotated]
     out: dict[str, dict[int, int]] = {
         "ckv": ckv,

@@ -204,6 +204,7 @@ class CompiledHitRule:
     first_bad_direct: Callable[[Any, int, int, int], int] | None = None
     points_hold_direct: Callable[[Any, int, int], bool] | None = None
     direct_sources: tuple[str, str] = ("", "")
+    rules_direct: dict[str, Callable[[Any, int, int], bool]] = field(default_factory=dict)
 
 
 def _trace(
@@ -385,6 +386,7 @@ def _compile_hit_rule(hit_rule: HitRule, table: Table, km: tuple[Any, Any]) -> C
     k, mapped = km
     columns = _block_columns(table)
     rules: dict[str, CompiledPredicate] = {}
+    rules_direct: dict[str, Callable[[Any, int, int], bool]] = {}
     skipped: dict[str, str] = {}
     traced: dict[str, _Traced] = {}
     acting = lambda i: "r" if i == 0 else str(i)  # noqa: E731 - r0 is the request asked about
@@ -406,6 +408,10 @@ def _compile_hit_rule(hit_rule: HitRule, table: Table, km: tuple[Any, Any]) -> C
         body = "".join(f"    {ln}\n" for ln in pre)
         src = f"def {fname}(v, r, {x}):\n{body}    return {tr.expr}\n"
         rules[rule.qualname] = CompiledPredicate(rule, src, _define(fname, src))
+        dexpr, dnames = tr.direct(mapped)
+        dbody = "".join(f"    {ln}\n" for ln in _prelude(dnames, {x}, acting, columns))
+        dsrc = f"def {fname}_direct(v, r, {x}):\n{dbody}    return {dexpr}\n"
+        rules_direct[rule.qualname] = _define(fname + "_direct", dsrc)
     all_rules = tuple(r for r in hit_rule.rules if r.scope is RuleScope.ALL)
     scans: dict[bool, tuple[Any, str]] = {}
     if all_rules and all(r.qualname in traced for r in all_rules):
@@ -464,6 +470,7 @@ def _compile_hit_rule(hit_rule: HitRule, table: Table, km: tuple[Any, Any]) -> C
         first_bad_direct=scans.get(True, none)[0],
         points_hold_direct=holds.get(True, none)[0],
         direct_sources=(scans.get(True, none)[1], holds.get(True, none)[1]),
+        rules_direct=rules_direct,
     )
 
 

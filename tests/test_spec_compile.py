@@ -275,6 +275,13 @@ def test_direct_forms_agree_with_the_table(name: str, mapped: frozenset[str]) ->
         d = direct_view(v, t, data, mapped)
         want = next((b for b in range(v.N) if not all(r.pred(v, 0, b) for r in hr.all_rules)), -1)
         assert hr.first_bad_direct(d, 0, 0, v.N) == want
+        for rule in t.hit_rule.rules:  # each rule alone, as the search names culprits
+            fn = hr.rules_direct[rule.qualname]
+            if rule.scope is RuleScope.HIT:
+                assert fn(d, 0, h) == rule.pred(v, 0, h), rule.qualname
+            else:
+                for b in range(v.N):
+                    assert fn(d, 0, b) == rule.pred(v, 0, b), (rule.qualname, b)
         points = [r for r in t.hit_rule.rules if r.scope is not RuleScope.ALL]
         assert hr.points_hold_direct(d, 0, h) == all(
             bool(t.hit_rule.rule_holds(r, v, 0, h)) for r in points
