@@ -299,9 +299,17 @@ class CacheCore:
         return self._records if action in self._by_record else self.block_view(NULL_RID)
 
     def _check_block(self, action: str, rid: int, skip: Sequence[str] = (), **params: int) -> None:
-        self._rid(rid)
+        if rid.__class__ is not int or not 0 < rid < len(self.meta.ckv):
+            self._rid(rid)  # raises InvalidArgument (an int subclass is checked there too)
+        if not skip and action in self._by_record:  # the common case, inline
+            params["b"] = rid
+            if self._accept[action](self._records, params):
+                if action not in self._neutral:
+                    self.epoch += 1
+                return
         state, b = self._block_state(action, rid)
-        self._guard(action, state, {"b": b, **params}, skip)
+        params["b"] = b
+        self._guard(action, state, params, skip)
 
     def can(self, action: str, rid: int) -> bool:
         """Would the block action be allowed now (jobs ask this to choose their next step)."""
