@@ -299,7 +299,8 @@ class UseContext:
             slot = self.request.slot
             if slot is None:
                 raise AlreadyReleased("use", ("checked",), f"{self.request!r} holds no slot")
-            core.use(slot)
+            core._guard("use", core._req_state("use", slot, ()), {"r": 0})
+            core._fx_use(slot)
             self.run = Run(self.cache, self.request)
             slots = self.run.block_table()
             core.graph.refill(slot.index, slots, [core.meta.addr[r] for r in self.run.rids])
@@ -485,9 +486,13 @@ class HeterogeneousKVCache:
                 expl.after_recovery = ext
             else:
                 expl.unrecoverable = ext
-        core.match(s, target, rids, view)
+        # the admission's steps: each the table's guard (``_guard``: on the slot or this view,
+        # by what the guard reads) and then the transition's effects
+        core._guard("match", core._req_state("match", s, rids, view), {"r": 0, "h": target})
+        core._fx_match(s, target)
         try:
-            core.pin(s, rids, view)
+            core._guard("pin", core._req_state("pin", s, rids, view), {"r": 0})
+            core._fx_pin(s, rids, view)
         except Refused as exc:  # admission cap: give the hit up and recompute
             core.downgrade(s)
             expl.rejection = f"admission cap: {exc}"
@@ -499,7 +504,7 @@ class HeterogeneousKVCache:
         if plan:
             self._start_recovery(adm)
         else:
-            core.validate(s, rids, proof=(now, epoch), view=view)
+            core._validate_checked(s, rids, view, (now, epoch))
             self._validated(adm)
         return adm
 
@@ -688,10 +693,14 @@ class HeterogeneousKVCache:
                 raise AlreadyReleased("release", ("using",), f"{req!r} was already released")
             if s.phase != Req.USING:
                 raise Refused("release", ("using",), f"{req!r} is {Req(s.phase).name}, not in use")
-            if store:
+            if store and req.stored < req.chain.blocks:
                 self._store(req)
-            core.used(core.resolve(req.chain))
-            core.release(s)
+            rids = core.resolve(req.chain)
+            if rids != s.rids:  # else releasing the pins moves exactly these blocks, likewise
+                core.used(rids)
+            exc = AlreadyReleased if s.phase == Req.IDLE else Refused
+            core._guard("release", core._req_state("release", s, ()), {"r": 0}, exc=exc)
+            core._fx_release(s)
 
     def abort(self, request: Request) -> None:
         """Abort at any point; in-flight loads finish in their pipelines (nothing is reused

@@ -60,6 +60,13 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+# request phases as plain ints (the metadata and slots hold ints; int(IntEnum) is a call)
+_IDLE, _WAITING, _MATCHED, _PINNED, _VALIDATED, _USING = (
+    int(Req.IDLE), int(Req.WAITING), int(Req.MATCHED), int(Req.PINNED), int(Req.VALIDATED),
+    int(Req.USING),
+)  # fmt: skip
+
+
 def _int(name: str, v: Any, lo: int | None = None, hi: int | None = None) -> int:
     if not isinstance(v, (int, np.integer)) or isinstance(v, bool):
         raise InvalidArgument(f"{name} must be an int, got {type(v).__name__}")
@@ -955,12 +962,44 @@ class CacheCore:
             if s.request is not None and s.phase != Req.IDLE:
                 raise Refused("admit", ("idle",), f"slot {s.index} is busy")
             self._req_check("admit", s, (), t=t)
-            s.request = request
-            s.phase = int(Req.WAITING)
-            s.deadline = self.now + t
-            s.hit = 0
-            request.slot = s
+            self._fx_admit(s, request, t)
             return s
+
+    # Each request transition's effects, for a caller that holds the lock and has checked the
+    # action's guard (the public methods below, and the library's admission path, which checks
+    # each guard with ``_guard`` on the state of its kind and then applies these).
+    def _fx_admit(self, s: Slot, request: Any, t: int) -> None:
+        s.request = request
+        s.phase = _WAITING
+        s.deadline = self.now + t
+        s.hit = 0
+        request.slot = s
+
+    def _fx_match(self, s: Slot, h: int) -> None:
+        s.hit = h
+        s.phase = _MATCHED
+
+    def _fx_pin(self, s: Slot, rids: Sequence[int], view: ChainView | None) -> None:
+        held = list(rids[: -(-s.hit // self.L)])
+        ref, lru = self.meta.ref, self.lru
+        for rid in held:
+            ref[rid] += 1
+            if rid in lru:
+                lru.move_to_end(rid)
+        s.rids = held
+        s.pinned = s.hit
+        self.pinned_blocks += len(held)
+        s.phase = _PINNED
+        if view is not None:
+            view.refresh()
+
+    def _fx_use(self, s: Slot) -> None:
+        s.phase = _USING
+
+    def _fx_release(self, s: Slot) -> None:
+        self._unpin(s)
+        s.phase = _IDLE
+        self._detach(s)
 
     def match(
         self,
@@ -981,8 +1020,7 @@ class CacheCore:
                 )
             rids = self.resolve(req.chain) if rids is None else rids
             self._req_check("match", s, rids, view, h=h)
-            s.hit = h
-            s.phase = int(Req.MATCHED)
+            self._fx_match(s, h)
 
     def pin(
         self, slot: int | Slot, rids: Sequence[int] | None = None, view: ChainView | None = None
@@ -993,19 +1031,7 @@ class CacheCore:
                 raise Refused("pin", ("matched",), f"slot {s.index} holds no request")
             rids = self.resolve(s.request.chain) if rids is None else rids
             self._req_check("pin", s, rids, view)
-            nb = _cdiv(s.hit, self.L)
-            held = list(rids[:nb])
-            ref, lru = self.meta.ref, self.lru
-            for rid in held:
-                ref[rid] += 1
-                if rid in lru:
-                    lru.move_to_end(rid)
-            s.rids = held
-            s.pinned = s.hit
-            self.pinned_blocks += len(held)
-            s.phase = int(Req.PINNED)
-            if view is not None:
-                view.refresh()
+            self._fx_pin(s, rids, view)
 
     def search(
         self, slot: Slot, rids: Sequence[int], h_max: int, overrides: dict[str, Any] | None = None
@@ -1029,36 +1055,45 @@ class CacheCore:
             if s.request is None:
                 raise Refused("validate", ("pinned",), f"slot {s.index} holds no request")
             rids = self.resolve(s.request.chain) if rids is None else rids
-            if view is None:
-                view = self.chain_view(rids, s)
-            skip: frozenset[str] = frozenset()
-            if (
-                proof is not None
-                and proof[1] == self.epoch
-                and proof[0].hit == s.hit
-                and proof[0].rejected is None
-            ):
-                skip = self._rule_conjuncts
-            state = s.state if skip and self._validate_rest_by_slot else view
-            bad = self.guards.failed("validate", state, {"r": 0}, skip)
-            if bad:
-                why = (
-                    "; ".join(str(x) for x in self.coord.failures(view, 0, s.hit))
-                    if s.phase == Req.PINNED
-                    else ""
-                )
-                raise Refused("validate", bad, why)
-            gen, addr = self.meta.gen, self.meta.addr
-            s.pgen = tuple([gen[i] for i in rids])
-            s.paddr = tuple([addr[i] for i in rids])
-            s.phase = int(Req.VALIDATED)
-            self.epoch += "validate" not in self._neutral
+            self._validate_checked(s, rids, view or self.chain_view(rids, s), proof)
+
+    def _validate_checked(
+        self,
+        s: Slot,
+        rids: Sequence[int],
+        view: ChainView,
+        proof: tuple[HitSearch, int] | None,
+    ) -> None:
+        """``validate``'s guard (all of it, or under a current proof only the conjuncts that
+        are not hit rules) and its effects: the state_data_ptrs snapshot."""
+        skip: frozenset[str] = frozenset()
+        if (
+            proof is not None
+            and proof[1] == self.epoch
+            and proof[0].hit == s.hit
+            and proof[0].rejected is None
+        ):
+            skip = self._rule_conjuncts
+        state = s.state if skip and self._validate_rest_by_slot else view
+        bad = self.guards.failed("validate", state, {"r": 0}, skip)
+        if bad:
+            why = (
+                "; ".join(str(x) for x in self.coord.failures(view, 0, s.hit))
+                if s.phase == Req.PINNED
+                else ""
+            )
+            raise Refused("validate", bad, why)
+        gen, addr = self.meta.gen, self.meta.addr
+        s.pgen = tuple([gen[i] for i in rids])
+        s.paddr = tuple([addr[i] for i in rids])
+        s.phase = _VALIDATED
+        self.epoch += "validate" not in self._neutral
 
     def use(self, slot: int | Slot) -> None:
         with self.lock:
             s = self._slot(slot)
             self._req_check("use", s, ())
-            s.phase = int(Req.USING)
+            self._fx_use(s)
 
     def _unpin(self, s: Slot) -> None:
         """Drop a slot's pins, freeing in reverse order: the deepest block of the prefix returns
@@ -1089,9 +1124,7 @@ class CacheCore:
             s = self._slot(slot)
             exc = AlreadyReleased if s.phase == Req.IDLE else Refused
             self._guard("release", self._req_state("release", s, ()), {"r": 0}, exc=exc)
-            self._unpin(s)
-            s.phase = int(Req.IDLE)
-            self._detach(s)
+            self._fx_release(s)
 
     def abort(self, slot: int | Slot) -> None:
         with self.lock:
