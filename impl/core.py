@@ -60,7 +60,13 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-# request phases as plain ints (the metadata and slots hold ints; int(IntEnum) is a call)
+# phases as plain ints (the metadata and slots hold ints; int(IntEnum) is a call)
+_CKV_FREE, _CKV_WRITING, _CKV_READY, _CKV_EVICTING = (
+    int(CKV.FREE), int(CKV.WRITING), int(CKV.READY), int(CKV.EVICTING),
+)  # fmt: skip
+_TAIL_NONE, _TAIL_OPEN, _TAIL_SEALED = int(Tail.NONE), int(Tail.OPEN), int(Tail.SEALED)
+_SWA_NULL, _SWA_VALID = int(Swa.NULL), int(Swa.VALID)
+_IDX_ABSENT, _IDX_PRESENT = int(Indexer.ABSENT), int(Indexer.PRESENT)
 _IDLE, _WAITING, _MATCHED, _PINNED, _VALIDATED, _USING = (
     int(Req.IDLE), int(Req.WAITING), int(Req.MATCHED), int(Req.PINNED), int(Req.VALIDATED),
     int(Req.USING),
@@ -391,7 +397,7 @@ class CacheCore:
             self.tombstones.pop(rid, None)
             m.ckv[rid], m.ver[rid], m.gen[rid] = int(CKV.DISK), e.ver, e.gen
             m.fmt[rid] = m.disk_fmt[rid] = e.fmt
-            m.tail[rid], m.swa[rid], m.idx[rid] = e.tail, e.swa, int(Indexer.ABSENT)
+            m.tail[rid], m.swa[rid], m.idx[rid] = e.tail, e.swa, _IDX_ABSENT
             m.on_disk[rid] = True
             self.disk_entries[rid] = e
             self.disk_lru[rid] = None
@@ -474,10 +480,10 @@ class CacheCore:
     def _freed(self, rid: int) -> None:
         """Common effects of a block becoming FREE."""
         m = self.meta
-        m.ckv[rid] = int(CKV.FREE)
-        m.tail[rid] = int(Tail.NONE)
-        m.swa[rid] = int(Swa.NULL)
-        m.idx[rid] = int(Indexer.ABSENT)
+        m.ckv[rid] = _CKV_FREE
+        m.tail[rid] = _TAIL_NONE
+        m.swa[rid] = _SWA_NULL
+        m.idx[rid] = _IDX_ABSENT
         self.lru.pop(rid, None)
         self.tombstones[rid] = None
 
@@ -497,11 +503,11 @@ class CacheCore:
                 raise
             self._moved(rid, slot)
             m.slot[rid], m.swa_pages[rid] = slot, tuple(pages)
-            m.ckv[rid] = int(CKV.WRITING)
+            m.ckv[rid] = _CKV_WRITING
             m.gen[rid] += 1
-            m.tail[rid] = int(Tail.OPEN)
-            m.swa[rid] = int(Swa.NULL)
-            m.idx[rid] = int(Indexer.ABSENT)
+            m.tail[rid] = _TAIL_OPEN
+            m.swa[rid] = _SWA_NULL
+            m.idx[rid] = _IDX_ABSENT
             m.fmt[rid] = fmt
             self.tombstones.pop(rid, None)
             return fmt
@@ -517,9 +523,9 @@ class CacheCore:
                 self.tiers.write_block(
                     m.slot[rid], m.swa_pages[rid], m.start[rid], tokens, self.writer
                 )
-            m.ckv[rid] = int(CKV.READY)
+            m.ckv[rid] = _CKV_READY
             m.ver[rid] += 1
-            m.swa[rid] = int(Swa.VALID)
+            m.swa[rid] = _SWA_VALID
             self.lru[rid] = None
             self.events.emit(EventKind.STORED, m.key[rid], "device")
 
@@ -528,8 +534,8 @@ class CacheCore:
             self._check_block("discard", rid)
             m = self.meta
             self._free_device(rid)
-            m.ckv[rid] = int(CKV.FREE)
-            m.tail[rid] = int(Tail.NONE)
+            m.ckv[rid] = _CKV_FREE
+            m.tail[rid] = _TAIL_NONE
             self.tombstones[rid] = None
 
     def seal(self, rid: int) -> None:
@@ -548,7 +554,7 @@ class CacheCore:
                     raise InternalError(
                         f"compressor state at block {rid} does not splice: {exc}"
                     ) from exc
-            m.tail[rid] = int(Tail.SEALED)
+            m.tail[rid] = _TAIL_SEALED
             m.ver[rid] += 1  # the tail's rows became compressed entries: the indexer must follow
 
     def slide(self, rid: int) -> None:
@@ -562,14 +568,14 @@ class CacheCore:
             if isinstance(job, LoadJob) and job.swa_pages:
                 self.tiers.swa_pool.release(job.swa_pages)
                 job.swa_pages = ()
-            m.swa[rid] = int(Swa.NULL)
+            m.swa[rid] = _SWA_NULL
 
     # ---- Indexer State ----------------------------------------------------------------------
     def _stamp_index(self, rid: int, build: bool = True) -> None:
         m = self.meta
         if build:
             self.tiers.build_index(m.slot[rid])
-        m.idx[rid] = int(Indexer.PRESENT)
+        m.idx[rid] = _IDX_PRESENT
         if not self.bugs.on("skip_indexer_version"):  # seeded bug: the version stamp is skipped
             m.iver[rid] = m.ver[rid]
 
@@ -628,7 +634,7 @@ class CacheCore:
             m = self.meta
             self.tiers.host_slots.release([m.hslot[rid]])
             m.hslot[rid] = -1
-            m.ckv[rid] = int(CKV.READY)
+            m.ckv[rid] = _CKV_READY
             m.ldpipe[rid] = int(Pipe.NONE)
             self.lru[rid] = None
             self.pipes.dma.forget(rid)
@@ -766,13 +772,13 @@ class CacheCore:
             self._moved(rid, job.dst)
             m.slot[rid] = job.dst
             m.swa_pages[rid] = job.swa_pages
-            m.ckv[rid] = int(CKV.READY)
+            m.ckv[rid] = _CKV_READY
             m.ldpipe[rid] = int(Pipe.NONE)
             if from_disk:
                 self.io_inflight -= 1
-                m.idx[rid] = int(Indexer.ABSENT)
+                m.idx[rid] = _IDX_ABSENT
                 if not self.k.swa_restored_from_disk:
-                    m.swa[rid] = int(Swa.NULL)
+                    m.swa[rid] = _SWA_NULL
                 m.fmt[rid] = job.src.fmt
                 self.disk.delete(job.src)
                 self.disk_entries.pop(rid, None)
@@ -866,7 +872,7 @@ class CacheCore:
     def evict_start(self, rid: int) -> None:
         with self.lock:
             self._check_block("evict_start", rid, self._evict_skip())
-            self.meta.ckv[rid] = int(CKV.EVICTING)
+            self.meta.ckv[rid] = _CKV_EVICTING
             self.lru.pop(rid, None)
 
     def evict_done(self, rid: int) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from .expr import AND, CDIV, FDIV, IMPLIES, IN, MOD, forall_blocks
@@ -46,8 +47,8 @@ class Rule:
     pred: Fn  # pred(s, r, b) for block scopes, pred(s, r, h) for HIT
     doc: str = ""
 
-    @property
-    def qualname(self) -> str:
+    @cached_property
+    def qualname(self) -> str:  # cached: the hit search names rules on every admission
         return f"{self.layer}.{self.name}"
 
 
