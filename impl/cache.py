@@ -659,28 +659,34 @@ class HeterogeneousKVCache:
 
     def _store(self, req: Request) -> None:
         """Store the request's full blocks not cached yet (dedup: a block another request
-        already stored is left alone)."""
+        already stored is left alone).  The caller holds the core's lock."""
         core = self.core
         m = core.meta
         L = self.L
         ticks = min(req.lifetime, self.table.consts.lease_max)
         chain = req.chain
+        check = core._check_block  # each step: the action's guard, then its effects
+        free = int(CKV.FREE)
         for k in range(req.stored, chain.blocks):
             rid = core.record(chain.keys[k], chain.block_tokens_of(k), k * L)
-            if m.ckv[rid] != CKV.FREE:
+            if m.ckv[rid] != free:
                 continue
             try:
                 core.allocate(rid)
             except OutOfCapacity:
                 break  # the rest is recomputed next time; the cache is full of pinned blocks
             try:
-                core.commit(rid)
+                check("commit", rid)
+                core._fx_commit(rid)
             except Exception:
                 core.discard(rid)
                 raise
-            core.seal(rid)  # compression fires at the boundary: a new content version ...
-            core.index_update(rid)  # ... which the indexer is then built from
-            core.touch(rid, ticks)
+            check("seal", rid)  # compression fires at the boundary: a new content version ...
+            core._fx_seal(rid)
+            check("index_update", rid)  # ... which the indexer is then built from
+            core._stamp_index(rid, core.derive_index)
+            check("touch", rid, t=ticks)
+            core._fx_touch(rid, ticks)
         req.stored = chain.blocks
 
     def finish(self, request: Request, *, store: bool = True) -> None:

@@ -515,19 +515,21 @@ class CacheCore:
     def commit(self, rid: int) -> None:
         with self.lock:
             self._check_block("commit", rid)
-            m = self.meta
-            if self.writer is not None:
-                tokens = m.tokens[rid]
-                if tokens is None or len(tokens) != self.L:
-                    raise InvalidArgument(f"record {rid} has no token block to write")
-                self.tiers.write_block(
-                    m.slot[rid], m.swa_pages[rid], m.start[rid], tokens, self.writer
-                )
-            m.ckv[rid] = _CKV_READY
-            m.ver[rid] += 1
-            m.swa[rid] = _SWA_VALID
-            self.lru[rid] = None
-            self.events.emit(EventKind.STORED, m.key[rid], "device")
+            self._fx_commit(rid)
+
+    def _fx_commit(self, rid: int) -> None:
+        """Effects (the caller holds the lock and has checked the guard)."""
+        m = self.meta
+        if self.writer is not None:
+            tokens = m.tokens[rid]
+            if tokens is None or len(tokens) != self.L:
+                raise InvalidArgument(f"record {rid} has no token block to write")
+            self.tiers.write_block(m.slot[rid], m.swa_pages[rid], m.start[rid], tokens, self.writer)
+        m.ckv[rid] = _CKV_READY
+        m.ver[rid] += 1
+        m.swa[rid] = _SWA_VALID
+        self.lru[rid] = None
+        self.events.emit(EventKind.STORED, m.key[rid], "device")
 
     def discard(self, rid: int) -> None:
         with self.lock:
@@ -541,21 +543,23 @@ class CacheCore:
     def seal(self, rid: int) -> None:
         with self.lock:
             self._check_block("seal", rid)
-            m = self.meta
-            if self.writer is not None:
-                tokens = m.tokens[rid]
-                if tokens is None:
-                    raise InvalidArgument(f"record {rid} has no token block to write")
-                try:
-                    self.tiers.write_tail(
-                        m.slot[rid], m.start[rid], tokens, self.writer, self.backend
-                    )
-                except KernelError as exc:
-                    raise InternalError(
-                        f"compressor state at block {rid} does not splice: {exc}"
-                    ) from exc
-            m.tail[rid] = _TAIL_SEALED
-            m.ver[rid] += 1  # the tail's rows became compressed entries: the indexer must follow
+            self._fx_seal(rid)
+
+    def _fx_seal(self, rid: int) -> None:
+        """Effects (the caller holds the lock and has checked the guard)."""
+        m = self.meta
+        if self.writer is not None:
+            tokens = m.tokens[rid]
+            if tokens is None:
+                raise InvalidArgument(f"record {rid} has no token block to write")
+            try:
+                self.tiers.write_tail(m.slot[rid], m.start[rid], tokens, self.writer, self.backend)
+            except KernelError as exc:
+                raise InternalError(
+                    f"compressor state at block {rid} does not splice: {exc}"
+                ) from exc
+        m.tail[rid] = _TAIL_SEALED
+        m.ver[rid] += 1  # the tail's rows became compressed entries: the indexer must follow
 
     def slide(self, rid: int) -> None:
         with self.lock:
@@ -908,8 +912,11 @@ class CacheCore:
         with self.lock:
             t = _int("ticks", ticks, 1, self.k.lease_max)
             self._check_block("touch", rid, t=t)
-            m = self.meta
-            m.lease[rid] = max(m.lease[rid], self.now + t)
+            self._fx_touch(rid, t)
+
+    def _fx_touch(self, rid: int, t: int) -> None:
+        lease = self.meta.lease
+        lease[rid] = max(lease[rid], self.now + t)
 
     def tick(self, ticks: int = 1) -> None:
         with self.lock:
