@@ -128,6 +128,7 @@ class Request:
     ) -> None:
         self.id = next(_ids)
         self.cache = cache
+        self.owned = True  # in its cache's id table (until ``forget``)
         self.namespace = namespace
         self.lifetime = lifetime
         self.chain = Chain(tokens, cache.L, namespace)
@@ -422,8 +423,11 @@ class HeterogeneousKVCache:
             raise UnknownRequest(f"unknown request id {request_id!r}") from None
 
     def _own(self, request: Request) -> Request:
-        if not isinstance(request, Request) or self._requests.get(request.id) is not request:
-            raise UnknownRequest(f"{request!r} does not belong to this cache")
+        # a Request is made by one cache (``request()``) and stays in its id table until
+        # ``forget``: the two fields say so without a lookup in the weak table
+        if request.__class__ is not Request or request.cache is not self or not request.owned:
+            if not isinstance(request, Request) or self._requests.get(request.id) is not request:
+                raise UnknownRequest(f"{request!r} does not belong to this cache")
         return request
 
     def register(self, chain: Chain) -> list[int]:
@@ -801,6 +805,7 @@ class HeterogeneousKVCache:
         if req.slot is not None:
             raise Refused("forget", (), f"{req!r} still holds a slot")
         del self._requests[req.id]
+        req.owned = False
 
 
 def _overlay(base: list[int], changed: dict[int, int], mapping: Any = None) -> Any:

@@ -70,6 +70,9 @@ class Coordinator:
         self.hit_rule = hit_rule
         self.all_rules = tuple(r for r in hit_rule.rules if r.scope is RuleScope.ALL)
         self.point_rules = tuple(r for r in hit_rule.rules if r.scope is not RuleScope.ALL)
+        self._point_info = tuple(
+            (x, x.qualname, x.scope is RuleScope.HIT) for x in self.point_rules
+        )
         # compiled forms (kvstate.spec.compile) where the rule compiled; the table's callable
         # otherwise.  Naming the rules that failed at a block always uses the callables.
         self._pred: dict[str, Any] = {}
@@ -132,13 +135,20 @@ class Coordinator:
             if points is not None and points(view, r, h):
                 return HitSearch(h_max, h, tuple(cuts))
             failing: tuple[Rule, int | None] | None = None
-            for rule in self.point_rules:
-                where = self._first_bad(rule, view, r, h)
-                if where is not False:
-                    failing = (
-                        rule,
-                        where if isinstance(where, int) and not isinstance(where, bool) else None,
-                    )
+            preds = self._pred_direct if direct else self._pred
+            for rule, qualname, on_length in self._point_info:  # _first_bad, inline
+                pred = preds.get(qualname, rule.pred)
+                if on_length:
+                    if not pred(view, r, h):
+                        failing = (rule, None)
+                        break
+                    continue
+                lo, hi = scope_range(rule, view, h)
+                at = next(
+                    (b for b in range(max(lo, 0), min(hi, view.N)) if not pred(view, r, b)), -1
+                )
+                if at >= 0:
+                    failing = (rule, at)
                     break
             if failing is None:
                 if points is not None:
@@ -199,7 +209,7 @@ MOVING = (CKV.HOST, CKV.DISK, CKV.LOADING, CKV.OFFLOADING)
 
 
 def projection(
-    meta: BlockMeta, rids: Sequence[int], *, disk_drops_swa: bool
+    meta: BlockMeta, rids: Sequence[int], *, disk_drops_swa: bool, shortcut: bool = True
 ) -> dict[str, dict[int, int]]:
     """The metadata the recovery pipelines will produce for ``rids``: loads make a block READY
     (a disk load in the file's stored form, without indexer pages and, under the zero-SWA policy,
@@ -207,10 +217,14 @@ def projection(
     Returns ``field -> {rid: value}`` for the fields that change (empty: nothing changes)."""
     m_ckv, m_idx, m_iver, m_ver, m_corrupt = meta.ckv, meta.idx, meta.iver, meta.ver, meta.corrupt
     ready, present = CKV.READY, Indexer.PRESENT
-    if all(
-        m_ckv[i] == ready and m_idx[i] == present and m_iver[i] == m_ver[i] and not m_corrupt[i]
+    if shortcut and not any(  # exactly when the loop below records a change
+        not m_corrupt[i]
+        and (
+            m_ckv[i] in MOVING
+            or (m_ckv[i] == ready and not (m_idx[i] == present and m_iver[i] == m_ver[i]))
+        )
         for i in rids
-    ):  # every block resident with its indexer in sync: recovery has nothing to do
+    ):  # nothing moving, every resident block's indexer in sync: recovery has nothing to do
         return {}
     ckv, prog, ldpipe, fmt, idx, iver, swa = ({} for _ in range(7))  # type: ignore[var-annotated]
     out: dict[str, dict[int, int]] = {
