@@ -26,6 +26,7 @@ import itertools
 import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from pathlib import Path
 from types import TracebackType
 from typing import Any, NamedTuple
@@ -171,9 +172,27 @@ class Admission:
     state: str  # "validated" | "pending" | "downgraded"
     explanation: Explanation
     recovery: RecoveryPlan = field(default_factory=lambda: _NO_RECOVERY)
-    pins: tuple[Pin, ...] = ()
     rids: list[int] = field(default_factory=list)
     tail_check: TailCheckJob | None = None
+    # the state_data_ptrs snapshot taken at validation (records, keys, generations, addresses,
+    # slots); the Pin objects are built from it on first read
+    _snapshot: tuple[Any, ...] | None = field(default=None, repr=False)
+    _pins: tuple[Pin, ...] | None = field(default=None, repr=False)
+
+    @property
+    def pins(self) -> tuple[Pin, ...]:
+        """One :class:`Pin` per pinned block, as validated."""
+        if self._pins is None:
+            snap = self._snapshot
+            if snap is None:
+                self._pins = ()
+            else:
+                rids, keys, gens, addrs, slots, bases = snap
+                self._pins = tuple(
+                    Pin(b, keys[b] or b"", rids[b], gens[b], addrs[b], slots[b], bases)
+                    for b in range(len(rids))
+                )
+        return self._pins
 
     @property
     def ready(self) -> bool:
@@ -195,7 +214,11 @@ class Run:
         assert slot is not None
         self.hit_tokens = slot.pinned if slot.phase != Req.RECOMPUTE else 0
         self.rids = list(slot.rids)
-        self.pins = request.admission.pins if request.admission is not None else ()
+        self._admission = request.admission
+
+    @property
+    def pins(self) -> tuple[Pin, ...]:
+        return self._admission.pins if self._admission is not None else ()
 
     @property
     def blocks(self) -> int:
@@ -620,13 +643,15 @@ class HeterogeneousKVCache:
         m = core.meta
         s = adm.request.slot
         assert s is not None
-        tiers = core.tiers
-        bases = tiers.slot_bases
-        pins = []
-        key, gen, addr, slot = m.key, m.gen, m.addr, m.slot
-        for b, rid in enumerate(s.rids):
-            pins.append(Pin(b, key[rid] or b"", rid, gen[rid], addr[rid], slot[rid], bases))
-        adm.pins = tuple(pins)
+        held = tuple(s.rids)
+        cols: tuple[Any, ...]
+        if len(held) > 1:
+            g = itemgetter(*held)
+            cols = (g(m.key), g(m.gen), g(m.addr), g(m.slot))
+        else:
+            cols = tuple(tuple(col[i] for i in held) for col in (m.key, m.gen, m.addr, m.slot))
+        adm._snapshot = (held, *cols, core.tiers.slot_bases)
+        adm._pins = None
         adm.hit_tokens = s.hit
         adm.state = "validated"
         req = adm.request
