@@ -81,7 +81,11 @@ class Coordinator:
         self._points: Any = None
         self._scan_direct: Any = None
         self._points_direct: Any = None
+        self._search: Any = None
+        self._search_direct: Any = None
         if compiled is not None:
+            self._search = compiled.search
+            self._search_direct = compiled.search_direct
             self._pred = {q: c.fn for q, c in compiled.rules.items()}
             self._pred_direct = dict(compiled.rules_direct)
             if compiled.all_rules == self.all_rules:
@@ -103,6 +107,24 @@ class Coordinator:
         return False
 
     def search(self, view: Any, r: int, h_max: int) -> HitSearch:
+        direct = getattr(view, "_direct", False)
+        whole = self._search_direct if direct else self._search
+        if whole is None:
+            return self.search_generic(view, r, h_max)
+        # the whole search compiled with every rule inlined (kvstate.spec.compile); the same
+        # algorithm as search_generic, which tests/test_impl_search.py checks it against
+        h, cuts, rejected = whole(view, r, h_max)
+        rules = self.hit_rule.rules
+        return HitSearch(
+            h_max,
+            h,
+            tuple(_short(rules[i], b, frm, to) for i, b, frm, to in cuts),
+            _short(rules[rejected[0]], rejected[1], 0, 0) if rejected is not None else None,
+        )
+
+    def search_generic(self, view: Any, r: int, h_max: int) -> HitSearch:
+        """The search over the rules one by one (the compiled scan and point test where the
+        rules compiled, the table's callables otherwise)."""
         L = view.k.L
         direct = getattr(view, "_direct", False)
         h = h_max

@@ -25,7 +25,7 @@ from typing import Any
 
 import z3
 
-from .layers import HitRule, Rule, RuleScope
+from .layers import HitRule, Rule, RuleScope, scope_range
 from .table import Scope, Table
 
 
@@ -205,6 +205,10 @@ class CompiledHitRule:
     points_hold_direct: Callable[[Any, int, int], bool] | None = None
     direct_sources: tuple[str, str] = ("", "")
     rules_direct: dict[str, Callable[[Any, int, int], bool]] = field(default_factory=dict)
+    # the whole search in one function (see ``_search_function``), plain and direct forms
+    search: Callable[[Any, int, int], Any] | None = None
+    search_direct: Callable[[Any, int, int], Any] | None = None
+    search_sources: tuple[str, str] = ("", "")
 
 
 def _trace(
@@ -458,6 +462,16 @@ def _compile_hit_rule(hit_rule: HitRule, table: Table, km: tuple[Any, Any]) -> C
                 fname = "points_hold_direct" if direct else "points_hold"
                 psrc = f"def {fname}(v, r, h):\n{body}    return {pexpr}\n"
                 holds[direct] = (_define(fname, psrc), psrc)
+    searches: dict[bool, tuple[Any, str]] = {}
+    if len(traced) == len(hit_rule.rules):
+        try:
+            for direct in (False, True):
+                searches[direct] = _search_function(
+                    hit_rule, traced, table, k, columns if direct else None, mapped
+                )
+        except CompileError as exc:
+            skipped["<search>"] = str(exc)
+            searches.clear()
     none: tuple[Any, str] = (None, "")
     return CompiledHitRule(
         all_rules,
@@ -471,7 +485,93 @@ def _compile_hit_rule(hit_rule: HitRule, table: Table, km: tuple[Any, Any]) -> C
         points_hold_direct=holds.get(True, none)[0],
         direct_sources=(scans.get(True, none)[1], holds.get(True, none)[1]),
         rules_direct=rules_direct,
+        search=searches.get(False, none)[0],
+        search_direct=searches.get(True, none)[0],
+        search_sources=(searches.get(False, none)[1], searches.get(True, none)[1]),
     )
+
+
+def _search_function(
+    hit_rule: HitRule,
+    traced: dict[str, _Traced],
+    table: Table,
+    k: Any,
+    columns: frozenset[str] | None,
+    mapped: frozenset[str],
+) -> tuple[Callable[[Any, int, int], Any], str]:
+    """The coordinator's longest-hit search (``impl/coordinator.py``) as one function with every
+    rule inlined: ``(view, r, h_max) -> (hit, cuts, rejected)``, ``cuts`` a list of
+    ``(rule index, block or None, from, to)`` and ``rejected`` a ``(rule index, block)`` or None.
+
+    Same algorithm, step for step: the ALL-scope rules scanned once over their range (every rule
+    failing at the first bad block is recorded), then the other rules in table order at each
+    candidate length, stepping down one LCM block per failure and merging consecutive cuts by
+    the same rule.  ``tests/test_impl_search.py`` checks it against the generic search."""
+    L = k.L
+    rules = hit_rule.rules
+    names: set[str] = set()
+
+    def cond(rule: Rule) -> str:
+        tr = traced[rule.qualname]
+        e, n = tr.direct(mapped) if columns is not None else (tr.expr, tr.names)
+        names.update(n)
+        return f"({e})"
+
+    def scope(rule: Rule) -> tuple[str, str]:
+        s = _TraceState(table, k)
+        lo, hi = scope_range(rule, s, z3.Int("h"))
+        return _operand(lo, names, {}), _operand(hi, names, {})
+
+    body: list[str] = ["h = h_max", "cuts = []"]
+    alls = [(i, x) for i, x in enumerate(rules) if x.scope is RuleScope.ALL]
+    if alls:
+        lo, hi = scope(alls[0][1])
+        names.add("N")
+        fused = " and ".join(cond(x) for _, x in alls)
+        each = ", ".join(f"({i}, {cond(x)})" for i, x in alls)
+        body += [
+            "if h > 0:",
+            f"    for b in range(max({lo}, 0), min({hi}, N)):",
+            f"        if not ({fused}):",
+            f"            for i in [i for i, ok in ({each},) if not ok]:",
+            f"                cuts.append((i, b, h, b * {L}))",
+            f"            h = b * {L}",
+            "            break",
+        ]
+    body += ["while True:", "    fail = -1", "    where = None"]
+    for j, x in enumerate(rules):
+        if x.scope is RuleScope.ALL:
+            continue
+        if x.scope is RuleScope.HIT:
+            body += [f"    if fail < 0 and not {cond(x)}:", f"        fail = {j}"]
+            continue
+        lo, hi = scope(x)
+        names.add("N")
+        body += [
+            "    if fail < 0:",
+            f"        for b in range(max({lo}, 0), min({hi}, N)):",
+            f"            if not {cond(x)}:",
+            f"                fail = {j}",
+            "                where = b",
+            "                break",
+        ]
+    body += [
+        "    if fail < 0:",
+        "        return h, cuts, None",
+        "    if h <= 0:",
+        "        return 0, cuts, (fail, where)",
+        f"    to = ((h - 1) // {L}) * {L}",
+        "    if cuts and cuts[-1][0] == fail and cuts[-1][3] == h:",
+        "        cuts[-1] = (fail, where, cuts[-1][2], to)",
+        "    else:",
+        "        cuts.append((fail, where, h, to))",
+        "    h = to",
+    ]
+    acting = lambda i: "r" if i == 0 else str(i)  # noqa: E731
+    pre = _prelude(names, {"b", "h", "h_max", "i", "ok"}, acting, columns)
+    fname = "search_direct" if columns is not None else "search"
+    src = f"def {fname}(v, r, h_max):\n" + "".join(f"    {ln}\n" for ln in [*pre, *body])
+    return _define(fname, src), src
 
 
 def _as_bool(t: Any) -> Any:
