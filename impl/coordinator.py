@@ -239,15 +239,15 @@ def projection(
     Returns ``field -> {rid: value}`` for the fields that change (empty: nothing changes)."""
     m_ckv, m_idx, m_iver, m_ver, m_corrupt = meta.ckv, meta.idx, meta.iver, meta.ver, meta.corrupt
     ready, present = CKV.READY, Indexer.PRESENT
-    if shortcut and not any(  # exactly when the loop below records a change
-        not m_corrupt[i]
-        and (
-            m_ckv[i] in MOVING
-            or (m_ckv[i] == ready and not (m_idx[i] == present and m_iver[i] == m_ver[i]))
-        )
-        for i in rids
-    ):  # nothing moving, every resident block's indexer in sync: recovery has nothing to do
-        return {}
+    if shortcut:  # return at once exactly when the loop below would record no change
+        for i in rids:
+            c = m_ckv[i]
+            if (
+                c in MOVING or (c == ready and (m_idx[i] != present or m_iver[i] != m_ver[i]))
+            ) and (not m_corrupt[i]):
+                break
+        else:  # nothing moving, every resident block's indexer in sync: nothing to recover
+            return {}
     ckv, prog, ldpipe, fmt, idx, iver, swa = ({} for _ in range(7))  # type: ignore[var-annotated]
     out: dict[str, dict[int, int]] = {
         "ckv": ckv,

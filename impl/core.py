@@ -225,6 +225,12 @@ class CacheCore:
         self._validate_rest_by_slot = (
             self.guards.locality_without("validate", self._rule_conjuncts) == "slot"
         )
+        # ... and that remainder as one compiled accept test (None: evaluated conjunct-wise)
+        self._validate_rest = (
+            self.guards.fused_without("validate", self._rule_conjuncts)
+            if self._validate_rest_by_slot
+            else None
+        )
         self.max_records = 4 * (self.device_blocks + self.host_blocks + self.disk_blocks) + 64
         self._scan_disk()
         self.pipes.start()
@@ -1088,7 +1094,10 @@ class CacheCore:
         ):
             skip = self._rule_conjuncts
         state = s.state if skip and self._validate_rest_by_slot else view
-        bad = self.guards.failed("validate", state, {"r": 0}, skip)
+        rest = self._validate_rest if skip and state is s.state else None
+        bad: list[str] | None = [] if rest is not None and rest(state, {"r": 0}) else None
+        if bad is None:
+            bad = self.guards.failed("validate", state, {"r": 0}, skip)
         if bad:
             why = (
                 "; ".join(str(x) for x in self.coord.failures(view, 0, s.hit))

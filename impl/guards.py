@@ -49,6 +49,13 @@ class Guards:
         conjunct (:meth:`check`) to name the refusal."""
         return dict(self._fused), dict(self._fused_direct)
 
+    def fused_without(self, action: str, skip: frozenset[str]) -> Any:
+        """``action``'s guard without the conjuncts in ``skip``, as one accept test for
+        record-indexed / slot / gathered states (None if one did not compile)."""
+        if self._compiled is None or action not in self._compiled.conjuncts:
+            return None
+        return self._compiled.fused_without(action, skip)
+
     def locality_without(self, action: str, skip: frozenset[str]) -> str | None:
         if self._compiled is None or action not in self._compiled.conjuncts:
             return None
