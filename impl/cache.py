@@ -648,8 +648,11 @@ class HeterogeneousKVCache:
         if len(held) > 1:
             g = itemgetter(*held)
             cols = (g(m.key), g(m.gen), g(m.addr), g(m.slot))
+        elif held:
+            (i,) = held
+            cols = ((m.key[i],), (m.gen[i],), (m.addr[i],), (m.slot[i],))
         else:
-            cols = tuple(tuple(col[i] for i in held) for col in (m.key, m.gen, m.addr, m.slot))
+            cols = ((), (), (), ())
         adm._snapshot = (held, *cols, core.tiers.slot_bases)
         adm._pins = None
         adm.hit_tokens = s.hit
@@ -700,8 +703,10 @@ class HeterogeneousKVCache:
             rid = core.record(chain.keys[k], chain.block_tokens_of(k), k * L)
             if m.ckv[rid] != free:
                 continue
+            fmt = core.write_fmt
+            check("allocate", rid, f=fmt)
             try:
-                core.allocate(rid)
+                core._fx_allocate(rid, fmt)
             except OutOfCapacity:
                 break  # the rest is recomputed next time; the cache is full of pinned blocks
             try:

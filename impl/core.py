@@ -434,13 +434,17 @@ class CacheCore:
         return ("unpinned",) if self.bugs.on("evict_ignores_pins") else ()
 
     def _evict_one(self) -> bool:
-        """Evict the least recently used block the table allows to be evicted."""
+        """Evict the least recently used block the table allows to be evicted: evict_start then
+        evict_done, each its guard and then its effects (the lock is held)."""
+        skip = self._evict_skip()
         for rid in self.lru:
             try:  # the head of the LRU is usually evictable: its guard is evaluated once
-                self.evict_start(rid)
+                self._check_block("evict_start", rid, skip)
             except Refused:
                 continue
-            self.evict_done(rid)
+            self._fx_evict_start(rid)
+            self._check_block("evict_done", rid)
+            self._fx_evict_done(rid)
             return True
         return False
 
@@ -494,29 +498,39 @@ class CacheCore:
         self.tombstones[rid] = None
 
     # ---- Compressed KV: write path ----------------------------------------------------------
+    @property
+    def write_fmt(self) -> int:
+        """The stored form (``Fmt``) of the blocks the writer produces (read at each store: a
+        writer may change it)."""
+        return int(getattr(self.writer, "fmt", Fmt.PRIMARY))
+
     def allocate(self, rid: int) -> int:
         """Take a device slot for the block's new content; returns the stored form (``Fmt``)
         the writer produces, which the kernel-ABI rule later checks."""
         with self.lock:
-            fmt = int(getattr(self.writer, "fmt", Fmt.PRIMARY))
+            fmt = self.write_fmt
             self._check_block("allocate", rid, f=fmt)
-            m = self.meta
-            slot = self._take_slot(rid, m.addr[rid])
-            try:
-                pages = self._take_swa()
-            except OutOfCapacity:
-                self.tiers.slots.release(slot)
-                raise
-            self._moved(rid, slot)
-            m.slot[rid], m.swa_pages[rid] = slot, tuple(pages)
-            m.ckv[rid] = _CKV_WRITING
-            m.gen[rid] += 1
-            m.tail[rid] = _TAIL_OPEN
-            m.swa[rid] = _SWA_NULL
-            m.idx[rid] = _IDX_ABSENT
-            m.fmt[rid] = fmt
-            self.tombstones.pop(rid, None)
-            return fmt
+            return self._fx_allocate(rid, fmt)
+
+    def _fx_allocate(self, rid: int, fmt: int) -> int:
+        """Effects: a device slot and SWA pages (evicting the LRU blocks the table lets go)."""
+        m = self.meta
+        slot = self._take_slot(rid, m.addr[rid])
+        try:
+            pages = self._take_swa()
+        except OutOfCapacity:
+            self.tiers.slots.release(slot)
+            raise
+        self._moved(rid, slot)
+        m.slot[rid], m.swa_pages[rid] = slot, tuple(pages)
+        m.ckv[rid] = _CKV_WRITING
+        m.gen[rid] += 1
+        m.tail[rid] = _TAIL_OPEN
+        m.swa[rid] = _SWA_NULL
+        m.idx[rid] = _IDX_ABSENT
+        m.fmt[rid] = fmt
+        self.tombstones.pop(rid, None)
+        return fmt
 
     def commit(self, rid: int) -> None:
         with self.lock:
@@ -882,15 +896,21 @@ class CacheCore:
     def evict_start(self, rid: int) -> None:
         with self.lock:
             self._check_block("evict_start", rid, self._evict_skip())
-            self.meta.ckv[rid] = _CKV_EVICTING
-            self.lru.pop(rid, None)
+            self._fx_evict_start(rid)
+
+    def _fx_evict_start(self, rid: int) -> None:
+        self.meta.ckv[rid] = _CKV_EVICTING
+        self.lru.pop(rid, None)
 
     def evict_done(self, rid: int) -> None:
         with self.lock:
             self._check_block("evict_done", rid)
-            self._free_device(rid)
-            self._freed(rid)
-            self.events.emit(EventKind.EVICTED, self.meta.key[rid], "device")
+            self._fx_evict_done(rid)
+
+    def _fx_evict_done(self, rid: int) -> None:
+        self._free_device(rid)
+        self._freed(rid)
+        self.events.emit(EventKind.EVICTED, self.meta.key[rid], "device")
 
     def touch_prefix(self, rids: Sequence[int], blocks: int, ticks: int) -> None:
         """``touch`` the first ``blocks`` blocks of a chain up to the first absent one (one view,
