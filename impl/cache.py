@@ -738,8 +738,7 @@ class HeterogeneousKVCache:
             rids = core.resolve(req.chain)
             if rids != s.rids:  # else releasing the pins moves exactly these blocks, likewise
                 core.used(rids)
-            exc = AlreadyReleased if s.phase == Req.IDLE else Refused
-            core._guard("release", core._req_state("release", s, ()), {"r": 0}, exc=exc)
+            core._guard("release", core._req_state("release", s, ()), {"r": 0})
             core._fx_release(s)
 
     def abort(self, request: Request) -> None:
