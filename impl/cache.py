@@ -59,6 +59,7 @@ from .pipelines import TailCheckJob
 from .testdata import DeterministicWriter, Writer
 
 _ids = itertools.count(1)
+_USING = int(Req.USING)
 _NO_RECOVERY = RecoveryPlan()  # immutable: one shared empty plan for every hit that needs none
 _DEFAULT_WRITER: Any = object()
 
@@ -226,7 +227,8 @@ class Run:
 
     def block_table(self) -> list[int]:
         """Device slots of the hit's blocks (full-history groups), in chain order."""
-        return [self.cache.core.meta.slot[r] for r in self.rids]
+        slot = self.cache.core.meta.slot
+        return [slot[r] for r in self.rids]
 
     def read_compressed(self, group: str, layer: int) -> torch.Tensor:
         """Pages ``[blocks * pages_per_block, page_bytes]`` of one layer of a slot group."""
@@ -325,9 +327,9 @@ class UseContext:
                 raise AlreadyReleased("use", ("checked",), f"{self.request!r} holds no slot")
             core._guard("use", core._req_state("use", slot, ()), {"r": 0})
             core._fx_use(slot)
-            self.run = Run(self.cache, self.request)
-            slots = self.run.block_table()
-            core.graph.refill(slot.index, slots, [core.meta.addr[r] for r in self.run.rids])
+            self.run = run = Run(self.cache, self.request)
+            addr = core.meta.addr
+            core.graph.refill(slot.index, run.block_table(), [addr[r] for r in run.rids])
         return self.run
 
     def finish(self) -> None:
@@ -340,7 +342,7 @@ class UseContext:
         self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
     ) -> None:
         slot = self.request.slot
-        if slot is None or slot.phase != Req.USING:
+        if slot is None or slot.phase != _USING:
             return  # already finished or aborted inside the block
         if et is None:
             self.finish()
@@ -731,7 +733,7 @@ class HeterogeneousKVCache:
             s = req.slot
             if s is None:
                 raise AlreadyReleased("release", ("using",), f"{req!r} was already released")
-            if s.phase != Req.USING:
+            if s.phase != _USING:
                 raise Refused("release", ("using",), f"{req!r} is {Req(s.phase).name}, not in use")
             if store and req.stored < req.chain.blocks:
                 self._store(req)
