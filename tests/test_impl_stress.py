@@ -106,6 +106,13 @@ def stress(
                         stop.set()
                     break
         c.forget(req)
+        time.sleep(rng.random() * 0.002)  # arrivals, not a busy loop: the maintainers get turns
+
+    def covered() -> bool:
+        with c.core.lock:  # the event log is appended under the cache's lock
+            return bool(c.events.of(EventKind.LOADED)) and any(
+                e.tier == "host" for e in c.events.of(EventKind.STORED)
+            )
 
     threads = [
         threading.Thread(target=guarded(f), daemon=True)
@@ -113,8 +120,12 @@ def stress(
     ]
     for t in threads:
         t.start()
-    deadline = time.time() + seconds
-    while time.time() < deadline and not stop.is_set():
+    # run ``seconds``, and on (up to 3x that) until the race has offloaded and loaded blocks: how
+    # fast each thread loops depends on the machine, the coverage the test asserts should not
+    start = time.time()
+    while not stop.is_set() and (
+        time.time() < start + seconds or (time.time() < start + 3 * seconds and not covered())
+    ):
         time.sleep(0.02)
     stop.set()
     for t in threads:
