@@ -42,7 +42,7 @@ from kvstate.spec.phases import CKV, Indexer, Pipe, Req, Swa
 from kvstate.spec.table import Table
 
 from .coordinator import HitSearch, RecoveryPlan, Shortening, plan_steps, projection
-from .core import CacheCore, Slot
+from .core import CacheCore, Slot, _int
 from .errors import (
     AlreadyReleased,
     InvalidArgument,
@@ -471,7 +471,11 @@ class HeterogeneousKVCache:
         with core.lock:
             if req.slot is not None:
                 raise Refused("admit", ("idle",), f"{req!r} is already admitted")
-            s = core.begin(req, req.lifetime)
+            # the table's ``admit``: a free slot, its guard on the slot, then its effects
+            t = _int("lifetime", req.lifetime, 1)
+            s = core.free_slot()
+            core._guard("admit", core._req_state("admit", s, ()), {"r": 0, "t": t})
+            core._fx_admit(s, req, t)
             try:
                 return self._admit(req, s, recover)
             except BaseException:
