@@ -359,6 +359,9 @@ class HeterogeneousKVCache:
     tracks them; then storing a block does not derive its indexer pages either (the engine's
     indexer wrote them), unless ``derive_index=True``.  Recovery (an indexer rebuild after a
     disk load) always derives them.
+
+    ``max_model_len`` is the longest request in tokens (default 2**20, DeepSeek-V4's context);
+    it sizes the CUDA-graph block table, which always holds a request's pins whole.
     """
 
     def __init__(
@@ -377,7 +380,7 @@ class HeterogeneousKVCache:
         bugs: Sequence[str] | frozenset[str] = (),
         kernel_backend: str | None = None,
         memory_limit: int = 8 * 2**30,
-        max_model_len: int = 1 << 24,
+        max_model_len: int = 1 << 20,
         durable: bool = False,
         derive_index: bool | None = None,
     ) -> None:
@@ -390,6 +393,7 @@ class HeterogeneousKVCache:
                 table = table.with_geometry(geometry)
         except GeometryError as exc:
             raise LayoutError(str(exc)) from exc
+        _int("max_model_len", max_model_len, 1)
         if executors not in ("threads", "manual"):
             raise InvalidArgument(f"executors must be 'threads' or 'manual', got {executors!r}")
         self.table = table
@@ -411,6 +415,7 @@ class HeterogeneousKVCache:
             memory_limit=memory_limit,
             durable=durable,
             derive_index=derive_index,
+            max_model_len=max_model_len,
         )
         self.events: EventLog = self.core.events
         self.pipelines = self.core.pipes

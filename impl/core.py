@@ -122,6 +122,7 @@ class CacheCore:
         memory_limit: int = 8 * 2**30,
         durable: bool = False,
         derive_index: bool | None = None,
+        max_model_len: int = 1 << 20,
     ) -> None:
         g = table.geometry
         self.table = table
@@ -174,7 +175,14 @@ class CacheCore:
         self.changed = threading.Condition(self.lock)
         self.pipes = Pipelines(mode, self.k.io_cap)
         self.slots = [Slot(i) for i in range(caps["max_requests"])]
-        self.graph = GraphRegistry(self.meta, caps["max_requests"], 1024, self.device)
+        # a graph's block table holds any request's pins whole: a request is at most
+        # max_model_len tokens long (vLLM sizes its block table the same way)
+        self.graph = GraphRegistry(
+            self.meta,
+            caps["max_requests"],
+            _cdiv(_int("max_model_len", max_model_len, 1), self.L),
+            self.device,
+        )
         self.index: dict[bytes, int] = {}
         self.lru: OrderedDict[int, None] = OrderedDict()  # READY on device, least recent first
         self.host_lru: OrderedDict[int, None] = OrderedDict()

@@ -22,6 +22,7 @@ import torch
 
 from kvstate.spec.phases import Graph
 
+from .errors import InternalError
 from .meta import BlockMeta
 
 
@@ -50,7 +51,11 @@ class GraphRegistry:
 
     def refill(self, row: int, slots: list[int], ptrs: list[int]) -> None:
         """Write one request's block table and state pointers in place (-1 / 0 padding)."""
-        n = min(len(slots), self._bt.shape[1])
+        n = len(slots)
+        if n > self._bt.shape[1]:  # sized for the longest request's pins: never truncate
+            raise InternalError(
+                f"{n} pinned blocks do not fit the graph's block table ({self._bt.shape[1]})"
+            )
         bt, sp = self._bt[row], self._sp[row]
         bt[:n] = slots[:n]
         sp[:n] = ptrs[:n]

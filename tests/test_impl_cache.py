@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from kvstate.impl import EventKind, HeterogeneousKVCache, NotReady, Refused
+from kvstate.impl import EventKind, HeterogeneousKVCache, InternalError, NotReady, Refused
 from kvstate.impl.pipelines import LoadJob
 from kvstate.impl.testdata import expected_rows, expected_state_rows, harness_tokens
 from kvstate.kernels import TailDiscontinuityError
@@ -620,5 +620,27 @@ def test_who_writes_the_indexer_pages_of_a_stored_block(derive: bool | None) -> 
             assert torch.equal(ix, before)
         a = c.admit(c.request(toks))
         assert a.state == "validated" and a.hit_tokens == 2 * L
+    finally:
+        c.close()
+
+
+def test_graph_block_table_holds_a_long_hit_whole() -> None:
+    """The persistent block table is sized by max_model_len (as vLLM sizes its own): a hit of
+    more than 1024 blocks is refilled whole, and a refill that would not fit is refused, never
+    truncated."""
+    n = 1030
+    g = G.with_changes(device_blocks=n + 8, pin_cap_blocks=n + 8)
+    c = HeterogeneousKVCache(g, executors="manual", writer=None, max_model_len=(n + 1) * L)
+    try:
+        toks = harness_tokens(n * L + 1)
+        store(c, toks)
+        a = c.admit(c.request(toks))
+        assert a.hit_tokens == n * L
+        with c.use(a) as run:
+            row = c.core.graph.block_tables[a.request.slot.index]
+            assert row.shape[0] >= n + 1
+            assert row[:n].tolist() == run.block_table() and row[n:].eq(-1).all()
+        with pytest.raises(InternalError, match="do not fit"):
+            c.core.graph.refill(0, [0] * (row.shape[0] + 1), [0] * (row.shape[0] + 1))
     finally:
         c.close()
