@@ -42,7 +42,7 @@ from kvstate.spec.phases import CKV, Indexer, Pipe, Req, Swa
 from kvstate.spec.table import Table
 
 from .coordinator import HitSearch, RecoveryPlan, Shortening, plan_steps, projection
-from .core import CacheCore, Slot, _int
+from .core import _USING, CacheCore, Slot, _int
 from .errors import (
     AlreadyReleased,
     InvalidArgument,
@@ -59,7 +59,6 @@ from .pipelines import TailCheckJob
 from .testdata import DeterministicWriter, Writer
 
 _ids = itertools.count(1)
-_USING = int(Req.USING)
 _NO_RECOVERY = RecoveryPlan()  # immutable: one shared empty plan for every hit that needs none
 _DEFAULT_WRITER: Any = object()
 

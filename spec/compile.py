@@ -261,13 +261,7 @@ def _locality(t: z3.ExprRef, quants: Quants) -> str:
             todo.append(idx)
             continue
         todo.extend(e.children())
-    if reads <= {"global"}:
-        return "global"
-    if reads <= {"global", "block"}:
-        return "block"
-    if reads <= {"slot"}:
-        return "slot"
-    return "chain"
+    return _combine(reads)
 
 
 @dataclass
@@ -633,6 +627,7 @@ class CompiledGuards:
 
 
 def _combine(kinds: set[str]) -> str:
+    """The narrowest locality covering every kind read (one term's reads, or several terms')."""
     if kinds <= {"global"}:
         return "global"
     if kinds <= {"global", "block"}:
