@@ -4,12 +4,18 @@ Built from a geometry (and the transition table of :mod:`kvstate.spec`), it keep
 group per kind of state (CSA and HCA compressed KV, indexer keys, SWA window, compressor state)
 over device, host and disk tiers, and admits prefix hits only when the spec's four validation
 layers hold, evaluated as data on its own metadata.  Start with :class:`HeterogeneousKVCache`.
+
+The request path (``core``, ``cache``) may run compiled by mypyc: see :mod:`.native`.
 """
 
-from .bugs import BUGS, planted
-from .cache import Admission, Explanation, HeterogeneousKVCache, Pin, Request, Run, UseContext
-from .coordinator import HitSearch, RecoveryPlan, RecoveryStep, Shortening
-from .errors import (
+from .native import install_guard, native_modules
+
+install_guard()  # before the compiled modules are imported: a stale build runs its sources
+
+from .bugs import BUGS, planted  # noqa: E402
+from .cache import Admission, Explanation, HeterogeneousKVCache, Pin, Request, Run, UseContext  # noqa: E402
+from .coordinator import HitSearch, RecoveryPlan, RecoveryStep, Shortening  # noqa: E402
+from .errors import (  # noqa: E402
     AlreadyReleased,
     CorruptEntry,
     InternalError,
@@ -21,13 +27,13 @@ from .errors import (
     Refused,
     UnknownRequest,
 )
-from .events import Event, EventKind, EventLog
-from .testdata import DeterministicWriter, Writer
+from .events import Event, EventKind, EventLog  # noqa: E402
+from .testdata import DeterministicWriter, Writer  # noqa: E402
 
 __all__ = [
     "BUGS", "Admission", "AlreadyReleased", "CorruptEntry", "DeterministicWriter", "Event",
     "EventKind", "EventLog", "Explanation", "HeterogeneousKVCache", "HitSearch", "InternalError",
     "InvalidArgument", "KVStateError", "LayoutError", "NotReady", "OutOfCapacity", "Pin",
     "RecoveryPlan", "RecoveryStep", "Refused", "Request", "Run", "Shortening", "UnknownRequest",
-    "UseContext", "Writer", "planted",
+    "UseContext", "Writer", "native_modules", "planted",
 ]  # fmt: skip

@@ -33,6 +33,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import torch
+from mypy_extensions import mypyc_attr
 
 from kvstate.kernels import gather_blocks
 from kvstate.spec.default import ACTIVE, default_table
@@ -121,6 +122,7 @@ class Explanation:
         return "\n".join(self.lines())
 
 
+@mypyc_attr(native_class=False)  # weakly referenced by its cache's id table
 class Request:
     """A prompt in one namespace; grows with decoded tokens (``append``)."""
 
@@ -207,14 +209,29 @@ class Admission:
 class Run:
     """What a request computes from while it is in use: pinned block tables and data readers."""
 
-    def __init__(self, cache: HeterogeneousKVCache, request: Request) -> None:
+    def __init__(
+        self,
+        cache: HeterogeneousKVCache,
+        request: Request,
+        prefix: tuple[int, list[int]] | None = None,
+    ) -> None:
         self.cache = cache
         self.request = request
+        self._admission = request.admission
+        if prefix is not None:  # a view of the first blocks of a run (see ``prefix``)
+            self.hit_tokens, self.rids = prefix
+            return
         slot = request.slot
         assert slot is not None
         self.hit_tokens = slot.pinned if slot.phase != Req.RECOMPUTE else 0
         self.rids = list(slot.rids)
-        self._admission = request.admission
+
+    def prefix(self, h: int) -> Run:
+        """This run read as a hit of its first ``h`` tokens (whole blocks, ``h <= hit_tokens``)."""
+        L = self.cache.L
+        if not 0 <= h <= self.hit_tokens or h % L:
+            raise InvalidArgument(f"boundary {h} is not a block boundary within {self.hit_tokens}")
+        return Run(self.cache, self.request, (h, self.rids[: h // L]))
 
     @property
     def pins(self) -> tuple[Pin, ...]:
@@ -435,7 +452,7 @@ class HeterogeneousKVCache:
     def chain(self, tokens: Any, namespace: str = "") -> Chain:
         return Chain(as_tokens(tokens, max_len=self.max_model_len), self.L, namespace)
 
-    def request(self, tokens: Any, *, namespace: str = "", lifetime: int | None = None) -> Request:
+    def request(self, tokens: Any, *, namespace: str = "", lifetime: Any = None) -> Request:
         """A new request; ``lifetime`` (ticks it will live, default ``lease_max``) sets its
         deadline when admitted, which every block's residency lease must cover (layer L1)."""
         life = self.table.consts.lease_max if lifetime is None else lifetime
@@ -445,13 +462,13 @@ class HeterogeneousKVCache:
         self._requests[req.id] = req
         return req
 
-    def get_request(self, request_id: int) -> Request:
+    def get_request(self, request_id: Any) -> Request:
         try:
             return self._requests[request_id]
         except KeyError:
             raise UnknownRequest(f"unknown request id {request_id!r}") from None
 
-    def _own(self, request: Request) -> Request:
+    def _own(self, request: Any) -> Request:
         # a Request is made by one cache (``request()``) and stays in its id table until
         # ``forget``: the two fields say so without a lookup in the weak table
         if request.__class__ is not Request or request.cache is not self or not request.owned:
@@ -468,7 +485,7 @@ class HeterogeneousKVCache:
         the logits.  The search cuts it to whole LCM blocks (and says so: L1.lcm_aligned)."""
         return max(len(request.tokens) - 1, 0)
 
-    def admit(self, request: Request, *, recover: bool = True) -> Admission:
+    def admit(self, request: Any, *, recover: bool = True) -> Admission:
         """Longest valid hit for ``request``: pinned, validated (or recovering), explained."""
         req = self._own(request)
         core = self.core
@@ -681,7 +698,7 @@ class HeterogeneousKVCache:
         return UseContext(self, self._own(req), store)
 
     # ---- decode and completion ------------------------------------------------------------
-    def append(self, request: Request, tokens: Any) -> None:
+    def append(self, request: Any, tokens: Any) -> None:
         """Decode ``tokens``: completed blocks are stored (committed, indexed, tail sealed) and
         blocks that left the sliding window are slid to the null block."""
         req = self._own(request)
@@ -733,7 +750,7 @@ class HeterogeneousKVCache:
             core._fx_touch(rid, ticks)
         req.stored = chain.blocks
 
-    def finish(self, request: Request, *, store: bool = True) -> None:
+    def finish(self, request: Any, *, store: bool = True) -> None:
         """The request is done: store its new blocks and release its pins."""
         req = self._own(request)
         core = self.core
@@ -751,7 +768,7 @@ class HeterogeneousKVCache:
             core._guard("release", core._req_state("release", s, ()), {"r": 0})
             core._fx_release(s)
 
-    def abort(self, request: Request) -> None:
+    def abort(self, request: Any) -> None:
         """Abort at any point; in-flight loads finish in their pipelines (nothing is reused
         mid-write, nothing leaks)."""
         req = self._own(request)
@@ -761,10 +778,10 @@ class HeterogeneousKVCache:
         self.core.abort(s)
 
     # ---- time, maintenance ----------------------------------------------------------------
-    def tick(self, ticks: int = 1) -> None:
+    def tick(self, ticks: Any = 1) -> None:
         self.core.tick(ticks)
 
-    def evict(self, n: int = 1) -> int:
+    def evict(self, n: Any = 1) -> int:
         """Evict up to ``n`` least recently used unpinned, lease-expired device blocks."""
         done = 0
         with self.core.lock:
@@ -772,7 +789,7 @@ class HeterogeneousKVCache:
                 done += 1
         return done
 
-    def offload(self, n: int = 1) -> int:
+    def offload(self, n: Any = 1) -> int:
         """Start offloading up to ``n`` LRU device blocks to host (DMA pipeline)."""
         core = self.core
         done = 0
@@ -789,7 +806,7 @@ class HeterogeneousKVCache:
                     done += 1
         return done
 
-    def spill(self, n: int = 1) -> int:
+    def spill(self, n: Any = 1) -> int:
         """Write up to ``n`` LRU host blocks to disk."""
         core = self.core
         done = 0
@@ -802,7 +819,7 @@ class HeterogeneousKVCache:
                     done += 1
         return done
 
-    def drop(self, n: int = 1) -> int:
+    def drop(self, n: Any = 1) -> int:
         """Delete up to ``n`` LRU (or corrupt) host/disk entries whose lease expired."""
         core = self.core
         done = 0
@@ -838,7 +855,7 @@ class HeterogeneousKVCache:
     def requests(self) -> Iterator[Request]:
         return iter(list(self._requests.values()))
 
-    def forget(self, request: Request) -> None:
+    def forget(self, request: Any) -> None:
         """Drop a finished request from the id table (its slot must be released)."""
         req = self._own(request)
         if req.slot is not None:

@@ -22,6 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from mypy_extensions import mypyc_attr
+
 from kvstate.spec.compile import CompiledHitRule
 from kvstate.spec.layers import HitRule, Rule, RuleScope, scope_range
 from kvstate.spec.phases import CKV, Indexer, Pipe, Swa
@@ -140,9 +142,9 @@ class Coordinator:
                 first = scan(view, r, lo, hi)
                 lo, hi = (first, first + 1) if first >= 0 else (hi, hi)
             # compiled per-rule forms name the culprits (the table's callables where none)
-            pred = self._pred_direct if direct else self._pred
+            by_name = self._pred_direct if direct else self._pred
             for b in range(lo, hi):
-                bad = [x for x in self.all_rules if not pred.get(x.qualname, x.pred)(view, r, b)]
+                bad = [x for x in self.all_rules if not by_name.get(x.qualname, x.pred)(view, r, b)]
                 if bad:
                     cuts.extend(_short(x, b, h, b * L) for x in bad)
                     h = b * L
@@ -238,12 +240,12 @@ def projection(
     without its window), and a CPU rebuild brings every resident block's indexer in sync.
     Returns ``field -> {rid: value}`` for the fields that change (empty: nothing changes)."""
     m_ckv, m_idx, m_iver, m_ver, m_corrupt = meta.ckv, meta.idx, meta.iver, meta.ver, meta.corrupt
-    ready, present = CKV.READY, Indexer.PRESENT
+    ready_p, present = CKV.READY, Indexer.PRESENT
     if shortcut:  # return at once exactly when the loop below would record no change
         for i in rids:
             c = m_ckv[i]
             if (
-                c in MOVING or (c == ready and (m_idx[i] != present or m_iver[i] != m_ver[i]))
+                c in MOVING or (c == ready_p and (m_idx[i] != present or m_iver[i] != m_ver[i]))
             ) and (not m_corrupt[i]):
                 break
         else:  # nothing moving, every resident block's indexer in sync: nothing to recover
@@ -296,11 +298,12 @@ def plan_steps(meta: BlockMeta, rids: Sequence[int], blocks: int) -> list[Recove
         synced = meta.idx[i] == Indexer.PRESENT and meta.iver[i] == meta.ver[i]
         if meta.idx[i] == Indexer.REBUILDING:
             steps.append(RecoveryStep(b, i, "Indexer State", Pipe.CPU, "wait_rebuild"))
-        elif c in (CKV.READY, *MOVING) and (from_disk or not synced):
+        elif (c == CKV.READY or c in MOVING) and (from_disk or not synced):
             steps.append(RecoveryStep(b, i, "Indexer State", Pipe.CPU, "rebuild_start"))
     return steps
 
 
+@mypyc_attr(native_class=False)  # attributes made up on read
 class _ProbeReq:
     def __init__(self, reads: set[str]) -> None:
         self._reads = reads
@@ -312,6 +315,7 @@ class _ProbeReq:
         return 0
 
 
+@mypyc_attr(native_class=False)
 class _Probe:
     """A state whose every variable reads as zero and is recorded when read."""
 

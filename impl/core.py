@@ -302,7 +302,7 @@ class CacheCore:
     def _guard(
         self,
         action: str,
-        view: ChainView,
+        view: Any,  # a ChainView, or the RecordState / SlotState of a local guard
         params: dict[str, int],
         skip: Sequence[str] = (),
         exc: type[Refused] = Refused,
@@ -316,7 +316,7 @@ class CacheCore:
         if action not in self._neutral:
             self.epoch += 1
 
-    def _block_state(self, action: str, rid: int) -> tuple[Any, int]:
+    def _block_state(self, action: str, rid: Any) -> tuple[Any, int]:
         """The state a block action's guard reads, and the value of its block parameter."""
         if action in self._by_record:
             return self._records, rid
@@ -325,7 +325,7 @@ class CacheCore:
     def _global_state(self, action: str) -> Any:
         return self._records if action in self._by_record else self.block_view(NULL_RID)
 
-    def _check_block(self, action: str, rid: int, skip: Sequence[str] = (), **params: int) -> None:
+    def _check_block(self, action: str, rid: Any, skip: Sequence[str] = (), **params: int) -> None:
         if rid.__class__ is not int or not 0 < rid < len(self.meta.ckv):
             self._rid(rid)  # raises InvalidArgument (an int subclass is checked there too)
         if not skip and action in self._by_record:  # the common case, inline
@@ -338,19 +338,19 @@ class CacheCore:
         params["b"] = b
         self._guard(action, state, params, skip)
 
-    def can(self, action: str, rid: int) -> bool:
+    def can(self, action: str, rid: Any) -> bool:
         """Would the block action be allowed now (jobs ask this to choose their next step)."""
         with self.lock:
             skip = self._load_done_skip() if action == "load_done" else ()
             state, b = self._block_state(action, rid)
             return self.guards.allows(action, state, {"b": b}, skip)
 
-    def _rid(self, rid: int) -> int:
+    def _rid(self, rid: Any) -> int:
         if not isinstance(rid, int) or not 0 < rid < len(self.meta):
             raise InvalidArgument(f"no block record {rid!r}")
         return rid
 
-    def _slot(self, slot: int | Slot) -> Slot:
+    def _slot(self, slot: Any) -> Slot:
         if isinstance(slot, Slot):
             return slot
         if not isinstance(slot, int) or isinstance(slot, bool) or not 0 <= slot < len(self.slots):
@@ -512,7 +512,7 @@ class CacheCore:
         writer may change it)."""
         return int(getattr(self.writer, "fmt", Fmt.PRIMARY))
 
-    def allocate(self, rid: int) -> int:
+    def allocate(self, rid: Any) -> int:
         """Take a device slot for the block's new content; returns the stored form (``Fmt``)
         the writer produces, which the kernel-ABI rule later checks."""
         with self.lock:
@@ -540,7 +540,7 @@ class CacheCore:
         self.tombstones.pop(rid, None)
         return fmt
 
-    def commit(self, rid: int) -> None:
+    def commit(self, rid: Any) -> None:
         with self.lock:
             self._check_block("commit", rid)
             self._fx_commit(rid)
@@ -559,7 +559,7 @@ class CacheCore:
         self.lru[rid] = None
         self.events.emit(EventKind.STORED, m.key[rid], "device")
 
-    def discard(self, rid: int) -> None:
+    def discard(self, rid: Any) -> None:
         with self.lock:
             self._check_block("discard", rid)
             m = self.meta
@@ -568,7 +568,7 @@ class CacheCore:
             m.tail[rid] = _TAIL_NONE
             self.tombstones[rid] = None
 
-    def seal(self, rid: int) -> None:
+    def seal(self, rid: Any) -> None:
         with self.lock:
             self._check_block("seal", rid)
             self._fx_seal(rid)
@@ -589,7 +589,7 @@ class CacheCore:
         m.tail[rid] = _TAIL_SEALED
         m.ver[rid] += 1  # the tail's rows became compressed entries: the indexer must follow
 
-    def slide(self, rid: int) -> None:
+    def slide(self, rid: Any) -> None:
         with self.lock:
             self._check_block("slide", rid)
             m = self.meta
@@ -611,12 +611,12 @@ class CacheCore:
         if not self.bugs.on("skip_indexer_version"):  # seeded bug: the version stamp is skipped
             m.iver[rid] = m.ver[rid]
 
-    def index_update(self, rid: int) -> None:
+    def index_update(self, rid: Any) -> None:
         with self.lock:
             self._check_block("index_update", rid)
             self._stamp_index(rid, self.derive_index)
 
-    def rebuild_start(self, rid: int) -> None:
+    def rebuild_start(self, rid: Any) -> None:
         with self.lock:
             self._check_block("rebuild_start", rid)
             m = self.meta
@@ -624,7 +624,7 @@ class CacheCore:
             m.ixpipe[rid] = int(Pipe.CPU)
             self.pipes.cpu.submit(RebuildJob(self, rid))
 
-    def rebuild_done(self, rid: int) -> None:
+    def rebuild_done(self, rid: Any) -> None:
         with self.lock:
             self._check_block("rebuild_done", rid)
             m = self.meta
@@ -634,7 +634,7 @@ class CacheCore:
             self.changed.notify_all()
 
     # ---- offload: device -> host -> disk ----------------------------------------------------
-    def offload(self, rid: int) -> None:
+    def offload(self, rid: Any) -> None:
         with self.lock:
             self._check_block("offload", rid)
             m = self.meta
@@ -645,7 +645,7 @@ class CacheCore:
             self.lru.pop(rid, None)
             self.pipes.dma.submit(OffloadJob(self, rid, hslot))
 
-    def offload_done(self, rid: int) -> None:
+    def offload_done(self, rid: Any) -> None:
         with self.lock:
             self._check_block("offload_done", rid)
             m = self.meta
@@ -660,7 +660,7 @@ class CacheCore:
             self.events.emit(EventKind.STORED, m.key[rid], "host")
             self.changed.notify_all()
 
-    def offload_cancel(self, rid: int) -> None:
+    def offload_cancel(self, rid: Any) -> None:
         with self.lock:
             self._check_block("offload_cancel", rid)
             m = self.meta
@@ -672,7 +672,7 @@ class CacheCore:
             self.pipes.dma.forget(rid)
             self.changed.notify_all()
 
-    def spill(self, rid: int) -> None:
+    def spill(self, rid: Any) -> None:
         with self.lock:
             self._check_block("spill", rid)
             m = self.meta
@@ -703,7 +703,7 @@ class CacheCore:
             self.events.emit(EventKind.STORED, key, "disk")
 
     # ---- recovery: loads --------------------------------------------------------------------
-    def load_start(self, rid: int) -> None:
+    def load_start(self, rid: Any) -> None:
         with self.lock:
             self._check_block("load_start", rid)
             m = self.meta
@@ -762,7 +762,7 @@ class CacheCore:
             for unit in units[k * n // self.k.load_steps : (k + 1) * n // self.k.load_steps]:
                 self.tiers.unit_from_host(unit, job.src, job.dst)
 
-    def load_progress(self, rid: int) -> None:
+    def load_progress(self, rid: Any) -> None:
         with self.lock:
             self._check_block("load_progress", rid)
             job = self._load_job(rid)
@@ -776,7 +776,7 @@ class CacheCore:
     def _load_done_skip(self) -> tuple[str, ...]:
         return ("complete",) if self.bugs.on("use_before_load_complete") else ()
 
-    def load_done(self, rid: int) -> tuple[int, int]:
+    def load_done(self, rid: Any) -> tuple[int, int]:
         """Install the loaded block; returns (device address, stored form) it came back in."""
         with self.lock:
             self._check_block("load_done", rid, self._load_done_skip())
@@ -845,7 +845,7 @@ class CacheCore:
             if self.can("load_start", rid):
                 self.load_start(rid)
 
-    def load_fail(self, rid: int) -> None:
+    def load_fail(self, rid: Any) -> None:
         with self.lock:
             self._check_block("load_fail", rid)
             self._fail_load(rid, self._load_job(rid), "load failed", corrupt=False)
@@ -876,12 +876,12 @@ class CacheCore:
             self._start_waiting_io()
         self.changed.notify_all()
 
-    def inject_load_fault(self, rid: int) -> None:
+    def inject_load_fault(self, rid: Any) -> None:
         """Test hook: the next step of this block's load fails as an I/O error would."""
         with self.lock:
             self._load_job(self._rid(rid)).fault = True
 
-    def drop(self, rid: int) -> None:
+    def drop(self, rid: Any) -> None:
         with self.lock:
             self._check_block("drop", rid)
             m = self.meta
@@ -901,7 +901,7 @@ class CacheCore:
             self.events.emit(EventKind.REMOVED, m.key[rid], tier)
 
     # ---- eviction and residency -------------------------------------------------------------
-    def evict_start(self, rid: int) -> None:
+    def evict_start(self, rid: Any) -> None:
         with self.lock:
             self._check_block("evict_start", rid, self._evict_skip())
             self._fx_evict_start(rid)
@@ -910,7 +910,7 @@ class CacheCore:
         self.meta.ckv[rid] = _CKV_EVICTING
         self.lru.pop(rid, None)
 
-    def evict_done(self, rid: int) -> None:
+    def evict_done(self, rid: Any) -> None:
         with self.lock:
             self._check_block("evict_done", rid)
             self._fx_evict_done(rid)
@@ -942,7 +942,7 @@ class CacheCore:
                 lease[rid] = max(lease[rid], now + t)
             self.epoch += "touch" not in self._neutral
 
-    def touch(self, rid: int, ticks: int) -> None:
+    def touch(self, rid: Any, ticks: Any) -> None:
         with self.lock:
             t = _int("ticks", ticks, 1, self.k.lease_max)
             self._check_block("touch", rid, t=t)
@@ -952,7 +952,7 @@ class CacheCore:
         lease = self.meta.lease
         lease[rid] = max(lease[rid], self.now + t)
 
-    def tick(self, ticks: int = 1) -> None:
+    def tick(self, ticks: Any = 1) -> None:
         with self.lock:
             t = _int("ticks", ticks, 1)
             self._guard("tick", self._global_state("tick"), {"t": t})
@@ -1001,7 +1001,7 @@ class CacheCore:
     ) -> None:
         self._guard(action, self._req_state(action, slot, rids, view), {"r": 0, **params})
 
-    def begin(self, request: Any, ticks: int, slot: int | None = None) -> Slot:
+    def begin(self, request: Any, ticks: Any, slot: Any = None) -> Slot:
         """The table's ``admit``: the request takes a slot and a deadline ``now + ticks``."""
         with self.lock:
             t = _int("ticks", ticks, 1)
@@ -1050,8 +1050,8 @@ class CacheCore:
 
     def match(
         self,
-        slot: int | Slot,
-        h: int,
+        slot: Any,
+        h: Any,
         rids: Sequence[int] | None = None,
         view: ChainView | None = None,
     ) -> None:
@@ -1070,7 +1070,7 @@ class CacheCore:
             self._fx_match(s, h)
 
     def pin(
-        self, slot: int | Slot, rids: Sequence[int] | None = None, view: ChainView | None = None
+        self, slot: Any, rids: Sequence[int] | None = None, view: ChainView | None = None
     ) -> None:
         with self.lock:
             s = self._slot(slot)
@@ -1089,7 +1089,7 @@ class CacheCore:
 
     def validate(
         self,
-        slot: int | Slot,
+        slot: Any,
         rids: Sequence[int] | None = None,
         proof: tuple[HitSearch, int] | None = None,
         view: ChainView | None = None,
@@ -1139,7 +1139,7 @@ class CacheCore:
         s.phase = _VALIDATED
         self.epoch += "validate" not in self._neutral
 
-    def use(self, slot: int | Slot) -> None:
+    def use(self, slot: Any) -> None:
         with self.lock:
             s = self._slot(slot)
             self._req_check("use", s, ())
@@ -1169,14 +1169,14 @@ class CacheCore:
                 if rid in lru:
                     lru.move_to_end(rid)
 
-    def release(self, slot: int | Slot) -> None:
+    def release(self, slot: Any) -> None:
         with self.lock:
             s = self._slot(slot)
             exc = AlreadyReleased if s.phase == Req.IDLE else Refused
             self._guard("release", self._req_state("release", s, ()), {"r": 0}, exc=exc)
             self._fx_release(s)
 
-    def abort(self, slot: int | Slot) -> None:
+    def abort(self, slot: Any) -> None:
         with self.lock:
             s = self._slot(slot)
             exc = AlreadyReleased if s.phase == Req.IDLE else Refused
@@ -1191,7 +1191,7 @@ class CacheCore:
             s.phase = int(Req.IDLE)
             self._detach(s)
 
-    def downgrade(self, slot: int | Slot) -> None:
+    def downgrade(self, slot: Any) -> None:
         with self.lock:
             s = self._slot(slot)
             self._req_check("downgrade", s, ())
@@ -1211,7 +1211,7 @@ class CacheCore:
         self.changed.notify_all()
 
     # ---- verification -----------------------------------------------------------------------
-    def check_tail(self, rid: int, boundary: int) -> bool:
+    def check_tail(self, rid: Any, boundary: Any) -> bool:
         """Does the compressor state saved at ``boundary`` (the end of record ``rid``) splice?
         A failure marks the record corrupt (it is not served at that boundary again)."""
         with self.lock:

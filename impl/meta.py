@@ -19,6 +19,7 @@ from operator import itemgetter
 from typing import Any
 
 import numpy as np
+from mypy_extensions import mypyc_attr
 
 from kvstate.spec.phases import CKV, Fmt, Indexer, Pipe, Req, Swa, Tail
 
@@ -100,6 +101,7 @@ class BlockMeta:
         self._free.append(rid)
 
 
+@mypyc_attr(native_class=False)  # columns set by name
 class RecordState:
     """The whole metadata in the table's state shape, indexed by *record id*: every column is
     the live list itself.  A guard whose compiled term reads block variables only at its block
@@ -166,6 +168,7 @@ class Others:
         self.paddr: tuple[int, ...] = ()
 
 
+@mypyc_attr(native_class=False)  # a descriptor caching into the view's __dict__
 class _Column:
     """A view column, gathered on first read and then cached in the instance (a non-data
     descriptor, so later reads are plain instance-dict lookups).  A class-level descriptor costs
@@ -198,6 +201,7 @@ class _Column:
         return col
 
 
+@mypyc_attr(native_class=False)  # columns are class descriptors (below)
 class ChainView:
     """Read-only ConcreteState-shaped view of a chain of records (block ``b`` -> ``rids[b]``).
 

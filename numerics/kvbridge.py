@@ -45,7 +45,6 @@ hit without kvstate's hit rule would have handed the model.  It is for negative 
 from __future__ import annotations
 
 import contextlib
-import copy
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -310,10 +309,7 @@ def _prefix_view(run: Run, h: int) -> Run:
     L = run.cache.L
     if not 0 <= h <= run.hit_tokens or h % L:
         raise BridgeError(f"boundary {h} is not a block boundary within the hit {run.hit_tokens}")
-    view = copy.copy(run)
-    view.hit_tokens = h
-    view.rids = list(run.rids[: h // L])
-    return view
+    return run.prefix(h)
 
 
 class RunSource:

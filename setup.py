@@ -1,0 +1,104 @@
+"""Build hook: compile the allocator's request path with mypyc (optional, on by default).
+
+The metadata path of an admission (``impl/core.py``, ``impl/cache.py``) is plain typed Python;
+mypyc compiles those same files to C extension modules, which Python imports in place of the
+sources.  Nothing else changes: the sources stay the reference, and everything runs without the
+extensions.  ``KVSTATE_PURE_PYTHON=1`` at install time skips the compilation; a build that
+fails (no C compiler, say) is skipped with a warning, and the install goes on in pure Python.
+``kvstate.impl.native_modules()`` tells which modules a process runs compiled.
+
+mypyc names a module after its path, and this project maps folders to packages (``impl/`` is
+``kvstate.impl``), so the files are compiled through a staging tree of symlinks laid out as
+the import names (``build/mypyc-src/kvstate/impl -> impl``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import sys
+from pathlib import Path
+
+from setuptools import setup
+from setuptools.command.build_ext import build_ext
+
+ROOT = Path(__file__).resolve().parent
+# which modules, and how a build is recorded, are defined once, by the guard that reads them
+NATIVE = runpy.run_path(str(ROOT / "impl" / "native.py"), run_name="kvstate_native_setup")
+STAGE = Path("build") / "mypyc-src"
+# what the compiled modules import is read for its types only; third-party stubs are skipped
+# (their values are ``Any`` to the compiled code), which keeps the build to about a minute
+MYPY_CONFIG = """\
+[mypy]
+python_version = 3.11
+ignore_missing_imports = True
+follow_imports = normal
+warn_unused_ignores = False
+[mypy-torch.*,z3.*,numba.*,numba_cuda.*,hypothesis.*,networkx.*]
+follow_imports = skip
+"""
+
+
+def _stage() -> list[str]:
+    """The staging tree: ``kvstate/<pkg>`` links to each mapped folder."""
+    pkg = STAGE / "kvstate"
+    pkg.mkdir(parents=True, exist_ok=True)
+    for src in (ROOT / "kvstate").glob("*.py"):
+        _link(pkg / src.name, src)
+    for folder in ("spec", "model", "proofs", "impl", "kernels", "numerics"):
+        _link(pkg / folder, ROOT / folder)
+    (STAGE / "mypy.ini").write_text(MYPY_CONFIG)
+    return [str(pkg / "impl" / f"{m}.py") for m in NATIVE["COMPILED"]]
+
+
+def _link(at: Path, to: Path) -> None:
+    if at.is_symlink() or at.exists():
+        if at.is_symlink() and at.resolve() == to.resolve():
+            return
+        at.unlink()
+    at.symlink_to(to)
+
+
+class OptionalBuildExt(build_ext):
+    """A failed compilation leaves the pure-Python modules in charge (with a warning)."""
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except Exception as exc:  # noqa: BLE001 - any build failure falls back
+            self.warn(f"kvstate: mypyc build failed, installing pure Python ({exc})")
+            return
+        if self.extensions:  # record what was compiled, for the stale-build guard
+            out = Path(self.get_ext_fullpath(self.extensions[0].name)).parent
+            record = NATIVE["manifest"](out, ROOT / "impl")
+            (out / NATIVE["MANIFEST"]).write_text(json.dumps(record, indent=1) + "\n")
+
+    def build_extension(self, ext):  # type: ignore[no-untyped-def]
+        try:
+            super().build_extension(ext)
+        except Exception as exc:  # noqa: BLE001
+            self.warn(f"kvstate: could not build {ext.name}, using its Python source ({exc})")
+
+
+def ext_modules() -> list:  # type: ignore[type-arg]
+    if os.environ.get("KVSTATE_PURE_PYTHON", "") not in ("", "0"):
+        return []
+    try:
+        from mypyc.build import mypycify
+    except ImportError:
+        print("kvstate: mypyc not available, installing pure Python", file=sys.stderr)
+        return []
+    try:
+        paths = _stage()
+        return mypycify(
+            ["--config-file", str(STAGE / "mypy.ini"), *paths],
+            opt_level="3",
+            group_name="kvstate.impl._native",
+        )
+    except BaseException as exc:  # noqa: BLE001 - mypyc exits on a type error
+        print(f"kvstate: mypyc could not compile, installing pure Python ({exc})", file=sys.stderr)
+        return []
+
+
+setup(ext_modules=ext_modules(), cmdclass={"build_ext": OptionalBuildExt})
