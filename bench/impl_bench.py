@@ -24,7 +24,7 @@ is safe because nothing reads KV content here); ``mapped`` makes them views of s
 does for ``lazy``); ``auto`` (default) uses ``zeroed`` while the planned tier bytes fit
 ``--memory-gib`` and ``mapped`` above that.
 
-    .venv/bin/python bench/impl_bench.py [--lengths 1K 4K 16K 64K 256K 1M] [--cycles 1000]
+    .venv/bin/python bench/impl_bench.py [--lengths 1K 4K 16K 64K 256K 1M] [--cycles 5000]
                                          [--max-seconds 25] [--profile 1K]
 """
 
@@ -50,6 +50,7 @@ from dataclasses import dataclass  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from kvstate.impl import native_modules  # noqa: E402
 from kvstate.impl.cache import HeterogeneousKVCache  # noqa: E402
 from kvstate.impl.tiers import planned_bytes  # noqa: E402
 from kvstate.spec.geometry import Geometry, deepseek_v4_flash  # noqa: E402
@@ -60,6 +61,7 @@ MARGIN_BLOCKS = 8  # device slots beyond one family's prefix
 VLLM_CYCLES_S = 13_000.0  # DOMAIN.md: vLLM 0.33 KVCacheManager, two groups, block 16, 80% hits
 TARGET_RATIO = 3.0  # the issue's target: >= 3x the vLLM reference at 1K tokens
 GIB = 2**30
+WARMUP_SHARE = 0.2  # at most this share of --max-seconds goes to the warm-up
 
 
 def parse_length(s: str) -> int:
@@ -330,8 +332,10 @@ def bench_length(length: int, args: argparse.Namespace) -> Row:
         trace = Trace(cache, length, row)
         row.setup_s = time.perf_counter() - t0
         start = time.perf_counter()
-        for _ in range(args.warmup):
+        for _ in range(args.warmup):  # steady state: records, pools and LRU in use
             trace.run_family(timed=False)
+            if time.perf_counter() - start > args.max_seconds * WARMUP_SHARE:
+                break
         want = max(FAMILY, math.ceil(args.cycles / FAMILY) * FAMILY)
         while row.cycles < want:
             trace.run_family(timed=True)
@@ -484,11 +488,16 @@ def main() -> None:
         default=["1K", "4K", "16K", "64K", "256K", "1M"],
         help="shared prefix lengths in tokens (suffixes K, M; multiples of 256)",
     )
-    ap.add_argument("--cycles", type=int, default=1000, help="timed cycles per length")
+    ap.add_argument("--cycles", type=int, default=5000, help="timed cycles per length")
     ap.add_argument(
         "--max-seconds", type=float, default=25.0, help="wall-clock cap per length (warm-up incl.)"
     )
-    ap.add_argument("--warmup", type=int, default=2, help="untimed families before timing")
+    ap.add_argument(
+        "--warmup",
+        type=int,
+        default=100,
+        help=f"untimed families before timing (at most {WARMUP_SHARE:.0%} of --max-seconds)",
+    )
     ap.add_argument("--tensors", choices=["auto", "zeroed", "lazy", "mapped"], default="auto")
     ap.add_argument("--memory-gib", type=float, default=4.0, help="budget for zeroed tiers")
     ap.add_argument(
@@ -515,6 +524,15 @@ def main() -> None:
         f"kvstate HeterogeneousKVCache, deepseek-v4-flash (L=256), CPU tiers, "
         f"KVSTATE_KERNEL_BACKEND={os.environ['KVSTATE_KERNEL_BACKEND']}, torch {torch.__version__} "
         f"({torch.get_num_threads()} intra-op threads), python {sys.version.split()[0]}"
+    )
+    compiled = native_modules()
+    print(
+        "request path: "
+        + (
+            f"compiled by mypyc ({', '.join(compiled)})"
+            if compiled
+            else "pure Python (not compiled: KVSTATE_PURE_PYTHON set, or no mypyc build)"
+        )
     )
     print(
         f"trace: families of {FAMILY} (1 miss storing the prefix + {FAMILY - 1} full-prefix hits), "

@@ -622,7 +622,7 @@ class HeterogeneousKVCache:
             if adm.state != "pending":
                 return
             if core.pipes.mode == "threads":
-                if not core.changed.wait_for(lambda: not self._pending(adm), timeout):
+                if not core.wait_changed(lambda: not self._pending(adm), timeout):
                     raise NotReady("use", (), "recovery still running after the timeout")
             elif self._pending(adm):
                 raise NotReady("use", (), "recovery jobs are queued: drive the manual pipelines")

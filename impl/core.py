@@ -21,7 +21,7 @@ from __future__ import annotations
 import tempfile
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -173,6 +173,7 @@ class CacheCore:
         self.events = EventLog()
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)
+        self.waiters = 0  # threads in ``wait_changed``: only they need a notification
         self.pipes = Pipelines(mode, self.k.io_cap)
         self.slots = [Slot(i) for i in range(caps["max_requests"])]
         # a graph's block table holds any request's pins whole: a request is at most
@@ -248,6 +249,20 @@ class CacheCore:
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
+
+    def wait_changed(self, ready: Callable[[], bool], timeout: float | None) -> bool:
+        """Wait (the lock held) until ``ready()``, woken by every state change; False on timeout."""
+        self.waiters += 1
+        try:
+            return self.changed.wait_for(ready, timeout)
+        finally:
+            self.waiters -= 1
+
+    def notify_changed(self) -> None:
+        """A state change (the lock held) some waiter may be waiting for; free when none waits
+        (every request's release comes here)."""
+        if self.waiters:
+            self.changed.notify_all()
 
     def _fingerprint(self) -> dict[str, Any]:
         g = self.g
@@ -631,7 +646,7 @@ class CacheCore:
             self._stamp_index(rid)
             m.ixpipe[rid] = int(Pipe.NONE)
             self.pipes.cpu.forget(rid)
-            self.changed.notify_all()
+            self.notify_changed()
 
     # ---- offload: device -> host -> disk ----------------------------------------------------
     def offload(self, rid: Any) -> None:
@@ -658,7 +673,7 @@ class CacheCore:
             self.pipes.dma.forget(rid)
             self.events.emit(EventKind.EVICTED, m.key[rid], "device", "offloaded to host")
             self.events.emit(EventKind.STORED, m.key[rid], "host")
-            self.changed.notify_all()
+            self.notify_changed()
 
     def offload_cancel(self, rid: Any) -> None:
         with self.lock:
@@ -670,7 +685,7 @@ class CacheCore:
             m.ldpipe[rid] = int(Pipe.NONE)
             self.lru[rid] = None
             self.pipes.dma.forget(rid)
-            self.changed.notify_all()
+            self.notify_changed()
 
     def spill(self, rid: Any) -> None:
         with self.lock:
@@ -822,7 +837,7 @@ class CacheCore:
             self.pipes.for_pipe(job.pipe).forget(rid)
             self.events.emit(EventKind.LOADED, m.key[rid], "disk" if from_disk else "host")
             self._after_load(rid, from_disk)
-            self.changed.notify_all()
+            self.notify_changed()
             return m.addr[rid], m.fmt[rid]
 
     def _after_load(self, rid: int, from_disk: bool) -> None:
@@ -874,7 +889,7 @@ class CacheCore:
         self.events.emit(EventKind.LOAD_FAILED, m.key[rid], "disk" if from_disk else "host", why)
         if from_disk:
             self._start_waiting_io()
-        self.changed.notify_all()
+        self.notify_changed()
 
     def inject_load_fault(self, rid: Any) -> None:
         """Test hook: the next step of this block's load fails as an I/O error would."""
@@ -1208,7 +1223,7 @@ class CacheCore:
             for rid in list(self.io_waiting):  # queued loads nobody is waiting for any more
                 if self.meta.ref[rid] == 0:
                     self.io_waiting.pop(rid, None)
-        self.changed.notify_all()
+        self.notify_changed()
 
     # ---- verification -----------------------------------------------------------------------
     def check_tail(self, rid: Any, boundary: Any) -> bool:

@@ -127,7 +127,7 @@ class TailCheckJob(Job):
         core = self.core
         with core.lock:
             self.ok = core.check_tail(self.rid, self.boundary)
-            core.changed.notify_all()
+            core.notify_changed()
         return True
 
 

@@ -516,16 +516,27 @@ def _search_function(
         lo, hi = scope_range(rule, s, z3.Int("h"))
         return _operand(lo, names, {}), _operand(hi, names, {})
 
+    def bind(indent: str, *exprs: str) -> tuple[list[str], list[str]]:
+        """A loop body reading block ``b`` of the chain's records once (``Rb = R[b]``), where
+        the direct forms read ``R[b]`` several times per block."""
+        if not any("R[b]" in e for e in exprs):
+            return [], list(exprs)
+        return [f"{indent}Rb = R[b]"], [e.replace("R[b]", "Rb") for e in exprs]
+
     body: list[str] = ["h = h_max", "cuts = []"]
     alls = [(i, x) for i, x in enumerate(rules) if x.scope is RuleScope.ALL]
     if alls:
         lo, hi = scope(alls[0][1])
         names.add("N")
-        fused = " and ".join(cond(x) for _, x in alls)
-        each = ", ".join(f"({i}, {cond(x)})" for i, x in alls)
+        first, (fused, each) = bind(
+            "        ",
+            " and ".join(cond(x) for _, x in alls),
+            ", ".join(f"({i}, {cond(x)})" for i, x in alls),
+        )
         body += [
             "if h > 0:",
             f"    for b in range(max({lo}, 0), min({hi}, N)):",
+            *first,
             f"        if not ({fused}):",
             f"            for i in [i for i, ok in ({each},) if not ok]:",
             f"                cuts.append((i, b, h, b * {L}))",
@@ -541,10 +552,12 @@ def _search_function(
             continue
         lo, hi = scope(x)
         names.add("N")
+        first, (c,) = bind("            ", cond(x))
         body += [
             "    if fail < 0:",
             f"        for b in range(max({lo}, 0), min({hi}, N)):",
-            f"            if not {cond(x)}:",
+            *first,
+            f"            if not {c}:",
             f"                fail = {j}",
             "                where = b",
             "                break",
@@ -562,7 +575,7 @@ def _search_function(
         "    h = to",
     ]
     acting = lambda i: "r" if i == 0 else str(i)  # noqa: E731
-    pre = _prelude(names, {"b", "h", "h_max", "i", "ok"}, acting, columns)
+    pre = _prelude(names, {"b", "h", "h_max", "i", "ok", "Rb"}, acting, columns)
     fname = "search_direct" if columns is not None else "search"
     src = f"def {fname}(v, r, h_max):\n" + "".join(f"    {ln}\n" for ln in [*pre, *body])
     return _define(fname, src), src
