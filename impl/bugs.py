@@ -47,7 +47,7 @@ _planted: frozenset[str] = frozenset()
 def check_names(names: Iterable[str]) -> frozenset[str]:
     """The names as a frozenset; an unknown name raises so a typo cannot plant nothing."""
     out = frozenset(names)
-    unknown = sorted(out - BUGS.keys())
+    unknown = sorted(n for n in out if n not in BUGS)
     if unknown:
         raise InvalidArgument(f"unknown seeded bug(s) {unknown}; known: {sorted(BUGS)}")
     return out

@@ -24,7 +24,10 @@ from pathlib import Path
 from types import ModuleType
 
 # impl modules compiled by setup.py: the admit/use/finish path and what it calls per step
-COMPILED = ("core", "cache", "coordinator", "meta", "storage", "events")
+COMPILED = (
+    "core", "cache", "coordinator", "meta", "storage", "events", "hashing", "guards", "tiers",
+    "groups", "bugs",
+)  # fmt: skip
 MANIFEST = "_native.json"
 ENV_PURE = "KVSTATE_PURE_PYTHON"
 _HERE = Path(__file__).resolve().parent
