@@ -420,6 +420,17 @@ def report(rows: list[Row]) -> None:
             verdict = "at most linear" if k <= 1.10 else "SUPER-LINEAR"
             print(f"growth: log-log slope {k:.3f} over rows with >= 4 blocks -> {verdict}")
             print("        " + "; ".join(steps))
+            above = [
+                f"{fmt_length(q.length)}"
+                for p, q in zip(big, big[1:], strict=False)
+                if q.us_cycle / p.us_cycle > q.blocks / p.blocks
+            ]
+            if above:  # a slope over the whole range can hide a step that grows faster
+                print(
+                    f"        time per block rises at {', '.join(above)} (steps above x4): "
+                    "wall-clock time also measures the memory hierarchy; "
+                    "bench/impl_instructions.py counts instructions"
+                )
     else:
         print("fit: needs at least two successful rows")
 
