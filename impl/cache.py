@@ -783,6 +783,7 @@ class HeterogeneousKVCache:
 
     def evict(self, n: Any = 1) -> int:
         """Evict up to ``n`` least recently used unpinned, lease-expired device blocks."""
+        n = _int("n", n, 0)
         done = 0
         with self.core.lock:
             while done < n and self.core._evict_one():
@@ -791,6 +792,7 @@ class HeterogeneousKVCache:
 
     def offload(self, n: Any = 1) -> int:
         """Start offloading up to ``n`` LRU device blocks to host (DMA pipeline)."""
+        n = _int("n", n, 0)
         core = self.core
         done = 0
         with core.lock:
@@ -808,6 +810,7 @@ class HeterogeneousKVCache:
 
     def spill(self, n: Any = 1) -> int:
         """Write up to ``n`` LRU host blocks to disk."""
+        n = _int("n", n, 0)
         core = self.core
         done = 0
         with core.lock:
@@ -821,6 +824,7 @@ class HeterogeneousKVCache:
 
     def drop(self, n: Any = 1) -> int:
         """Delete up to ``n`` LRU (or corrupt) host/disk entries whose lease expired."""
+        n = _int("n", n, 0)
         core = self.core
         done = 0
         with core.lock:

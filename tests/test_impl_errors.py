@@ -249,3 +249,12 @@ def test_out_of_capacity_when_everything_is_pinned() -> None:
         c.core.allocate(rid)  # now the LRU block can be evicted
     finally:
         c.close()
+
+
+@pytest.mark.parametrize("op", ["evict", "offload", "spill", "drop"])
+@pytest.mark.parametrize("n", [-1, 1.5, "2", True])
+def test_bad_maintenance_counts(cache: HeterogeneousKVCache, op: str, n: Any) -> None:
+    before = cache.stats()
+    with pytest.raises(InvalidArgument):
+        getattr(cache, op)(n)
+    assert cache.stats() == before
