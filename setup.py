@@ -94,7 +94,7 @@ def ext_modules() -> list:  # type: ignore[type-arg]
         return mypycify(
             ["--config-file", str(STAGE / "mypy.ini"), *paths],
             opt_level="3",
-            group_name="kvstate.impl._native",
+            group_name=f"kvstate.impl.{NATIVE['GROUP']}",
         )
     except BaseException as exc:  # noqa: BLE001 - mypyc exits on a type error
         print(f"kvstate: mypyc could not compile, installing pure Python ({exc})", file=sys.stderr)

@@ -29,6 +29,7 @@ COMPILED = (
     "groups", "bugs",
 )  # fmt: skip
 MANIFEST = "_native.json"
+GROUP = "_native"  # mypyc's shared library of the compiled modules: ``<GROUP>__mypyc``
 ENV_PURE = "KVSTATE_PURE_PYTHON"
 _HERE = Path(__file__).resolve().parent
 _PACKAGE = __name__.rpartition(".")[0]
@@ -42,7 +43,7 @@ def extensions(folder: Path = _HERE) -> list[Path]:
     """The extension files of the compiled modules (and their shared library) in ``folder``."""
     out = []
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        for name in (*COMPILED, "_native__mypyc"):
+        for name in (*COMPILED, f"{GROUP}__mypyc"):
             p = folder / f"{name}{suffix}"
             if p.exists():
                 out.append(p)
