@@ -1,8 +1,8 @@
 """Seeded bugs: test-only switches that plant one known defect at the exact spot it would live.
 
 A checker's power is measured by the bugs it catches.  Each switch below reproduces a bug class
-reported against a public engine (DOMAIN.md sec. 4); the conformance fuzzer and the impl tests
-must catch every one.  Production code never sets them: a cache is built with ``bugs=()`` unless
+reported against a public engine (README, "Real bug classes"); the conformance fuzzer and the
+impl tests must catch every one.  Production code never sets them: a cache is built with ``bugs=()`` unless
 a test passes names explicitly or wraps construction in :func:`planted`.
 
 ========================== ===========================================================  ==========

@@ -17,6 +17,8 @@ and any other divisor is refused.
 
 from __future__ import annotations
 
+import itertools
+import linecache
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,6 +33,22 @@ from .table import Scope, Table
 
 class CompileError(ValueError):
     """A predicate's Z3 term uses an operator the translator does not handle."""
+
+
+# Hygiene.  Every name in generated code is in exactly one of these disjoint namespaces, so no
+# table -- whatever its variables are called -- can shadow a generated local, a builtin the code
+# calls (``all``, ``range``, ``max``, ``min``) or another table name:
+#   t_<var>    a block or global variable of the table (``TABLE_PREFIX``)
+#   r<n>_<var> a field of request n;   p_<param> an action parameter
+#   R, R_t_<var>, Rb, M, N             the chain's record ids, a group's own ids, columns, pool size
+#   anything else (h, b, v, r, p, fail, cuts, q0, ...) is the generator's own
+# (names are checked to be identifiers that are no keyword when a table is validated).
+TABLE_PREFIX = "t_"
+
+
+def _table_name(n: str) -> str | None:
+    """The table variable a generated name stands for, or None."""
+    return n[len(TABLE_PREFIX) :] if n.startswith(TABLE_PREFIX) else None
 
 
 _BIN = {
@@ -72,9 +90,9 @@ class _TraceState:
             raise AttributeError(name)
         v = self._table.var(name)
         if v.scope is Scope.BLOCK:
-            return z3.Array(name, z3.IntSort(), z3.IntSort())
+            return z3.Array(TABLE_PREFIX + name, z3.IntSort(), z3.IntSort())
         if v.scope is Scope.GLOBAL:
-            return z3.Int(name)
+            return z3.Int(TABLE_PREFIX + name)
         raise CompileError(f"variable {name!r} is per request: read it through s.req(r)")
 
     def req(self, r: int) -> _Req:
@@ -283,7 +301,7 @@ class _Traced:
         def via(arr: str) -> str | None:
             if _REQ_NAME.match(arr):
                 return None
-            return f"R_{arr}" if arr in mapped else "R"
+            return f"R_{arr}" if _table_name(arr) in mapped else "R"
 
         names: set[str] = set()
         return to_python(self.term, names, self.quants, via), names
@@ -320,16 +338,18 @@ def _prelude(
     (``columns``: the block variables) columns are the live lists ``v._m.X``, ``R`` the chain's
     record ids ``v._rids`` and ``R_X`` those of a mapped column, ``v.rids_of("X")``."""
     lines = []
-    if columns is not None and names & columns:
+    if columns is not None and any(_table_name(n) in columns for n in names):
         lines.append("M = v._m")
     for n in sorted(names - bound):
         head, _, field_ = n.partition("_")
-        if columns is not None and n in columns:
-            lines.append(f"{n} = M.{n}")
+        var = _table_name(n)
+        if var is not None:
+            src = "M" if columns is not None and var in columns else "v"
+            lines.append(f"{n} = {src}.{var}")
         elif columns is not None and n == "R":
             lines.append("R = v._rids")
-        elif columns is not None and head == "R" and field_:
-            lines.append(f"{n} = v.rids_of({field_!r})")
+        elif columns is not None and head == "R" and _table_name(field_) is not None:
+            lines.append(f"{n} = v.rids_of({_table_name(field_)!r})")
         elif n == "N":
             lines.append("N = v.N")
         elif head == "p" and field_:
@@ -337,7 +357,7 @@ def _prelude(
         elif head[:1] == "r" and head[1:].isdigit() and field_:
             lines.append(f"{n} = v.req({req(int(head[1:]))}).{field_}")
         else:
-            lines.append(f"{n} = v.{n}")
+            raise CompileError(f"generated code reads an unknown name {n!r}")
     return lines
 
 
@@ -360,9 +380,18 @@ def _memo(kind: str, args: tuple[Any, ...], build: Callable[..., Any]) -> Any:
     return out
 
 
+_R_AT_B = re.compile(r"(?<![\w.])R\[b\]")  # the chain's record id of block b, not X_R[b]
+_DEFINED = itertools.count()
+
+
 def _define(name: str, src: str) -> Callable[..., Any]:
+    """Run one generated function's source; it is registered with ``linecache`` under a unique
+    file name, so tracebacks, ``inspect.getsource`` and profilers show the generated lines."""
+    filename = f"<kvstate.spec.compile:{name}#{next(_DEFINED)}>"
+    lines = src.splitlines(keepends=True)
+    linecache.cache[filename] = (len(src), None, lines, filename)
     scope: dict[str, Any] = {}
-    exec(compile(src, f"<kvstate.spec.compile:{name}>", "exec"), scope)  # noqa: S102
+    exec(compile(src, filename, "exec"), scope)  # noqa: S102
     fn: Callable[..., Any] = scope[name]
     return fn
 
@@ -519,9 +548,9 @@ def _search_function(
     def bind(indent: str, *exprs: str) -> tuple[list[str], list[str]]:
         """A loop body reading block ``b`` of the chain's records once (``Rb = R[b]``), where
         the direct forms read ``R[b]`` several times per block."""
-        if not any("R[b]" in e for e in exprs):
+        if not any(_R_AT_B.search(e) for e in exprs):
             return [], list(exprs)
-        return [f"{indent}Rb = R[b]"], [e.replace("R[b]", "Rb") for e in exprs]
+        return [f"{indent}Rb = R[b]"], [_R_AT_B.sub("Rb", e) for e in exprs]
 
     body: list[str] = ["h = h_max", "cuts = []"]
     alls = [(i, x) for i, x in enumerate(rules) if x.scope is RuleScope.ALL]

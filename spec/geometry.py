@@ -2,7 +2,7 @@
 
 Every constant the table, the model, the implementation and the kernels need about sizes comes
 from here, so the proof, the fuzzer and the library agree on one layout.  Two presets are
-provided: the real DeepSeek-V4-Flash geometry and the small test geometry of DOMAIN.md sec. 2,
+provided: the real DeepSeek-V4-Flash geometry and the small test geometry,
 which keeps the real relations (m divides m', m' = n_win, 2m-row overlap).
 """
 
@@ -244,7 +244,7 @@ def deepseek_v4_flash() -> Geometry:
 
 
 def small(block_tokens: int = 16) -> Geometry:
-    """The small test geometry of DOMAIN.md sec. 2 (LCM block 16 tokens; 32 is the other test size)."""
+    """The small test geometry (LCM block 16 tokens; 32 is the other test size)."""
     return Geometry(
         name="small",
         layers=("swa", "swa", "csa", "hca", "csa", "hca", "csa"),

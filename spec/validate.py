@@ -9,6 +9,7 @@ an update of the wrong type is reported with the action's name before anything r
 from __future__ import annotations
 
 import enum
+import keyword
 from typing import Any
 
 from .errors import SpecError
@@ -60,7 +61,33 @@ def _check_value(var: Var, value: Any, N: int, where: str) -> None:
         )
 
 
+# What the state mapping itself answers (``s.N``, ``s.k``, ``s.req(r)``, ...): a variable of that
+# name could never be read.
+RESERVED_NAMES = frozenset({"N", "k", "req", "forall_blocks", "array", "store", "values", "key"})
+
+
+def _check_name(what: str, name: Any, *, dotted: bool = False) -> None:
+    """Names become attribute reads and parts of generated identifiers (spec/compile.py), so each
+    must be a Python identifier (dotted: each part) that is no keyword and no private name."""
+    parts = name.split(".") if dotted and isinstance(name, str) else [name]
+    if not all(
+        isinstance(x, str) and x.isidentifier() and not keyword.iskeyword(x) and x[:1] != "_"
+        for x in parts
+    ):
+        raise SpecError(f"{what} name {name!r} is not a public Python identifier")
+
+
 def validate_table(t: Table) -> None:
+    for v in t.vars:
+        _check_name("variable", v.name)
+        if v.name in RESERVED_NAMES:
+            raise SpecError(f"variable name {v.name!r} is reserved by the state mapping")
+    for a in t.actions:
+        _check_name("action", a.name)
+        for p in a.params:
+            _check_name(f"action {a.name!r}: parameter", p.name)
+        for c in a.guard:
+            _check_name(f"action {a.name!r}: guard conjunct", c.name, dotted=True)
     names = [v.name for v in t.vars]
     dup = {n for n in names if names.count(n) > 1}
     if dup:

@@ -1,0 +1,71 @@
+"""Imports between the packages run one way: the table knows nobody, the model and the proofs
+read the table, the library never reads the model or the proofs.  An AST walk over every module
+(imports inside functions included), so a new edge against the layering fails here."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+# folder -> the kvstate packages it may import (besides itself); anything not listed is refused
+ALLOWED: dict[str, frozenset[str]] = {
+    "spec": frozenset(),
+    "kernels": frozenset(),
+    "model": frozenset({"spec"}),
+    "proofs": frozenset({"spec", "model"}),
+    "impl": frozenset({"spec", "kernels"}),
+    "numerics": frozenset({"spec", "impl", "kernels"}),
+    # the command line and integrations sit on top of everything
+    "kvstate": frozenset({"spec", "kernels", "model", "proofs", "impl", "numerics"}),
+}
+PACKAGES = frozenset(ALLOWED)
+
+
+def imported_packages(path: Path, package: str) -> dict[str, int]:
+    """kvstate package -> first line importing it (relative imports resolved)."""
+    out: dict[str, int] = {}
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level == 1:
+                continue  # a sibling module of the same package
+            if node.level >= 2:
+                mod = (node.module or "").split(".")[0]
+                names = [f"kvstate.{mod}"] if mod else [f"kvstate.{a.name}" for a in node.names]
+            else:
+                names = [node.module or ""]
+        for name in names:
+            parts = name.split(".")
+            if parts[0] != "kvstate":
+                continue
+            target = parts[1] if len(parts) > 1 and parts[1] in PACKAGES else "kvstate"
+            if target != package:
+                out.setdefault(target, node.lineno)
+    return out
+
+
+def modules() -> list[tuple[str, Path]]:
+    return [(pkg, f) for pkg in sorted(ALLOWED) for f in sorted((ROOT / pkg).rglob("*.py"))]
+
+
+@pytest.mark.parametrize("package,path", modules(), ids=lambda x: str(x))
+def test_imports_follow_the_layers(package: str, path: Path) -> None:
+    bad = {
+        p: line for p, line in imported_packages(path, package).items() if p not in ALLOWED[package]
+    }
+    assert not bad, (
+        f"{path.relative_to(ROOT)} imports "
+        + ", ".join(f"kvstate.{p} (line {line})" for p, line in sorted(bad.items()))
+        + f"; {package}/ may import only {sorted(ALLOWED[package]) or 'nothing of kvstate'}"
+    )
+
+
+def test_the_walk_sees_a_violation(tmp_path: Path) -> None:
+    f = tmp_path / "m.py"
+    f.write_text("def f():\n    from kvstate.model.fuzz import x\n    from ..proofs import y\n")
+    assert set(imported_packages(f, "impl")) == {"model", "proofs"}
