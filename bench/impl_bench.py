@@ -58,7 +58,8 @@ from kvstate.spec.geometry import Geometry, deepseek_v4_flash  # noqa: E402
 FAMILY = 5  # 1 miss + 4 hits: 80% of the requests hit the shared prefix
 SUFFIX = 64  # tokens after the prefix, unique per request (< one LCM block)
 MARGIN_BLOCKS = 8  # device slots beyond one family's prefix
-VLLM_CYCLES_S = 13_000.0  # vLLM 0.33 KVCacheManager, two groups, block 16, 80% hits (measured here, 2026-11)
+# vLLM 0.33 KVCacheManager, two groups, block 16, 80% hits (measured on this kind of machine, 2026-11)
+VLLM_CYCLES_S = 13_000.0
 TARGET_RATIO = 3.0  # the target: >= 3x the vLLM reference at 1K tokens
 GIB = 2**30
 WARMUP_SHARE = 0.2  # at most this share of --max-seconds goes to the warm-up

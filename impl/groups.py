@@ -85,11 +85,6 @@ class Group:
     def nl(self) -> int:
         return len(self.layers)
 
-    @property
-    def block_bytes(self) -> int:
-        """Bytes one LCM block occupies in this group (all layers)."""
-        return self.nl * self.pages_per_block * self.page_bytes
-
     def host_index(self, hslot: int) -> slice:
         # A slice, not a list: indexing with a list copies page by page (advanced indexing).
         p = self.pages_per_block

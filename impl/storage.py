@@ -28,9 +28,6 @@ class SlotPool:
     def free(self) -> int:
         return len(self._unclaimed) + len(self._claimed)
 
-    def is_free(self, slot: int) -> bool:
-        return 0 <= slot < self.n and not self.busy[slot]
-
     def claim_free(self, rid: int) -> int:
         """Reserve a preferred slot for a new record without taking it (-1 when none spare)."""
         if not self._unclaimed:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import networkx as nx
 import z3
 
-from kvstate.spec.phases import LIFECYCLES, Lifecycle
+from kvstate.spec.phases import Lifecycle
 from kvstate.spec.table import Scope, Table
 
 from .symbolic import instances, step_query
@@ -103,7 +103,3 @@ def to_dot(g: nx.MultiDiGraph, lc: Lifecycle) -> str:
         lines.append(f'  "{u}" -> "{v}" [label="{", ".join(sorted(set(acts)))}"];')
     lines.append("}")
     return "\n".join(lines) + "\n"
-
-
-def all_graphs(table: Table) -> dict[str, tuple[Lifecycle, nx.MultiDiGraph]]:
-    return {lc.component: (lc, phase_graph(table, lc)) for lc in LIFECYCLES}

@@ -23,7 +23,7 @@ from typing import Any
 
 import z3
 
-from kvstate.spec.expr import AND, IMPLIES
+from kvstate.spec.expr import AND
 from kvstate.spec.phases import Fmt
 from kvstate.spec.table import Action, Consts, Invariant, ParamKind, Scope, Table
 
@@ -373,10 +373,6 @@ def inv_violated(
 
 def block_in_pool(x: Any, N: Any) -> Any:
     return z3.And(x >= 0, x < N)
-
-
-def implies(a: Any, b: Any) -> Any:
-    return IMPLIES(a, b)
 
 
 @dataclass

@@ -567,10 +567,3 @@ def format_e2e(results: list[E2EResult]) -> str:
         if res.how:
             out.append(f"    how: {res.how}")
     return "\n".join(out)
-
-
-def run_all(e2e: E2E | None = None) -> list[E2EResult]:
-    """Every case in table order (the cached defaults unless ``e2e`` is given)."""
-    if e2e is None:
-        return list(default_results().values())
-    return [e2e.run(key) for key in CASES]

@@ -251,20 +251,6 @@ def violation_goal(inv: Invariant) -> Any:
     return goal
 
 
-def any_violation_goal(invs: Sequence[Invariant]) -> Any:
-    def goal(u: Unrolling) -> Any:
-        last = u.states[-1]
-        last.mode = "goal"
-        parts = []
-        for i, inv in enumerate(invs):
-            bad, _ = inv_violated(last, inv, z3.Int(f"bmc!sk{i}"))
-            parts.append(bad)
-        last.mode = "expand"
-        return z3.Or(*parts)
-
-    return goal
-
-
 def hit_use_goal() -> Any:
     """Some request starts using a non-empty validated hit: the whole hit path is reachable."""
 

@@ -102,13 +102,6 @@ class HitRule:
     def scalar_ok(self, s: Any, r: int, h: Any) -> Any:
         return AND(*[x.pred(s, r, h) for x in self.rules if x.scope is RuleScope.HIT])
 
-    def without(self, *qualnames: str) -> HitRule:
-        for q in qualnames:
-            self.rule(q)
-        return HitRule(
-            tuple(x for x in self.rules if x.qualname not in qualnames and x.name not in qualnames)
-        )
-
 
 def supported_formats(g: Geometry) -> tuple[int, ...]:
     """Fmt values whose block form, spliced with the tail and window, has a fused kernel."""

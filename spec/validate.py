@@ -8,7 +8,6 @@ an update of the wrong type is reported with the action's name before anything r
 
 from __future__ import annotations
 
-import enum
 import keyword
 from typing import Any
 
@@ -181,7 +180,3 @@ def _probe(t: Table, by_name: dict[str, Var]) -> None:
                             raise TypeError(f"per-block part returned {type(v).__name__}")
             except Exception as exc:  # noqa: BLE001
                 raise SpecError(f"invariant {inv.name!r}: {exc}") from exc
-
-
-def enum_values(e: type[enum.IntEnum]) -> list[int]:
-    return [int(m) for m in e]
