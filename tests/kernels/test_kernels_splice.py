@@ -1,12 +1,5 @@
 """Tail splice: entries + compressor-state ring -> attention input and resumable state."""
 
-# ruff: noqa: E402
-import os
-
-# Must precede the first numba import (the lead should move this into tests/conftest.py).
-os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
-
-import numba
 import pytest
 import torch
 
@@ -18,8 +11,6 @@ from kvstate.kernels import (
     launch_override,
     splice_tail,
 )
-
-assert numba.config.ENABLE_CUDASIM, "numba was imported before NUMBA_ENABLE_CUDASIM=1 was set"
 
 SIM, REF = Backend.SIMULATOR, Backend.TORCH
 DIM = 6

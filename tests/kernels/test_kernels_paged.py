@@ -1,12 +1,5 @@
 """Paged gather/scatter: kernel (Numba CUDA simulator) vs torch reference, edge shapes included."""
 
-# ruff: noqa: E402
-import os
-
-# Must precede the first numba import (the lead should move this into tests/conftest.py).
-os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
-
-import numba
 import pytest
 import torch
 from hypothesis import given, settings
@@ -21,8 +14,6 @@ from kvstate.kernels import (
     launch_override,
     scatter_blocks,
 )
-
-assert numba.config.ENABLE_CUDASIM, "numba was imported before NUMBA_ENABLE_CUDASIM=1 was set"
 
 SIM, REF = Backend.SIMULATOR, Backend.TORCH
 LAUNCHES = [None, LaunchConfig(threads=4, max_blocks=2)]

@@ -1,12 +1,5 @@
 """Backend selection and dispatch rules: explicit, reported, no silent fallback."""
 
-# ruff: noqa: E402
-import os
-
-# Must precede the first numba import (the lead should move this into tests/conftest.py).
-os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
-
-import numba
 import pytest
 import torch
 
@@ -20,8 +13,6 @@ from kvstate.kernels import (
     active_backend,
     select_backend,
 )
-
-assert numba.config.ENABLE_CUDASIM, "numba was imported before NUMBA_ENABLE_CUDASIM=1 was set"
 
 
 def test_auto_choice_under_the_simulator_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,12 +1,5 @@
 """SWA ring re-alignment: kernel (simulator) vs torch, at and around the n_win boundary."""
 
-# ruff: noqa: E402
-import os
-
-# Must precede the first numba import (the lead should move this into tests/conftest.py).
-os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
-
-import numba
 import pytest
 import torch
 
@@ -19,8 +12,6 @@ from kvstate.kernels import (
     realign_window,
 )
 from kvstate.spec.geometry import small
-
-assert numba.config.ENABLE_CUDASIM, "numba was imported before NUMBA_ENABLE_CUDASIM=1 was set"
 
 SIM, REF = Backend.SIMULATOR, Backend.TORCH
 N_WIN = small().n_win  # 16

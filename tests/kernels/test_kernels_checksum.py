@@ -1,21 +1,12 @@
 """Block checksum: kernel (simulator) vs torch, and the detection guarantees it documents."""
 
-# ruff: noqa: E402
-import os
-
-# Must precede the first numba import (the lead should move this into tests/conftest.py).
-os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
-
 import itertools
 
-import numba
 import pytest
 import torch
 
 from kvstate.kernels import Backend, LaunchConfig, block_checksum, launch_override
 from kvstate.kernels.reference import block_checksum_ref
-
-assert numba.config.ENABLE_CUDASIM, "numba was imported before NUMBA_ENABLE_CUDASIM=1 was set"
 
 SIM, REF = Backend.SIMULATOR, Backend.TORCH
 

@@ -5,13 +5,8 @@ Runs in one subprocess because NUMBA_ENABLE_CUDASIM is read when numba is import
 other kernel tests import numba with it set.
 """
 
-# ruff: noqa: E402
-import os
-
-# Must precede the first numba import (the lead should move this into tests/conftest.py).
-os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
-
 import json
+import os
 import subprocess
 import sys
 import textwrap

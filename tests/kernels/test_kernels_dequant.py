@@ -1,14 +1,7 @@
 """FP8 e4m3 + UE8M0 + BF16 entry dequantization: kernel (simulator) vs torch, bit for bit."""
 
-# ruff: noqa: E402
-import os
-
-# Must precede the first numba import (the lead should move this into tests/conftest.py).
-os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
-
 import warnings
 
-import numba
 import pytest
 import torch
 
@@ -23,8 +16,6 @@ from kvstate.kernels import (
 )
 from kvstate.kernels.reference import dequantize_entries_ref
 from kvstate.spec.geometry import deepseek_v4_flash, small
-
-assert numba.config.ENABLE_CUDASIM, "numba was imported before NUMBA_ENABLE_CUDASIM=1 was set"
 
 SIM, REF = Backend.SIMULATOR, Backend.TORCH
 

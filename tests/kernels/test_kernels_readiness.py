@@ -1,12 +1,5 @@
 """Multi-group readiness intersection: longest prefix every group can serve."""
 
-# ruff: noqa: E402
-import os
-
-# Must precede the first numba import (the lead should move this into tests/conftest.py).
-os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
-
-import numba
 import pytest
 import torch
 
@@ -17,8 +10,6 @@ from kvstate.kernels import (
     launch_override,
     longest_ready_prefix,
 )
-
-assert numba.config.ENABLE_CUDASIM, "numba was imported before NUMBA_ENABLE_CUDASIM=1 was set"
 
 SIM, REF = Backend.SIMULATOR, Backend.TORCH
 
