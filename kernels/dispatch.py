@@ -30,25 +30,19 @@ import contextlib
 import contextvars
 import enum
 import functools
+import importlib
 import math
 import os
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any, NamedTuple
 
-import numba
 import torch
-from numba import cuda
 
-from . import checksum as _checksum
-from . import dequant as _dequant
-from . import paged as _paged
-from . import readiness as _readiness
 from . import reference as ref
-from . import splice as _splice
-from . import window as _window
 from ._launch import GPU_LAUNCH, SIMULATOR_LAUNCH, LaunchConfig
-from .dequant import EntryLayout
 from .errors import (
     BackendUnavailableError,
     BlockTableError,
@@ -56,6 +50,7 @@ from .errors import (
     TailDiscontinuityError,
     WindowPositionError,
 )
+from .layout import EntryLayout
 
 ENV_VAR = "KVSTATE_KERNEL_BACKEND"
 
@@ -105,9 +100,37 @@ class SpliceResult(NamedTuple):
 
 
 # ---- backend selection ----------------------------------------------------------------------
+# numba is imported only when a kernel backend (CUDA or the simulator) may run: the torch
+# reference, and so the library on a CPU machine, needs neither numba nor the kernel modules.
+def _numba() -> ModuleType | None:
+    try:
+        return importlib.import_module("numba")
+    except ImportError:
+        return None
+
+
+def _cuda() -> Any:
+    from numba import cuda  # the only supported path: numba-cuda redirects it
+
+    return cuda
+
+
+@functools.cache
+def _kernel(name: str) -> Any:
+    """A kernel module (``paged``, ``dequant``, ...), compiled lazily on first launch."""
+    return importlib.import_module(f"{__package__}.{name}")
+
+
 def simulator_enabled() -> bool:
-    """True when numba was imported with ``NUMBA_ENABLE_CUDASIM=1``."""
-    return bool(getattr(numba.config, "ENABLE_CUDASIM", 0))
+    """True when numba was (or, imported now, would be) imported with ``NUMBA_ENABLE_CUDASIM=1``."""
+    nb = sys.modules.get("numba")
+    if nb is None:
+        if os.environ.get("NUMBA_ENABLE_CUDASIM", "0").strip() in ("", "0"):
+            return False
+        nb = _numba()
+        if nb is None:
+            return False
+    return bool(getattr(nb.config, "ENABLE_CUDASIM", 0))
 
 
 @functools.cache
@@ -115,14 +138,16 @@ def _gpu_probe() -> tuple[bool, str]:
     """(usable, why) for the real-GPU backend; probed once per process."""
     if simulator_enabled():
         return False, "NUMBA_ENABLE_CUDASIM=1: numba's cuda module is the simulator"
+    if not torch.cuda.is_available():
+        return False, f"torch {torch.__version__} has no CUDA device"
+    if _numba() is None:
+        return False, "numba is not installed (pip install kvstate[kernels])"
     try:
-        numba_ok = bool(cuda.is_available())
+        numba_ok = bool(_cuda().is_available())
     except Exception as exc:  # a broken driver install reports here, not at launch
         return False, f"numba.cuda.is_available() raised {type(exc).__name__}: {exc}"
     if not numba_ok:
-        return False, "numba finds no CUDA driver/device"
-    if not torch.cuda.is_available():
-        return False, f"numba sees a GPU but torch {torch.__version__} has no CUDA"
+        return False, "torch sees a GPU but numba finds no CUDA driver/device"
     name = torch.cuda.get_device_name()
     cc = torch.cuda.get_device_capability()
     return True, f"numba and torch see {name} (sm_{cc[0]}{cc[1]})"
@@ -277,6 +302,7 @@ class _Arrays:
             index = (
                 self.device.index if self.device.index is not None else torch.cuda.current_device()
             )
+            cuda = _cuda()
             self._gpu = cuda.gpus[index]
             self._gpu.__enter__()
             self.stream = cuda.external_stream(torch.cuda.current_stream(self.device).cuda_stream)
@@ -299,10 +325,10 @@ class _Arrays:
                 self._writeback.append((t, staged))
             return staged.numpy()
         if t.numel() == 0:  # may have no allocation to point at; give numba its own empty array
-            return cuda.device_array(
+            return _cuda().device_array(
                 tuple(t.shape), dtype=torch.empty(0, dtype=t.dtype).numpy().dtype
             )
-        return cuda.as_cuda_array(t, sync=False)
+        return _cuda().as_cuda_array(t, sync=False)
 
 
 # ---- 1. paged gather / scatter --------------------------------------------------------------
@@ -377,7 +403,7 @@ def gather_blocks(
     buf_w = _rows_as_words(out, 1, out.numel(), word, "out").view(-1)
     err = torch.full((1,), block_table.shape[0], dtype=torch.int64, device=device)
     with _Arrays(b, device) as a:
-        _paged.launch_gather(
+        _kernel("paged").launch_gather(
             a(tier_w),
             a(block_table),
             a(buf_w, written=True),
@@ -422,7 +448,7 @@ def scatter_blocks(
     buf_w = _rows_as_words(src, 1, src.numel(), word, "src").view(-1)
     err = torch.full((1,), block_table.shape[0], dtype=torch.int64, device=device)
     with _Arrays(b, device) as a:
-        _paged.launch_scatter(
+        _kernel("paged").launch_scatter(
             a(buf_w),
             a(block_table),
             a(tier_w, written=True),
@@ -480,7 +506,7 @@ def dequantize_entries(
     if n == 0:
         return out
     with _Arrays(b, device) as a:
-        _dequant.launch_dequant(a(entries), a(out, written=True), lay, _cfg(b), a.stream)
+        _kernel("dequant").launch_dequant(a(entries), a(out, written=True), lay, _cfg(b), a.stream)
     return out
 
 
@@ -575,7 +601,7 @@ def splice_tail(
     ]
     err = torch.full((1,), num_tokens, dtype=torch.int64, device=device)
     with _Arrays(b, device) as a:
-        _splice.launch_splice(
+        _kernel("splice").launch_splice(
             a(views[0]),
             a(views[1]),
             a(state_pos),
@@ -642,7 +668,7 @@ def realign_window(
     )
     err = torch.full((1,), end, dtype=torch.int64, device=device)
     with _Arrays(b, device) as a:
-        _window.launch_realign(
+        _kernel("window").launch_realign(
             a(ring_w),
             a(pos),
             end,
@@ -689,7 +715,9 @@ def longest_ready_prefix(
     bitmap = ready.view(torch.uint8) if ready.dtype == torch.bool else ready
     result = torch.full((1,), cols, dtype=torch.int64, device=device)
     with _Arrays(b, device) as a:
-        _readiness.launch_ready_prefix(a(bitmap), a(result, written=True), _cfg(b), a.stream)
+        _kernel("readiness").launch_ready_prefix(
+            a(bitmap), a(result, written=True), _cfg(b), a.stream
+        )
     return int(result[0]) // unit_blocks
 
 
@@ -719,5 +747,7 @@ def block_checksum(blocks: torch.Tensor, *, backend: Backend | str | None = None
     else:
         words = data.view(torch.int32)
     with _Arrays(b, device) as a:
-        _checksum.launch_checksum(a(words), row_bytes, a(out, written=True), _cfg(b), a.stream)
+        _kernel("checksum").launch_checksum(
+            a(words), row_bytes, a(out, written=True), _cfg(b), a.stream
+        )
     return out

@@ -16,8 +16,8 @@ import math
 
 import torch
 
-from .dequant import EntryLayout
 from .errors import BlockTableError, KernelInputError, TailDiscontinuityError, WindowPositionError
+from .layout import EntryLayout
 
 MASK32 = 0xFFFFFFFF
 _FP8_MAX = 448.0  # largest finite float8_e4m3fn

@@ -208,6 +208,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SpecError as exc:
         print(f"kvstate: spec error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except ModuleNotFoundError as exc:
+        extra = _EXTRAS.get((exc.name or "").split(".")[0])
+        if extra is None:
+            raise
+        print(
+            f"kvstate: {args.cmd} needs {exc.name!r}: pip install 'kvstate[{extra}]'",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+
+
+# the optional dependencies (pyproject.toml's extras) a command may need
+_EXTRAS = {"networkx": "prove", "hypothesis": "fuzz", "numba": "kernels", "torch": "fuzz"}
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -5,6 +5,9 @@ read the table, the library never reads the model or the proofs.  An AST walk ov
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -69,3 +72,29 @@ def test_the_walk_sees_a_violation(tmp_path: Path) -> None:
     f = tmp_path / "m.py"
     f.write_text("def f():\n    from kvstate.model.fuzz import x\n    from ..proofs import y\n")
     assert set(imported_packages(f, "impl")) == {"model", "proofs"}
+
+
+# what the verification stack and the kernels need, and the allocator does not
+NOT_FOR_THE_ALLOCATOR = ("numba", "hypothesis", "pytest", "_pytest", "networkx")
+
+
+def test_the_allocator_imports_only_what_it_uses(tmp_path: Path) -> None:
+    """``import kvstate.impl`` and building a cache need torch, numpy and z3 (the table's guards
+    are compiled through their Z3 terms), never numba, Hypothesis, pytest or networkx: kernels
+    are loaded on first launch, and only on a CUDA or simulator backend."""
+    code = (
+        "import sys, tempfile\n"
+        "from kvstate.impl import HeterogeneousKVCache\n"
+        "from kvstate.spec.geometry import small\n"
+        "c = HeterogeneousKVCache(geometry=small(), cache_dir=tempfile.mkdtemp(), device_blocks=8,"
+        " host_blocks=8)\n"
+        "c.close()\n"
+        f"print(sorted({{m.split('.')[0] for m in sys.modules}} & {set(NOT_FOR_THE_ALLOCATOR)!r}))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_ENABLE_CUDASIM",)}
+    env["KVSTATE_KERNEL_BACKEND"] = "auto"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout

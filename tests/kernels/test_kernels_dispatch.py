@@ -53,7 +53,9 @@ def test_kernel_errors_propagate_without_fallback(monkeypatch: pytest.MonkeyPatc
     def broken(*args: object, **kwargs: object) -> None:
         raise RuntimeError("kernel exploded")
 
-    monkeypatch.setattr(K.paged, "launch_gather", broken)
+    import kvstate.kernels.paged as paged  # loaded lazily by the dispatcher on first launch
+
+    monkeypatch.setattr(paged, "launch_gather", broken)
     with pytest.raises(RuntimeError, match="kernel exploded"):
         K.gather_blocks(torch.zeros(2, 4), torch.tensor([1]), backend=Backend.SIMULATOR)
 
