@@ -256,8 +256,8 @@ def test_request_arguments(cache: HeterogeneousKVCache) -> None:
         cache.core.allocate(True)  # a bool is not a record id
     with pytest.raises(InvalidArgument):
         cache.core.can("allocate", True)
+    assert state(cache) == before
     req = cache.request(harness_tokens(L + 1))
-    before = state(cache)
     with pytest.raises(InvalidArgument):
         cache.admit(req, recover="no")
     adm = cache.admit(req)
