@@ -364,7 +364,8 @@ class CacheCore:
         """Would the block action be allowed now (jobs ask this to choose their next step)."""
         if not isinstance(action, str) or action not in self._actions:
             raise InvalidArgument(f"no block action {action!r}")
-        self._rid(rid)
+        if rid.__class__ is not int or not 0 <= rid < len(self.meta):  # 0: the null record
+            raise InvalidArgument(f"no block record {rid!r}")
         with self.lock:
             skip = self._load_done_skip() if action == "load_done" else ()
             state, b = self._block_state(action, rid)
