@@ -924,7 +924,9 @@ class HeterogeneousKVCache:
         except KVStateError:
             raise
         except Exception as exc:
-            raise WriterFailed(f"storing {req!r}: the writer raised {exc!r}") from exc
+            err = WriterFailed(f"storing {req!r}: the writer raised {exc!r}")
+            err.__cause__ = exc  # (set by hand: compiled code drops ``raise ... from``)
+            raise err from exc
 
     def finish(self, request: Any, *, store: Any = True) -> None:
         """The request is done: store its new blocks and release its pins.  If storing fails

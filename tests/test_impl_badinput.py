@@ -15,16 +15,20 @@ give the same documented errors.  The counts are printed (``pytest -s``).
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import math
+import sys
 from collections import Counter
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 import torch
 
-from kvstate.impl import Admission, HeterogeneousKVCache, KVStateError, Run
-from kvstate.impl.core import CacheCore
+from kvstate import impl
+from kvstate.impl import HeterogeneousKVCache, KVStateError
 from kvstate.impl.events import EventKind
 from kvstate.impl.testdata import harness_tokens
 from kvstate.spec import default_table, small
@@ -127,14 +131,34 @@ class World:
         self.c.close()
 
 
+def source_module(name: str) -> ModuleType:
+    """The pure-Python source of an impl module, loaded beside the imported one: a compiled
+    (mypyc) class has no signatures to inspect, and both builds must test the same surface."""
+    path = Path(impl.__file__).parent / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"kvstate.impl._signatures_{name}", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up there
+    try:
+        spec.loader.exec_module(mod)
+    finally:
+        del sys.modules[spec.name]
+    return mod
+
+
 def surface() -> list[tuple[str, str, inspect.Signature]]:
-    out = [("HeterogeneousKVCache", "__init__", inspect.signature(HeterogeneousKVCache))]
-    for owner, cls in (("cache", HeterogeneousKVCache), ("run", Run), ("admission", Admission)):
-        for name, fn in inspect.getmembers(cls, inspect.isroutine):
+    cache_src, core_src = source_module("cache"), source_module("core")
+    out = [("HeterogeneousKVCache", "__init__", inspect.signature(cache_src.HeterogeneousKVCache))]
+    for owner, cls in (
+        ("cache", "HeterogeneousKVCache"),
+        ("run", "Run"),
+        ("admission", "Admission"),
+    ):
+        for name, fn in inspect.getmembers(getattr(cache_src, cls), inspect.isroutine):
             if name.startswith("_") or name == "close":
                 continue
             out.append((owner, name, inspect.signature(fn)))
-    for name, fn in inspect.getmembers(CacheCore, inspect.isroutine):
+    for name, fn in inspect.getmembers(core_src.CacheCore, inspect.isroutine):
         if name in ACTIONS or name == "can":
             out.append(("core", name, inspect.signature(fn)))
     return out
