@@ -360,7 +360,7 @@ class CacheCore:
         params["b"] = b
         self._guard(action, state, params, skip)
 
-    def can(self, action: str, rid: Any) -> bool:
+    def can(self, action: Any, rid: Any) -> bool:
         """Would the block action be allowed now (jobs ask this to choose their next step)."""
         if not isinstance(action, str) or action not in self._actions:
             raise InvalidArgument(f"no block action {action!r}")
