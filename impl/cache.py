@@ -27,7 +27,7 @@ import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
-from pathlib import Path
+from os import PathLike
 from types import TracebackType
 from typing import Any, NamedTuple
 
@@ -42,26 +42,34 @@ from kvstate.spec.geometry import Geometry, small
 from kvstate.spec.phases import CKV, Indexer, Pipe, Req, Swa
 from kvstate.spec.table import Table
 
+from . import args
 from .coordinator import HitSearch, RecoveryPlan, Shortening, plan_steps, projection
-from .core import _USING, CacheCore, Slot, _int
+from .core import _USING, _WAITING, CacheCore, Slot
 from .errors import (
     AlreadyReleased,
+    CacheClosed,
     InvalidArgument,
+    KVStateError,
     LayoutError,
     NotReady,
     OutOfCapacity,
     Refused,
+    RunReleased,
+    StaleAdmission,
     UnknownRequest,
+    WriterFailed,
 )
 from .events import EventKind, EventLog
 from .hashing import Chain, as_tokens
 from .meta import NULL_RID
 from .pipelines import TailCheckJob
-from .testdata import DeterministicWriter, Writer
+from .testdata import DeterministicWriter
 
 _ids = itertools.count(1)
 _NO_RECOVERY = RecoveryPlan()  # immutable: one shared empty plan for every hit that needs none
 _DEFAULT_WRITER: Any = object()
+_SLOT_GROUPS = ("csa", "hca", "indexer", "compressor")
+MAX_MODEL_LEN = 1 << 40  # no token id reaches it either (hashing.MAX_TOKEN_ID)
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -200,14 +208,24 @@ class Admission:
     def ready(self) -> bool:
         return self.state != "pending"
 
-    def wait(self, timeout: float | None = None) -> Admission:
+    def wait(self, timeout: Any = None) -> Admission:
         """Block until recovery completes (threaded pipelines); then validated or truncated."""
-        self.request.cache._finalize(self, timeout=timeout)
+        cache = self.request.cache
+        wait = args.timeout("timeout", timeout)
+        cache._own(self.request)
+        cache._finalize(self, timeout=wait)
         return self
 
 
 class Run:
-    """What a request computes from while it is in use: pinned block tables and data readers."""
+    """What a request computes from while it is in use: pinned block tables and data readers.
+
+    A run is valid only while its request holds the pins it was made under (inside its
+    ``with use()`` block, before ``finish`` or ``abort``).  Every reader checks that *under the
+    cache's lock* and reads while holding it, so a release from another thread cannot free,
+    evict or overwrite a block in the middle of a read: a read either returns the validated
+    bytes or raises :class:`RunReleased`.
+    """
 
     def __init__(
         self,
@@ -218,6 +236,7 @@ class Run:
         self.cache = cache
         self.request = request
         self._admission = request.admission
+        self._slot = request.slot
         if prefix is not None:  # a view of the first blocks of a run (see ``prefix``)
             self.hit_tokens, self.rids = prefix
             return
@@ -226,12 +245,39 @@ class Run:
         self.hit_tokens = slot.pinned if slot.phase != Req.RECOMPUTE else 0
         self.rids = list(slot.rids)
 
-    def prefix(self, h: int) -> Run:
+    @property
+    def live(self) -> bool:
+        """Does the request still hold the pins this run was made under?"""
+        req = self.request
+        s = req.slot
+        return (
+            s is not None
+            and s is self._slot
+            and s.phase == _USING
+            and req.admission is self._admission
+            and not self.cache._closed
+        )
+
+    def _check(self, what: str) -> None:
+        """Refuse unless live; the caller holds the core's lock (and reads under it)."""
+        if not self.live:
+            if self.cache._closed:
+                raise CacheClosed(f"{what}: the cache is closed")
+            raise RunReleased(
+                "use", ("using",), f"{what}: {self.request!r} released the pins of this run"
+            )
+
+    def prefix(self, h: Any) -> Run:
         """This run read as a hit of its first ``h`` tokens (whole blocks, ``h <= hit_tokens``)."""
         L = self.cache.L
-        if not 0 <= h <= self.hit_tokens or h % L:
+        h = args.integer("h", h, 0, self.hit_tokens)
+        if h % L:
             raise InvalidArgument(f"boundary {h} is not a block boundary within {self.hit_tokens}")
-        return Run(self.cache, self.request, (h, self.rids[: h // L]))
+        with self.cache.core.lock:
+            self._check("prefix")
+            run = Run(self.cache, self.request, (h, self.rids[: h // L]))
+            run._admission, run._slot = self._admission, self._slot
+            return run
 
     @property
     def pins(self) -> tuple[Pin, ...]:
@@ -243,39 +289,50 @@ class Run:
 
     def block_table(self) -> list[int]:
         """Device slots of the hit's blocks (full-history groups), in chain order."""
+        with self.cache.core.lock:
+            self._check("block_table")
+            return self._block_table()
+
+    def _block_table(self) -> list[int]:
         slot = self.cache.core.meta.slot
         return [slot[r] for r in self.rids]
 
-    def read_compressed(self, group: str, layer: int) -> torch.Tensor:
+    def read_compressed(self, group: Any, layer: Any) -> torch.Tensor:
         """Pages ``[blocks * pages_per_block, page_bytes]`` of one layer of a slot group."""
         tiers = self.cache.core.tiers
+        name = args.choice("group", group, _SLOT_GROUPS)
         grp = {
             "csa": tiers.csa,
             "hca": tiers.hca,
             "indexer": tiers.indexer,
             "compressor": tiers.compressor,
-        }[group]
+        }[name]
+        li = args.index("layer", layer, grp.device_data.shape[0])
         ppl = grp.pages_per_block
-        table = torch.tensor(
-            [s * ppl + i for s in self.block_table() for i in range(ppl)],
-            dtype=torch.int64,
-            device=grp.device_data.device,
-        )
-        return gather_blocks(grp.device_data[layer], table, backend=self.cache.core.backend)
+        with self.cache.core.lock:
+            self._check("read_compressed")
+            table = torch.tensor(
+                [s * ppl + i for s in self._block_table() for i in range(ppl)],
+                dtype=torch.int64,
+                device=grp.device_data.device,
+            )
+            return gather_blocks(grp.device_data[li], table, backend=self.cache.core.backend)
 
-    def read_window(self, layer: int) -> torch.Tensor:
+    def read_window(self, layer: Any) -> torch.Tensor:
         """The SWA rows of positions ``[h - n_win, h)`` of model layer ``layer`` (zeros before 0)."""
         core = self.cache.core
         g = core.g
         swa = core.tiers.swa
+        li = args.index("layer", layer, swa.device_data.shape[0])
         h, bt, n_win = self.hit_tokens, g.swa_block_tokens, g.n_win
         out = torch.zeros(n_win, g.entry_bytes, dtype=torch.uint8)
-        if h == 0:
-            return out
-        first = max(0, h - n_win) // bt
-        last = (h - 1) // bt
-        table = []
-        with core.lock:  # the block table; the pinned pages themselves are read without it
+        with core.lock:
+            self._check("read_window")
+            if h == 0:
+                return out
+            first = max(0, h - n_win) // bt
+            last = (h - 1) // bt
+            table = []
             rids = swa.map(core.resolve(self.request.chain))
             for j in range(first, last + 1):
                 b, i = divmod(j, swa.pages_per_block)
@@ -284,30 +341,33 @@ class Run:
                 table.append(
                     pages[i] if pages and core.meta.swa[rid] == Swa.VALID else swa.NULL_PAGE
                 )
-        tier = swa.device_data[layer].view(-1, bt, g.entry_bytes)
-        t = torch.tensor(table, dtype=torch.int64, device=tier.device)
-        rows = gather_blocks(tier, t, backend=core.backend).reshape(-1, g.entry_bytes).cpu()
+            tier = swa.device_data[li].view(-1, bt, g.entry_bytes)
+            t = torch.tensor(table, dtype=torch.int64, device=tier.device)
+            rows = gather_blocks(tier, t, backend=core.backend).reshape(-1, g.entry_bytes).cpu()
         lo = max(0, h - n_win) - first * bt
         got = rows[lo : lo + min(h, n_win)]
         out[n_win - got.shape[0] :] = got
         return out
 
-    def read_tail(self, layer: int) -> torch.Tensor:
+    def read_tail(self, layer: Any) -> torch.Tensor:
         """The compressor state of CSA layer ``layer`` at the hit boundary, checked by the tail
         splice kernel (raises ``TailDiscontinuityError`` if it is not the state of this boundary)."""
         core = self.cache.core
         grp = core.tiers.compressor
+        li = args.index("layer", layer, grp.device_data.shape[0])
         h = self.hit_tokens
-        if h == 0:
-            return torch.zeros(grp.ring, grp.width)
         with core.lock:
+            self._check("read_tail")
+            if h == 0:
+                return torch.zeros(grp.ring, grp.width)
             rid = grp.map(core.resolve(self.request.chain))[self.blocks - 1]
             slot = core.meta.slot[rid]
-        state, pos = grp.decode(grp.device_data[layer, grp.dev_index(max(slot, 0))])
+            state, pos = grp.decode(grp.device_data[li, grp.dev_index(max(slot, 0))])  # a copy
         return grp.check(state, pos, h, core.backend)
 
     def verify_pins(self) -> list[str]:
-        """TOCTOU check: every pinned block still has the generation and address validated."""
+        """TOCTOU check: every pinned block still has the generation and address validated
+        (a diagnostic: it reads metadata only, and works on a released run too)."""
         core = self.cache.core
         m = core.meta
         bad = []
@@ -323,30 +383,45 @@ class Run:
         return bad
 
     def append(self, tokens: Any) -> None:
-        self.cache.append(self.request, tokens)
+        with self.cache.core.lock:
+            self._check("append")
+            self.cache.append(self.request, tokens)
 
 
 class UseContext:
     """``with cache.use(adm) as run``: pins held until exit; finish on success, abort on error."""
 
-    def __init__(self, cache: HeterogeneousKVCache, request: Request, store: bool) -> None:
+    def __init__(
+        self,
+        cache: HeterogeneousKVCache,
+        request: Request,
+        store: bool,
+        admission: Admission | None = None,
+    ) -> None:
         self.cache = cache
         self.request = request
         self.store = store
+        self.admission = request.admission if admission is None else admission
         self.run: Run | None = None
 
     def __enter__(self) -> Run:
-        core = self.cache.core
+        cache = self.cache
+        core = cache.core
         with core.lock:
-            slot = self.request.slot
+            if cache._closed:
+                raise CacheClosed("use: the cache is closed")
+            req = self.request
+            slot = req.slot
             if slot is None:
-                raise AlreadyReleased("use", ("checked",), f"{self.request!r} holds no slot")
+                raise AlreadyReleased("use", ("checked",), f"{req!r} holds no slot")
+            if req.admission is not self.admission:
+                raise StaleAdmission("use", ("checked",), f"{req!r} was admitted again")
             core._guard("use", core._req_state("use", slot, ()), {"r": 0})
             core._fx_use(slot)
-            self.run = run = Run(self.cache, self.request)
+            self.run = run = Run(cache, req)
             addr = core.meta.addr
-            core.graph.refill(slot.index, run.block_table(), [addr[r] for r in run.rids])
-        return self.run
+            core.graph.refill(slot.index, run._block_table(), [addr[r] for r in run.rids])
+        return run
 
     def finish(self) -> None:
         self.cache.finish(self.request, store=self.store)
@@ -357,13 +432,14 @@ class UseContext:
     def __exit__(
         self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
     ) -> None:
-        slot = self.request.slot
-        if slot is None or slot.phase != _USING:
-            return  # already finished or aborted inside the block
-        if et is None:
-            self.finish()
-        else:
-            self.abort()
+        run = self.run
+        with self.cache.core.lock:  # the check and the release as one step (other threads)
+            if run is None or not run.live:
+                return  # already finished or aborted (inside the block, or by another thread)
+            if et is None:
+                self.finish()
+            else:
+                self.abort()
 
 
 class HeterogeneousKVCache:
@@ -382,26 +458,58 @@ class HeterogeneousKVCache:
 
     def __init__(
         self,
-        geometry: Geometry | None = None,
+        geometry: Any = None,
         *,
-        table: Table | None = None,
-        cache_dir: str | Path | None = None,
-        device: str | torch.device | None = None,
-        executors: str = "threads",
-        max_requests: int | None = None,
-        device_blocks: int | None = None,
-        host_blocks: int | None = None,
-        disk_blocks: int | None = None,
-        writer: Writer | None = _DEFAULT_WRITER,
-        bugs: Sequence[str] | frozenset[str] = (),
-        kernel_backend: str | None = None,
-        memory_limit: int = 8 * 2**30,
-        max_model_len: int = 1 << 20,
-        durable: bool = False,
-        derive_index: bool | None = None,
+        table: Any = None,
+        cache_dir: Any = None,
+        device: Any = None,
+        executors: Any = "threads",
+        max_requests: Any = None,
+        device_blocks: Any = None,
+        host_blocks: Any = None,
+        disk_blocks: Any = None,
+        writer: Any = _DEFAULT_WRITER,
+        bugs: Any = (),
+        kernel_backend: Any = None,
+        memory_limit: Any = 8 * 2**30,
+        max_model_len: Any = 1 << 20,
+        durable: Any = False,
+        derive_index: Any = None,
     ) -> None:
+        # every argument is checked before anything is built (InvalidArgument / LayoutError)
+        self._closed = True  # until built: a half-built cache serves nothing
         if geometry is not None and not isinstance(geometry, Geometry):
             raise InvalidArgument(f"geometry must be a Geometry, got {type(geometry).__name__}")
+        if table is not None and not isinstance(table, Table):
+            raise InvalidArgument(f"table must be a Table, got {type(table).__name__}")
+        if cache_dir is not None and not isinstance(cache_dir, (str, PathLike)):
+            raise InvalidArgument(f"cache_dir must be a path, got {type(cache_dir).__name__}")
+        dev = args.device(device)
+        executors = args.choice("executors", executors, ("threads", "manual"))
+        caps = {
+            name: args.optional_integer(name, v, 1, 1 << 30)
+            for name, v in (
+                ("max_requests", max_requests),
+                ("device_blocks", device_blocks),
+                ("host_blocks", host_blocks),
+                ("disk_blocks", disk_blocks),
+            )
+        }
+        if (
+            writer is not _DEFAULT_WRITER
+            and writer is not None
+            and not callable(getattr(writer, "rows", None))
+        ):
+            raise InvalidArgument(f"writer must be a Writer or None, got {type(writer).__name__}")
+        if not isinstance(bugs, (tuple, list, set, frozenset)) or not all(
+            isinstance(b, str) for b in bugs
+        ):
+            raise InvalidArgument(f"bugs must be a collection of bug names, got {bugs!r}")
+        backend = args.kernel_backend(kernel_backend)
+        memory_limit = args.integer("memory_limit", memory_limit, 1, args.MAX_COUNT)
+        max_model_len = args.integer("max_model_len", max_model_len, 1, MAX_MODEL_LEN)
+        durable = args.flag("durable", durable)
+        derive_index = args.optional_flag("derive_index", derive_index)
         try:
             if table is None:
                 table = default_table(geometry or small())
@@ -409,25 +517,22 @@ class HeterogeneousKVCache:
                 table = table.with_geometry(geometry)
         except GeometryError as exc:
             raise LayoutError(str(exc)) from exc
-        _int("max_model_len", max_model_len, 1)
-        if executors not in ("threads", "manual"):
-            raise InvalidArgument(f"executors must be 'threads' or 'manual', got {executors!r}")
         self.table = table
         self.geometry = table.geometry
         self.L = table.consts.L
         self.max_model_len = max_model_len
         self.core = CacheCore(
             table,
-            device_blocks=device_blocks,
-            host_blocks=host_blocks,
-            disk_blocks=disk_blocks,
-            device=device,
-            cache_dir=cache_dir,
+            device_blocks=caps["device_blocks"],
+            host_blocks=caps["host_blocks"],
+            disk_blocks=caps["disk_blocks"],
+            device=dev,
+            cache_dir=cache_dir,  # type: ignore[arg-type]  # any os.PathLike
             mode=executors,
-            max_requests=max_requests,
+            max_requests=caps["max_requests"],
             writer=DeterministicWriter() if writer is _DEFAULT_WRITER else writer,
-            bugs=bugs,
-            kernel_backend=kernel_backend,
+            bugs=frozenset(bugs),
+            kernel_backend=backend,
             memory_limit=memory_limit,
             durable=durable,
             derive_index=derive_index,
@@ -437,63 +542,91 @@ class HeterogeneousKVCache:
         self.pipelines = self.core.pipes
         # weak: a request the caller dropped (after finishing it) is forgotten by itself
         self._requests: weakref.WeakValueDictionary[int, Request] = weakref.WeakValueDictionary()
+        self._closed = False
 
     # ---- lifecycle ----------------------------------------------------------------------
     def close(self) -> None:
+        """Stop the pipelines and release the cache directory (a temporary one is deleted).
+        Closing twice is a no-op; every other call then raises :class:`CacheClosed`."""
+        if getattr(self, "core", None) is None:
+            return
+        with self.core.lock:
+            self._closed = True
         self.core.close()
 
+    def _open(self) -> None:
+        if self._closed:
+            raise CacheClosed("the cache is closed")
+
     def __enter__(self) -> HeterogeneousKVCache:
+        self._open()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
     # ---- requests -----------------------------------------------------------------------
-    def chain(self, tokens: Any, namespace: str = "") -> Chain:
+    def chain(self, tokens: Any, namespace: Any = "") -> Chain:
+        self._open()
+        namespace = args.text("namespace", namespace)
         return Chain(as_tokens(tokens, max_len=self.max_model_len), self.L, namespace)
 
-    def request(self, tokens: Any, *, namespace: str = "", lifetime: Any = None) -> Request:
+    def request(self, tokens: Any, *, namespace: Any = "", lifetime: Any = None) -> Request:
         """A new request; ``lifetime`` (ticks it will live, default ``lease_max``) sets its
-        deadline when admitted, which every block's residency lease must cover (layer L1)."""
-        life = self.table.consts.lease_max if lifetime is None else lifetime
-        if not isinstance(life, int) or isinstance(life, bool) or life < 1:
-            raise InvalidArgument(f"lifetime must be a positive int of ticks, got {life!r}")
+        deadline when admitted, which every block's residency lease must cover (layer L1).
+        The tokens are copied: the caller may reuse its buffer at once."""
+        self._open()
+        life = (
+            self.table.consts.lease_max
+            if lifetime is None
+            else args.integer("lifetime", lifetime, 1, args.MAX_COUNT)
+        )
+        namespace = args.text("namespace", namespace)
         req = Request(self, as_tokens(tokens, max_len=self.max_model_len), namespace, life)
         self._requests[req.id] = req
         return req
 
     def get_request(self, request_id: Any) -> Request:
-        try:
-            return self._requests[request_id]
-        except KeyError:
-            raise UnknownRequest(f"unknown request id {request_id!r}") from None
+        rid = args.integer("request_id", request_id)
+        req = self._requests.get(rid)
+        if req is None:
+            raise UnknownRequest(f"unknown request id {rid!r}")
+        return req
 
     def _own(self, request: Any) -> Request:
         # a Request is made by one cache (``request()``) and stays in its id table until
         # ``forget``: the two fields say so without a lookup in the weak table
         if request.__class__ is not Request or request.cache is not self or not request.owned:
-            if not isinstance(request, Request) or self._requests.get(request.id) is not request:
+            if not isinstance(request, Request):
+                raise InvalidArgument(f"expected a Request, got {type(request).__name__}")
+            if self._requests.get(request.id) is not request:
                 raise UnknownRequest(f"{request!r} does not belong to this cache")
+        if self._closed:
+            raise CacheClosed("the cache is closed")
         return request
 
-    def register(self, chain: Chain) -> list[int]:
+    def register(self, chain: Any) -> list[int]:
         """Pre-register a prefix's blocks (records with reserved device slots; see core)."""
+        self._open()
+        if not isinstance(chain, Chain) or chain.block_tokens != self.L:
+            raise InvalidArgument(f"expected a Chain of this cache (see chain()), got {chain!r}")
         return self.core.register(chain)
 
-    def max_hit(self, request: Request) -> int:
+    def max_hit(self, request: Any) -> int:
         """The longest hit a request could use: every token but the last, which is computed for
         the logits.  The search cuts it to whole LCM blocks (and says so: L1.lcm_aligned)."""
-        return max(len(request.tokens) - 1, 0)
+        return max(len(self._own(request).tokens) - 1, 0)
 
-    def admit(self, request: Any, *, recover: bool = True) -> Admission:
+    def admit(self, request: Any, *, recover: Any = True) -> Admission:
         """Longest valid hit for ``request``: pinned, validated (or recovering), explained."""
         req = self._own(request)
+        recover = args.flag("recover", recover)
         core = self.core
         with core.lock:
             if req.slot is not None:
                 raise Refused("admit", ("idle",), f"{req!r} is already admitted")
             # the table's ``admit``: a free slot, its guard on the slot, then its effects
-            t = _int("lifetime", req.lifetime, 1)
+            t = req.lifetime  # checked by ``request``
             s = core.free_slot()
             core._guard("admit", core._req_state("admit", s, ()), {"r": 0, "t": t})
             core._fx_admit(s, req, t)
@@ -659,11 +792,32 @@ class HeterogeneousKVCache:
             req = adm.request
             core.abort(s)
             s = core.begin(req, ticks, slot=s.index)
-            core.match(s, found.hit, rids)
-            core.pin(s, rids)
-            core.validate(s, rids)
+            try:
+                core.match(s, found.hit, rids)
+                core.pin(s, rids)
+                core.validate(s, rids)
+            except Refused as exc:
+                # not even the truncated hit passes now (e.g. the request's deadline ran out
+                # while it waited, so no lease covers it: L1.lease_covers): recompute it all,
+                # as the table's ``downgrade`` allows for a failed load, instead of refusing
+                # with the request left pinned
+                self._give_up(adm, s, f"after a failed recovery: {exc}")
+                return
             adm.hit_tokens = found.hit
             self._validated(adm)
+
+    def _give_up(self, adm: Admission, s: Slot, why: str) -> None:
+        """Downgrade a re-admitted request to a recompute (hit 0, nothing pinned)."""
+        core = self.core
+        if s.phase == _WAITING:
+            core.match(s, 0, [])
+        core.downgrade(s)
+        adm.explanation.rejection = why
+        adm.hit_tokens = 0
+        adm.state = "downgraded"
+        adm.rids = []
+        adm._snapshot = None
+        adm._pins = None
 
     def _validated(self, adm: Admission) -> None:
         core = self.core
@@ -687,15 +841,27 @@ class HeterogeneousKVCache:
         req = adm.request
         req.stored = max(req.stored, len(s.rids))  # found cached: nothing to store for them
 
-    def use(
-        self, admission: Admission | Request, *, store: bool = True, timeout: float | None = 30.0
-    ) -> UseContext:
-        """Context manager: the request computes from its pinned hit inside the block."""
-        req = admission.request if isinstance(admission, Admission) else admission
-        adm = req.admission if isinstance(req, Request) else None
+    def use(self, admission: Any, *, store: Any = True, timeout: Any = 30.0) -> UseContext:
+        """Context manager: the request computes from its pinned hit inside the block.
+
+        ``admission`` is the request's current :class:`Admission` (an older one, from before
+        the request was admitted again, raises :class:`StaleAdmission`) or the request itself.
+        A pending admission is finalized first (waiting up to ``timeout`` seconds, None: as
+        long as it takes): validated, truncated after a failed recovery, or, when not even the
+        truncated hit passes, downgraded to a recompute (``state == "downgraded"``)."""
+        if isinstance(admission, Admission):
+            req = self._own(admission.request)
+            if req.admission is not admission:
+                raise StaleAdmission("use", ("checked",), f"{req!r} was admitted again since")
+            adm: Admission | None = admission
+        else:
+            req = self._own(admission)
+            adm = req.admission
+        store = args.flag("store", store)
+        wait = args.timeout("timeout", timeout) if timeout is not None else None
         if adm is not None and adm.state == "pending" and req.slot is not None:
-            self._finalize(adm, timeout=timeout)
-        return UseContext(self, self._own(req), store)
+            self._finalize(adm, timeout=wait)
+        return UseContext(self, req, store, adm)
 
     # ---- decode and completion ------------------------------------------------------------
     def append(self, request: Any, tokens: Any) -> None:
@@ -709,7 +875,7 @@ class HeterogeneousKVCache:
                 raise Refused("append", ("using",), f"{req!r} is not in use")
             before = req.chain.blocks
             req._extend(new)
-            self._store(req)
+            self._store_checked(req)
             W = self.table.consts.W
             rids = core.resolve(req.chain)
             for b in range(max(0, before - W), max(0, req.chain.blocks - W)):
@@ -750,9 +916,23 @@ class HeterogeneousKVCache:
             core._fx_touch(rid, ticks)
         req.stored = chain.blocks
 
-    def finish(self, request: Any, *, store: bool = True) -> None:
-        """The request is done: store its new blocks and release its pins."""
+    def _store_checked(self, req: Request) -> None:
+        """``_store``, with a writer's exception reported as :class:`WriterFailed` (the
+        failing block discarded, the ones before it stored)."""
+        try:
+            self._store(req)
+        except KVStateError:
+            raise
+        except Exception as exc:
+            err = WriterFailed(f"storing {req!r}: the writer raised {exc!r}")
+            err.__cause__ = exc  # (set by hand: compiled code drops ``raise ... from``)
+            raise err from exc
+
+    def finish(self, request: Any, *, store: Any = True) -> None:
+        """The request is done: store its new blocks and release its pins.  If storing fails
+        (:class:`WriterFailed`, or no device room left) the pins are released all the same."""
         req = self._own(request)
+        store = args.flag("store", store)
         core = self.core
         with core.lock:
             s = req.slot
@@ -761,7 +941,12 @@ class HeterogeneousKVCache:
             if s.phase != _USING:
                 raise Refused("release", ("using",), f"{req!r} is {Req(s.phase).name}, not in use")
             if store and req.stored < req.chain.blocks:
-                self._store(req)
+                try:
+                    self._store_checked(req)
+                except BaseException:
+                    core._guard("release", core._req_state("release", s, ()), {"r": 0})
+                    core._fx_release(s)
+                    raise
             rids = core.resolve(req.chain)
             if rids != s.rids:  # else releasing the pins moves exactly these blocks, likewise
                 core.used(rids)
@@ -772,18 +957,21 @@ class HeterogeneousKVCache:
         """Abort at any point; in-flight loads finish in their pipelines (nothing is reused
         mid-write, nothing leaks)."""
         req = self._own(request)
-        s = req.slot
-        if s is None:
-            raise AlreadyReleased("abort", ("active",), f"{req!r} was already released")
-        self.core.abort(s)
+        with self.core.lock:  # the slot read and the abort as one step (other threads)
+            s = req.slot
+            if s is None:
+                raise AlreadyReleased("abort", ("active",), f"{req!r} was already released")
+            self.core.abort(s)
 
     # ---- time, maintenance ----------------------------------------------------------------
     def tick(self, ticks: Any = 1) -> None:
-        self.core.tick(ticks)
+        self._open()
+        self.core.tick(args.integer("ticks", ticks, 1, args.MAX_COUNT))
 
     def evict(self, n: Any = 1) -> int:
         """Evict up to ``n`` least recently used unpinned, lease-expired device blocks."""
-        n = _int("n", n, 0)
+        self._open()
+        n = args.integer("n", n, 0)
         done = 0
         with self.core.lock:
             while done < n and self.core._evict_one():
@@ -792,7 +980,8 @@ class HeterogeneousKVCache:
 
     def offload(self, n: Any = 1) -> int:
         """Start offloading up to ``n`` LRU device blocks to host (DMA pipeline)."""
-        n = _int("n", n, 0)
+        self._open()
+        n = args.integer("n", n, 0)
         core = self.core
         done = 0
         with core.lock:
@@ -810,7 +999,8 @@ class HeterogeneousKVCache:
 
     def spill(self, n: Any = 1) -> int:
         """Write up to ``n`` LRU host blocks to disk."""
-        n = _int("n", n, 0)
+        self._open()
+        n = args.integer("n", n, 0)
         core = self.core
         done = 0
         with core.lock:
@@ -824,7 +1014,8 @@ class HeterogeneousKVCache:
 
     def drop(self, n: Any = 1) -> int:
         """Delete up to ``n`` LRU (or corrupt) host/disk entries whose lease expired."""
-        n = _int("n", n, 0)
+        self._open()
+        n = args.integer("n", n, 0)
         core = self.core
         done = 0
         with core.lock:
@@ -853,7 +1044,9 @@ class HeterogeneousKVCache:
                 "now": core.now,
             }
 
-    def events_of(self, kind: EventKind) -> list[Any]:
+    def events_of(self, kind: Any) -> list[Any]:
+        if not isinstance(kind, EventKind):
+            raise InvalidArgument(f"kind must be an EventKind, got {kind!r}")
         return self.events.of(kind)
 
     def requests(self) -> Iterator[Request]:

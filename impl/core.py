@@ -34,6 +34,8 @@ from kvstate.spec.compile import compile_hit_rule
 from kvstate.spec.phases import CKV, Fmt, Indexer, Pipe, Req, Swa, Tail
 from kvstate.spec.table import Table
 
+from .args import MAX_COUNT
+from .args import integer as _int
 from .bugs import Bugs
 from .coordinator import Coordinator, HitSearch, rule_reads
 from .disk import DiskEntry, DiskTier
@@ -42,6 +44,7 @@ from .errors import (
     CorruptEntry,
     InternalError,
     InvalidArgument,
+    LayoutError,
     OutOfCapacity,
     Refused,
     UnknownRequest,
@@ -53,7 +56,7 @@ from .hashing import Chain
 from .meta import NULL_RID, BlockMeta, ChainView, Others, RecordState, SlotState
 from .pipelines import Job, LoadJob, OffloadJob, Pipelines, RebuildJob
 from .testdata import Writer
-from .tiers import Tiers
+from .tiers import Tiers, planned_bytes
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -71,17 +74,6 @@ _IDLE, _WAITING, _MATCHED, _PINNED, _VALIDATED, _USING = (
     int(Req.IDLE), int(Req.WAITING), int(Req.MATCHED), int(Req.PINNED), int(Req.VALIDATED),
     int(Req.USING),
 )  # fmt: skip
-
-
-def _int(name: str, v: Any, lo: int | None = None, hi: int | None = None) -> int:
-    if not isinstance(v, (int, np.integer)) or isinstance(v, bool):
-        raise InvalidArgument(f"{name} must be an int, got {type(v).__name__}")
-    v = int(v)
-    if lo is not None and v < lo:
-        raise InvalidArgument(f"{name}={v} is below {lo}")
-    if hi is not None and v > hi:
-        raise InvalidArgument(f"{name}={v} is above {hi}")
-    return v
 
 
 class Slot:
@@ -156,6 +148,20 @@ class CacheCore:
         # version.  Recovery (a rebuild after a disk load) always derives them.
         self.derive_index = writer is not None if derive_index is None else bool(derive_index)
         self.meta = BlockMeta(self.k.load_steps)
+        # the CUDA-graph block table (int32 slots + int64 state pointers per entry, a device
+        # copy on CUDA) is as much a part of the footprint as the tiers: count it in the limit
+        graph_blocks = _cdiv(_int("max_model_len", max_model_len, 1), self.L)
+        graph_bytes = (
+            caps["max_requests"] * graph_blocks * 12 * (2 if self.device.type == "cuda" else 1)
+        )
+        dev_b, host_b = planned_bytes(g, self.device_blocks, self.host_blocks)
+        if graph_bytes > memory_limit - dev_b - host_b:
+            raise LayoutError(
+                f"{caps['max_requests']} requests x {graph_blocks} blocks of CUDA-graph block "
+                f"table need {graph_bytes / 2**30:.1f} GiB beside {(dev_b + host_b) / 2**30:.1f} "
+                f"GiB of tiers (> memory_limit {memory_limit / 2**30:.1f} GiB); lower "
+                "max_requests or max_model_len, or raise memory_limit"
+            )
         self.tiers = Tiers(
             g,
             device_slots=self.device_blocks,
@@ -181,7 +187,7 @@ class CacheCore:
         self.graph = GraphRegistry(
             self.meta,
             caps["max_requests"],
-            _cdiv(_int("max_model_len", max_model_len, 1), self.L),
+            graph_blocks,
             self.device,
         )
         self.index: dict[bytes, int] = {}
@@ -206,6 +212,7 @@ class CacheCore:
         self.guards = Guards(table, self.vk, mapped)
         # guards that read a block only at its own parameter (or nothing but globals) evaluate on
         # the record-indexed metadata; those that read only the acting request, on its slot
+        self._actions = frozenset(a.name for a in table.actions)
         self._records = RecordState(self.meta, self)
         self._by_record = frozenset(
             a for a, kind in self.guards.locality.items() if kind in ("block", "global")
@@ -353,15 +360,19 @@ class CacheCore:
         params["b"] = b
         self._guard(action, state, params, skip)
 
-    def can(self, action: str, rid: Any) -> bool:
+    def can(self, action: Any, rid: Any) -> bool:
         """Would the block action be allowed now (jobs ask this to choose their next step)."""
+        if not isinstance(action, str) or action not in self._actions:
+            raise InvalidArgument(f"no block action {action!r}")
+        if rid.__class__ is not int or not 0 <= rid < len(self.meta):  # 0: the null record
+            raise InvalidArgument(f"no block record {rid!r}")
         with self.lock:
             skip = self._load_done_skip() if action == "load_done" else ()
             state, b = self._block_state(action, rid)
             return self.guards.allows(action, state, {"b": b}, skip)
 
     def _rid(self, rid: Any) -> int:
-        if not isinstance(rid, int) or not 0 < rid < len(self.meta):
+        if rid.__class__ is not int or not 0 < rid < len(self.meta):
             raise InvalidArgument(f"no block record {rid!r}")
         return rid
 
@@ -969,7 +980,7 @@ class CacheCore:
 
     def tick(self, ticks: Any = 1) -> None:
         with self.lock:
-            t = _int("ticks", ticks, 1)
+            t = _int("ticks", ticks, 1, MAX_COUNT)
             self._guard("tick", self._global_state("tick"), {"t": t})
             self.now += t
 
@@ -1019,7 +1030,7 @@ class CacheCore:
     def begin(self, request: Any, ticks: Any, slot: Any = None) -> Slot:
         """The table's ``admit``: the request takes a slot and a deadline ``now + ticks``."""
         with self.lock:
-            t = _int("ticks", ticks, 1)
+            t = _int("ticks", ticks, 1, MAX_COUNT)
             s = self.free_slot() if slot is None else self._slot(slot)
             if s.request is not None and s.phase != Req.IDLE:
                 raise Refused("admit", ("idle",), f"slot {s.index} is busy")

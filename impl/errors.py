@@ -70,6 +70,28 @@ class NotReady(Refused):
     """An admission's recovery jobs have not completed (manual pipelines: drive them first)."""
 
 
+class RunReleased(Refused):
+    """A :class:`~kvstate.impl.cache.Run` read after its request's pins were released (the
+    ``with use()`` block exited, or the request was finished or aborted, from any thread):
+    its blocks may have been evicted or overwritten, so nothing is read."""
+
+
+class StaleAdmission(Refused):
+    """An :class:`~kvstate.impl.cache.Admission` its request no longer holds (the request was
+    released and admitted again): only the request's current admission can be used."""
+
+
+class CacheClosed(KVStateError):
+    """The cache was closed (``close()`` or leaving ``with cache``): its disk directory and
+    pipelines are gone, so it serves nothing more."""
+
+
+class WriterFailed(KVStateError):
+    """The cache's ``writer`` raised while storing a block (its exception is ``__cause__``).
+    The failing block was discarded and blocks stored before it stay stored; ``finish``
+    releases the request all the same (nothing stays pinned), ``append`` leaves it in use."""
+
+
 class CorruptEntry(KVStateError):
     """A stored entry failed verification (checksum, header, format); it is recomputed."""
 

@@ -16,22 +16,24 @@ from typing import Any
 
 import numpy as np
 
+from .args import text
 from .errors import InvalidArgument
 
 KEY_BYTES = 16
 MAX_TOKEN_ID = 2**40  # anything larger is not a token id, it is a bug upstream
 
 
-def namespace_root(namespace: str) -> bytes:
-    if not isinstance(namespace, str):
-        raise InvalidArgument(f"namespace must be a str, got {type(namespace).__name__}")
+def namespace_root(namespace: Any) -> bytes:
     return hashlib.blake2b(
-        b"kvstate/chain/v1\0" + namespace.encode(), digest_size=KEY_BYTES
+        b"kvstate/chain/v1\0" + text("namespace", namespace).encode(), digest_size=KEY_BYTES
     ).digest()
 
 
 def as_tokens(tokens: Any, *, max_len: int) -> np.ndarray:
-    """Tokens as a read-only little-endian int64 array; rejects what cannot be a prompt."""
+    """Tokens as a read-only little-endian int64 array of the library's own; rejects what
+    cannot be a prompt.  Always a copy: keys are computed now and pages are written later from
+    these tokens, so a caller that reuses its buffer (an engine's ``input_ids``) must not change
+    what is stored under the keys; and the caller's array is never made read-only."""
     if isinstance(tokens, np.ndarray):
         arr = tokens
     else:
@@ -39,10 +41,12 @@ def as_tokens(tokens: Any, *, max_len: int) -> np.ndarray:
             import torch
 
             if isinstance(tokens, torch.Tensor):
+                if tokens.is_meta or tokens.is_complex() or tokens.is_floating_point():
+                    raise TypeError(f"a {tokens.dtype} tensor on {tokens.device}")
                 arr = tokens.detach().cpu().numpy()
             else:
                 arr = np.asarray(tokens)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, RuntimeError, NotImplementedError, OverflowError) as exc:
             raise InvalidArgument(f"tokens must be a 1-D sequence of ints: {exc}") from None
     if arr.ndim != 1:
         raise InvalidArgument(f"tokens must be 1-D, got shape {arr.shape}")
@@ -50,7 +54,7 @@ def as_tokens(tokens: Any, *, max_len: int) -> np.ndarray:
         raise InvalidArgument(f"tokens must be integers, got dtype {arr.dtype}")
     if arr.size > max_len:
         raise InvalidArgument(f"{arr.size} tokens exceed max_model_len {max_len}")
-    out = np.ascontiguousarray(arr, dtype="<i8")
+    out = np.array(arr, dtype="<i8", order="C", copy=True)
     if out.size and (int(out.min()) < 0 or int(out.max()) >= MAX_TOKEN_ID):
         raise InvalidArgument("token ids must be in [0, 2**40)")
     out.flags.writeable = False
