@@ -454,7 +454,8 @@ class Driver:
         try:
             self.apply(op)
         except Exception as e:  # vLLM raised or asserted: a finding of its own kind
-            raise Finding([Violation("crash", f"{type(e).__name__}: {e}")], step, op) from e
+            crash = Violation("crash", f"{type(e).__name__}: {e}")
+            raise Finding(self.pending + [crash], step, op) from e
         keys = self._cache_keys()
         if self.keys - keys:
             self.epoch += 1
