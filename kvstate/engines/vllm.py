@@ -224,3 +224,21 @@ def run(
 
 def check_counts(report: Report) -> Counter[str]:
     return Counter(report.stats.checks)
+
+
+def cli_main(args: Any) -> int:
+    """``kvstate fuzz --target vllm``: exit 0 pass, 1 a finding, 2 vLLM missing or bad usage."""
+    import sys
+
+    try:
+        report = run(
+            "vllm",
+            args.profile,
+            examples=getattr(args, "examples", None),
+            steps=getattr(args, "steps", None),
+        )
+    except vllm_import.VLLMUnavailable as e:
+        print(f"kvstate fuzz: error: {e} (install it with tools/install_vllm.sh)", file=sys.stderr)
+        return 2
+    print(report.render())
+    return 0 if report.ok else 1
