@@ -29,10 +29,16 @@ FULL = (Config("full", False, 14),)
 TWO = (Config("full-2sizes", False, 16),)
 
 
+# Findings on vLLM 0.33.0, written up with their reproducers in docs/vllm-findings.md:
+# (configuration, EAGLE, check class).  Anything else the ci profile finds fails this test.
+KNOWN = {("mamba", True, "crash")}
+
+
 def test_ci_profile_exercises_every_configuration_and_check() -> None:
     r = run(profile="ci")
     print(r.render())
-    assert r.ok, r.render()
+    found = {(c.name, c.use_eagle, f.kind) for c, f, _ in r.findings}
+    assert found <= KNOWN, r.render()
     assert set(r.stats.configs) == {c.label for c in ALL}
     for c in CHECK_CLASSES:
         assert r.stats.checks[c] > 0, c

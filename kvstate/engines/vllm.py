@@ -41,6 +41,7 @@ class Report:
     reproducer: str = ""
     original_length: int = 0
     vllm_version: str = ""
+    findings: list[tuple[Config, Finding, list[Op]]] = field(default_factory=list)
 
     @property
     def steps_per_second(self) -> float:
@@ -62,7 +63,10 @@ class Report:
         f = self.finding
         assert f is not None and self.config is not None
         lines += [
-            f"  verdict: FAIL [{f.kind}] on {self.config.label}",
+            f"  verdict: FAIL ({len(self.findings)} configuration(s) with a finding: "
+            + ", ".join(f"{c.label} [{x.kind}]" for c, x, _ in self.findings)
+            + ")",
+            f"  first finding [{f.kind}] on {self.config.label}",
             f"  minimized {self.original_length} -> {len(self.trace)} operations",
             *[f"    [{v.check}] {v.message}" for v in f.violations],
             "  trace: " + " ; ".join(repr(op) for op in self.trace),
@@ -105,7 +109,9 @@ def minimize(config: Config, ops: list[Op], kind: str, manager_cls: Any = None) 
     return ops
 
 
-def reproducer(config: Config, ops: list[Op], manager_cls: Any = None) -> tuple[str, Finding | None]:
+def reproducer(
+    config: Config, ops: list[Op], manager_cls: Any = None
+) -> tuple[str, Finding | None]:
     f, d = replay(config, ops, manager_cls)
     head = [
         f"# vLLM {vllm_import.version()} KVCacheManager, configuration {config.label};",
@@ -116,12 +122,15 @@ def reproducer(config: Config, ops: list[Op], manager_cls: Any = None) -> tuple[
     ]
     tail = []
     if f is not None:
-        tail = ["", "# The last call breaks:"] + [f"#   [{v.check}] {v.message}" for v in f.violations]
+        tail = ["", "# The last call breaks:"] + [
+            f"#   [{v.check}] {v.message}" for v in f.violations
+        ]
     return "\n".join(head + d.code + tail), f
 
 
-def _machine(configs: tuple[Config, ...], steps: int, manager_cls: Any, stats: Stats,
-             sink: dict[str, Any]) -> type:
+def _machine(
+    configs: tuple[Config, ...], steps: int, manager_cls: Any, stats: Stats, sink: dict[str, Any]
+) -> type:
     from hypothesis import strategies as st
     from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
@@ -203,14 +212,13 @@ def run(
         )
         try:
             run_state_machine_as_test(machine, settings=s)
-        except Exception:  # noqa: BLE001 - a Finding (or a crash inside vLLM) ends the run
+        except Exception:  # noqa: BLE001 - a Finding (or a crash inside vLLM) ends this config
             if "finding" not in sink:
                 raise
-            break
+            report.findings.append((sink.pop("config"), sink.pop("finding"), sink.pop("ops")))
     report.seconds = time.monotonic() - t0
-    if "finding" in sink:
-        f: Finding = sink["finding"]
-        cfg, ops = sink["config"], sink["ops"]
+    if report.findings:
+        cfg, f, ops = report.findings[0]
         report.ok = False
         report.original_length = len(ops)
         report.config = cfg

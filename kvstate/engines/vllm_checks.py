@@ -224,8 +224,10 @@ def hit_violations(
                 j = t0 // g.block_size
                 lst = blocks[g.index]
                 blk = lst[j] if j < len(lst) else None
-                if blk is None or blk.is_null or content.get(blk.block_id) != tuple(
-                    tokens[: (j + 1) * g.block_size]
+                if (
+                    blk is None
+                    or blk.is_null
+                    or content.get(blk.block_id) != tuple(tokens[: (j + 1) * g.block_size])
                 ):
                     ok = False
                     break

@@ -54,22 +54,22 @@ def make_request(manager_hash_block, rid, tokens):
 F16 = "torch.float16"
 
 CONFIGS: dict[str, str] = {
-    "full": f'''\
+    "full": f"""\
 HASH_BLOCK, SCHED_BLOCK, MAX_LEN = 16, 16, 512
 def make_manager(num_blocks, use_eagle):
     fa = FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=8, dtype={F16})
     groups = [KVCacheGroupSpec(["attn"], fa)]
     return manager_from_groups(groups, num_blocks, use_eagle, MAX_LEN, SCHED_BLOCK, HASH_BLOCK)
-''',
-    "full-2sizes": f'''\
+""",
+    "full-2sizes": f"""\
 HASH_BLOCK, SCHED_BLOCK, MAX_LEN = 16, 32, 512
 def make_manager(num_blocks, use_eagle):
     fa16 = FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=8, dtype={F16})
     fa32 = FullAttentionSpec(block_size=32, num_kv_heads=1, head_size=4, dtype={F16})
     groups = [KVCacheGroupSpec(["attn.a"], fa16), KVCacheGroupSpec(["attn.b"], fa32)]
     return manager_from_groups(groups, num_blocks, use_eagle, MAX_LEN, SCHED_BLOCK, HASH_BLOCK)
-''',
-    "swa": f'''\
+""",
+    "swa": f"""\
 HASH_BLOCK, SCHED_BLOCK, MAX_LEN = 16, 16, 512
 def make_manager(num_blocks, use_eagle):
     fa = FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=8, dtype={F16})
@@ -77,8 +77,8 @@ def make_manager(num_blocks, use_eagle):
                            sliding_window=32)
     groups = [KVCacheGroupSpec(["attn"], fa), KVCacheGroupSpec(["swa"], sw)]
     return manager_from_groups(groups, num_blocks, use_eagle, MAX_LEN, SCHED_BLOCK, HASH_BLOCK)
-''',
-    "mamba": f'''\
+""",
+    "mamba": f"""\
 HASH_BLOCK, SCHED_BLOCK, MAX_LEN = 16, 16, 512
 def make_manager(num_blocks, use_eagle):
     fa = FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=8, dtype={F16})
@@ -86,7 +86,7 @@ def make_manager(num_blocks, use_eagle):
                    mamba_cache_mode="align")
     groups = [KVCacheGroupSpec(["attn"], fa), KVCacheGroupSpec(["mamba"], mb)]
     return manager_from_groups(groups, num_blocks, use_eagle, MAX_LEN, SCHED_BLOCK, HASH_BLOCK)
-''',
+""",
     "deepseek-v4": '''\
 HASH_BLOCK, SCHED_BLOCK, MAX_LEN = 4, 256, 2048
 def dsv4_layer_specs():

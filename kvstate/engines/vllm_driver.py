@@ -32,10 +32,10 @@ def tokens_of(family: int, start: int, stop: int) -> list[int]:
     return [(family * 7919 + i * 104729) % 50000 for i in range(start, stop)]
 
 
-TOKENS_SRC = '''
+TOKENS_SRC = """
 def tokens_of(family, start, stop):
     return [(family * 7919 + i * 104729) % 50000 for i in range(start, stop)]
-'''
+"""
 
 
 class Finding(Exception):
@@ -43,7 +43,9 @@ class Finding(Exception):
         self.violations = violations
         self.step = step
         self.op = op
-        super().__init__(f"step {step} {op}: " + "; ".join(f"[{v.check}] {v.message}" for v in violations))
+        super().__init__(
+            f"step {step} {op}: " + "; ".join(f"[{v.check}] {v.message}" for v in violations)
+        )
 
     @property
     def kind(self) -> str:
@@ -101,7 +103,9 @@ class Driver:
             f"kvm = make_manager({config.num_blocks}, use_eagle={config.use_eagle})"
         ]
         self.lookahead = 2 if config.use_eagle else 0
-        mamba = [g for g in self.geo.groups if g.reads_last == g.block_size and g.kind == ("compressor",)]
+        mamba = [
+            g for g in self.geo.groups if g.reads_last == g.block_size and g.kind == ("compressor",)
+        ]
         self.mamba_block = mamba[0].block_size if mamba and "mamba" in config.name else 0
         iface = vllm_import.load("vllm.v1.kv_cache_interface")[0]
         self.ckpt = getattr(iface, "get_mamba_prefill_checkpoint_position", None)
@@ -202,6 +206,11 @@ class Driver:
         if ext:
             self.stats.calls["external_tokens"] += 1
             x.external = True
+        self.code.append(
+            f"new = kw(kvm.allocate_slots, {x.var}, {n_new}, num_new_computed_tokens=hit, "
+            f"new_computed_blocks=blocks, num_lookahead_tokens={self.lookahead}, "
+            f"num_external_computed_tokens={ext}, full_sequence_must_fit=True)"
+        )
         new = self._call(
             "allocate_slots",
             self.kvm.allocate_slots,
@@ -213,12 +222,7 @@ class Driver:
             num_external_computed_tokens=ext,
             full_sequence_must_fit=True,
         )
-        self.code.append(
-            f"new = kw(kvm.allocate_slots, {x.var}, {n_new}, num_new_computed_tokens=hit, "
-            f"new_computed_blocks=blocks, num_lookahead_tokens={self.lookahead}, "
-            f"num_external_computed_tokens={ext}, full_sequence_must_fit=True)"
-            f"  # {'None: no room' if new is None else 'admitted'}"
-        )
+        self.code[-1] += f"  # {'None: no room' if new is None else 'admitted'}"
         if new is None:
             return
         x.running = True
@@ -244,6 +248,9 @@ class Driver:
             accepted = min(accepted, drafts)
             n_new = 1 + drafts
             self.stats.calls["spec_decode" if drafts else "decode"] += 1
+        self.code.append(
+            f"new = kw(kvm.allocate_slots, {x.var}, {n_new}, num_lookahead_tokens={self.lookahead})"
+        )
         new = self._call(
             "allocate_slots",
             self.kvm.allocate_slots,
@@ -251,11 +258,7 @@ class Driver:
             n_new,
             num_lookahead_tokens=self.lookahead,
         )
-        self.code.append(
-            f"new = kw(kvm.allocate_slots, {x.var}, {n_new}, "
-            f"num_lookahead_tokens={self.lookahead})"
-            f"  # {'None: no room' if new is None else 'ok'}"
-        )
+        self.code[-1] += f"  # {'None: no room' if new is None else 'ok'}"
         if new is None:
             return
         self._compute(x, n_new, accepted, drafts)
@@ -394,7 +397,9 @@ class Driver:
         q = pool.free_block_queue
         seen: list[int] = []
         node = q.fake_free_list_head.next_free_block
-        while node is not None and node is not q.fake_free_list_tail and len(seen) <= len(pool.blocks):
+        while (
+            node is not None and node is not q.fake_free_list_tail and len(seen) <= len(pool.blocks)
+        ):
             seen.append(node.block_id)
             node = node.next_free_block
         free_set = {b.block_id for b in pool.blocks if b.ref_cnt == 0 and not b.is_null}
