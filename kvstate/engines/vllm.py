@@ -88,10 +88,14 @@ def replay(config: Config, ops: list[Op], manager_cls: Any = None) -> tuple[Find
 
 
 def minimize(config: Config, ops: list[Op], kind: str, manager_cls: Any = None) -> list[Op]:
-    """Delta debugging: drop chunks, then single steps, keeping what fails the same way."""
-    f, _ = replay(config, ops, manager_cls)
+    """Delta debugging: drop chunks, then single steps, keeping what fails the same way.
+
+    It works on the *resolved* trace (each step names the request it acted on), so deleting an
+    arrival does not redirect later steps to another request.
+    """
+    f, d = replay(config, ops, manager_cls)
     if f is not None:
-        ops = ops[: f.step + 1]
+        ops = d.trace
     chunk = max(1, len(ops) // 2)
     while chunk >= 1:
         i = 0

@@ -96,6 +96,9 @@ class Driver:
         self.content: dict[int, tuple[int, ...]] = {}  # block id -> the prefix it was computed with
         self.held: dict[str, dict[tuple[int, int], int]] = {}  # rid -> (group, index) -> block id
         self.n = 0
+        self.trace: list[Op] = []  # the operations run so far, resolved (see resolved())
+        self.picked: str | None = None
+        self.created: str | None = None
         self.epoch = 0  # bumped whenever a cached prefix entry disappears (any eviction)
         self.keys = self._cache_keys()
         self.stats = stats or Stats()
@@ -117,9 +120,15 @@ class Driver:
         self.stats.calls[name] += 1
         return vllm_import.call(fn, *args, **kwargs)
 
-    def _pick(self, i: int, running: bool | None) -> Live | None:
+    def _pick(self, i: int | str, running: bool | None) -> Live | None:
+        """The ``i``-th live request (modulo), or, in a resolved trace, the one named ``i``."""
         cands = [x for x in self.live if running is None or x.running == running]
-        return cands[i % len(cands)] if cands else None
+        if isinstance(i, str):
+            x = next((c for c in cands if c.rid == i), None)
+        else:
+            x = cands[i % len(cands)] if cands else None
+        self.picked = x.rid if x else None
+        return x
 
     def _cache_keys(self) -> frozenset[Any]:
         pool = self.kvm.block_pool
@@ -155,18 +164,21 @@ class Driver:
     def apply(self, op: Op) -> None:
         getattr(self, "op_" + op[0])(*op[1:])
 
-    def op_arrive(self, family: int, shared: int, tail_family: int, extra: int) -> None:
+    def op_arrive(
+        self, family: int, shared: int, tail_family: int, extra: int, rid: str | None = None
+    ) -> None:
         max_prompt = self.geo.max_len // 2
         shared = min(shared, max_prompt)
         extra = min(extra, max_prompt - shared)
         if shared + extra < 2:
             extra = 2
         toks = tokens_of(family, 0, shared) + tokens_of(tail_family, shared, shared + extra)
-        rid = f"r{self.n}"
+        rid = rid or f"r{self.n}"
+        self.created = rid
         var = rid
         self.n += 1
         req = self.ns["make_request"](self.ns["HASH_BLOCK"], rid, toks)
-        self.live.append(Live(rid, var, req, out_seed=self.n))
+        self.live.append(Live(rid, var, req, out_seed=int(rid[1:])))
         self.code.append(
             f"{var} = make_request(HASH_BLOCK, {rid!r}, tokens_of({family}, 0, {shared}) + "
             f"tokens_of({tail_family}, {shared}, {shared + extra}))"
@@ -299,10 +311,10 @@ class Driver:
         if not self.finished:
             return
         f = self.finished[k % len(self.finished)]
-        rid = f"r{self.n}"
+        rid = f"s{self.n}"  # its own namespace: resolved traces name arrivals explicitly
         self.n += 1
         req = self.ns["make_request"](self.ns["HASH_BLOCK"], rid, list(f.tokens))
-        x = Live(rid, rid, req, out_seed=self.n)
+        x = Live(rid, rid, req, out_seed=1000 + int(rid[1:]))
         self.live.append(x)
         self.code.append(f"{rid} = make_request(HASH_BLOCK, {rid!r}, {list(f.tokens)})")
         self.op_admit(len([y for y in self.live if not y.running]) - 1, chunk, 0)
@@ -454,13 +466,24 @@ class Driver:
             self.held[x.rid] = dict(now)
         return out
 
+    def resolved(self, op: Op) -> Op:
+        """``op`` naming the request it acted on, so deleting other steps cannot redirect it."""
+        if op[0] == "arrive":
+            return (*op[:5], self.created)
+        if op[0] in ("admit", "step", "preempt", "finish", "skip", "cache"):
+            return (op[0], self.picked or "none", *op[2:])
+        return op
+
     def run_op(self, step: int, op: Op) -> None:
         self.pending = []
+        self.picked = self.created = None
         try:
             self.apply(op)
         except Exception as e:  # vLLM raised or asserted: a finding of its own kind
+            self.trace.append(self.resolved(op))
             crash = Violation("crash", f"{type(e).__name__}: {e}")
             raise Finding(self.pending + [crash], step, op) from e
+        self.trace.append(self.resolved(op))
         keys = self._cache_keys()
         if self.keys - keys:
             self.epoch += 1
