@@ -133,7 +133,8 @@ class Driver:
     def _cache_keys(self) -> frozenset[Any]:
         pool = self.kvm.block_pool
         keys = {(b.block_hash, b.block_id) for b in pool.blocks if b.block_hash is not None}
-        keys.update((k, b) for b, ks in pool.cached_block_hashes_by_block.items() for k in ks)
+        extra = getattr(pool, "cached_block_hashes_by_block", {})  # secondary keys (newer releases)
+        keys.update((k, b) for b, ks in extra.items() for k in ks)
         return frozenset(keys)
 
     def _record_content(self, x: Live) -> None:
@@ -319,6 +320,24 @@ class Driver:
         self.code.append(f"{rid} = make_request(HASH_BLOCK, {rid!r}, {list(f.tokens)})")
         self.op_admit(len([y for y in self.live if not y.running]) - 1, chunk, 0)
 
+    def op_roundtrip(self, family: int, shared: int, tail: int, extra: int, chunk: int) -> None:
+        """A prompt computed to its end and freed, then sent again at once (completeness)."""
+        self.op_arrive(family, shared, tail, extra, rid=f"q{self.n}")
+        x = self.live[-1]
+        self.op_admit(x.rid, chunk, 0)  # type: ignore[arg-type]
+        for _ in range(64):
+            if not x.running or x.req.num_computed_tokens >= x.req.num_prompt_tokens:
+                break
+            before = x.req.num_computed_tokens
+            self.op_step(x.rid, chunk, 0, 0)  # type: ignore[arg-type]
+            if x.req.num_computed_tokens == before:
+                break  # no room: the probe gives up
+        if x.running:
+            self.op_finish(x.rid)  # type: ignore[arg-type]
+            self.op_resend(-1, chunk)
+        else:
+            self.live.remove(x)
+
     def op_evict(self, k: int) -> None:
         cached = sorted({b for _, b in self._cache_keys()})
         if not cached:
@@ -373,6 +392,25 @@ class Driver:
                     break
         if v:
             self.pending.extend(v)
+            self._emit_hit_asserts(v, hit)
+
+    def _emit_hit_asserts(self, v: list[Violation], hit: int) -> None:
+        """The reproducer stops where the answer broke the rule, with the evidence."""
+        kinds = {x.check for x in v}
+        self.code.append('print("hit", hit, "blocks per group", [len(g) for g in blocks.blocks])')
+        if "L1" in kinds:
+            self.code.append(f"assert hit % {self.geo.L} == 0, 'L1: hit not whole LCM blocks'")
+        if "L3" in kinds:
+            sizes = [g.block_size if g.cacheable else None for g in self.geo.groups]
+            self.code.append(
+                f"assert all(b is None or len(g) * b == hit for g, b in zip(blocks.blocks, "
+                f"{sizes})), 'L3: a group does not cover exactly the hit'"
+            )
+        if "completeness" in kinds:
+            want = [x for x in v if x.check == "completeness"][0].message.split("promises ")[-1]
+            self.code.append(f"assert hit >= {want}, 'completeness: re-sent prompt misses'")
+        if "soundness" in kinds:
+            self.code.append("raise AssertionError('soundness: see the block content note above')")
 
     pending: list[Violation]
 
@@ -512,8 +550,10 @@ def draw_op(rand: Any, rr: Any, L: int) -> Op:
         return ("step", rr(8), rr(1, 3 * L), rr(4), rr(4))
     if k < 0.72:
         return ("finish", rr(8))
-    if k < 0.78:
+    if k < 0.76:
         return ("resend", rr(8), rr(1, 4 * L))
+    if k < 0.78:
+        return ("roundtrip", rr(3), rr(0, 12) * L // 2, 10 + rr(4), rr(1, 3 * L), rr(1, 4 * L))
     if k < 0.82:
         return ("preempt", rr(8))
     if k < 0.87:
