@@ -14,4 +14,6 @@ def run(target: str = "vllm", profile: str = "ci", **kwargs: Any) -> Any:
         from kvstate.engines.vllm import run as run_vllm
 
         return run_vllm("vllm", profile, **kwargs)
-    raise ValueError(f"kvstate.fuzz.run: unknown target {target!r} (known: 'vllm')")
+    from kvstate.impl.errors import InvalidArgument
+
+    raise InvalidArgument(f"kvstate.fuzz.run: unknown target {target!r} (known: 'vllm')")

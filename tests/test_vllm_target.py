@@ -163,3 +163,13 @@ def test_each_check_fires_when_vllm_is_broken(check: str, monkeypatch: pytest.Mo
     assert check in fired, r.render()
     assert "kvm = make_manager(" in r.reproducer
     compile(r.reproducer, "<reproducer>", "exec")
+
+
+def test_bad_target_or_profile_is_a_documented_error() -> None:
+    from kvstate import fuzz
+    from kvstate.impl.errors import InvalidArgument
+
+    with pytest.raises(InvalidArgument):
+        fuzz.run(target="nope")
+    with pytest.raises(InvalidArgument):
+        fuzz.run(target="vllm", profile="nope")

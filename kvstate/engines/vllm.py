@@ -184,11 +184,17 @@ def run(
     steps: int | None = None,
     minimize_findings: bool = True,
 ) -> Report:
-    """Fuzz vLLM's KV cache manager; ``manager_cls`` points it at any (patched) manager class."""
+    """Fuzz vLLM's KV cache manager; ``manager_cls`` points it at any (patched) manager class.
+
+    Raises ``kvstate.impl.errors.InvalidArgument`` (a ``KVStateError`` and ``ValueError``) for an
+    unknown target or profile, and ``VLLMUnavailable`` (an ``ImportError``) without vLLM.
+    """
+    from kvstate.impl.errors import InvalidArgument
+
     if target != "vllm":
-        raise ValueError(f"unknown engine target {target!r}")
+        raise InvalidArgument(f"unknown engine target {target!r}")
     if profile not in PROFILES:
-        raise ValueError(f"unknown profile {profile!r}; known: {', '.join(PROFILES)}")
+        raise InvalidArgument(f"unknown profile {profile!r}; known: {', '.join(PROFILES)}")
     vllm_import.load("vllm.v1.core.kv_cache_manager")
     import logging
 

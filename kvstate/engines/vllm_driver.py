@@ -153,13 +153,13 @@ class Driver:
         self.code.append(f"{x.var}.num_computed_tokens = {r.num_computed_tokens}")
         x.max_computed = max(x.max_computed, r.num_computed_tokens)
         self._record_content(x)
-        if r.num_computed_tokens >= r.num_prompt_tokens and r.num_computed_tokens == r.num_tokens:
-            room = self.geo.max_len - r.num_tokens - self.lookahead - 4
+        if r.num_computed_tokens >= max(r.num_prompt_tokens, r.num_tokens):
+            # The step sampled one token after the accepted drafts: the request again has
+            # exactly one token not yet computed (op_step keeps room for them below max_len).
             outs = [(x.out_seed * 31 + r.num_tokens + k) % 50000 for k in range(accepted + 1)]
-            outs = outs[: max(0, room)]
-            if outs:
-                r.append_output_token_ids(outs)
-                self.code.append(f"{x.var}.append_output_token_ids({outs})")
+            r.append_output_token_ids(outs)
+            self.code.append(f"{x.var}.append_output_token_ids({outs})")
+            assert r.num_computed_tokens == r.num_tokens - 1, "driver: computed/tokens drifted"
 
     # -- operations -------------------------------------------------------------------------
     def apply(self, op: Op) -> None:
@@ -207,9 +207,10 @@ class Driver:
         if x is None:
             return
         r = x.req
+        self.code.append(f"blocks, hit = kvm.get_computed_blocks({x.var})[:2]")
         res = self._call("get_computed_blocks", self.kvm.get_computed_blocks, r)
         blocks, hit = vllm_import.hit_of(res)
-        self.code.append(f"blocks, hit = kvm.get_computed_blocks({x.var})[:2]  # hit == {hit}")
+        self.code[-1] += f"  # hit == {hit}"
         self._check_hit(x, blocks, hit)
         self.stats.checks["hits>0" if hit else "hits=0"] += 1
         L = self.geo.L
@@ -250,7 +251,7 @@ class Driver:
         if x is None:
             return
         r = x.req
-        if r.num_tokens >= self.geo.max_len - self.lookahead - 4:
+        if r.num_tokens >= self.geo.max_len - self.lookahead - 8:
             return
         if r.num_computed_tokens < r.num_tokens - 1:  # chunked prefill
             n_new, drafts, accepted = min(max(1, chunk), r.num_tokens - r.num_computed_tokens), 0, 0
@@ -280,24 +281,24 @@ class Driver:
         x = self._pick(i, running=True)
         if x is None:
             return
+        self.code.append(
+            f"kvm.free({x.var}); {x.var}.status = RequestStatus.PREEMPTED; "
+            f"{x.var}.num_computed_tokens = 0"
+        )
         self._call("free", self.kvm.free, x.req)
         x.running = False
         x.req.status = self.RS.PREEMPTED
         x.req.num_computed_tokens = 0
         self.held.pop(x.rid, None)
-        self.code.append(
-            f"kvm.free({x.var}); {x.var}.status = RequestStatus.PREEMPTED; "
-            f"{x.var}.num_computed_tokens = 0"
-        )
 
     def op_finish(self, i: int) -> None:
         x = self._pick(i, running=True)
         if x is None:
             return
+        self.code.append(f"kvm.free({x.var})")
         self._call("free", self.kvm.free, x.req)
         self.live.remove(x)
         self.held.pop(x.rid, None)
-        self.code.append(f"kvm.free({x.var})")
         self.finished.append(
             Finished(
                 tuple(x.req.prompt_token_ids),
@@ -343,28 +344,29 @@ class Driver:
         if not cached:
             return
         b = cached[k % len(cached)]
-        self._call("evict_blocks", self.kvm.evict_blocks, {b})
         self.code.append(f"kvm.evict_blocks({{{b}}})")
+        self._call("evict_blocks", self.kvm.evict_blocks, {b})
 
     def op_reset(self) -> None:
+        self.code.append("kvm.reset_prefix_cache()")
         ok = self._call("reset_prefix_cache", self.kvm.reset_prefix_cache)
-        self.code.append(f"kvm.reset_prefix_cache()  # -> {ok}")
+        self.code[-1] += f"  # -> {ok}"
 
     def op_skip(self, i: int) -> None:
         x = self._pick(i, running=True)
         if x is None:
             return
         n = x.req.num_computed_tokens
-        self._call("remove_skipped_blocks", self.kvm.remove_skipped_blocks, x.rid, n)
         self.code.append(f"kvm.remove_skipped_blocks({x.rid!r}, {n})")
+        self._call("remove_skipped_blocks", self.kvm.remove_skipped_blocks, x.rid, n)
 
     def op_cache(self, i: int) -> None:
         x = self._pick(i, running=True)
         if x is None:
             return
         n = x.req.num_computed_tokens
-        self._call("cache_blocks", self.kvm.cache_blocks, x.req, n)
         self.code.append(f"kvm.cache_blocks({x.var}, {n})")
+        self._call("cache_blocks", self.kvm.cache_blocks, x.req, n)
 
     # -- checks -----------------------------------------------------------------------------
     def _check_hit(self, x: Live, blocks: Any, hit: int) -> None:
