@@ -159,7 +159,8 @@ def build_parser() -> argparse.ArgumentParser:
     fz.add_argument(
         "--target",
         default="kvstate",
-        help="'kvstate' (the built-in allocator), 'model', or module:factory",
+        help="'kvstate' (the built-in allocator), 'model', 'vllm' (vLLM's KVCacheManager), "
+        "or module:factory",
     )
     fz.add_argument("--examples", type=int, default=None)
     fz.add_argument("--steps", type=int, default=None)

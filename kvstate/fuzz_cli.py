@@ -224,6 +224,10 @@ def _report(
 
 
 def run_fuzz_cli(args: argparse.Namespace, table: Table) -> int:
+    if args.target == "vllm":  # a real engine's allocator, checked on the table's projection
+        from kvstate.engines.vllm import cli_main
+
+        return cli_main(args)
     for name, default in (
         ("no_coverage", False),
         ("no_warmup", False),

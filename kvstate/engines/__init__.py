@@ -1,0 +1,1 @@
+"""Fuzz targets for real engines' allocators (driven directly, no model, GPU or scheduler)."""

@@ -1,0 +1,567 @@
+"""Drives vLLM's ``KVCacheManager`` the way its scheduler does, and records every call as code.
+
+An operation is a plain tuple (``("admit", i, chunk, ext)``...) whose request argument is an
+index into the live requests, taken modulo their number when it runs: any sequence of
+operations is valid, so a failing sequence can be cut down by deleting steps and replayed on a
+fresh manager.  Each call the driver makes is also written as a line of standalone Python
+(``self.code``), which becomes a finding's reproducer.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import vllm_import
+from .vllm_checks import (
+    Geometry,
+    Violation,
+    expected_complete_hit,
+    geometry_of,
+    hit_violations,
+)
+from .vllm_configs import Config
+
+Op = tuple[Any, ...]
+
+
+def tokens_of(family: int, start: int, stop: int) -> list[int]:
+    """Deterministic token ids: prompts of one family share their prefix (real traffic)."""
+    return [(family * 7919 + i * 104729) % 50000 for i in range(start, stop)]
+
+
+TOKENS_SRC = """
+def tokens_of(family, start, stop):
+    return [(family * 7919 + i * 104729) % 50000 for i in range(start, stop)]
+"""
+
+
+class Finding(Exception):
+    def __init__(self, violations: list[Violation], step: int, op: Op) -> None:
+        self.violations = violations
+        self.step = step
+        self.op = op
+        super().__init__(
+            f"step {step} {op}: " + "; ".join(f"[{v.check}] {v.message}" for v in violations)
+        )
+
+    @property
+    def kind(self) -> str:
+        return self.violations[0].check
+
+
+@dataclass
+class Live:
+    rid: str
+    var: str
+    req: Any
+    running: bool = False
+    max_computed: int = 0
+    out_seed: int = 0
+    admitted_epoch: int = -1
+    external: bool = False  # some of its tokens came from a KV connector, not computed here
+
+
+@dataclass
+class Finished:
+    tokens: tuple[int, ...]
+    computed: int
+    epoch: int  # the eviction epoch when it was admitted
+
+
+@dataclass
+class Stats:
+    calls: Counter[str] = field(default_factory=Counter)
+    checks: Counter[str] = field(default_factory=Counter)
+    configs: Counter[str] = field(default_factory=Counter)
+    steps: int = 0
+
+
+class Driver:
+    """One manager, its requests, and the ground truth of what each block holds."""
+
+    def __init__(self, config: Config, manager_cls: Any = None, stats: Stats | None = None) -> None:
+        self.config = config
+        self.ns: dict[str, Any] = {"__name__": "kvstate_vllm_config"}
+        exec(compile(config.source, f"<vllm config {config.name}>", "exec"), self.ns)  # noqa: S102
+        if manager_cls is not None:
+            self.ns["KVCacheManager"] = manager_cls
+        self.kvm = self.ns["make_manager"](config.num_blocks, config.use_eagle)
+        self.geo: Geometry = geometry_of(self.kvm, config.use_eagle)
+        self.RS = vllm_import.load("vllm.v1.request")[0].RequestStatus
+        self.live: list[Live] = []
+        self.finished: list[Finished] = []
+        self.content: dict[int, tuple[int, ...]] = {}  # block id -> the prefix it was computed with
+        self.held: dict[str, dict[tuple[int, int], int]] = {}  # rid -> (group, index) -> block id
+        self.n = 0
+        self.trace: list[Op] = []  # the operations run so far, resolved (see resolved())
+        self.picked: str | None = None
+        self.created: str | None = None
+        self.epoch = 0  # bumped whenever a cached prefix entry disappears (any eviction)
+        self.keys = self._cache_keys()
+        self.stats = stats or Stats()
+        self.code: list[str] = [
+            f"kvm = make_manager({config.num_blocks}, use_eagle={config.use_eagle})"
+        ]
+        self.lookahead = 2 if config.use_eagle else 0
+        mamba = [
+            g for g in self.geo.groups if g.reads_last == g.block_size and g.kind == ("compressor",)
+        ]
+        self.mamba_block = mamba[0].block_size if mamba and "mamba" in config.name else 0
+        iface = vllm_import.load("vllm.v1.kv_cache_interface")[0]
+        self.ckpt = getattr(iface, "get_mamba_prefill_checkpoint_position", None)
+        if self.ckpt is None:  # older releases: the last block boundary before the last token
+            self.ckpt = lambda n, bs, eagle: max(0, (n - 1) // bs * bs - (bs if eagle else 0))
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _call(self, name: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        self.stats.calls[name] += 1
+        return vllm_import.call(fn, *args, **kwargs)
+
+    def _pick(self, i: int | str, running: bool | None) -> Live | None:
+        """The ``i``-th live request (modulo), or, in a resolved trace, the one named ``i``."""
+        cands = [x for x in self.live if running is None or x.running == running]
+        if isinstance(i, str):
+            x = next((c for c in cands if c.rid == i), None)
+        else:
+            x = cands[i % len(cands)] if cands else None
+        self.picked = x.rid if x else None
+        return x
+
+    def _cache_keys(self) -> frozenset[Any]:
+        pool = self.kvm.block_pool
+        keys = {(b.block_hash, b.block_id) for b in pool.blocks if b.block_hash is not None}
+        extra = getattr(pool, "cached_block_hashes_by_block", {})  # secondary keys (newer releases)
+        keys.update((k, b) for b, ks in extra.items() for k in ks)
+        return frozenset(keys)
+
+    def _record_content(self, x: Live) -> None:
+        toks = x.req.all_token_ids
+        done = x.req.num_computed_tokens
+        for g in self.geo.groups:
+            blocks = self.kvm.coordinator.single_type_managers[g.index].req_to_blocks.get(x.rid, [])
+            for j, b in enumerate(blocks):
+                if not b.is_null and (j + 1) * g.block_size <= done:
+                    self.content[b.block_id] = tuple(toks[: (j + 1) * g.block_size])
+
+    def _compute(self, x: Live, n_new: int, accepted: int = 0, drafts: int = 0) -> None:
+        """The step ran: ``n_new`` tokens (incl. drafts) computed, rejected drafts rolled back."""
+        r = x.req
+        r.num_computed_tokens += n_new - (drafts - accepted)
+        self.code.append(f"{x.var}.num_computed_tokens = {r.num_computed_tokens}")
+        x.max_computed = max(x.max_computed, r.num_computed_tokens)
+        self._record_content(x)
+        if r.num_computed_tokens >= max(r.num_prompt_tokens, r.num_tokens):
+            # The step sampled one token after the accepted drafts: the request again has
+            # exactly one token not yet computed (op_step keeps room for them below max_len).
+            outs = [(x.out_seed * 31 + r.num_tokens + k) % 50000 for k in range(accepted + 1)]
+            r.append_output_token_ids(outs)
+            self.code.append(f"{x.var}.append_output_token_ids({outs})")
+            assert r.num_computed_tokens == r.num_tokens - 1, "driver: computed/tokens drifted"
+
+    # -- operations -------------------------------------------------------------------------
+    def apply(self, op: Op) -> None:
+        getattr(self, "op_" + op[0])(*op[1:])
+
+    def op_arrive(
+        self, family: int, shared: int, tail_family: int, extra: int, rid: str | None = None
+    ) -> None:
+        max_prompt = self.geo.max_len // 2
+        shared = min(shared, max_prompt)
+        extra = min(extra, max_prompt - shared)
+        if shared + extra < 2:
+            extra = 2
+        toks = tokens_of(family, 0, shared) + tokens_of(tail_family, shared, shared + extra)
+        rid = rid or f"r{self.n}"
+        self.created = rid
+        var = rid
+        self.n += 1
+        req = self.ns["make_request"](self.ns["HASH_BLOCK"], rid, toks)
+        self.live.append(Live(rid, var, req, out_seed=int(rid[1:])))
+        self.code.append(
+            f"{var} = make_request(HASH_BLOCK, {rid!r}, tokens_of({family}, 0, {shared}) + "
+            f"tokens_of({tail_family}, {shared}, {shared + extra}))"
+        )
+
+    def _mamba_split(self, r: Any, start: int, n: int) -> int:
+        """The scheduler's chunk clipping in Mamba "align" mode (state exists at chunk ends)."""
+        if not self.mamba_block:
+            return n
+        bs = self.mamba_block
+        prefill_end = max(r.num_prompt_tokens, r.num_tokens - 1)
+        if start >= prefill_end:
+            return n
+        end = start + n
+        if end < prefill_end:
+            aligned = end // bs * bs
+            end = aligned if aligned > start else min(start - start % bs + bs, prefill_end)
+        last = self.ckpt(r.num_tokens, bs, self.config.use_eagle)
+        stops = (start - start % bs + bs if start % bs else 0, last)
+        end = min((x for x in stops if start < x < end), default=end)
+        return max(end - start, 1)
+
+    def op_admit(self, i: int, chunk: int, ext_blocks: int) -> None:
+        x = self._pick(i, running=False)
+        if x is None:
+            return
+        r = x.req
+        self.code.append(f"blocks, hit = kvm.get_computed_blocks({x.var})[:2]")
+        res = self._call("get_computed_blocks", self.kvm.get_computed_blocks, r)
+        blocks, hit = vllm_import.hit_of(res)
+        self.code[-1] += f"  # hit == {hit}"
+        self._check_hit(x, blocks, hit)
+        self.stats.checks["hits>0" if hit else "hits=0"] += 1
+        L = self.geo.L
+        ext = min(ext_blocks * L, max(0, (r.num_tokens - 1 - hit) // L * L))
+        n_new = min(max(1, chunk), r.num_tokens - hit - ext)
+        n_new = self._mamba_split(r, hit + ext, n_new)
+        if ext:
+            self.stats.calls["external_tokens"] += 1
+            x.external = True
+        self.code.append(
+            f"new = kw(kvm.allocate_slots, {x.var}, {n_new}, num_new_computed_tokens=hit, "
+            f"new_computed_blocks=blocks, num_lookahead_tokens={self.lookahead}, "
+            f"num_external_computed_tokens={ext}, full_sequence_must_fit=True)"
+        )
+        new = self._call(
+            "allocate_slots",
+            self.kvm.allocate_slots,
+            r,
+            n_new,
+            num_new_computed_tokens=hit,
+            new_computed_blocks=blocks,
+            num_lookahead_tokens=self.lookahead,
+            num_external_computed_tokens=ext,
+            full_sequence_must_fit=True,
+        )
+        self.code[-1] += f"  # {'None: no room' if new is None else 'admitted'}"
+        if new is None:
+            return
+        x.running = True
+        x.admitted_epoch = self.epoch
+        r.status = self.RS.RUNNING
+        r.num_computed_tokens = hit + ext
+        self.code.append(f"{x.var}.status = RequestStatus.RUNNING")
+        self._compute(x, n_new)
+
+    def op_step(self, i: int, chunk: int, drafts: int, accepted: int) -> None:
+        x = self._pick(i, running=True)
+        if x is None:
+            return
+        r = x.req
+        if r.num_tokens >= self.geo.max_len - self.lookahead - 8:
+            return
+        if r.num_computed_tokens < r.num_tokens - 1:  # chunked prefill
+            n_new, drafts, accepted = min(max(1, chunk), r.num_tokens - r.num_computed_tokens), 0, 0
+            n_new = self._mamba_split(r, r.num_computed_tokens, n_new)
+            self.stats.calls["chunked_prefill"] += 1
+        else:  # decode, with EAGLE draft tokens when on
+            drafts = drafts if self.config.use_eagle else 0
+            accepted = min(accepted, drafts)
+            n_new = 1 + drafts
+            self.stats.calls["spec_decode" if drafts else "decode"] += 1
+        self.code.append(
+            f"new = kw(kvm.allocate_slots, {x.var}, {n_new}, num_lookahead_tokens={self.lookahead})"
+        )
+        new = self._call(
+            "allocate_slots",
+            self.kvm.allocate_slots,
+            r,
+            n_new,
+            num_lookahead_tokens=self.lookahead,
+        )
+        self.code[-1] += f"  # {'None: no room' if new is None else 'ok'}"
+        if new is None:
+            return
+        self._compute(x, n_new, accepted, drafts)
+
+    def op_preempt(self, i: int) -> None:
+        x = self._pick(i, running=True)
+        if x is None:
+            return
+        self.code.append(
+            f"kvm.free({x.var}); {x.var}.status = RequestStatus.PREEMPTED; "
+            f"{x.var}.num_computed_tokens = 0"
+        )
+        self._call("free", self.kvm.free, x.req)
+        x.running = False
+        x.req.status = self.RS.PREEMPTED
+        x.req.num_computed_tokens = 0
+        self.held.pop(x.rid, None)
+
+    def op_finish(self, i: int) -> None:
+        x = self._pick(i, running=True)
+        if x is None:
+            return
+        self.code.append(f"kvm.free({x.var})")
+        self._call("free", self.kvm.free, x.req)
+        self.live.remove(x)
+        self.held.pop(x.rid, None)
+        self.finished.append(
+            Finished(
+                tuple(x.req.prompt_token_ids),
+                0 if x.external else x.req.num_computed_tokens,  # computed here, or no promise
+                x.admitted_epoch,
+            )
+        )
+        self.finished = self.finished[-8:]
+
+    def op_resend(self, k: int, chunk: int) -> None:
+        """A finished prompt arrives again (the completeness probe)."""
+        if not self.finished:
+            return
+        f = self.finished[k % len(self.finished)]
+        rid = f"s{self.n}"  # its own namespace: resolved traces name arrivals explicitly
+        self.n += 1
+        req = self.ns["make_request"](self.ns["HASH_BLOCK"], rid, list(f.tokens))
+        x = Live(rid, rid, req, out_seed=1000 + int(rid[1:]))
+        self.live.append(x)
+        self.code.append(f"{rid} = make_request(HASH_BLOCK, {rid!r}, {list(f.tokens)})")
+        self.op_admit(len([y for y in self.live if not y.running]) - 1, chunk, 0)
+
+    def op_roundtrip(self, family: int, shared: int, tail: int, extra: int, chunk: int) -> None:
+        """A prompt computed to its end and freed, then sent again at once (completeness)."""
+        self.op_arrive(family, shared, tail, extra, rid=f"q{self.n}")
+        x = self.live[-1]
+        self.op_admit(x.rid, chunk, 0)  # type: ignore[arg-type]
+        for _ in range(64):
+            if not x.running or x.req.num_computed_tokens >= x.req.num_prompt_tokens:
+                break
+            before = x.req.num_computed_tokens
+            self.op_step(x.rid, chunk, 0, 0)  # type: ignore[arg-type]
+            if x.req.num_computed_tokens == before:
+                break  # no room: the probe gives up
+        if x.running:
+            self.op_finish(x.rid)  # type: ignore[arg-type]
+            self.op_resend(-1, chunk)
+        else:
+            self.live.remove(x)
+
+    def op_evict(self, k: int) -> None:
+        cached = sorted({b for _, b in self._cache_keys()})
+        if not cached:
+            return
+        b = cached[k % len(cached)]
+        self.code.append(f"kvm.evict_blocks({{{b}}})")
+        self._call("evict_blocks", self.kvm.evict_blocks, {b})
+
+    def op_reset(self) -> None:
+        self.code.append("kvm.reset_prefix_cache()")
+        ok = self._call("reset_prefix_cache", self.kvm.reset_prefix_cache)
+        self.code[-1] += f"  # -> {ok}"
+
+    def op_skip(self, i: int) -> None:
+        x = self._pick(i, running=True)
+        if x is None:
+            return
+        n = x.req.num_computed_tokens
+        self.code.append(f"kvm.remove_skipped_blocks({x.rid!r}, {n})")
+        self._call("remove_skipped_blocks", self.kvm.remove_skipped_blocks, x.rid, n)
+
+    def op_cache(self, i: int) -> None:
+        x = self._pick(i, running=True)
+        if x is None:
+            return
+        n = x.req.num_computed_tokens
+        self.code.append(f"kvm.cache_blocks({x.var}, {n})")
+        self._call("cache_blocks", self.kvm.cache_blocks, x.req, n)
+
+    # -- checks -----------------------------------------------------------------------------
+    def _check_hit(self, x: Live, blocks: Any, hit: int) -> None:
+        per_group = tuple(list(g) for g in blocks.blocks)
+        toks = x.req.all_token_ids
+        v = hit_violations(self.geo, hit, per_group, toks, self.content)
+        for c in ("L1", "L3", "soundness"):
+            self.stats.checks[c] += 1
+        # Completeness: the same prompt ran to the end before and nothing was evicted since.
+        prompt = tuple(x.req.prompt_token_ids)
+        if x.req.num_tokens == len(prompt):
+            for f in reversed(self.finished):
+                if f.tokens == prompt and f.epoch == self.epoch and f.computed >= len(prompt):
+                    self.stats.checks["completeness"] += 1
+                    want = expected_complete_hit(self.geo, len(prompt), f.computed)
+                    if hit < want:
+                        v.append(
+                            Violation(
+                                "completeness",
+                                f"a re-sent {len(prompt)}-token prompt, computed and freed with "
+                                f"nothing evicted since, hit {hit} tokens; the geometry "
+                                f"promises {want}",
+                            )
+                        )
+                    break
+        if v:
+            self.pending.extend(v)
+            self._emit_hit_asserts(v, hit)
+
+    def _emit_hit_asserts(self, v: list[Violation], hit: int) -> None:
+        """The reproducer stops where the answer broke the rule, with the evidence."""
+        kinds = {x.check for x in v}
+        self.code.append('print("hit", hit, "blocks per group", [len(g) for g in blocks.blocks])')
+        if "L1" in kinds:
+            self.code.append(f"assert hit % {self.geo.L} == 0, 'L1: hit not whole LCM blocks'")
+        if "L3" in kinds:
+            sizes = [g.block_size if g.cacheable else None for g in self.geo.groups]
+            self.code.append(
+                f"assert all(b is None or len(g) * b == hit for g, b in zip(blocks.blocks, "
+                f"{sizes})), 'L3: a group does not cover exactly the hit'"
+            )
+        if "completeness" in kinds:
+            want = [x for x in v if x.check == "completeness"][0].message.split("promises ")[-1]
+            self.code.append(f"assert hit >= {want}, 'completeness: re-sent prompt misses'")
+        if "soundness" in kinds:
+            self.code.append("raise AssertionError('soundness: see the block content note above')")
+
+    pending: list[Violation]
+
+    def state_violations(self) -> list[Violation]:
+        """Refcounts, the free queue, exclusive blocks and TOCTOU, after any call."""
+        out: list[Violation] = []
+        pool = self.kvm.block_pool
+        holders: dict[int, list[tuple[str, int, int]]] = {}
+        lists: dict[str, dict[tuple[int, int], int]] = {}
+        for g in self.geo.groups:
+            mgr = self.kvm.coordinator.single_type_managers[g.index]
+            for rid, blocks in mgr.req_to_blocks.items():
+                for j, b in enumerate(blocks):
+                    if b.is_null:
+                        continue
+                    holders.setdefault(b.block_id, []).append((rid, g.index, j))
+                    lists.setdefault(rid, {})[(g.index, j)] = b.block_id
+        # refcount: each block's ref_cnt is the number of request slots holding it.
+        self.stats.checks["refcount"] += 1
+        for b in pool.blocks:
+            if b.is_null:
+                continue
+            n = len(holders.get(b.block_id, ()))
+            if b.ref_cnt != n:
+                out.append(
+                    Violation(
+                        "refcount",
+                        f"block {b.block_id} has ref_cnt {b.ref_cnt} but {n} request slot(s) "
+                        f"hold it {holders.get(b.block_id, [])}",
+                    )
+                )
+        # free queue: exactly the unreferenced blocks, each once, and the counter agrees.
+        self.stats.checks["free_queue"] += 1
+        q = pool.free_block_queue
+        seen: list[int] = []
+        node = q.fake_free_list_head.next_free_block
+        while (
+            node is not None and node is not q.fake_free_list_tail and len(seen) <= len(pool.blocks)
+        ):
+            seen.append(node.block_id)
+            node = node.next_free_block
+        free_set = {b.block_id for b in pool.blocks if b.ref_cnt == 0 and not b.is_null}
+        if len(seen) != len(set(seen)) or set(seen) != free_set or q.num_free_blocks != len(seen):
+            out.append(
+                Violation(
+                    "free_queue",
+                    f"free queue {sorted(seen)} (counter {q.num_free_blocks}) vs unreferenced "
+                    f"blocks {sorted(free_set)}",
+                )
+            )
+        # exclusive: a block serves one group and one content at a time.
+        self.stats.checks["exclusive"] += 1
+        by_rid = {x.rid: x for x in self.live}
+        for bid, hs in holders.items():
+            if len({g for _, g, _ in hs}) > 1:
+                out.append(Violation("exclusive", f"block {bid} serves groups {hs} at once"))
+                continue
+            if len(hs) > 1:
+                prefixes = set()
+                for rid, g, j in hs:
+                    end = (j + 1) * self.geo.groups[g].block_size
+                    x = by_rid.get(rid)
+                    toks = x.req.all_token_ids if x else []
+                    prefixes.add(tuple(toks[:end]) if len(toks) >= end else ("uncomputed", rid))
+                if len(prefixes) > 1:
+                    out.append(
+                        Violation("exclusive", f"block {bid} holds two contents at once: {hs}")
+                    )
+        # toctou: a running request's blocks are never moved or handed to another content.
+        self.stats.checks["toctou"] += 1
+        for x in self.live:
+            if not x.running:
+                continue
+            now = lists.get(x.rid, {})
+            before = self.held.get(x.rid, {})
+            for (g, j), bid in before.items():
+                grp = self.geo.groups[g]
+                if (j + 1) * grp.block_size > x.req.num_computed_tokens:
+                    continue  # not computed yet: speculative slots may be re-laid
+                cur = now.get((g, j))
+                if cur is None and grp.reads_last is not None:
+                    continue  # a window / state group nulls what it no longer reads
+                if cur != bid:
+                    out.append(
+                        Violation(
+                            "toctou",
+                            f"request {x.rid}'s computed block {bid} (group {g}, index {j}) "
+                            f"was {'dropped' if cur is None else f'replaced by {cur}'} while it runs",
+                        )
+                    )
+            self.held[x.rid] = dict(now)
+        return out
+
+    def resolved(self, op: Op) -> Op:
+        """``op`` naming the request it acted on, so deleting other steps cannot redirect it."""
+        if op[0] == "arrive":
+            return (*op[:5], self.created)
+        if op[0] in ("admit", "step", "preempt", "finish", "skip", "cache"):
+            return (op[0], self.picked or "none", *op[2:])
+        return op
+
+    def run_op(self, step: int, op: Op) -> None:
+        self.pending = []
+        self.picked = self.created = None
+        try:
+            self.apply(op)
+        except Exception as e:  # vLLM raised or asserted: a finding of its own kind
+            self.trace.append(self.resolved(op))
+            crash = Violation("crash", f"{type(e).__name__}: {e}")
+            raise Finding(self.pending + [crash], step, op) from e
+        self.trace.append(self.resolved(op))
+        keys = self._cache_keys()
+        if self.keys - keys:
+            self.epoch += 1
+        self.keys = keys
+        v = self.pending + self.state_violations()
+        self.stats.steps += 1
+        if v:
+            raise Finding(v, step, op)
+
+
+def random_ops(rng: random.Random, n: int, geo_L: int) -> list[Op]:
+    """A plain random trace (for smoke runs without Hypothesis)."""
+    ops: list[Op] = []
+    for _ in range(n):
+        ops.append(draw_op(rng.random, rng.randrange, geo_L))
+    return ops
+
+
+def draw_op(rand: Any, rr: Any, L: int) -> Op:
+    k = rand()
+    if k < 0.22:
+        return ("arrive", rr(3), rr(0, 12) * L // 2, 10 + rr(4), rr(1, 3 * L))
+    if k < 0.42:
+        return ("admit", rr(8), rr(1, 4 * L), rr(3) if rand() < 0.2 else 0)
+    if k < 0.64:
+        return ("step", rr(8), rr(1, 3 * L), rr(4), rr(4))
+    if k < 0.72:
+        return ("finish", rr(8))
+    if k < 0.76:
+        return ("resend", rr(8), rr(1, 4 * L))
+    if k < 0.78:
+        return ("roundtrip", rr(3), rr(0, 12) * L // 2, 10 + rr(4), rr(1, 3 * L), rr(1, 4 * L))
+    if k < 0.82:
+        return ("preempt", rr(8))
+    if k < 0.87:
+        return ("evict", rr(64))
+    if k < 0.89:
+        return ("reset",)
+    if k < 0.95:
+        return ("skip", rr(8))
+    return ("cache", rr(8))

@@ -1,0 +1,84 @@
+"""Importing vLLM from inside this repository, and adapting to its release by signature.
+
+vLLM imports ``transformers``, which imports a top-level package named ``kernels`` (the Hugging
+Face kernels hub) when one is importable.  Run from this repository's root (``python -m pytest``,
+``python -c``) the working directory is on ``sys.path``, and *our* ``kernels/`` folder would be
+found instead: vLLM then runs with the wrong module under that name.  :func:`load` imports vLLM
+with every ``sys.path`` entry that resolves to the repository root removed, and drops a
+``kernels`` module already imported from it, so the name resolves as it would anywhere else.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+class VLLMUnavailable(ImportError):
+    """vLLM (or the part of it the target drives) cannot be imported here."""
+
+
+def _shadows(entry: str) -> bool:
+    try:
+        return Path(entry or os.getcwd()).resolve() == REPO_ROOT
+    except OSError:
+        return False
+
+
+def _drop_shadowing_modules() -> None:
+    for name in [n for n in sys.modules if n == "kernels" or n.startswith("kernels.")]:
+        path = getattr(sys.modules[name], "__file__", None) or ""
+        if path and Path(path).resolve().is_relative_to(REPO_ROOT):
+            del sys.modules[name]
+
+
+def load(*modules: str) -> list[ModuleType]:
+    """Import ``modules`` (vLLM's) with this repository off ``sys.path``; raise VLLMUnavailable."""
+    saved = list(sys.path)
+    sys.path[:] = [p for p in sys.path if not _shadows(p)]
+    _drop_shadowing_modules()
+    try:
+        return [importlib.import_module(m) for m in modules]
+    except ImportError as e:
+        raise VLLMUnavailable(f"vLLM is not importable here: {e}") from e
+    finally:
+        sys.path[:] = saved
+
+
+def version() -> str:
+    try:
+        from importlib.metadata import version as v
+
+        return v("vllm")
+    except Exception:  # noqa: BLE001 - not installed as a distribution
+        return "unknown"
+
+
+def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Call ``fn`` with only the keyword arguments its signature accepts.
+
+    Releases differ in which knobs ``KVCacheManager`` and ``allocate_slots`` take (0.20 has no
+    ``scheduler_block_size`` or ``full_sequence_must_fit``); a knob a release lacks is one it
+    does not have, so it is dropped rather than special-cased by version number.
+    """
+    params = inspect.signature(fn).parameters
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return fn(*args, **kwargs)
+    return fn(*args, **{k: v for k, v in kwargs.items() if k in params})
+
+
+def accepts(fn: Callable[..., Any], name: str) -> bool:
+    return name in inspect.signature(fn).parameters
+
+
+def hit_of(result: Any) -> tuple[Any, int]:
+    """``get_computed_blocks`` returns (blocks, n) before 0.2x and (blocks, n, boundary) after."""
+    return result[0], int(result[1])
