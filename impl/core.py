@@ -155,7 +155,7 @@ class CacheCore:
             caps["max_requests"] * graph_blocks * 12 * (2 if self.device.type == "cuda" else 1)
         )
         dev_b, host_b = planned_bytes(g, self.device_blocks, self.host_blocks)
-        if graph_bytes > memory_limit - dev_b - host_b:
+        if dev_b + host_b <= memory_limit < dev_b + host_b + graph_bytes:  # (else Tiers says)
             raise LayoutError(
                 f"{caps['max_requests']} requests x {graph_blocks} blocks of CUDA-graph block "
                 f"table need {graph_bytes / 2**30:.1f} GiB beside {(dev_b + host_b) / 2**30:.1f} "

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from kvstate.impl.cache import HeterogeneousKVCache
+from kvstate.impl.errors import WriterFailed
 from kvstate.numerics.e2e import E2E, INTACT, E2EResult, default_e2e, default_results
 from kvstate.numerics.kvbridge import (
     BridgeError,
@@ -74,12 +75,15 @@ def test_writer_refuses_another_prompts_blocks(e2e: E2E) -> None:
     try:
         other = [(t + 1) % e2e.model.config.vocab for t in e2e.tokens]
         req = c.request(other[: e2e.L + 1])
-        with pytest.raises(BridgeError, match="not the trace"):
+        # the writer's error reaches the caller as the cache's documented WriterFailed
+        with pytest.raises(WriterFailed, match="not the trace") as info:
             with w.writing(e2e.trace), c.use(c.admit(req)):
                 pass
-        with pytest.raises(BridgeError, match="outside"):  # no trace named at all
+        assert isinstance(info.value.__cause__, BridgeError)
+        with pytest.raises(WriterFailed, match="outside") as info:  # no trace named at all
             with c.use(c.admit(c.request(other[: e2e.L + 1]))):
                 pass
+        assert isinstance(info.value.__cause__, BridgeError)
     finally:
         c.close()
 
