@@ -399,6 +399,7 @@ class HeterogeneousKVCache:
         max_model_len: int = 1 << 20,
         durable: bool = False,
         derive_index: bool | None = None,
+        disk_key: bytes | None = None,
     ) -> None:
         if geometry is not None and not isinstance(geometry, Geometry):
             raise InvalidArgument(f"geometry must be a Geometry, got {type(geometry).__name__}")
@@ -432,6 +433,7 @@ class HeterogeneousKVCache:
             durable=durable,
             derive_index=derive_index,
             max_model_len=max_model_len,
+            disk_key=disk_key,
         )
         self.events: EventLog = self.core.events
         self.pipelines = self.core.pipes
@@ -586,7 +588,12 @@ class HeterogeneousKVCache:
                     core.rebuild_start(rid)
                 else:
                     core.want_rebuild.add(rid)
-        if loads_boundary and nb > 0:
+        # follow-ups wait only on loads that started or are queued: a load that could not
+        # start (no device room) leaves none behind, and the admission truncates at use
+        for st in adm.recovery.steps:
+            if st.rid in core.want_rebuild and not core.load_pending(st.rid):
+                core.want_rebuild.discard(st.rid)
+        if loads_boundary and nb > 0 and core.load_pending(adm.rids[nb - 1]):
             tc = TailCheckJob(core, adm.rids[nb - 1], adm.hit_tokens)
             adm.tail_check = tc
             core.want_tail_check[tc.rid] = tc
@@ -598,11 +605,11 @@ class HeterogeneousKVCache:
         m = core.meta
         for st in adm.recovery.steps:
             rid = st.rid
+            # (a wanted rebuild waits on its load: pending exactly while the load is)
             if (
                 m.ckv[rid] == CKV.LOADING
                 or m.idx[rid] == Indexer.REBUILDING
                 or rid in core.io_waiting
-                or rid in core.want_rebuild
             ):
                 return True
         tc = adm.tail_check
@@ -810,17 +817,7 @@ class HeterogeneousKVCache:
 
     def spill(self, n: Any = 1) -> int:
         """Write up to ``n`` LRU host blocks to disk."""
-        n = _int("n", n, 0)
-        core = self.core
-        done = 0
-        with core.lock:
-            for rid in list(core.host_lru):
-                if done >= n:
-                    break
-                if core.can("spill", rid):
-                    core.spill(rid)
-                    done += 1
-        return done
+        return self.core.spill_some(_int("n", n, 0))
 
     def drop(self, n: Any = 1) -> int:
         """Delete up to ``n`` LRU (or corrupt) host/disk entries whose lease expired."""
