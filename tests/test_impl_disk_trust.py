@@ -21,8 +21,9 @@ import pytest
 from test_impl_cache import check_compressed as _check_compressed
 from test_impl_disk import files, persist
 
+import kvstate.impl.disk as disk_mod
 from kvstate.impl import EventKind, HeterogeneousKVCache, InvalidArgument
-from kvstate.impl.disk import KEY_FILE, MAGIC, SUFFIX, DiskTier
+from kvstate.impl.disk import MAGIC, SUFFIX, DiskTier
 from kvstate.impl.testdata import harness_tokens
 from kvstate.spec import small
 from kvstate.spec.phases import CKV
@@ -392,7 +393,7 @@ def test_payload_edit_is_not_served(tmp_path: Path) -> None:
 def test_directory_key_is_private_and_checked(tmp_path: Path) -> None:
     c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors="manual")
     c.close()
-    key = tmp_path / KEY_FILE
+    key = tmp_path / getattr(disk_mod, "KEY_FILE", ".kvstate-key")
     st = key.stat()
     assert st.st_mode & 0o777 == 0o600 and st.st_size == 32
     key.chmod(0o644)
