@@ -173,13 +173,15 @@ class DiskTier:
         return h.digest()
 
     def _chunk_mac(
-        self, key: bytes, nonce: bytes, index: int, lo: int, hi: int, data: Any
+        self, key: bytes, nonce: bytes, index: int, lo: int, hi: int, *data: bytes
     ) -> bytes:
+        """One pass over the chunk's buffers (``hashlib`` releases the GIL on large ones)."""
         h = hashlib.blake2b(key=self._key, digest_size=MAC_BYTES, person=b"kvstate/chunk")
         h.update(key)
         h.update(nonce)
         h.update(struct.pack("<qqq", index, lo, hi))
-        h.update(data)
+        for d in data:
+            h.update(d)
         return h.digest()
 
     # ---- writing ------------------------------------------------------------------------
@@ -204,23 +206,23 @@ class DiskTier:
         flat = [t.reshape(-1).cpu().contiguous() for _, _, t in units]
         sizes = [int(t.numel()) for t in flat]
         offsets = [0]
-        for s in sizes:
-            offsets.append(offsets[-1] + s)
+        for size in sizes:
+            offsets.append(offsets[-1] + size)
         nonce = secrets.token_bytes(16)
         parts = [t.numpy().tobytes() for t in flat]
-        chunks = []
+        chunks: list[list[Any]] = []
         n = len(units)
         for c in range(self.load_steps):
             ulo, uhi = c * n // self.load_steps, (c + 1) * n // self.load_steps
             blo, bhi = offsets[ulo], offsets[uhi]
-            mac = self._chunk_mac(key, nonce, c, blo, bhi, b"".join(parts[ulo:uhi]))
+            mac = self._chunk_mac(key, nonce, c, blo, bhi, *parts[ulo:uhi])
             chunks.append([ulo, uhi, blo, bhi, mac.hex()])
         swa_section = None
         if swa_data is not None:
-            s = swa_data.reshape(-1).cpu().contiguous().numpy().tobytes()
-            lo, hi = offsets[-1], offsets[-1] + len(s)
-            swa_section = [lo, hi, self._chunk_mac(key, nonce, -1, lo, hi, s).hex()]
-            parts.append(s)
+            sb = swa_data.reshape(-1).cpu().contiguous().numpy().tobytes()
+            lo, hi = offsets[-1], offsets[-1] + len(sb)
+            swa_section = [lo, hi, self._chunk_mac(key, nonce, -1, lo, hi, sb).hex()]
+            parts.append(sb)
         header = {
             "format": FILE_FORMAT,
             "fingerprint": self.fingerprint,
