@@ -263,6 +263,8 @@ class Executor:
             self.errors.append(f"{job!r}: {detail}")
         try:
             job.abandon(f"{type(exc).__name__}: {exc}")
+        except Exception:  # noqa: BLE001 - recorded; the worker (or drain) goes on
+            self.errors.append(f"{job!r} could not be abandoned:\n{traceback.format_exc()}")
         finally:
             self._drop(job)
 
