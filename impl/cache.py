@@ -378,6 +378,9 @@ class HeterogeneousKVCache:
 
     ``max_model_len`` is the longest request in tokens (default 2**20, DeepSeek-V4's context);
     it sizes the CUDA-graph block table, which always holds a request's pins whole.
+
+    ``disk_key`` (16 to 64 bytes) authenticates the disk tier's entries; by default a private
+    per-directory key in ``cache_dir`` (see README, the disk tier's threat model).
     """
 
     def __init__(
