@@ -751,29 +751,44 @@ class CacheCore:
         done = 0
         tried: set[int] = set()
         while done < n:
-            with self.lock:
-                rid = next(
-                    (r for r in self.host_lru if r not in tried and self.can("spill", r)), None
-                )
-                if rid is None:
-                    break
-                tried.add(rid)
-                key, fields, state = self._spill_snapshot(rid)
-            prepared = self.disk.prepare(key, **fields)
-            with self.lock:
-                still = self.meta.key[rid] == key and self._spill_state(rid) == state
-                if still:
-                    try:
-                        self._check_block("spill", rid)
-                        self._make_disk_room()
-                    except Refused:
-                        still = False
-                if not still:
-                    self.disk.discard(prepared)
-                    continue
-                self._fx_spill(rid, self.disk.publish(prepared))
-                done += 1
+            snap = self._next_spill(tried)
+            if snap is None:
+                break
+            rid, key, fields, state = snap
+            prepared = self.disk.prepare(key, **fields)  # the write: no lock held
+            done += self._publish_spill(rid, key, state, prepared)
         return done
+
+    def _next_spill(
+        self, tried: set[int]
+    ) -> tuple[int, bytes, dict[str, Any], tuple[int, ...]] | None:
+        """The next LRU host block the table lets spill, and its snapshot (under the lock)."""
+        with self.lock:
+            rid = next((r for r in self.host_lru if r not in tried and self.can("spill", r)), None)
+            if rid is None:
+                return None
+            tried.add(rid)
+            key, fields, state = self._spill_snapshot(rid)
+            return rid, key, fields, state
+
+    def _publish_spill(
+        self, rid: int, key: bytes, state: tuple[int, ...], prepared: tuple[Path, DiskEntry]
+    ) -> int:
+        """Publish a spill written without the lock if its block is still the same host copy
+        and the table still allows it (1); else throw the file away (0)."""
+        with self.lock:
+            still = self.meta.key[rid] == key and self._spill_state(rid) == state
+            if still:
+                try:
+                    self._check_block("spill", rid)
+                    self._make_disk_room()
+                except Refused:
+                    still = False
+            if not still:
+                self.disk.discard(prepared)
+                return 0
+            self._fx_spill(rid, self.disk.publish(prepared))
+            return 1
 
     def _fx_spill(self, rid: int, entry: DiskEntry) -> None:
         m = self.meta
