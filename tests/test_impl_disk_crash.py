@@ -68,14 +68,15 @@ def one_trial(d: Path, rng: random.Random, first: int) -> dict[str, int]:
     )
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "ready"
-    time.sleep(rng.uniform(0.0, 0.6))
+    time.sleep(rng.uniform(0.0, 1.2))
     proc.send_signal(signal.SIGKILL)
     out = proc.stdout.read().split()
     proc.wait()
     last = int(out[-1]) if out else first
     kvb_before = len(files(d))
+    tmp_before = len([p for p in d.iterdir() if p.name.endswith(".tmp")])
     c = HeterogeneousKVCache(G, cache_dir=d, executors="manual", disk_blocks=4096)
-    counts = {"served": 0, "torn": 0, "files": kvb_before}
+    counts = {"served": 0, "torn": 0, "files": kvb_before, "killed_mid_write": tmp_before}
     try:
         counts["leftovers"] = len([p for p in d.iterdir() if p.name.endswith(".tmp")])
         counts["unadopted"] = len(files(d)) - c.stats()["disk_entries"]
@@ -98,7 +99,9 @@ def one_trial(d: Path, rng: random.Random, first: int) -> dict[str, int]:
 def test_sigkill_during_spills_serves_no_torn_entry(tmp_path: Path) -> None:
     rng = random.Random(int(os.environ.get("KVSTATE_CRASH_SEED", "11")))
     n = trials()
-    total = {"served": 0, "torn": 0, "leftovers": 0, "unadopted": 0, "files": 0}
+    total = dict.fromkeys(
+        ("served", "torn", "leftovers", "unadopted", "files", "killed_mid_write"), 0
+    )
     first = 0
     for t in range(n):
         d = tmp_path / f"t{t}"
@@ -107,7 +110,8 @@ def test_sigkill_during_spills_serves_no_torn_entry(tmp_path: Path) -> None:
         for k, v in counts.items():
             total[k] += v
     print(
-        f"crash consistency: {n} SIGKILL trials, {total['files']} entry files found, "
+        f"crash consistency: {n} SIGKILL trials ({total['killed_mid_write']} temporaries of "
+        f"killed writes found), {total['files']} entry files found, "
         f"{total['served']} blocks served, {total['torn']} torn served, "
         f"{total['leftovers']} temporaries left, {total['unadopted']} entries not adopted"
     )
