@@ -9,6 +9,7 @@ only its own files.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import struct
@@ -96,12 +97,12 @@ def test_any_exception_in_a_load_fails_it_cleanly(
         disk = c.core.disk
         name = "read_chunk" if hasattr(disk, "read_chunk") else "read_range"  # (older layout)
         real = getattr(disk, name)
-        calls = {"n": 0}
+        calls = itertools.count(1)  # (atomic: the I/O workers read concurrently)
 
         def broken(*args: Any) -> Any:
-            calls["n"] += 1
+            first = next(calls) == 1
             data = real(*args)
-            return data[:-1] if calls["n"] == 1 else data
+            return data[:-1] if first else data
 
         monkeypatch.setattr(disk, name, broken)
         a = c.admit(c.request(toks))
