@@ -454,6 +454,9 @@ class HeterogeneousKVCache:
 
     ``max_model_len`` is the longest request in tokens (default 2**20, DeepSeek-V4's context);
     it sizes the CUDA-graph block table, which always holds a request's pins whole.
+
+    ``disk_key`` (16 to 64 bytes) authenticates the disk tier's entries; by default a private
+    per-directory key in ``cache_dir`` (see README, the disk tier's threat model).
     """
 
     def __init__(
@@ -475,6 +478,7 @@ class HeterogeneousKVCache:
         max_model_len: Any = 1 << 20,
         durable: Any = False,
         derive_index: Any = None,
+        disk_key: Any = None,
     ) -> None:
         # every argument is checked before anything is built (InvalidArgument / LayoutError)
         self._closed = True  # until built: a half-built cache serves nothing
@@ -537,6 +541,7 @@ class HeterogeneousKVCache:
             durable=durable,
             derive_index=derive_index,
             max_model_len=max_model_len,
+            disk_key=disk_key,
         )
         self.events: EventLog = self.core.events
         self.pipelines = self.core.pipes
@@ -719,7 +724,12 @@ class HeterogeneousKVCache:
                     core.rebuild_start(rid)
                 else:
                     core.want_rebuild.add(rid)
-        if loads_boundary and nb > 0:
+        # follow-ups wait only on loads that started or are queued: a load that could not
+        # start (no device room) leaves none behind, and the admission truncates at use
+        for st in adm.recovery.steps:
+            if st.rid in core.want_rebuild and not core.load_pending(st.rid):
+                core.want_rebuild.discard(st.rid)
+        if loads_boundary and nb > 0 and core.load_pending(adm.rids[nb - 1]):
             tc = TailCheckJob(core, adm.rids[nb - 1], adm.hit_tokens)
             adm.tail_check = tc
             core.want_tail_check[tc.rid] = tc
@@ -731,11 +741,11 @@ class HeterogeneousKVCache:
         m = core.meta
         for st in adm.recovery.steps:
             rid = st.rid
+            # (a wanted rebuild waits on its load: pending exactly while the load is)
             if (
                 m.ckv[rid] == CKV.LOADING
                 or m.idx[rid] == Indexer.REBUILDING
                 or rid in core.io_waiting
-                or rid in core.want_rebuild
             ):
                 return True
         tc = adm.tail_check
@@ -1000,17 +1010,7 @@ class HeterogeneousKVCache:
     def spill(self, n: Any = 1) -> int:
         """Write up to ``n`` LRU host blocks to disk."""
         self._open()
-        n = args.integer("n", n, 0)
-        core = self.core
-        done = 0
-        with core.lock:
-            for rid in list(core.host_lru):
-                if done >= n:
-                    break
-                if core.can("spill", rid):
-                    core.spill(rid)
-                    done += 1
-        return done
+        return self.core.spill_some(args.integer("n", n, 0))
 
     def drop(self, n: Any = 1) -> int:
         """Delete up to ``n`` LRU (or corrupt) host/disk entries whose lease expired."""

@@ -54,7 +54,7 @@ from .graphs import GraphRegistry
 from .guards import Guards
 from .hashing import Chain
 from .meta import NULL_RID, BlockMeta, ChainView, Others, RecordState, SlotState
-from .pipelines import Job, LoadJob, OffloadJob, Pipelines, RebuildJob
+from .pipelines import LoadJob, OffloadJob, Pipelines, RebuildJob, TailCheckJob
 from .testdata import Writer
 from .tiers import Tiers, planned_bytes
 
@@ -63,10 +63,15 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def _why(exc: BaseException) -> str:
+    return str(exc) if isinstance(exc, CorruptEntry) else f"{type(exc).__name__}: {exc}"
+
+
 # phases as plain ints (the metadata and slots hold ints; int(IntEnum) is a call)
 _CKV_FREE, _CKV_WRITING, _CKV_READY, _CKV_EVICTING = (
     int(CKV.FREE), int(CKV.WRITING), int(CKV.READY), int(CKV.EVICTING),
 )  # fmt: skip
+_CKV_LOADING, _CKV_OFFLOADING = int(CKV.LOADING), int(CKV.OFFLOADING)
 _TAIL_NONE, _TAIL_OPEN, _TAIL_SEALED = int(Tail.NONE), int(Tail.OPEN), int(Tail.SEALED)
 _SWA_NULL, _SWA_VALID = int(Swa.NULL), int(Swa.VALID)
 _IDX_ABSENT, _IDX_PRESENT = int(Indexer.ABSENT), int(Indexer.PRESENT)
@@ -115,6 +120,7 @@ class CacheCore:
         durable: bool = False,
         derive_index: bool | None = None,
         max_model_len: int = 1 << 20,
+        disk_key: bytes | None = None,
     ) -> None:
         g = table.geometry
         self.table = table
@@ -175,7 +181,19 @@ class CacheCore:
         if cache_dir is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="kvstate-disk-")
             cache_dir = self._tmp.name
-        self.disk = DiskTier(cache_dir, self._fingerprint(), self.k.load_steps, durable=durable)
+        swa = self.tiers.swa
+        self.disk = DiskTier(
+            cache_dir,
+            self._fingerprint(),
+            self.k.load_steps,
+            durable=durable,
+            key=disk_key,
+            layout=[
+                (grp.name, li, self.tiers.unit_bytes((grp, li)))
+                for grp, li in self.tiers.units(False)
+            ],
+            swa_bytes=swa.nl * swa.pages_per_block * swa.page_bytes,
+        )
         self.events = EventLog()
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)
@@ -197,7 +215,9 @@ class CacheCore:
         self.tombstones: OrderedDict[int, None] = OrderedDict()  # FREE records still indexed
         self.disk_entries: dict[int, DiskEntry] = {}
         self.want_rebuild: set[int] = set()  # start an indexer rebuild when this load lands
-        self.want_tail_check: dict[int, Job] = {}  # verify the restored tail when this load lands
+        self.want_tail_check: dict[
+            int, TailCheckJob
+        ] = {}  # verify the restored tail when this load lands
         self.io_waiting: OrderedDict[int, None] = OrderedDict()  # disk loads queued by io_cap
         self.now = 0
         self.io_inflight = 0
@@ -689,44 +709,109 @@ class CacheCore:
     def offload_cancel(self, rid: Any) -> None:
         with self.lock:
             self._check_block("offload_cancel", rid)
-            m = self.meta
-            self.tiers.host_slots.release([m.hslot[rid]])
-            m.hslot[rid] = -1
-            m.ckv[rid] = _CKV_READY
-            m.ldpipe[rid] = int(Pipe.NONE)
-            self.lru[rid] = None
-            self.pipes.dma.forget(rid)
-            self.notify_changed()
+            self._fx_offload_cancel(rid)
+
+    def _fx_offload_cancel(self, rid: int) -> None:
+        m = self.meta
+        self.tiers.host_slots.release([m.hslot[rid]])
+        m.hslot[rid] = -1
+        m.ckv[rid] = _CKV_READY
+        m.ldpipe[rid] = int(Pipe.NONE)
+        self.lru[rid] = None
+        self.pipes.dma.forget(rid)
+        self.notify_changed()
 
     def spill(self, rid: Any) -> None:
+        """The table's ``spill`` in one step, the file written under the lock (the conformance
+        adapter and ``_take_host``); :meth:`spill_some` writes without it."""
         with self.lock:
             self._check_block("spill", rid)
-            m = self.meta
             self._make_disk_room()
-            key = m.key[rid]
-            if key is None:
-                raise InternalError(f"record {rid} has no key to name its disk entry")
-            with_swa = m.swa[rid] == Swa.VALID and self.k.swa_restored_from_disk
-            units, swa = self.tiers.host_payload(m.hslot[rid], with_swa)
-            entry = self.disk.write(
-                key,
-                ver=m.ver[rid],
-                gen=m.gen[rid],
-                fmt=m.fmt[rid],
-                tail=m.tail[rid],
-                swa=m.swa[rid],
-                units=units,
-                swa_data=swa,
-            )
-            self.tiers.host_slots.release([m.hslot[rid]])
-            m.hslot[rid] = -1
-            m.ckv[rid] = int(CKV.DISK)
-            m.on_disk[rid] = True
-            m.disk_fmt[rid] = m.fmt[rid]
-            self.disk_entries[rid] = entry
-            self.host_lru.pop(rid, None)
-            self.disk_lru[rid] = None
-            self.events.emit(EventKind.STORED, key, "disk")
+            snap = self._spill_snapshot(rid)
+            self._fx_spill(rid, self.disk.write(snap[0], **snap[1]))
+
+    def _spill_snapshot(self, rid: int) -> tuple[bytes, dict[str, Any], tuple[int, ...]]:
+        """What a spill writes (copies of the host pages), and the record's state it was taken
+        at: (key, the entry's fields, (gen, ver, hslot, ckv))."""
+        m = self.meta
+        key = m.key[rid]
+        if key is None:
+            raise InternalError(f"record {rid} has no key to name its disk entry")
+        with_swa = m.swa[rid] == Swa.VALID and self.k.swa_restored_from_disk
+        units, swa = self.tiers.host_payload(m.hslot[rid], with_swa)
+        fields: dict[str, Any] = {
+            "ver": m.ver[rid],
+            "gen": m.gen[rid],
+            "fmt": m.fmt[rid],
+            "tail": m.tail[rid],
+            "swa": m.swa[rid],
+            "units": units,
+            "swa_data": swa,
+        }
+        return key, fields, self._spill_state(rid)
+
+    def _spill_state(self, rid: int) -> tuple[int, ...]:
+        m = self.meta
+        return (m.gen[rid], m.ver[rid], m.hslot[rid], m.ckv[rid], m.swa[rid])
+
+    def spill_some(self, n: int) -> int:
+        """Spill up to ``n`` LRU host blocks, each file written *without* the lock (a slow disk
+        blocks no other work): the payload is copied under the lock, written to a private
+        temporary, and published only if the block is still the same host copy (generation,
+        version, host slot, phase) and the table still allows the spill; else discarded."""
+        done = 0
+        tried: set[int] = set()
+        while done < n:
+            snap = self._next_spill(tried)
+            if snap is None:
+                break
+            rid, key, fields, state = snap
+            prepared = self.disk.prepare(key, **fields)  # the write: no lock held
+            done += self._publish_spill(rid, key, state, prepared)
+        return done
+
+    def _next_spill(
+        self, tried: set[int]
+    ) -> tuple[int, bytes, dict[str, Any], tuple[int, ...]] | None:
+        """The next LRU host block the table lets spill, and its snapshot (under the lock)."""
+        with self.lock:
+            rid = next((r for r in self.host_lru if r not in tried and self.can("spill", r)), None)
+            if rid is None:
+                return None
+            tried.add(rid)
+            key, fields, state = self._spill_snapshot(rid)
+            return rid, key, fields, state
+
+    def _publish_spill(
+        self, rid: int, key: bytes, state: tuple[int, ...], prepared: tuple[Path, DiskEntry]
+    ) -> int:
+        """Publish a spill written without the lock if its block is still the same host copy
+        and the table still allows it (1); else throw the file away (0)."""
+        with self.lock:
+            still = self.meta.key[rid] == key and self._spill_state(rid) == state
+            if still:
+                try:
+                    self._check_block("spill", rid)
+                    self._make_disk_room()
+                except Refused:
+                    still = False
+            if not still:
+                self.disk.discard(prepared)
+                return 0
+            self._fx_spill(rid, self.disk.publish(prepared))
+            return 1
+
+    def _fx_spill(self, rid: int, entry: DiskEntry) -> None:
+        m = self.meta
+        self.tiers.host_slots.release([m.hslot[rid]])
+        m.hslot[rid] = -1
+        m.ckv[rid] = int(CKV.DISK)
+        m.on_disk[rid] = True
+        m.disk_fmt[rid] = m.fmt[rid]
+        self.disk_entries[rid] = entry
+        self.host_lru.pop(rid, None)
+        self.disk_lru[rid] = None
+        self.events.emit(EventKind.STORED, entry.key, "disk")
 
     # ---- recovery: loads --------------------------------------------------------------------
     def load_start(self, rid: Any) -> None:
@@ -767,15 +852,17 @@ class CacheCore:
             raise InternalError(f"record {rid} is LOADING without a load job")
         return job
 
-    def _chunk(self, job: LoadJob, k: int) -> None:
-        """Land chunk ``k`` of the load (verified on the way for disk sources)."""
+    def _chunk(self, job: LoadJob, k: int, data: torch.Tensor | None) -> None:
+        """Land chunk ``k`` of the load (``data``: its bytes, already read and authenticated
+        without the lock; else a disk source is read here)."""
         if job.fault:
             job.fault = False
             raise CorruptEntry(f"injected I/O fault while loading record {job.rid}")
         if job.pipe is Pipe.IO:
             entry: DiskEntry = job.src
-            ulo, uhi, blo, bhi, expect = entry.chunks[k]
-            data = self.disk.read_range(entry, blo, bhi, expect)
+            ulo, uhi = entry.chunks[k][0], entry.chunks[k][1]
+            if data is None:
+                data = self.disk.read_chunk(entry, k)
             units = self.tiers.units(False)
             off = 0
             for unit in units[ulo:uhi]:
@@ -788,22 +875,102 @@ class CacheCore:
             for unit in units[k * n // self.k.load_steps : (k + 1) * n // self.k.load_steps]:
                 self.tiers.unit_from_host(unit, job.src, job.dst)
 
-    def load_progress(self, rid: Any) -> None:
+    def load_progress(self, rid: Any, data: torch.Tensor | None = None) -> None:
         with self.lock:
             self._check_block("load_progress", rid)
             job = self._load_job(rid)
             try:
-                self._chunk(job, self.meta.prog[rid])
-            except CorruptEntry as exc:
-                self._fail_load(rid, job, str(exc), corrupt=True)
-                raise
+                self._chunk(job, self.meta.prog[rid], data)
+            except Exception as exc:  # any failure is a failed load: nothing stays LOADING
+                self._fail_load(rid, job, _why(exc), corrupt=True)
+                if isinstance(exc, CorruptEntry):
+                    raise
+                raise CorruptEntry(f"loading record {rid}: {_why(exc)}") from exc
             self.meta.prog[rid] += 1
+
+    def owns(self, job: LoadJob) -> bool:
+        """Is ``job`` still the load of its record (the lock held)?"""
+        rid = job.rid
+        return self.meta.ckv[rid] == _CKV_LOADING and self.pipes.for_pipe(job.pipe).get(rid) is job
+
+    def disk_load_step(self, job: LoadJob) -> bool:
+        """One step of a disk load, its read and verification *without* the lock (a stalled
+        disk blocks nothing else): decide under the lock, read, then land the bytes only if the
+        job still owns its record at the same progress.  True when the job is over."""
+        rid = job.rid
+        with self.lock:
+            if not self.owns(job):
+                return True
+            entry: DiskEntry = job.src
+            if self.can("load_done", rid):
+                if not job.swa_pages or job.swa_data is not None or job.fault:
+                    self.load_done(rid)
+                    return True
+                k = -1  # the window's section, read before load_done
+            elif job.fault:
+                self.load_progress(rid)  # fails the load (CorruptEntry)
+                return False
+            else:
+                k = self.meta.prog[rid]
+        try:
+            data = self.disk.read_swa(entry) if k < 0 else self.disk.read_chunk(entry, k)
+        except Exception as exc:
+            with self.lock:
+                if self.owns(job):
+                    self._fail_load(rid, job, _why(exc), corrupt=True)
+            return True
+        with self.lock:
+            if not self.owns(job):
+                return True
+            if k < 0:
+                job.swa_data = data
+            elif self.meta.prog[rid] == k:
+                self.load_progress(rid, data)
+            return False
+
+    def abandon_load(self, job: LoadJob, why: str) -> None:
+        """A load job raised: fail its load (the table's ``load_fail`` effects) if it still
+        owns its record, so nothing stays LOADING, no slot or page leaks."""
+        with self.lock:
+            if self.owns(job):
+                self._fail_load(job.rid, job, why, corrupt=True)
+
+    def abandon_offload(self, job: OffloadJob) -> None:
+        """An offload job raised: cancel it (the device copy stays, the host slot is freed)."""
+        with self.lock:
+            rid = job.rid
+            if self.meta.ckv[rid] == _CKV_OFFLOADING and self.pipes.dma.get(rid) is job:
+                self._fx_offload_cancel(rid)
+
+    def abandon_rebuild(self, job: RebuildJob) -> None:
+        """A rebuild job raised: the indexer is absent again (a later admission rebuilds it;
+        a waiting one truncates)."""
+        with self.lock:
+            rid = job.rid
+            m = self.meta
+            if m.idx[rid] == int(Indexer.REBUILDING) and self.pipes.cpu.get(rid) is job:
+                m.idx[rid] = _IDX_ABSENT
+                m.ixpipe[rid] = int(Pipe.NONE)
+                self.pipes.cpu.forget(rid)
+                self.notify_changed()
+
+    def load_pending(self, rid: int) -> bool:
+        """Is a load of this record in flight or queued by the I/O cap?"""
+        return self.meta.ckv[rid] == _CKV_LOADING or rid in self.io_waiting
+
+    def drop_wants(self, rid: int) -> None:
+        """Follow-ups (rebuild, tail check) of a load that will not happen: an admission
+        waiting for them validates what is there and truncates instead of waiting forever."""
+        self.want_rebuild.discard(rid)
+        self.want_tail_check.pop(rid, None)
+        self.notify_changed()
 
     def _load_done_skip(self) -> tuple[str, ...]:
         return ("complete",) if self.bugs.on("use_before_load_complete") else ()
 
     def load_done(self, rid: Any) -> tuple[int, int]:
-        """Install the loaded block; returns (device address, stored form) it came back in."""
+        """Install the loaded block; returns (device address, stored form) it came back in.
+        (A disk load's window section is read here unless its job read it without the lock.)"""
         with self.lock:
             self._check_block("load_done", rid, self._load_done_skip())
             m = self.meta
@@ -816,17 +983,17 @@ class CacheCore:
             if job.swa_pages:
                 try:
                     if from_disk:
-                        sec = job.src.swa_section
-                        if sec is None:
-                            raise CorruptEntry(f"disk entry of record {rid} has no window")
-                        self.tiers.swa_from_bytes(
-                            self.disk.read_range(job.src, sec[0], sec[1], sec[2]), job.swa_pages
-                        )
+                        data = job.swa_data
+                        if data is None:
+                            data = self.disk.read_swa(job.src)
+                        self.tiers.swa_from_bytes(data, job.swa_pages)
                     else:
                         self.tiers.swa_from_host(job.src, job.swa_pages)
-                except CorruptEntry as exc:
-                    self._fail_load(rid, job, str(exc), corrupt=True)
-                    raise
+                except Exception as exc:  # any failure is a failed load
+                    self._fail_load(rid, job, _why(exc), corrupt=True)
+                    if isinstance(exc, CorruptEntry):
+                        raise
+                    raise CorruptEntry(f"loading record {rid}: {_why(exc)}") from exc
             self._moved(rid, job.dst)
             m.slot[rid] = job.dst
             m.swa_pages[rid] = job.swa_pages
@@ -868,8 +1035,15 @@ class CacheCore:
             if self.io_inflight >= self.k.io_cap:
                 break
             self.io_waiting.pop(rid, None)
+            started = False
             if self.can("load_start", rid):
-                self.load_start(rid)
+                try:
+                    self.load_start(rid)
+                    started = True
+                except OutOfCapacity:  # no device room now: its admission truncates
+                    pass
+            if not started:
+                self.drop_wants(rid)
 
     def load_fail(self, rid: Any) -> None:
         with self.lock:

@@ -1,47 +1,71 @@
-"""The disk tier: one file per block, written atomically, verified chunk by chunk when loaded.
+"""The disk tier: one authenticated file per block, written atomically, verified chunk by chunk.
 
-File layout: a fixed prefix (magic, header length, CRC-32 of the header), a JSON header, then the
-payload.  The header carries the file format version, the geometry fingerprint (a file written
-for another layout is rejected, not misread), the block's key, content version and stored form
-(``Fmt``), the saved tail/window phases, the payload's units, and one checksum per load chunk
-(``kernels.block_checksum``) plus one for the SWA section.  Writes go to a temporary file in the
-same directory and are published with ``os.replace``, so a reader (or a restarted process) sees
-either the whole old file or the whole new one, never a torn write.
+Threat model (see README, "The disk tier"): whoever can write to ``cache_dir`` but cannot read
+its key must not be able to make kvstate serve other content under a key; all they can do is
+delete entries (a miss, recomputed).  So every entry is authenticated with a keyed MAC
+(BLAKE2b keyed, stdlib ``hashlib``): the header's MAC covers the block's chained key (taken from
+the file name, which must match the header) and the header, which holds a per-entry nonce and
+one MAC per load chunk (and one for the SWA section); each chunk's MAC covers the key, the
+nonce, the chunk's index and byte range, and its bytes.  A file written for another key, a
+header rewritten with a recomputed CRC, a payload edit, chunks of two entries mixed: each fails
+a MAC and is a load failure (the hit is truncated and recomputed, never served from garbage:
+vLLM 52234).  A chunk is verified in one pass as it lands (``hashlib`` releases the GIL on large
+buffers, so verification overlaps the other pipelines' work).
 
-A load verifies each chunk as it lands; a mismatch is a load failure (the hit is truncated and
-recomputed, never served from garbage: vLLM 52234).  A file whose header is unreadable, from
-another format version or another geometry is rejected when the directory is scanned.
+The key is the caller's (``disk_key``) or a per-directory secret, ``.kvstate-key``: 32 random
+bytes created atomically with mode 0600 (a private temporary linked into place), and refused
+when it is a symlink, not a regular file, not owned by this user or readable by others.
+
+File layout: a fixed prefix (magic, header length, header MAC), a JSON header (format version,
+geometry fingerprint, key, content version and stored form, saved tail/window phases, the
+payload's units, the chunk table with its MACs), then the payload.  Writes go to a temporary
+made with ``tempfile.mkstemp`` (``O_CREAT|O_EXCL|O_NOFOLLOW``, an unpredictable name) in the
+same directory and are published with ``os.replace``, so a reader or a restarted process sees
+the whole old file or the whole new one, never a torn write.
+
+Opening a cache scans the directory: every file is opened ``O_NOFOLLOW|O_NONBLOCK`` and must be
+a regular file (a directory, FIFO or symlink with an entry's name is left alone), headers are
+bounded and schema-checked, and only what carries kvstate's magic *and* naming is deleted when
+stale or damaged (a foreign file is never touched).
 """
 
 from __future__ import annotations
 
-import itertools
+import hashlib
+import hmac
 import json
 import os
+import re
+import secrets
+import stat
 import struct
-import zlib
+import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from kvstate.kernels import block_checksum
+from .errors import CorruptEntry, InvalidArgument
 
-from .errors import CorruptEntry
-
-FILE_FORMAT = 1
-MAGIC = b"KVSTATE\x01"
-_PREFIX = struct.Struct("<8sII")  # magic, header length, header crc32
+FILE_FORMAT = 2
+MAGIC = b"KVSTATE\x02"
+MAGIC_FAMILY = b"KVSTATE"  # any format version: kvstate's own (a stale one is deleted)
+MAC_BYTES = 32
+_PREFIX = struct.Struct(f"<8sI{MAC_BYTES}s")  # magic, header length, header MAC
+MAX_HEADER = 1 << 20  # a header is a few KiB; a bigger length field is damage, not a read
 SUFFIX = ".kvb"
-_counter = itertools.count()
-
-
-def checksum(data: torch.Tensor, backend: str | None = "torch") -> int:
-    """Checksum of a byte tensor (CPU), as one row of the kernel's block checksum."""
-    if data.numel() == 0:
-        return 0
-    return int(block_checksum(data.reshape(1, -1), backend=backend)[0])
+KEY_FILE = ".kvstate-key"
+KEY_BYTES = 32
+_ENTRY_NAME = re.compile(r"[0-9a-f]{2,128}\.kvb")
+_TMP_NAME = re.compile(r"\.[0-9a-f]{2,128}\.kvb\.[A-Za-z0-9_.]+\.tmp")
+_KEY_TMP_NAME = re.compile(r"\.kvstate-key\.[A-Za-z0-9_]+\.new")
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+_HEADER_KEYS = frozenset(
+    ("format", "fingerprint", "key", "nonce", "ver", "gen", "fmt", "tail", "swa", "units",
+     "chunks", "swa_section")
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -53,10 +77,57 @@ class DiskEntry:
     fmt: int
     tail: int
     swa: int
+    nonce: bytes
     units: tuple[tuple[str, int, int], ...]  # (group, layer position in group, bytes)
-    chunks: tuple[tuple[int, int, int, int, int], ...]  # (unit lo, unit hi, byte lo, byte hi, sum)
-    swa_section: tuple[int, int, int] | None  # (byte lo, byte hi, sum) or None
+    chunks: tuple[tuple[int, int, int, int, bytes], ...]  # (unit lo, unit hi, byte lo, hi, MAC)
+    swa_section: tuple[int, int, bytes] | None  # (byte lo, byte hi, MAC) or None
     payload_offset: int
+    size: int  # the file's length when its header was read
+
+
+def load_key(root: Path) -> bytes:
+    """The directory's secret: created (atomically, mode 0600) when absent, else checked."""
+    path = root / KEY_FILE
+    for _ in range(3):
+        try:
+            fd = os.open(path, _OPEN_FLAGS)
+        except FileNotFoundError:
+            _create_key(root, path)
+            continue
+        except OSError as exc:  # ELOOP: a symlink planted at the key's name
+            raise InvalidArgument(f"cache_dir key {path} cannot be opened safely: {exc}") from exc
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise InvalidArgument(f"cache_dir key {path} is not a regular file")
+            if st.st_uid != os.geteuid():
+                raise InvalidArgument(f"cache_dir key {path} is not owned by this user")
+            if st.st_mode & 0o077:
+                raise InvalidArgument(f"cache_dir key {path} is readable by others (not 0600)")
+            key = os.pread(fd, KEY_BYTES + 1, 0)
+        finally:
+            os.close(fd)
+        if len(key) != KEY_BYTES:
+            raise InvalidArgument(f"cache_dir key {path} is not {KEY_BYTES} bytes")
+        return key
+    raise InvalidArgument(f"cache_dir key {path} keeps disappearing")
+
+
+def _create_key(root: Path, path: Path) -> None:
+    fd, tmp = tempfile.mkstemp(dir=root, prefix=".kvstate-key.", suffix=".new")  # 0600
+    try:
+        os.write(fd, secrets.token_bytes(KEY_BYTES))
+        os.fsync(fd)
+        os.close(fd)
+        fd = -1
+        try:
+            os.link(tmp, path)  # atomic and exclusive: a concurrent opener's key wins
+        except FileExistsError:
+            pass
+    finally:
+        if fd >= 0:
+            os.close(fd)
+        os.unlink(tmp)
 
 
 class DiskTier:
@@ -67,20 +138,58 @@ class DiskTier:
         load_steps: int,
         *,
         durable: bool = False,
-        backend: str | None = "torch",
+        key: bytes | None = None,
+        layout: Sequence[tuple[str, int, int]] | None = None,
+        swa_bytes: int | None = None,
     ) -> None:
+        if isinstance(root, str) and root == "":
+            raise InvalidArgument("cache_dir must name a directory, got '' (use '.' explicitly)")
+        if not isinstance(root, (str, os.PathLike)):
+            raise InvalidArgument(f"cache_dir must be a path, got {type(root).__name__}")
+        if key is not None and (
+            not isinstance(key, bytes) or not 16 <= len(key) <= hashlib.blake2b.MAX_KEY_SIZE
+        ):
+            raise InvalidArgument("disk_key must be 16 to 64 bytes")
         self.root = Path(root)
-        self.root.mkdir(parents=True, exist_ok=True)
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InvalidArgument(f"cache_dir {self.root} cannot be created: {exc}") from exc
         self.fingerprint = fingerprint
         self.load_steps = load_steps
         self.durable = durable
-        self.backend = backend
+        self.layout = None if layout is None else tuple(layout)
+        self.swa_bytes = swa_bytes
+        self._key = key if key is not None else load_key(self.root)
 
     def path(self, key: bytes) -> Path:
         return self.root / (key.hex() + SUFFIX)
 
+    # ---- MACs ---------------------------------------------------------------------------
+    def _header_mac(self, key: bytes, hb: bytes) -> bytes:
+        h = hashlib.blake2b(key=self._key, digest_size=MAC_BYTES, person=b"kvstate/header")
+        h.update(key)
+        h.update(hb)
+        return h.digest()
+
+    def _chunk_mac(
+        self, key: bytes, nonce: bytes, index: int, lo: int, hi: int, *data: bytes
+    ) -> bytes:
+        """One pass over the chunk's buffers (``hashlib`` releases the GIL on large ones)."""
+        h = hashlib.blake2b(key=self._key, digest_size=MAC_BYTES, person=b"kvstate/chunk")
+        h.update(key)
+        h.update(nonce)
+        h.update(struct.pack("<qqq", index, lo, hi))
+        for d in data:
+            h.update(d)
+        return h.digest()
+
     # ---- writing ------------------------------------------------------------------------
-    def write(
+    def write(self, key: bytes, **fields: Any) -> DiskEntry:
+        """Write one entry atomically (``prepare`` then ``publish``)."""
+        return self.publish(self.prepare(key, **fields))
+
+    def prepare(
         self,
         key: bytes,
         *,
@@ -91,28 +200,34 @@ class DiskTier:
         swa: int,
         units: list[tuple[str, int, torch.Tensor]],
         swa_data: torch.Tensor | None,
-    ) -> DiskEntry:
-        """Write one entry atomically; ``units`` are (group, layer, CPU uint8 tensor)."""
-        sizes = [int(t.numel()) for _, _, t in units]
-        offsets = [0, *itertools.accumulate(sizes)]
-        flat = [t.reshape(-1).cpu() for _, _, t in units]
-        chunks = []
+    ) -> tuple[Path, DiskEntry]:
+        """Write an entry to a private temporary (no lock needed: nothing is visible yet);
+        ``publish`` makes it the key's entry, ``discard`` throws it away."""
+        flat = [t.reshape(-1).cpu().contiguous() for _, _, t in units]
+        sizes = [int(t.numel()) for t in flat]
+        offsets = [0]
+        for size in sizes:
+            offsets.append(offsets[-1] + size)
+        nonce = secrets.token_bytes(16)
+        parts = [t.numpy().tobytes() for t in flat]
+        chunks: list[list[Any]] = []
         n = len(units)
         for c in range(self.load_steps):
             ulo, uhi = c * n // self.load_steps, (c + 1) * n // self.load_steps
             blo, bhi = offsets[ulo], offsets[uhi]
-            data = torch.cat(flat[ulo:uhi]) if uhi > ulo else torch.empty(0, dtype=torch.uint8)
-            chunks.append((ulo, uhi, blo, bhi, checksum(data, self.backend)))
-        parts = list(flat)
+            mac = self._chunk_mac(key, nonce, c, blo, bhi, *parts[ulo:uhi])
+            chunks.append([ulo, uhi, blo, bhi, mac.hex()])
         swa_section = None
         if swa_data is not None:
-            s = swa_data.reshape(-1).cpu()
-            swa_section = (offsets[-1], offsets[-1] + int(s.numel()), checksum(s, self.backend))
-            parts.append(s)
+            sb = swa_data.reshape(-1).cpu().contiguous().numpy().tobytes()
+            lo, hi = offsets[-1], offsets[-1] + len(sb)
+            swa_section = [lo, hi, self._chunk_mac(key, nonce, -1, lo, hi, sb).hex()]
+            parts.append(sb)
         header = {
             "format": FILE_FORMAT,
             "fingerprint": self.fingerprint,
             "key": key.hex(),
+            "nonce": nonce.hex(),
             "ver": ver,
             "gen": gen,
             "fmt": fmt,
@@ -123,83 +238,190 @@ class DiskTier:
             "swa_section": swa_section,
         }
         hb = json.dumps(header, sort_keys=True).encode()
-        payload = torch.cat(parts).numpy().tobytes() if parts else b""
         final = self.path(key)
-        tmp = self.root / f".{final.name}.{os.getpid()}.{next(_counter)}.tmp"
-        with open(tmp, "wb") as f:
-            f.write(_PREFIX.pack(MAGIC, len(hb), zlib.crc32(hb)))
-            f.write(hb)
-            f.write(payload)
-            if self.durable:
-                f.flush()
-                os.fsync(f.fileno())
-        os.replace(tmp, final)
-        return self._entry(key, final, header, _PREFIX.size + len(hb))
+        fd, name = tempfile.mkstemp(dir=self.root, prefix=f".{final.name}.", suffix=".tmp")
+        tmp = Path(name)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(_PREFIX.pack(MAGIC, len(hb), self._header_mac(key, hb)))
+                f.write(hb)
+                for p in parts:
+                    f.write(p)
+                if self.durable:
+                    f.flush()
+                    os.fsync(f.fileno())
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        size = _PREFIX.size + len(hb) + sum(len(p) for p in parts)
+        return tmp, self._entry(key, final, header, _PREFIX.size + len(hb), size)
+
+    def publish(self, prepared: tuple[Path, DiskEntry]) -> DiskEntry:
+        tmp, entry = prepared
+        os.replace(tmp, entry.path)
+        return entry
+
+    def discard(self, prepared: tuple[Path, DiskEntry]) -> None:
+        prepared[0].unlink(missing_ok=True)
 
     # ---- reading ------------------------------------------------------------------------
+    def _pread(self, fd: int, n: int, offset: int) -> bytes:
+        """One read (a test replaces it to stall or fail the disk)."""
+        out = bytearray()
+        while len(out) < n:
+            got = os.pread(fd, n - len(out), offset + len(out))
+            if not got:
+                break
+            out += got
+        return bytes(out)
+
+    def _open(self, path: Path) -> int:
+        """A read descriptor for a regular file (no symlink followed, no FIFO waited on)."""
+        fd = os.open(path, _OPEN_FLAGS)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise IsADirectoryError(f"{path.name} is not a regular file")
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
     def read_header(self, path: Path) -> DiskEntry:
         try:
-            with open(path, "rb") as f:
-                prefix = f.read(_PREFIX.size)
-                if len(prefix) != _PREFIX.size:
-                    raise CorruptEntry(f"{path.name}: truncated prefix")
-                magic, hlen, crc = _PREFIX.unpack(prefix)
-                if magic != MAGIC:
-                    raise CorruptEntry(f"{path.name}: bad magic {magic!r}")
-                hb = f.read(hlen)
+            fd = self._open(path)
         except OSError as exc:
             raise CorruptEntry(f"{path.name}: {exc}") from exc
-        if len(hb) != hlen or zlib.crc32(hb) != crc:
-            raise CorruptEntry(f"{path.name}: header checksum mismatch")
+        try:
+            size = os.fstat(fd).st_size
+            prefix = self._pread(fd, _PREFIX.size, 0)
+            if len(prefix) != _PREFIX.size:
+                raise CorruptEntry(f"{path.name}: truncated prefix")
+            magic, hlen, mac = _PREFIX.unpack(prefix)
+            if magic != MAGIC:
+                raise CorruptEntry(f"{path.name}: bad magic {magic!r} (file format)")
+            if hlen > MAX_HEADER or _PREFIX.size + hlen > size:
+                raise CorruptEntry(f"{path.name}: header length {hlen} out of bounds")
+            hb = self._pread(fd, hlen, _PREFIX.size)
+        except OSError as exc:
+            raise CorruptEntry(f"{path.name}: {exc}") from exc
+        finally:
+            os.close(fd)
+        m = _ENTRY_NAME.fullmatch(path.name)
+        if m is None or len(path.name) % 2:
+            raise CorruptEntry(f"{path.name}: not an entry's name")
+        key = bytes.fromhex(path.name[: -len(SUFFIX)])
+        if len(hb) != hlen or not hmac.compare_digest(self._header_mac(key, hb), mac):
+            raise CorruptEntry(f"{path.name}: header MAC (keyed checksum) mismatch")
         try:
             header = json.loads(hb)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise CorruptEntry(f"{path.name}: unreadable header: {exc}") from exc
+        if not isinstance(header, dict):
+            raise CorruptEntry(f"{path.name}: header is not an object")
         if header.get("format") != FILE_FORMAT:
             raise CorruptEntry(f"{path.name}: file format {header.get('format')} != {FILE_FORMAT}")
         if header.get("fingerprint") != self.fingerprint:
             raise CorruptEntry(f"{path.name}: written for another geometry/layout")
+        if header.get("key") != key.hex():
+            raise CorruptEntry(f"{path.name}: header names another key")
         try:
-            key = bytes.fromhex(header["key"])
-            entry = self._entry(key, path, header, _PREFIX.size + hlen)
-        except (KeyError, TypeError, ValueError) as exc:
+            entry = self._entry(key, path, header, _PREFIX.size + hlen, size)
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
             raise CorruptEntry(f"{path.name}: malformed header: {exc}") from exc
-        if path.name != key.hex() + SUFFIX:
-            raise CorruptEntry(f"{path.name}: header names key {key.hex()}")
         return entry
 
-    def _entry(self, key: bytes, path: Path, h: dict[str, Any], offset: int) -> DiskEntry:
+    def _entry(
+        self, key: bytes, path: Path, h: dict[str, Any], offset: int, size: int
+    ) -> DiskEntry:
+        """The header as an entry, its schema checked against this cache's layout (any
+        inconsistency raises: the entry is damaged or not kvstate's)."""
+        if set(h) != _HEADER_KEYS:
+            raise ValueError(f"header fields {sorted(h)}")
+        ints = {f: h[f] for f in ("ver", "gen", "fmt", "tail", "swa")}
+        for f, v in ints.items():
+            if type(v) is not int or not 0 <= v < 1 << 62:
+                raise ValueError(f"{f}={v!r}")
+        nonce = bytes.fromhex(_str(h["nonce"]))
+        units = tuple((_str(g), _nat(layer), _nat(n)) for g, layer, n in _seq(h["units"], 3))
+        if self.layout is not None and units != self.layout:
+            raise ValueError("unit table does not match this cache's layout")
+        offsets = [0]
+        for _, _, n in units:
+            offsets.append(offsets[-1] + n)
+        chunks = []
+        raw_chunks = _seq(h["chunks"], 5)
+        if len(raw_chunks) != self.load_steps:
+            raise ValueError(f"{len(raw_chunks)} chunks, not {self.load_steps}")
+        nu = len(units)
+        for c, (ulo, uhi, blo, bhi, mac) in enumerate(raw_chunks):
+            want = (c * nu // self.load_steps, (c + 1) * nu // self.load_steps)
+            if (ulo, uhi) != want or (blo, bhi) != (offsets[want[0]], offsets[want[1]]):
+                raise ValueError(f"chunk {c} is not the layout's chunk {want}")
+            chunks.append((ulo, uhi, blo, bhi, _mac(mac)))
         sw = h["swa_section"]
+        section: tuple[int, int, bytes] | None = None
+        end = offsets[-1]
+        if sw is not None:
+            lo, hi, mac = _seq([sw], 3)[0]
+            if lo != end or hi < lo or (self.swa_bytes is not None and hi - lo != self.swa_bytes):
+                raise ValueError(f"SWA section [{lo}, {hi}) is not the layout's")
+            section = (lo, hi, _mac(mac))
+            end = hi
+        if offset + end != size:
+            raise ValueError(f"file is {size} bytes, the header describes {offset + end}")
         return DiskEntry(
             key=key,
             path=path,
-            ver=int(h["ver"]),
-            gen=int(h["gen"]),
-            fmt=int(h["fmt"]),
-            tail=int(h["tail"]),
-            swa=int(h["swa"]),
-            units=tuple((str(g), int(layer), int(n)) for g, layer, n in h["units"]),
-            chunks=tuple(tuple(int(x) for x in c) for c in h["chunks"]),  # type: ignore[misc]
-            swa_section=None if sw is None else (int(sw[0]), int(sw[1]), int(sw[2])),
+            ver=ints["ver"],
+            gen=ints["gen"],
+            fmt=ints["fmt"],
+            tail=ints["tail"],
+            swa=ints["swa"],
+            nonce=nonce,
+            units=units,
+            chunks=tuple(chunks),
+            swa_section=section,
             payload_offset=offset,
+            size=size,
         )
 
-    def read_range(self, entry: DiskEntry, lo: int, hi: int, expect: int) -> torch.Tensor:
-        """Bytes ``[lo, hi)`` of the payload, verified against ``expect`` (raises CorruptEntry)."""
-        if hi <= lo:
-            return torch.empty(0, dtype=torch.uint8)
+    def _read_verified(
+        self, entry: DiskEntry, index: int, lo: int, hi: int, mac: bytes
+    ) -> torch.Tensor:
         try:
-            with open(entry.path, "rb") as f:
-                f.seek(entry.payload_offset + lo)
-                raw = f.read(hi - lo)
+            fd = self._open(entry.path)
+            try:
+                if os.fstat(fd).st_size != entry.size:
+                    raise CorruptEntry(f"{entry.path.name}: replaced or truncated since its scan")
+                raw = self._pread(fd, hi - lo, entry.payload_offset + lo)
+            finally:
+                os.close(fd)
         except OSError as exc:
             raise CorruptEntry(f"{entry.path.name}: {exc}") from exc
         if len(raw) != hi - lo:
             raise CorruptEntry(f"{entry.path.name}: payload truncated at byte {lo + len(raw)}")
-        data = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
-        if checksum(data, self.backend) != expect:
-            raise CorruptEntry(f"{entry.path.name}: checksum mismatch in bytes [{lo}, {hi})")
-        return data
+        got = self._chunk_mac(entry.key, entry.nonce, index, lo, hi, raw)
+        if not hmac.compare_digest(got, mac):
+            raise CorruptEntry(
+                f"{entry.path.name}: MAC (keyed checksum) mismatch in bytes [{lo}, {hi})"
+            )
+        return torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+
+    def read_chunk(self, entry: DiskEntry, k: int) -> torch.Tensor:
+        """Load chunk ``k``'s bytes, authenticated (raises CorruptEntry)."""
+        if not 0 <= k < len(entry.chunks):
+            raise CorruptEntry(f"{entry.path.name}: no chunk {k}")
+        _, _, lo, hi, mac = entry.chunks[k]
+        if hi <= lo:
+            return torch.empty(0, dtype=torch.uint8)
+        return self._read_verified(entry, k, lo, hi, mac)
+
+    def read_swa(self, entry: DiskEntry) -> torch.Tensor:
+        """The SWA section's bytes, authenticated (raises CorruptEntry)."""
+        sec = entry.swa_section
+        if sec is None:
+            raise CorruptEntry(f"{entry.path.name}: the entry has no window")
+        return self._read_verified(entry, -1, sec[0], sec[1], sec[2])
 
     def delete(self, entry_or_key: DiskEntry | bytes) -> None:
         path = entry_or_key.path if isinstance(entry_or_key, DiskEntry) else self.path(entry_or_key)
@@ -208,19 +430,81 @@ class DiskTier:
         except FileNotFoundError:
             pass
 
+    # ---- the directory ------------------------------------------------------------------
+    def _ours(self, path: Path, magic_prefix_ok: bool | None) -> bool:
+        """Does ``path`` carry kvstate's magic (a regular file of this user; a temporary may
+        hold only the start of the magic: a writer killed before its first write)?  With
+        ``magic_prefix_ok=None``: a key temporary (no magic, at most a key's bytes)."""
+        try:
+            fd = os.open(path, _OPEN_FLAGS)
+        except OSError:
+            return False
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+                return False
+            if magic_prefix_ok is None:
+                return st.st_size <= KEY_BYTES
+            head = os.pread(fd, len(MAGIC_FAMILY), 0)
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
+        if magic_prefix_ok and len(head) < len(MAGIC_FAMILY):
+            return MAGIC_FAMILY.startswith(head)
+        return head == MAGIC_FAMILY
+
     def scan(self) -> tuple[list[DiskEntry], list[tuple[Path, str]]]:
-        """Valid entries in the directory, and the rejected files (deleted) with the reason."""
+        """Valid entries in the directory, and the rejected entries (deleted) with the reason.
+        Files without kvstate's naming and magic are left alone, whatever they hold."""
         good: list[DiskEntry] = []
         bad: list[tuple[Path, str]] = []
         for path in sorted(self.root.iterdir()):
-            if path.name.endswith(".tmp") and path.name.startswith("."):
-                path.unlink(missing_ok=True)  # a write that never got published
+            name = path.name
+            if _KEY_TMP_NAME.fullmatch(name):
+                if self._ours(path, magic_prefix_ok=None):
+                    path.unlink(missing_ok=True)  # a key being created when its writer died
                 continue
-            if not path.name.endswith(SUFFIX):
+            if _TMP_NAME.fullmatch(name):
+                if self._ours(path, magic_prefix_ok=True):
+                    path.unlink(missing_ok=True)  # a write that never got published
+                continue
+            if not _ENTRY_NAME.fullmatch(name) or len(name) % 2:
                 continue
             try:
                 good.append(self.read_header(path))
             except CorruptEntry as exc:
-                bad.append((path, str(exc)))
-                path.unlink(missing_ok=True)
+                if self._ours(path, magic_prefix_ok=False):
+                    bad.append((path, str(exc)))
+                    path.unlink(missing_ok=True)
         return good, bad
+
+
+def _str(v: Any) -> str:
+    if not isinstance(v, str):
+        raise TypeError(f"expected a string, got {type(v).__name__}")
+    return v
+
+
+def _nat(v: Any) -> int:
+    if type(v) is not int or v < 0:
+        raise ValueError(f"expected a non-negative int, got {v!r}")
+    return v
+
+
+def _mac(v: Any) -> bytes:
+    mac = bytes.fromhex(_str(v))
+    if len(mac) != MAC_BYTES:
+        raise ValueError("MAC of the wrong length")
+    return mac
+
+
+def _seq(v: Any, width: int) -> list[Any]:
+    """A list of ``width``-long lists (integers checked by the caller)."""
+    if not isinstance(v, list) or not all(isinstance(x, list) and len(x) == width for x in v):
+        raise ValueError(f"expected a list of {width}-item lists")
+    for x in v:
+        for item in x[:-1]:
+            if not isinstance(item, str):
+                _nat(item)
+    return v

@@ -5,7 +5,14 @@
 * DMA executor: host <-> device copies (offloads, host loads).
 
 A slow disk therefore never blocks an indexer rebuild, and a CPU job never waits on an I/O job
-(the table's ``kv_on_device`` conjunct: a rebuild starts only once its input is resident).
+(the table's ``kv_on_device`` conjunct: a rebuild starts only once its input is resident).  A
+disk load reads and authenticates each chunk *without* the cache's lock and re-takes it only to
+land the bytes (if its record is still its own), so a stalled disk blocks no other work.
+
+No exception may leave a record stuck: a job that raises anything (a bug, a malformed entry,
+a refusal between two of its steps) is *abandoned*: :meth:`Job.abandon` restores the table's
+invariants for its record (a load fails, an offload is cancelled, a rebuild is undone, a tail
+check fails), in both run modes; ``drain()`` records the error and goes on.
 
 Jobs are small state machines whose ``step()`` performs exactly one transition of the cache (a
 spec action: ``load_progress``, ``load_done``, ``rebuild_done`` ...), choosing the next one by
@@ -50,6 +57,9 @@ class Job:
     def step(self) -> bool:
         raise NotImplementedError
 
+    def abandon(self, why: str) -> None:
+        """The job raised: undo what it holds so its record is in a consistent phase."""
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(rid={self.rid}, over={self.over})"
 
@@ -68,17 +78,26 @@ class LoadJob(Job):
         self.src = src  # host slot (DMA) or DiskEntry (IO)
         self.swa_pages = swa_pages  # device SWA pages reserved for the window, if restored
         self.fault = False  # fault injection: the next step fails as an I/O error would
+        self.swa_data: Any = None  # a disk load's window bytes, read without the lock
 
     def step(self) -> bool:
         c = self.core
         try:
-            if c.can("load_done", self.rid):
-                c.load_done(self.rid)
-                return True
-            c.load_progress(self.rid)
-            return False
+            if self.pipe is Pipe.IO:
+                return c.disk_load_step(self)
+            with c.lock:  # the choice and the transition, one atomic step
+                if not c.owns(self):
+                    return True
+                if c.can("load_done", self.rid):
+                    c.load_done(self.rid)
+                    return True
+                c.load_progress(self.rid)
+                return False
         except CorruptEntry:
             return True  # the core already turned it into load_fail
+
+    def abandon(self, why: str) -> None:
+        self.core.abandon_load(self, why)
 
 
 class OffloadJob(Job):
@@ -93,11 +112,17 @@ class OffloadJob(Job):
 
     def step(self) -> bool:
         c = self.core
-        if c.can("offload_done", self.rid):
-            c.offload_done(self.rid)
-        else:  # pinned, leased or being re-indexed meanwhile: keep the device copy
-            c.offload_cancel(self.rid)
+        with c.lock:  # the choice and the transition, one atomic step
+            if c.pipes.dma.get(self.rid) is not self:
+                return True  # cancelled already
+            if c.can("offload_done", self.rid):
+                c.offload_done(self.rid)
+            else:  # pinned, leased or being re-indexed meanwhile: keep the device copy
+                c.offload_cancel(self.rid)
         return True
+
+    def abandon(self, why: str) -> None:
+        self.core.abandon_offload(self)
 
 
 class RebuildJob(Job):
@@ -109,6 +134,9 @@ class RebuildJob(Job):
     def step(self) -> bool:
         self.core.rebuild_done(self.rid)
         return True
+
+    def abandon(self, why: str) -> None:
+        self.core.abandon_rebuild(self)
 
 
 class TailCheckJob(Job):
@@ -129,6 +157,13 @@ class TailCheckJob(Job):
             self.ok = core.check_tail(self.rid, self.boundary)
             core.notify_changed()
         return True
+
+    def abandon(self, why: str) -> None:
+        core = self.core
+        with core.lock:
+            if self.ok is None:
+                self.ok = False  # unverified: the hit is not served at this boundary
+            core.notify_changed()
 
 
 class Executor:
@@ -171,7 +206,11 @@ class Executor:
         job = self.jobs.get(key)
         if job is None:
             raise KeyError(f"{self.name}: no job for record {key}")
-        return self._step(job)
+        try:
+            return self._step(job)
+        except Exception as exc:
+            self.fail(job, exc)  # abandoned, as in a worker thread; the caller sees why
+            raise
 
     def run(self, key: int) -> None:
         while not self.step(key):
@@ -213,14 +252,21 @@ class Executor:
             try:
                 while not job.over and not self._step(job):
                     pass
-            except Refused:
-                self._drop(job)  # its block moved on without it (cancelled, aborted)
-            except KVStateError as exc:
-                self.errors.append(f"{job!r}: {exc}")
-                self._drop(job)
-            except Exception:  # noqa: BLE001 - a worker must not die silently
-                self.errors.append(f"{job!r}:\n{traceback.format_exc()}")
-                self._drop(job)
+            except Exception as exc:  # noqa: BLE001 - a worker must not die silently
+                self.fail(job, exc)
+
+    def fail(self, job: Job, exc: Exception) -> None:
+        """A job raised: abandon it (its record back to a consistent phase) and drop it.  A
+        refusal means its block moved on without it (cancelled, aborted): not an error."""
+        if not isinstance(exc, Refused):
+            detail = str(exc) if isinstance(exc, KVStateError) else traceback.format_exc()
+            self.errors.append(f"{job!r}: {detail}")
+        try:
+            job.abandon(f"{type(exc).__name__}: {exc}")
+        except Exception:  # noqa: BLE001 - recorded; the worker (or drain) goes on
+            self.errors.append(f"{job!r} could not be abandoned:\n{traceback.format_exc()}")
+        finally:
+            self._drop(job)
 
     def _drop(self, job: Job) -> None:
         with self._lock:
@@ -269,8 +315,8 @@ class Pipelines:
                         continue
                     try:
                         e._step(job)
-                    except Refused:
-                        e._drop(job)  # its block moved on without it, as in a worker thread
+                    except Exception as exc:  # as in a worker thread: abandoned, recorded
+                        e.fail(job, exc)
                     steps += 1
                     progressed = True
             if not progressed:

@@ -30,7 +30,7 @@ window offset (bug)        seeded bug ``swa_offset_by_one_block``: the SWA block
 indexer version stale      block 8 indexed before it was sealed (``index_update`` before
                            ``seal``): its indexer page is one content version behind
 compressed block corrupt   block 8's disk file tampered with (an HCA entry negated in place):
-                           the chunk checksum fails when it loads
+                           the chunk's MAC fails when it loads
 disk load not finished     block 8 loading from disk, one of ``load_steps`` chunks landed
                            (manual pipelines); also the seeded bug ``use_before_load_complete``
 ========================== ===============================================================

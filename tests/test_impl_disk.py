@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,7 @@ import torch
 from test_impl_cache import check_compressed, check_tail, check_window
 
 from kvstate.impl import EventKind, HeterogeneousKVCache
-from kvstate.impl.disk import FILE_FORMAT, SUFFIX, DiskTier
+from kvstate.impl.disk import FILE_FORMAT, KEY_FILE, SUFFIX, DiskTier
 from kvstate.impl.testdata import harness_tokens
 from kvstate.spec import small
 from kvstate.spec.phases import CKV
@@ -116,18 +117,22 @@ def test_bad_files_are_rejected_at_scan(tmp_path: Path, damage: str) -> None:
         fp = c.core.disk.fingerprint
         c.close()
         other = DiskTier(
-            tmp_path / "z", {**fp, "head_dim": 1} if damage == "geometry" else fp, G.load_steps
+            tmp_path / "z",
+            {**fp, "head_dim": 1} if damage == "geometry" else fp,
+            G.load_steps,
+            key=(tmp_path / KEY_FILE).read_bytes(),  # this directory's key: a valid MAC
         )
-        entry = other.write(b"\x00" * 16, ver=1, gen=1, fmt=0, tail=2, swa=1,
+        vkey = bytes.fromhex(victim.name[: -len(SUFFIX)])
+        entry = other.write(vkey, ver=1, gen=1, fmt=0, tail=2, swa=1,
                             units=[("csa", 0, torch.zeros(8, dtype=torch.uint8))], swa_data=None)  # fmt: skip
         data = bytearray(entry.path.read_bytes())
         if damage == "format":
-            data = data.replace(f'"format": {FILE_FORMAT}'.encode(), b'"format": 9')
-            import struct
-            import zlib
-
-            magic, hlen, _ = struct.unpack("<8sII", bytes(data[:16]))
-            data[8:16] = struct.pack("<II", hlen, zlib.crc32(bytes(data[16 : 16 + hlen])))
+            pre = struct.Struct("<8sI32s")
+            magic, hlen, _ = pre.unpack(bytes(data[: pre.size]))
+            hb = bytes(data[pre.size : pre.size + hlen])
+            hb = hb.replace(f'"format": {FILE_FORMAT}'.encode(), b'"format": 9')
+            mac = other._header_mac(vkey, hb)
+            data = bytearray(pre.pack(magic, len(hb), mac) + hb + bytes(data[pre.size + hlen :]))
         raw = data
     elif damage == "name":
         victim.rename(victim.with_name("00" * 16 + SUFFIX))
@@ -136,8 +141,13 @@ def test_bad_files_are_rejected_at_scan(tmp_path: Path, damage: str) -> None:
     c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors="manual")
     try:
         removed = c.events.of(EventKind.REMOVED)
-        assert len(removed) == 1 and "rejected" in removed[0].detail
-        assert not victim.exists()
+        if damage == "magic":  # without kvstate's magic it is not kvstate's: ignored, kept
+            assert removed == [] and victim.exists()
+        else:
+            assert len(removed) == 1 and "rejected" in removed[0].detail
+            if damage in ("format", "geometry"):  # (its MAC is valid: the header is at fault)
+                assert damage in removed[0].detail
+            assert not victim.exists()
         assert c.stats()["blocks"]["disk"] == 1
         a = c.admit(c.request(toks))
         c.pipelines.drain()
