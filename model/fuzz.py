@@ -119,6 +119,8 @@ def diff(model: Mapping[str, Any], observed: Mapping[str, Any], table: Table) ->
     a, b = canonical(model, table), canonical(observed, table)
     out = []
     for v in table.vars:
+        if v.ghost:  # ghost truth lives in the model only
+            continue
         if v.name not in b:
             out.append(f"{v.name}: missing from observe()")
         elif a[v.name] != b[v.name]:
