@@ -226,7 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
     mu.add_argument(
         "--budget", type=float, default=None, help="seconds; mutants left are 'unchecked'"
     )
-    mu.add_argument("--timeout-ms", type=int, default=8000, help="per Z3 query")
+    mu.add_argument("--timeout-ms", type=int, default=4000, help="per Z3 query")
     mu.add_argument(
         "--min-kill-rate",
         type=float,

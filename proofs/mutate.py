@@ -384,7 +384,7 @@ def _reads(table: Table, a: Action, c: Conjunct) -> frozenset[str]:
 
 
 # ---- checking ----------------------------------------------------------------------------------
-def check_mutant(table: Table, m: Mutant, timeout_ms: int = 8000) -> Outcome:
+def check_mutant(table: Table, m: Mutant, timeout_ms: int = 4000) -> Outcome:
     from .obligations import Config, kill_units, run_unit
 
     t0 = time.perf_counter()
@@ -471,7 +471,7 @@ def mutate(
     only: Sequence[str] = (),
     jobs: int | None = None,
     budget_s: float | None = None,
-    timeout_ms: int = 8000,
+    timeout_ms: int = 4000,
     progress: Callable[[Outcome], None] | None = None,
 ) -> MutationReport:
     """Generate the mutants of ``table`` and check each (forked workers, within ``budget_s``)."""

@@ -45,13 +45,13 @@ from .engine import (
     check_completeness,
     check_init,
     check_read,
-    read_violated_concretely,
-    read_violation_goal,
     fires_goal,
     fires_with_pinned_phase_goal,
     hit_use_goal,
     k_induction,
     proof_invariants,
+    read_violated_concretely,
+    read_violation_goal,
     replay,
     violation_goal,
 )
@@ -152,8 +152,11 @@ def kill_units(original: Table, mutant: Table, action_name: str) -> list[Unit]:
             and any(rs.name == u.args[0] and rs.action == action_name for rs in mutant.reads)
         ):
             units.append(u)
-        elif u.kind == "completeness":
-            (units if u.args[0] == 1 else later).append(u)  # the small pool first: cheap
+        elif u.kind == "completeness" and mutant.completeness is not None:
+            c = mutant.completeness
+            # its BMC fires write-path actions only, and its probe the read path
+            if action_name in (*c.write_path, *c.read_path):
+                (units if u.args[0] == 1 else later).append(u)  # the small pool first: cheap
     units.append(Unit("inductive", f"inductive/*/{action_name}", (action_name,)))
     for lc in LIFECYCLES:
         if lc.var in touched or lc.var in _guard_reads(mutant, a):
