@@ -395,7 +395,7 @@ def check_mutant(table: Table, m: Mutant, timeout_ms: int = 4000) -> Outcome:
         base.verdict, base.reason = "invalid", f"{type(exc).__name__}: {exc}"
         base.seconds = time.perf_counter() - t0
         return base
-    cfg = Config(timeout_ms=timeout_ms, find_traces=False)
+    cfg = Config(timeout_ms=timeout_ms, find_traces=False, first_failure=True)
     for unit in kill_units(table, mt, m.action):
         for r in run_unit(mt, unit, cfg):
             if not r.ok:

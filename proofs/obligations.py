@@ -78,6 +78,7 @@ class Config:
     update_witnesses: bool = False
     completeness_bounds: tuple[tuple[int, int], ...] = ((1, 6), (2, 9))  # (pool, depth)
     find_traces: bool = True  # on a failed induction step, search a trace from Init (mutate: off)
+    first_failure: bool = False  # stop a unit at its first failed obligation (mutate: on)
 
 
 def plan(table: Table, cfg: Config, only: str | None = None) -> list[Unit]:
@@ -374,6 +375,8 @@ def _inductive(table: Table, cfg: Config, action_name: str) -> list[Result]:
                     f"depth {cfg.search_depth}); strengthen with an auxiliary invariant",
                 )
             results[inv.name] = res
+            if cfg.first_failure:
+                return list(results.values())
     return list(results.values())
 
 

@@ -1144,4 +1144,23 @@ def default_table(geometry: Geometry | None = None, hit_rule: HitRule | None = N
 
 
 # Mutants (``kvstate mutate`` ids) that change nothing the properties can see: one line each.
-EQUIVALENT: dict[str, str] = {}
+EQUIVALENT: dict[str, str] = {
+    "drop-guard:recapture": "recapturing a graph that is not stale records the current "
+    "addresses again: what replay reads stays where the bytes are",
+    "drop-guard:capture": "capturing over a captured or stale graph records the current "
+    "addresses: what replay reads stays where the bytes are",
+    "drop-guard:tick": "its guard is already True",
+    "skip-reset:allocate.gen": "a checked hit's blocks are pinned and a pinned block is never "
+    "freed, so its generation cannot change while checked either way; gen is the "
+    "implementation's cross-check of the pins",
+    "skip-reset:allocate.idx": "a free block's page is never synced (FREE means cid = 0, and a "
+    "synced page needs cid != 0: mechanism_truth); evict_done and drop reset it anyway",
+    "skip-reset:allocate.swa": "a free block's window is already NULL (FREE means no occupant, "
+    "and a VALID window needs one: mechanism_truth); evict_done and drop reset it",
+    "forget-update:commit.ver": "a block being written has no synced indexer page (cid = 0 while "
+    "WRITING), so there is nothing for this bump to invalidate; seal's bump is the one that is",
+    "forget-update:load_done.swa": "on this geometry SWA is restored from disk "
+    "(swa_disk_policy full): the update is the identity",
+    "forget-update:admit.hit": "an IDLE request's hit is already 0 (request_hygiene): the "
+    "reset is the identity",
+}
