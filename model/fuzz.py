@@ -298,6 +298,15 @@ def build_state_machine(
                         f"(after {self.recent()})",
                     )
                 s = machine.step(s, a, params)
+            want = table.completeness.expected_hit(k * table.consts.L, table.geometry)
+            if s.req(r).hit != want:
+                raise self.fail(
+                    "incomplete",
+                    [f"hit {s.req(r).hit} != {want}"],
+                    f"the first {k} blocks are stored, sealed and indexed (ghost truth) but a new "
+                    f"request is validated at {s.req(r).hit} tokens, not {want} "
+                    f"(after {self.recent()})",
+                )
 
         # -- helpers ------------------------------------------------------------------------
         def recent(self) -> str:

@@ -467,12 +467,15 @@ def check_completeness(
     for n in range(1, N + 1):
         s = last
         conds = []
-        for a_name, params in c.probe(n, table.geometry):
+        probe = c.probe(n, table.geometry)
+        for a_name, params in probe:
             a = table.action(a_name)
             inst = Instance(a, params.get("r") if a.request_scoped else None)
             p = SimpleNamespace(**{k: z3.IntVal(v) if k != "r" else v for k, v in params.items()})
             conds.append(guard(s, inst, p))
             s = successor(s, inst, p)
+        # validated at the full length, not at a shorter one
+        conds.append(s.req(0).hit == c.expected_hit(n * table.consts.L, table.geometry))
         bad.append(z3.And(_as_bool(c.stored(last, n)), z3.Not(z3.And(*conds))))
     solver = _solver(timeout_ms)
     solver.add(*u.constraints)

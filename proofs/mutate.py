@@ -56,6 +56,15 @@ OPERATORS = (
     "swap-phase",
 )
 SHIFTED_CONSTS = ("io_cap", "pin_cap", "load_steps")
+_PRIORITY = (
+    "drop-guard",
+    "skip-reset",
+    "forget-update",
+    "drop-conjunct",
+    "swap-phase",
+    "off-by-one-update",
+    "off-by-one-compare",
+)
 
 Fn = Callable[..., Any]
 
@@ -395,15 +404,28 @@ def check_mutant(table: Table, m: Mutant, timeout_ms: int = 4000) -> Outcome:
         base.verdict, base.reason = "invalid", f"{type(exc).__name__}: {exc}"
         base.seconds = time.perf_counter() - t0
         return base
-    cfg = Config(timeout_ms=timeout_ms, find_traces=False, first_failure=True)
+    cfg = Config(
+        timeout_ms=timeout_ms,
+        k_timeout_ms=max(timeout_ms, 30000),
+        find_traces=False,
+        first_failure=True,
+    )
+    undecided: list[str] = []
     for unit in kill_units(table, mt, m.action):
         for r in run_unit(mt, unit, cfg):
-            if not r.ok:
+            if r.ok:
+                continue
+            # k-induction on a bounded invariant that times out refutes nothing
+            if r.kind == "k-induction" and r.status == "unknown":
+                undecided.append(f"{r.obligation}: {r.status}")
+            else:
                 base.killed_by.append(f"{r.obligation}: {r.status}")
         if base.killed_by:
             break
     if base.killed_by:
         base.verdict = "killed"
+    elif undecided:
+        base.verdict, base.reason = "unchecked", "timed out: " + "; ".join(undecided)
     elif m.id in table.equivalent:
         base.verdict, base.reason = "equivalent", table.equivalent[m.id]
     base.seconds = time.perf_counter() - t0
@@ -479,6 +501,9 @@ def mutate(
     ms = mutants(table, operators)
     if only:
         ms = [m for m in ms if any(o in m.id for o in only)]
+    # The classic defects first (a whole guard, a reset, an assignment), so that a run cut short
+    # by ``budget_s`` has checked those.
+    ms.sort(key=lambda m: _PRIORITY.index(m.operator))
     n_jobs = max(1, jobs if jobs is not None else (os.cpu_count() or 1))
     t0 = time.perf_counter()
     done: dict[str, Outcome] = {}

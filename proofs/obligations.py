@@ -78,6 +78,7 @@ class Config:
     update_witnesses: bool = False
     completeness_bounds: tuple[tuple[int, int], ...] = ((1, 6), (2, 9))  # (pool, depth)
     find_traces: bool = True  # on a failed induction step, search a trace from Init (mutate: off)
+    k_timeout_ms: int | None = None  # k-induction's own timeout (mutate: longer than the rest)
     first_failure: bool = False  # stop a unit at its first failed obligation (mutate: on)
 
 
@@ -441,14 +442,16 @@ def _kinduction(table: Table, cfg: Config, inv_name: str) -> list[Result]:
     t0 = time.perf_counter()
     inv = table.invariant(inv_name)
     failed = []
+    unknown = False
     for n in cfg.k_pools:
         status = "cti"
         for k in (1, 2):
-            status = k_induction(table, inv, n, k, cfg.timeout_ms)
+            status = k_induction(table, inv, n, k, cfg.k_timeout_ms or cfg.timeout_ms)
             if status == "proved":
                 break
         if status != "proved":
             failed.append(f"N={n}: {status}")
+            unknown |= status == "unknown"
     ok = not failed
     return [
         Result(
@@ -456,7 +459,7 @@ def _kinduction(table: Table, cfg: Config, inv_name: str) -> list[Result]:
             "k-induction",
             "Z3 k-induction (k<=2) on concrete pools",
             f"bounded: pool sizes N in {list(cfg.k_pools)}, any depth",
-            "proved" if ok else "not-inductive",
+            "proved" if ok else ("unknown" if unknown else "not-inductive"),
             ok,
             time.perf_counter() - t0,
             invariant=inv_name,

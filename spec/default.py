@@ -170,8 +170,8 @@ GHOSTS = [
     Var("form", _BL, lambda k, N, b: int(Fmt.PRIMARY), ghost=True, doc="form of the bytes stored"),
     Var("promised", _BL, _z, ghost=True, doc="residency promised to the scheduler until"),
     Var("pcid", _RB, _z, ghost=True, doc="content identities the validated hit names"),
+    Var("reading", Scope.REQ, _z, ghost=True, doc="tokens the request computes from (0: none)"),
 ]
-GHOST_FRAME = ("occ", "cid", "icid", "wocc", "tcid", "missing", "at", "form", "promised", "pcid")
 
 
 def fresh(s: Any) -> Any:
@@ -766,6 +766,9 @@ def _ghost_effects() -> dict[str, dict[str, Fn]]:
             "promised": put("promised", lambda s, p: MAX(s.promised[p.b], s.now + p.t)),
         },
         "validate": {"pcid": lambda s, p: s.cid},
+        "use": {"reading": lambda s, p: s.req(p.r).hit},
+        "release": {"reading": lambda s, p: 0},
+        "abort": {"reading": lambda s, p: 0},
     }
 
 
@@ -829,6 +832,24 @@ def _truth_invariants() -> list[Invariant]:
             "safeguard",
             per_request=True,
             per_block=hit_truth,
+        ),
+        Invariant(
+            "reading_truth",
+            "a request computing from a hit keeps its pins and its checked hit until it "
+            "finishes or aborts (over ghost truth: what it reads, not its phase)",
+            "safeguard",
+            per_request=True,
+            scalar=lambda s, r: AND(
+                s.req(r).reading >= 0,
+                IMPLIES(
+                    s.req(r).reading > 0,
+                    AND(
+                        s.req(r).pinned == s.req(r).reading,
+                        s.req(r).hit == s.req(r).reading,
+                        s.req(r).phase == Req.USING,
+                    ),
+                ),
+            ),
         ),
         Invariant(
             "graph_truth",
