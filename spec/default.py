@@ -1184,4 +1184,20 @@ EQUIVALENT: dict[str, str] = {
     "(swa_disk_policy full): the update is the identity",
     "forget-update:admit.hit": "an IDLE request's hit is already 0 (request_hygiene): the "
     "reset is the identity",
+    "drop-guard:touch": "extending the lease of a free or evicting block only changes when its "
+    "next occupant may be evicted: leases are residency policy, pins protect what is read",
+    "forget-update:tick.now": "a clock that stands still only keeps leases from expiring "
+    "(nothing is evicted, offloaded or dropped); no property asks time to pass",
+    "off-by-one-update:tick.now": "one tick more only expires leases sooner; eviction still "
+    "needs an unpinned block",
+    "forget-update:admit.deadline": "the deadline only feeds the lease check (L1.lease_covers), "
+    "a residency policy: pins, not leases, keep a checked hit resident",
+    "drop-guard:release": "release from another phase drops the pins the request holds and "
+    "forgets its hit, exactly as abort does (from IDLE: nothing to drop)",
+    "forget-update:release.phase": "the request stays USING with no pins, an empty hit and "
+    "nothing read (reading = 0); release or abort returns it to IDLE",
+    "drop-guard:abort": "the guard only excludes IDLE, and aborting an IDLE request drops no "
+    "pins and forgets an empty hit: the identity",
+    "forget-update:abort.phase": "the request keeps its phase with no pins, an empty hit and "
+    "nothing read (reading = 0); abort or release returns it to IDLE",
 }

@@ -345,7 +345,10 @@ class Table:
             self.hit_rule,
             self.equivalent,
             [x for x in self.reads if x.action in actions],
-            self.completeness
+            replace(
+                self.completeness,
+                disturbing=tuple(a for a in self.completeness.disturbing if a in actions),
+            )
             if self.completeness is not None
             and all(
                 a in actions for a in (*self.completeness.write_path, *self.completeness.read_path)

@@ -25,6 +25,9 @@ FORMERLY_SURVIVING = {
     "forget-update:index_update.iver": "completeness",
     "forget-update:rebuild_done.iver": "completeness",
     "skip-reset:drop.swa": "inductive",
+    "forget-update:load_done.addr": "inductive",
+    "forget-update:match.hit": "completeness",
+    "drop-guard:downgrade": "inductive",
 }
 
 
