@@ -1,4 +1,4 @@
-"""The ``kvstate`` command line: ``prove``, ``fuzz``, ``graphs``.
+"""The ``kvstate`` command line: ``prove``, ``fuzz``, ``graphs``, ``mutate``.
 
 Exit codes are part of the interface, so CI can gate on them: 0 all good, 1 a property fails
 (with a readable trace), 2 bad usage or a malformed spec.
@@ -116,6 +116,62 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
     return run_fuzz_cli(args, _load_table(args.spec))
 
 
+def _cmd_mutate(args: argparse.Namespace) -> int:
+    import json
+
+    from kvstate.proofs.mutate import OPERATORS, mutate, render_text
+
+    table = _load_table(args.spec)
+    if not 0.0 <= args.min_kill_rate <= 1.0:
+        print("kvstate: error: --min-kill-rate must be within 0..1", file=sys.stderr)
+        return EXIT_USAGE
+    ops = args.operator or list(OPERATORS)
+    progress = None
+    if args.format == "text" and not args.quiet and sys.stderr.isatty():
+
+        def progress(o):  # type: ignore[no-untyped-def]
+            print(f"  {o.mutant}: {o.verdict}", file=sys.stderr)
+
+    try:
+        rep = mutate(
+            table,
+            operators=ops,
+            only=args.only,
+            jobs=args.jobs,
+            budget_s=args.budget,
+            timeout_ms=args.timeout_ms,
+            progress=progress,
+        )
+    except ValueError as exc:
+        print(f"kvstate: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    fuzz_failures: dict[str, str] = {}
+    if args.fuzz:
+        from kvstate.fuzz_cli import fuzz_spec_mutants
+
+        fuzz_failures = fuzz_spec_mutants(table, rep, examples=args.fuzz_examples)
+    if args.format == "json":
+        d = rep.to_dict()
+        if args.fuzz:
+            d["fuzz"] = fuzz_failures
+        out = json.dumps(d, indent=2)
+    else:
+        out = render_text(rep, verbose=args.verbose)
+        if args.fuzz:
+            out += "\n\nconformance fuzz (spec mutant vs the unchanged implementation):\n"
+            out += "\n".join(f"  {k}: {v}" for k, v in fuzz_failures.items()) or "  (none run)"
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as fh:
+            fh.write(out + "\n")
+        print(
+            f"kvstate mutate: kill rate {100 * rep.kill_rate:.1f}%, {len(rep.survivors())} "
+            f"survivors; report written to {args.output}"
+        )
+    else:
+        print(out)
+    return EXIT_OK if rep.kill_rate >= args.min_kill_rate else EXIT_FAIL
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="kvstate", description="Provable prefix-cache hits for hybrid-attention KV caches."
@@ -151,6 +207,43 @@ def build_parser() -> argparse.ArgumentParser:
     gr.add_argument("--spec", default="default")
     gr.add_argument("--out", default="graphs")
     gr.set_defaults(func=_cmd_graphs)
+
+    mu = sub.add_parser(
+        "mutate",
+        help="measure a table's properties: mutate the table, see which obligation kills each",
+    )
+    mu.add_argument("--spec", default="default")
+    mu.add_argument(
+        "--operator",
+        action="append",
+        default=[],
+        help="only this mutation operator (repeatable; default: all)",
+    )
+    mu.add_argument(
+        "--only", action="append", default=[], help="only mutants whose id contains this text"
+    )
+    mu.add_argument("-j", "--jobs", type=int, default=None, help="worker processes")
+    mu.add_argument(
+        "--budget", type=float, default=None, help="seconds; mutants left are 'unchecked'"
+    )
+    mu.add_argument("--timeout-ms", type=int, default=4000, help="per Z3 query")
+    mu.add_argument(
+        "--min-kill-rate",
+        type=float,
+        default=0.0,
+        help="exit 1 when killed / (killed + survived) is below this (0..1)",
+    )
+    mu.add_argument(
+        "--fuzz",
+        action="store_true",
+        help="also fuzz each surviving or equivalent spec mutant against the unchanged allocator",
+    )
+    mu.add_argument("--fuzz-examples", type=int, default=20)
+    mu.add_argument("--format", choices=["text", "json"], default="text")
+    mu.add_argument("-o", "--output", default=None)
+    mu.add_argument("-v", "--verbose", action="store_true", help="also list killed mutants")
+    mu.add_argument("-q", "--quiet", action="store_true")
+    mu.set_defaults(func=_cmd_mutate)
 
     fz = sub.add_parser(
         "fuzz", help="fuzz an allocator against the model, step by step (Hypothesis)"

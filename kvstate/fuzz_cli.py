@@ -354,6 +354,11 @@ def run_fuzz_cli(args: argparse.Namespace, table: Table) -> int:
         f"kvstate fuzz: ok, {steps} lockstep steps and {counts['(refused)']} refused actions checked "
         f"in {counts['(examples)']} examples, {time.monotonic() - started:.1f} s"
     )
+    if table.completeness is not None:
+        print(
+            f"completeness: checked on the model after every step; "
+            f"{counts['(completeness probes)']} read-path probes performed on the target"
+        )
     print("action counts:")
     for a in table.actions:
         print(f"  {a.name:<16} {counts[a.name]:>7}")
@@ -361,3 +366,46 @@ def run_fuzz_cli(args: argparse.Namespace, table: Table) -> int:
     if never:
         print(f"never fired: {', '.join(never)}")
     return 0
+
+
+def fuzz_spec_mutants(table: Table, report: Any, *, examples: int = 20) -> dict[str, str]:
+    """``kvstate mutate --fuzz``: each surviving or equivalent spec mutant as the model, against
+    the built-in allocator compiled from the unchanged ``table``.  A mutant the allocator
+    disagrees with is one the conformance fuzz would catch (the implementation is the second
+    witness); one it agrees with behaves like the table on the paths the fuzz reached."""
+    from hypothesis.stateful import run_state_machine_as_test
+
+    from kvstate.impl.adapter import make_target
+    from kvstate.proofs.mutate import mutants
+
+    by_id = {m.id: m for m in mutants(table)}
+    out: dict[str, str] = {}
+    n = table.geometry.model_blocks
+    prof = settings(
+        settings.get_profile("ci"),
+        max_examples=examples,
+        database=None,
+        phases=tuple(p for p in Phase if p is not Phase.shrink),
+    )
+    for o in report.outcomes:
+        if o.verdict not in ("survived", "equivalent") or o.mutant not in by_id:
+            continue
+        try:
+            mt = by_id[o.mutant].make(table)
+        except Exception as exc:  # noqa: BLE001
+            out[o.mutant] = f"not built: {exc}"
+            continue
+        cls: Any = build_state_machine(
+            mt, n, lambda _t, k: make_target(table, k), seed_traces=reach_traces(table.name)
+        )
+        try:
+            replay_seeds(cls, mt, reach_traces(table.name))
+            run_state_machine_as_test(cls, settings=prof)
+        except Exception as exc:  # noqa: BLE001 - a disagreement is the finding
+            nc = _nonconformance(exc)
+            out[o.mutant] = "implementation disagrees: " + (
+                nc.signature if nc is not None else f"{type(exc).__name__}: {exc}"
+            )
+        else:
+            out[o.mutant] = f"implementation agrees ({examples} examples)"
+    return out

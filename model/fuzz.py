@@ -30,13 +30,14 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from kvstate.spec.errors import ActionRefused
+from kvstate.spec.phases import Req
 from kvstate.spec.state import ConcreteState
 from kvstate.spec.table import Action, ParamKind, Scope, Table
 
 from .concrete import GuardError, Machine
 
 OUTPUT_KINDS = (ParamKind.ADDR, ParamKind.FMT)  # chosen by the target, fed to the model
-ADDRESS_VARS = ("addr", "gaddr", "paddr")
+ADDRESS_VARS = ("addr", "gaddr", "paddr", "at")  # "at": the ghost address of the bytes
 
 settings.register_profile(
     "ci", derandomize=True, max_examples=60, stateful_step_count=40, deadline=None, print_blob=True
@@ -119,10 +120,40 @@ def diff(model: Mapping[str, Any], observed: Mapping[str, Any], table: Table) ->
     a, b = canonical(model, table), canonical(observed, table)
     out = []
     for v in table.vars:
+        if v.ghost:  # ghost truth lives in the model only
+            continue
         if v.name not in b:
             out.append(f"{v.name}: missing from observe()")
         elif a[v.name] != b[v.name]:
             out.append(f"{v.name}: model {a[v.name]!r} != target {b[v.name]!r}")
+    return out
+
+
+def with_ghosts(
+    model: Mapping[str, Any], observed: Mapping[str, Any], table: Table
+) -> dict[str, Any]:
+    """The observed state completed with the model's ghost truth (the target has none), so the
+    invariants over ghosts can be checked on it.  Ghost addresses are translated into the
+    target's address names through the mechanism's address variables, which ``diff`` has just
+    found equal up to a bijection."""
+    out = dict(observed)
+    ghosts = [v for v in table.vars if v.ghost]
+    if not ghosts:
+        return out
+    to_target: dict[int, int] = {}
+    for var in ADDRESS_VARS:
+        if var in observed and not table.var(var).ghost:
+            a, b = model[var], observed[var]
+            if table.var(var).scope is Scope.REQ_BLOCK:
+                a = tuple(x for row in a for x in row)
+                b = tuple(x for row in b for x in row)
+            for x, y in zip(a, b, strict=False):
+                to_target.setdefault(x, y)
+    for v in ghosts:
+        val = model[v.name]
+        if v.name in ADDRESS_VARS and v.scope is Scope.BLOCK:
+            val = tuple(to_target.get(x, x) for x in val)
+        out[v.name] = val
     return out
 
 
@@ -230,6 +261,52 @@ def build_state_machine(
             self.trace: list[str] = []  # performed actions, with the target's outputs
             self.steps: list[TraceStep] = []  # everything the run did, refusal checks included
             self.in_hypothesis = True  # events may be recorded only inside a Hypothesis test
+            self.disturbed: set[int] = set()  # blocks a completeness-disturbing action touched
+
+        # -- completeness (the table's rule: the write path enables the read path) -----------
+        def complete_prefix(self) -> tuple[int, int]:
+            """(n, r): the longest undisturbed prefix the ghost truth says is stored, sealed
+            and indexed, and an idle request to probe it with; (0, -1) when there is none."""
+            c = table.completeness
+            if c is None:
+                return 0, -1
+            idle = [r for r in range(table.consts.R) if self.model.req(r).phase == Req.IDLE]
+            if not idle:
+                return 0, -1
+            limit = min([n, *self.disturbed])
+            for k in range(limit, 0, -1):
+                if c.stored(self.model, k):
+                    return k, idle[0]
+            return 0, -1
+
+        def check_completeness(self) -> None:
+            """The model itself must accept the read path over a complete prefix."""
+            k, r = self.complete_prefix()
+            if k == 0:
+                return
+            assert table.completeness is not None
+            s = self.model
+            for a_name, params in table.completeness.probe(k, table.geometry, r):
+                a = table.action(a_name)
+                failed = machine.failed_conjuncts(s, a, params)
+                if failed:
+                    raise self.fail(
+                        "incomplete",
+                        [f"{a_name}[{','.join(failed)}]"],
+                        f"the first {k} blocks are stored, sealed and indexed (ghost truth) but "
+                        f"a new request is refused {a_name}({params}): {list(failed)} "
+                        f"(after {self.recent()})",
+                    )
+                s = machine.step(s, a, params)
+            want = table.completeness.expected_hit(k * table.consts.L, table.geometry)
+            if s.req(r).hit != want:
+                raise self.fail(
+                    "incomplete",
+                    [f"hit {s.req(r).hit} != {want}"],
+                    f"the first {k} blocks are stored, sealed and indexed (ghost truth) but a new "
+                    f"request is validated at {s.req(r).hit} tokens, not {want} "
+                    f"(after {self.recent()})",
+                )
 
         # -- helpers ------------------------------------------------------------------------
         def recent(self) -> str:
@@ -347,6 +424,12 @@ def build_state_machine(
                         )
                     params[q.name] = step.outputs[q.name] = int(out[q.name])
             self.model = machine.step(self.model, a, params)
+            c = table.completeness
+            if c is not None and "b" in params:
+                if a.name in c.disturbing:
+                    self.disturbed.add(params["b"])
+                elif a.name == c.write_path[0]:  # the slot starts afresh
+                    self.disturbed.discard(params["b"])
             self._enabled = None
             counts[a.name] += 1
             if self.in_hypothesis:
@@ -363,6 +446,7 @@ def build_state_machine(
                     list(dict.fromkeys(v.invariant for v in viol)),
                     f"model invariant broken: {', '.join(map(str, viol))}",
                 )
+            self.check_completeness()
             try:
                 observed = self.target.observe()
             except Exception as exc:  # noqa: BLE001 - observe() must not fail
@@ -382,7 +466,10 @@ def build_state_machine(
                     + "\n  ".join(d),
                 )
             obs_state = ConcreteState(
-                canonical(observed, table), n, table.consts, self.model._req_names
+                canonical(with_ghosts(self.model.values, observed, table), table),
+                n,
+                table.consts,
+                self.model._req_names,
             )
             bad = machine.violations(obs_state)
             if bad:
@@ -442,6 +529,21 @@ def build_state_machine(
 
     for a in table.actions:
         setattr(Conformance, f"do_{a.name}", make_rule(a))
+
+    if table.completeness is not None:
+
+        @precondition(lambda self: self.complete_prefix()[0] > 0)
+        @rule()
+        def probe_completeness(self: Any) -> None:
+            # The target must accept a new request's read path over a complete prefix (the
+            # model accepts it: conforms() checked that); a refusal is a target-error.
+            k, r = self.complete_prefix()
+            assert table.completeness is not None
+            counts["(completeness probes)"] += 1
+            for a_name, params in table.completeness.probe(k, table.geometry, r):
+                self.perform(table.action(a_name), dict(params))
+
+        Conformance.probe_completeness = probe_completeness  # type: ignore[attr-defined]
 
     seeds = [[(name, dict(params)) for name, params in tr] for tr in seed_traces]
     if seeds:

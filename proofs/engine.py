@@ -328,3 +328,146 @@ def k_induction(table: Table, inv: Invariant, N: int, k: int, timeout_ms: int = 
     solver.add(bad)
     res = solver.check()
     return _verdict(res)
+
+
+# ---- action-level read safety -------------------------------------------------------------
+def _read_ok(s: Any, rs: Any, p: Any, b: Any) -> Any:
+    parts = []
+    if rs.scalar is not None:
+        parts.append(_as_bool(rs.scalar(s, p)))
+    if rs.per_block is not None:
+        parts.append(_as_bool(rs.per_block(s, p, b)))
+    return z3.And(*parts, z3.BoolVal(True))
+
+
+def _as_bool(x: Any) -> Any:
+    return z3.BoolVal(x) if isinstance(x, bool) else x
+
+
+def check_read(table: Table, rs: Any, timeout_ms: int = 20000) -> tuple[str, str]:
+    """Invariants and the action's guard imply the read property at a Skolem block (any pool
+    size).  Instantiated quantifiers first, real ``ForAll`` when that is not enough."""
+    a = table.action(rs.action)
+    invs = proof_invariants(table)
+    worst, label = "proved", ""
+    for inst in instances(table, [a]):
+        status = "unknown"
+        for mode in ("inst", "forall"):
+            N = z3.Int("N")
+            s = fresh_state(table, "pre.", N, mode=mode)
+            pp = fresh_params(table, "p.", N)
+            p = bind(inst, pp)
+            sk = z3.Int("sk")
+            terms = [sk] + [pp.values[ParamKind.BLOCK]] * any(
+                q.kind is ParamKind.BLOCK for q in a.params
+            )
+            s.inst_terms = terms
+            solver = _solver(timeout_ms if mode == "inst" else min(timeout_ms, 10000))
+            solver.add(N >= 1, *pp.domain, sk >= 0, sk < N)
+            solver.add(*[inv_holds(s, inv, terms) for inv in invs])
+            solver.add(guard(s, inst, p))
+            solver.add(z3.Not(_read_ok(s, rs, p, sk)))
+            status = _verdict(solver.check())
+            if status == "proved":
+                break
+        if status != "proved":
+            worst, label = status, inst.label
+            break
+    return worst, label
+
+
+def read_violation_goal(rs: Any) -> Any:
+    """Some instance of the reading action is enabled in the last state while its read
+    property fails at some block."""
+
+    def goal(u: Unrolling) -> Any:
+        last = u.states[-1]
+        parts = []
+        for i, inst in enumerate(u.insts):
+            if inst.action.name != rs.action:
+                continue
+            pp = fresh_params(last.table, f"rv{i}.", u.N)
+            p = bind(inst, pp)
+            sk = z3.Int(f"rv{i}!sk")
+            parts.append(
+                z3.And(
+                    *pp.domain, sk >= 0, sk < u.N, guard(last, inst, p),
+                    z3.Not(_read_ok(last, rs, p, sk)),
+                )
+            )  # fmt: skip
+        return z3.Or(*parts, z3.BoolVal(False))
+
+    return goal
+
+
+def read_violated_concretely(table: Table, rs: Any, trace: Trace) -> bool:
+    """Replay: in the last state some enabled instance of the action reads unsafely."""
+    import itertools
+    from types import SimpleNamespace
+
+    if not trace.replayed:
+        return False
+    m = Machine(table, trace.pool_size)
+    s = m.run([(st.action, st.params) for st in trace.steps])[-1]
+    a = table.action(rs.action)
+    domains = {
+        ParamKind.BLOCK: range(m.N),
+        ParamKind.REQ: range(table.consts.R),
+    }
+    names = [q.name for q in a.params]
+    for combo in itertools.product(*[domains.get(q.kind, (1,)) for q in a.params]):
+        p = SimpleNamespace(**dict(zip(names, combo, strict=True)))
+        if not all(c.fn(s, p) for c in a.guard):
+            continue
+        for b in range(m.N):
+            ok = (rs.scalar is None or rs.scalar(s, p)) and (
+                rs.per_block is None or rs.per_block(s, p, b)
+            )
+            if not ok:
+                return True
+    return False
+
+
+# ---- completeness: the write path enables the read path (bounded) --------------------------
+def check_completeness(
+    table: Table, N: int, depth: int, timeout_ms: int = 60000
+) -> tuple[str, Trace | None]:
+    """BMC over traces of the write-path actions only (``N`` blocks, up to ``depth`` steps):
+    no reachable state has ``stored(s, n)`` for some ``n`` while the read path's probe
+    (admit, match at the expected hit, pin, validate) is refused.  ``holds`` when UNSAT."""
+    from types import SimpleNamespace
+
+    c = table.completeness
+    assert c is not None
+    wt = Table.build(
+        f"{table.name}|write path",
+        table.geometry,
+        table.vars,
+        [a for a in table.actions if a.name in c.write_path],
+        table.invariants,
+        table.hit_rule,
+    )
+    u = unroll(wt, depth, N)
+    last = u.states[-1]
+    bad = []
+    for n in range(1, N + 1):
+        s = last
+        conds = []
+        probe = c.probe(n, table.geometry)
+        for a_name, params in probe:
+            a = table.action(a_name)
+            inst = Instance(a, params.get("r") if a.request_scoped else None)
+            p = SimpleNamespace(**{k: z3.IntVal(v) if k != "r" else v for k, v in params.items()})
+            conds.append(guard(s, inst, p))
+            s = successor(s, inst, p)
+        # validated at the full length, not at a shorter one
+        conds.append(s.req(0).hit == c.expected_hit(n * table.consts.L, table.geometry))
+        bad.append(z3.And(_as_bool(c.stored(last, n)), z3.Not(z3.And(*conds))))
+    solver = _solver(timeout_ms)
+    solver.add(*u.constraints)
+    solver.add(z3.Or(*bad))
+    res = solver.check()
+    if res == z3.sat:
+        steps = decode_trace(wt, solver.model(), u)
+        return "violated", replay(table, N, steps)
+    return ("holds" if res == z3.unsat else "unknown"), None

@@ -42,12 +42,16 @@ from .engine import (
     _cti_trace,
     _verdict,
     bmc_find,
+    check_completeness,
     check_init,
+    check_read,
     fires_goal,
     fires_with_pinned_phase_goal,
     hit_use_goal,
     k_induction,
     proof_invariants,
+    read_violated_concretely,
+    read_violation_goal,
     replay,
     violation_goal,
 )
@@ -72,6 +76,10 @@ class Config:
     k_pools: tuple[int, ...] = (1, 2, 3)
     timeout_ms: int = 60000
     update_witnesses: bool = False
+    completeness_bounds: tuple[tuple[int, int], ...] = ((1, 6), (2, 9))  # (pool, depth)
+    find_traces: bool = True  # on a failed induction step, search a trace from Init (mutate: off)
+    k_timeout_ms: int | None = None  # k-induction's own timeout (mutate: longer than the rest)
+    first_failure: bool = False  # stop a unit at its first failed obligation (mutate: on)
 
 
 def plan(table: Table, cfg: Config, only: str | None = None) -> list[Unit]:
@@ -82,6 +90,11 @@ def plan(table: Table, cfg: Config, only: str | None = None) -> list[Unit]:
         units.append(Unit("init", f"init/{inv.name}", (inv.name,)))
     for a in table.actions:
         units.append(Unit("inductive", f"inductive/*/{a.name}", (a.name,)))
+    for rs in table.reads:
+        units.append(Unit("action-safety", f"action-safety/{rs.action}.{rs.name}", (rs.name,)))
+    if table.completeness is not None:
+        for n, d in cfg.completeness_bounds:
+            units.append(Unit("completeness", f"completeness/N={n}", (n, d)))
     for inv in table.invariants:
         if inv.bounded:
             units.append(Unit("k-induction", f"k-induction/{inv.name}", (inv.name,)))
@@ -109,9 +122,65 @@ def plan(table: Table, cfg: Config, only: str | None = None) -> list[Unit]:
                         (inv.name, a_name, c_name),
                     )
                 )
+    for rs in table.reads:
+        guard_names = {c.name for c in table.action(rs.action).guard}
+        for c_name in (c for c in rs.protected_by if c in guard_names):
+            units.append(
+                Unit(
+                    "anti-vacuity",
+                    f"anti-vacuity/{rs.action}.{rs.name}/{rs.action}.{c_name}",
+                    (f"read:{rs.name}", rs.action, c_name),
+                )
+            )
     if only:
         units = [u for u in units if _matches(u, only, table)]
     return units
+
+
+def kill_units(original: Table, mutant: Table, action_name: str) -> list[Unit]:
+    """The safety obligations a mutation of one action can change (for ``kvstate mutate``).
+
+    Init and every other action's induction step read nothing the mutation changed, so they
+    are skipped; the rest is what ``kvstate prove`` would run on the mutant for that action.
+    """
+    a = mutant.action(action_name)
+    touched = set(original.action(action_name).modifies) | set(a.modifies)
+    units: list[Unit] = []
+    later: list[Unit] = []
+    for u in plan(mutant, Config()):
+        if (
+            u.kind == "action-safety"
+            and mutant.reads
+            and any(rs.name == u.args[0] and rs.action == action_name for rs in mutant.reads)
+        ):
+            units.append(u)
+        elif u.kind == "completeness" and mutant.completeness is not None:
+            c = mutant.completeness
+            # its BMC fires write-path actions only, and its probe the read path
+            if action_name in (*c.write_path, *c.read_path):
+                (units if u.args[0] == 1 else later).append(u)  # the small pool first: cheap
+    units.append(Unit("inductive", f"inductive/*/{action_name}", (action_name,)))
+    for lc in LIFECYCLES:
+        if lc.var in touched or lc.var in _guard_reads(mutant, a):
+            units.append(Unit("structure", f"structure/{lc.component}", (lc.component,)))
+    for inv in mutant.invariants:
+        if inv.bounded and invariant_reads(mutant, inv) & touched:
+            units.append(Unit("k-induction", f"k-induction/{inv.name}", (inv.name,)))
+    return units + later
+
+
+def _guard_reads(table: Table, a: Any) -> frozenset[str]:
+    from kvstate.spec.state import RecordingState, initial_state
+    from kvstate.spec.validate import _P
+
+    s = initial_state(table, 2, RecordingState)
+    assert isinstance(s, RecordingState)
+    for c in a.guard:
+        try:
+            c.fn(s, _P(a, table.consts.L))
+        except Exception:  # noqa: BLE001, S112 - unreadable: no reads recorded
+            continue
+    return frozenset(s._reads)
 
 
 def _matches(u: Unit, only: str, table: Table) -> bool:
@@ -130,6 +199,8 @@ def run_unit(table: Table, unit: Unit, cfg: Config, only: str | None = None) -> 
         "bmc": _bmc,
         "reach": _reach,
         "anti-vacuity": _antivacuity,
+        "action-safety": _action_safety,
+        "completeness": _completeness,
     }[unit.kind]
     t0 = time.perf_counter()
     try:
@@ -271,7 +342,9 @@ def _inductive(table: Table, cfg: Config, action_name: str) -> list[Result]:
                 else:
                     prev.seconds = dt
                 continue
-            trace, how = _find_real_trace(table, inv, inst, invs, cfg)
+            trace, how = (
+                _find_real_trace(table, inv, inst, invs, cfg) if cfg.find_traces else (None, "")
+            )
             label = inst.label
             if trace is not None and how == "bmc":
                 res = Result(
@@ -303,6 +376,8 @@ def _inductive(table: Table, cfg: Config, action_name: str) -> list[Result]:
                     f"depth {cfg.search_depth}); strengthen with an auxiliary invariant",
                 )
             results[inv.name] = res
+            if cfg.first_failure:
+                return list(results.values())
     return list(results.values())
 
 
@@ -367,14 +442,16 @@ def _kinduction(table: Table, cfg: Config, inv_name: str) -> list[Result]:
     t0 = time.perf_counter()
     inv = table.invariant(inv_name)
     failed = []
+    unknown = False
     for n in cfg.k_pools:
         status = "cti"
         for k in (1, 2):
-            status = k_induction(table, inv, n, k, cfg.timeout_ms)
+            status = k_induction(table, inv, n, k, cfg.k_timeout_ms or cfg.timeout_ms)
             if status == "proved":
                 break
         if status != "proved":
             failed.append(f"N={n}: {status}")
+            unknown |= status == "unknown"
     ok = not failed
     return [
         Result(
@@ -382,7 +459,7 @@ def _kinduction(table: Table, cfg: Config, inv_name: str) -> list[Result]:
             "k-induction",
             "Z3 k-induction (k<=2) on concrete pools",
             f"bounded: pool sizes N in {list(cfg.k_pools)}, any depth",
-            "proved" if ok else "not-inductive",
+            "proved" if ok else ("unknown" if unknown else "not-inductive"),
             ok,
             time.perf_counter() - t0,
             invariant=inv_name,
@@ -485,10 +562,64 @@ def _reach(
     ]
 
 
+def _read(table: Table, name: str) -> Any:
+    for rs in table.reads:
+        if rs.name == name:
+            return rs
+    raise KeyError(name)
+
+
+def _action_safety(table: Table, cfg: Config, name: str) -> list[Result]:
+    t0 = time.perf_counter()
+    rs = _read(table, name)
+    status, label = check_read(table, rs, cfg.timeout_ms)
+    ok = status == "proved"
+    return [
+        Result(
+            f"action-safety/{rs.action}.{rs.name}",
+            "action-safety",
+            "Z3: invariants + guard => read property, Skolem block",
+            UNBOUNDED.format(R=table.consts.R),
+            "proved" if ok else ("violated" if status == "cti" else status),
+            ok,
+            time.perf_counter() - t0,
+            action=rs.action,
+            detail=rs.doc
+            if ok
+            else f"{label}: the guard allows a read where '{rs.name}' fails (counterexample)",
+        )
+    ]
+
+
+def _completeness(table: Table, cfg: Config, n: int, depth: int) -> list[Result]:
+    t0 = time.perf_counter()
+    status, trace = check_completeness(table, n, depth, cfg.timeout_ms)
+    ok = status == "holds"
+    c = table.completeness
+    assert c is not None
+    return [
+        Result(
+            f"completeness/N={n}",
+            "completeness",
+            "Z3 BMC over write-path traces; read-path probe at the last state",
+            f"bounded: depth {depth}, N={n}",
+            status,
+            ok,
+            time.perf_counter() - t0,
+            trace=trace,
+            detail=c.doc
+            if ok
+            else "a stored, sealed, indexed prefix is refused a hit at its full LCM length",
+        )
+    ]
+
+
 def _antivacuity(
     table: Table, cfg: Config, inv_name: str, a_name: str, c_name: str
 ) -> list[Result]:
     t0 = time.perf_counter()
+    if inv_name.startswith("read:"):
+        return _antivacuity_read(table, cfg, inv_name[5:], a_name, c_name, t0)
     mutated = table.derive(name=f"{table.name} - {a_name}.{c_name}", drop_guard=[(a_name, c_name)])
 
     def check(tr: Trace) -> bool:
@@ -526,6 +657,52 @@ def _antivacuity(
             detail=f"without {a_name}.{c_name}, {inv_name} fails"
             if ok
             else f"removing {a_name}.{c_name} did not break {inv_name} within depth {cfg.search_depth}",
+        )
+    ]
+
+
+def _antivacuity_read(
+    table: Table, cfg: Config, name: str, a_name: str, c_name: str, t0: float
+) -> list[Result]:
+    rs = _read(table, name)
+    weakened = table.action(a_name)
+    if len(weakened.guard) == 1:  # the whole guard: the action is then always enabled
+        mutated = table.derive(
+            name=f"{table.name} - {a_name}.{c_name}",
+            replace_guard={(a_name, c_name): lambda s, p: True},
+        )
+    else:
+        mutated = table.derive(
+            name=f"{table.name} - {a_name}.{c_name}", drop_guard=[(a_name, c_name)]
+        )
+    found = witnesses.witness(
+        mutated,
+        f"anti-vacuity/read:{name}",
+        lambda t: read_violation_goal(rs),
+        lambda tr: read_violated_concretely(mutated, rs, tr),
+        max_depth=cfg.search_depth,
+        scale_caps=True,
+        timeout_ms=cfg.timeout_ms,
+        update=cfg.update_witnesses,
+    )
+    ok = found is not None
+    trace = found[0] if found else None
+    return [
+        Result(
+            f"anti-vacuity/{rs.action}.{name}/{a_name}.{c_name}",
+            "anti-vacuity",
+            "drop the conjunct: " + (found[2] if found else "Z3 BMC"),
+            f"bounded: witness of depth {len(trace.steps)}, {found[1].describe()}"
+            if found and trace
+            else f"bounded: none within depth {cfg.search_depth}",
+            "falsifiable" if ok else "vacuous?",
+            ok,
+            time.perf_counter() - t0,
+            action=a_name,
+            trace=trace,
+            detail=f"without {a_name}.{c_name}, {a_name} can read where '{name}' fails"
+            if ok
+            else f"removing {a_name}.{c_name} did not make {a_name}'s read unsafe",
         )
     ]
 

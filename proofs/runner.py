@@ -86,6 +86,8 @@ def prove(
     # Expensive units first, so the pool stays busy at the end.
     order = {
         "anti-vacuity": 0,
+        "completeness": 0,
+        "action-safety": 3,
         "reach": 1,
         "bmc": 2,
         "inductive": 3,
@@ -113,7 +115,17 @@ def prove(
     finally:
         _TABLE = _CFG = None
         _ONLY = None
-    kind_order = ["structure", "init", "inductive", "k-induction", "bmc", "reach", "anti-vacuity"]
+    kind_order = [
+        "structure",
+        "init",
+        "inductive",
+        "action-safety",
+        "k-induction",
+        "bmc",
+        "completeness",
+        "reach",
+        "anti-vacuity",
+    ]
     results.sort(
         key=lambda r: (kind_order.index(r.kind) if r.kind in kind_order else 99, r.obligation)
     )

@@ -405,7 +405,7 @@ def compile_hit_rule(
 
 
 def _block_columns(table: Table) -> frozenset[str]:
-    return frozenset(v.name for v in table.vars if v.scope is Scope.BLOCK)
+    return frozenset(v.name for v in table.vars if v.scope is Scope.BLOCK and not v.ghost)
 
 
 def _compile_hit_rule(hit_rule: HitRule, table: Table, km: tuple[Any, Any]) -> CompiledHitRule:

@@ -18,7 +18,18 @@ from .expr import AND, B2I, CDIV, IMPLIES, IN, ITE, MAX, NOT, OR, array, store
 from .geometry import Geometry, small
 from .layers import DEFAULT_HIT_RULE, HitRule
 from .phases import CKV, Fmt, Graph, Indexer, Pipe, Req, Swa, Tail
-from .table import Action, Conjunct, Invariant, Param, ParamKind, Scope, Table, Var
+from .table import (
+    Action,
+    Completeness,
+    Conjunct,
+    Invariant,
+    Param,
+    ParamKind,
+    ReadSafety,
+    Scope,
+    Table,
+    Var,
+)
 
 Fn = Callable[..., Any]
 
@@ -95,8 +106,8 @@ def _vars() -> list[Var]:
     return [
         Var("now", G, z, nonneg=True, doc="scheduler clock, in ticks"),
         Var("graph", G, lambda k, N, b: int(Graph.NONE), Graph, doc="captured CUDA graph"),
-        Var("io_inflight", G, z, ghost=True, doc="disk loads in the I/O pipeline"),
-        Var("nfree", G, lambda k, N, b: N, ghost=True, doc="blocks in phase FREE"),
+        Var("io_inflight", G, z, doc="disk loads in the I/O pipeline (a counter)"),
+        Var("nfree", G, lambda k, N, b: N, doc="blocks in phase FREE (a counter)"),
         Var("ckv", BL, lambda k, N, b: int(CKV.FREE), CKV, doc="Compressed KV phase"),
         Var("gen", BL, z, doc="generation: bumped when the slot is reallocated"),
         Var("ref", BL, z, doc="reference count (pins held by requests)"),
@@ -136,7 +147,49 @@ def _vars() -> list[Var]:
         Var("deadline", RQ, z, doc="tick by which the request finishes"),
         Var("pgen", RB, z, doc="state_data_ptrs: generation recorded at validation"),
         Var("paddr", RB, z, doc="state_data_ptrs: address recorded at validation"),
+        *GHOSTS,
     ]
+
+
+# ---- ghost truth ---------------------------------------------------------------------------
+# What is really stored, recorded by the effects themselves and never read by a guard (checked at
+# load time): the safeguards are stated over these, the mechanism (ver/iver, gen, phases, prog)
+# stays in the guards, and the proofs show the mechanism implies the truth.  An identity is a
+# fresh number (wseq + 1) handed out when content is written; 0 means "none".
+_G, _BL, _RB = Scope.GLOBAL, Scope.BLOCK, Scope.REQ_BLOCK
+_z = lambda k, N, b: 0  # noqa: E731
+GHOSTS = [
+    Var("wseq", _G, _z, ghost=True, doc="identities handed out so far"),
+    Var("occ", _BL, _z, ghost=True, doc="identity of the slot's occupant (0: free)"),
+    Var("cid", _BL, _z, ghost=True, doc="identity of the compressed KV content (0: unwritten)"),
+    Var("icid", _BL, _z, ghost=True, doc="content the indexer page was built from (0: none)"),
+    Var("wocc", _BL, _z, ghost=True, doc="occupant the SWA window rows were built from"),
+    Var("tcid", _BL, _z, ghost=True, doc="content the saved compressor state belongs to"),
+    Var("missing", _BL, _z, ghost=True, doc="chunks of the block's copy not yet transferred"),
+    Var("at", _BL, lambda k, N, b: b, ghost=True, doc="address where the block's bytes are"),
+    Var("form", _BL, lambda k, N, b: int(Fmt.PRIMARY), ghost=True, doc="form of the bytes stored"),
+    Var("promised", _BL, _z, ghost=True, doc="residency promised to the scheduler until"),
+    Var("pcid", _RB, _z, ghost=True, doc="content identities the validated hit names"),
+    Var("reading", Scope.REQ, _z, ghost=True, doc="tokens the request computes from (0: none)"),
+]
+
+
+def fresh(s: Any) -> Any:
+    """The next content identity (the effect also bumps ``wseq``)."""
+    return s.wseq + 1
+
+
+def put(name: str, value: Fn) -> Fn:
+    """Ghost update: block variable ``name`` at the acting block gets ``value(s, p)``."""
+    return lambda s, p: store(s, getattr(s, name), p.b, value(s, p))
+
+
+def cleared(*names: str) -> dict[str, Fn]:
+    """A freed slot: no occupant, no content, nothing built from it."""
+    return {n: put(n, lambda s, p: 0) for n in names}
+
+
+FREED = ("occ", "cid", "icid", "wocc", "tcid")
 
 
 def _actions(hit_rule: HitRule) -> list[Action]:
@@ -667,11 +720,189 @@ def _actions(hit_rule: HitRule) -> list[Action]:
             "give up the hit and recompute from scratch",
         ),
     ]
-    return acts
+    return [_with_ghosts(a) for a in acts]
+
+
+def _ghost_effects() -> dict[str, dict[str, Fn]]:
+    """What each action really does to the stored content (the ghost truth's updates)."""
+    io = lambda s, p: s.ldpipe[p.b] == Pipe.IO  # noqa: E731
+    bump = {"wseq": lambda s, p: s.wseq + 1}
+    return {
+        "allocate": {
+            **bump,
+            "occ": put("occ", lambda s, p: fresh(s)),
+            "cid": put("cid", lambda s, p: 0),
+            "form": put("form", lambda s, p: p.f),
+        },
+        "commit": {
+            **bump,
+            "cid": put("cid", lambda s, p: fresh(s)),
+            "wocc": put("wocc", lambda s, p: s.occ[p.b]),
+        },
+        "discard": cleared(*FREED),
+        "seal": {
+            **bump,
+            "cid": put("cid", lambda s, p: fresh(s)),
+            "tcid": put("tcid", lambda s, p: fresh(s)),
+        },
+        "slide": {"wocc": put("wocc", lambda s, p: 0)},
+        "index_update": {"icid": put("icid", lambda s, p: s.cid[p.b])},
+        "rebuild_done": {"icid": put("icid", lambda s, p: s.cid[p.b])},
+        "load_start": {"missing": put("missing", lambda s, p: s.k.load_steps)},
+        "load_progress": {"missing": put("missing", lambda s, p: s.missing[p.b] - 1)},
+        "load_done": {
+            "at": put("at", lambda s, p: p.a),
+            "form": put("form", lambda s, p: ITE(io(s, p), p.f, s.form[p.b])),
+            "icid": put("icid", lambda s, p: ITE(io(s, p), 0, s.icid[p.b])),
+            "wocc": put(
+                "wocc",
+                lambda s, p: ITE(AND(io(s, p), not s.k.swa_restored_from_disk), 0, s.wocc[p.b]),
+            ),
+        },
+        "load_fail": {"missing": put("missing", lambda s, p: 0)},
+        "drop": cleared(*FREED),
+        "evict_done": cleared(*FREED),
+        "touch": {
+            "promised": put("promised", lambda s, p: MAX(s.promised[p.b], s.now + p.t)),
+        },
+        "validate": {"pcid": lambda s, p: s.cid},
+        "use": {"reading": lambda s, p: s.req(p.r).hit},
+        "release": {"reading": lambda s, p: 0},
+        "abort": {"reading": lambda s, p: 0},
+    }
+
+
+def _with_ghosts(a: Action) -> Action:
+    extra = _ghost_effects().get(a.name, {})
+    if not extra:
+        return a
+    return Action(
+        a.name,
+        a.params,
+        a.guard,
+        {**a.updates, **extra},
+        a.modifies | frozenset(extra),
+        a.component,
+        a.doc,
+    )
+
+
+def _in_hit(s: Any, r: int, b: Any) -> Any:
+    return AND(IN(s.req(r).phase, CHECKED), covers(s, b, s.req(r).hit))
+
+
+def _in_window(s: Any, r: int, b: Any) -> Any:
+    nb = CDIV(s.req(r).hit, s.k.L)
+    return AND(IN(s.req(r).phase, CHECKED), nb - s.k.W <= b, b < nb)
+
+
+def _at_boundary(s: Any, r: int, b: Any) -> Any:
+    return AND(IN(s.req(r).phase, CHECKED), b == CDIV(s.req(r).hit, s.k.L) - 1)
+
+
+def hit_truth(s: Any, r: int, b: Any) -> Any:
+    """What a checked request reads at block ``b`` really is what its hit names."""
+    return AND(
+        IMPLIES(
+            _in_hit(s, r, b),
+            AND(
+                s.cid[b] != 0,
+                s.cid[b] == s.req(r).pcid[b],
+                s.icid[b] == s.cid[b],
+                s.missing[b] == 0,
+                IN(s.form[b], s.k.supported_fmts),
+                s.req(r).paddr[b] == s.at[b],
+            ),
+        ),
+        IMPLIES(_in_window(s, r, b), AND(s.occ[b] != 0, s.wocc[b] == s.occ[b])),
+        IMPLIES(_at_boundary(s, r, b), s.tcid[b] == s.cid[b]),
+    )
+
+
+def _truth_invariants() -> list[Invariant]:
+    return [
+        Invariant(
+            "hit_truth",
+            "a checked request's every state was built from the content its hit names: the "
+            "compressed KV is the content recorded at validation and never changes until "
+            "release, the indexer pages were built from it, the window rows from the current "
+            "occupant, the saved compressor state from it at the boundary, every chunk of every "
+            "load arrived, the bytes have a kernel, and the recorded addresses are where the "
+            "bytes are (over ghost truth)",
+            "safeguard",
+            per_request=True,
+            per_block=hit_truth,
+        ),
+        Invariant(
+            "reading_truth",
+            "a request computing from a hit keeps its pins and its checked hit until it "
+            "finishes or aborts (over ghost truth: what it reads, not its phase)",
+            "safeguard",
+            per_request=True,
+            scalar=lambda s, r: AND(
+                s.req(r).reading >= 0,
+                IMPLIES(
+                    s.req(r).reading > 0,
+                    AND(
+                        s.req(r).pinned == s.req(r).reading,
+                        s.req(r).hit == s.req(r).reading,
+                        s.req(r).phase == Req.USING,
+                    ),
+                ),
+            ),
+        ),
+        Invariant(
+            "graph_truth",
+            "a replayable graph reads where the bytes are (over ghost truth)",
+            "safeguard",
+            per_block=lambda s, b: IMPLIES(s.graph == Graph.CAPTURED, s.gaddr[b] == s.at[b]),
+        ),
+        Invariant(
+            "load_truth",
+            "a block not being loaded has all its bytes: a load counts as done only when every "
+            "chunk arrived (over ghost truth)",
+            "safeguard",
+            per_block=lambda s, b: AND(
+                IMPLIES(s.ckv[b] != CKV.LOADING, s.missing[b] == 0), s.missing[b] >= 0
+            ),
+        ),
+        Invariant(
+            "mechanism_truth",
+            "the mechanism implies the truth: versions (ver/iver) say when an indexer page was "
+            "built from the current content, phases say which derived state belongs to the "
+            "slot's live occupant, prog counts the chunks that arrived, addr and fmt are where "
+            "and in which form the bytes are; every identity is one already handed out",
+            "aux",
+            per_block=lambda s, b: AND(
+                s.prog[b] + s.missing[b] == s.k.load_steps,
+                s.addr[b] == s.at[b],
+                s.fmt[b] == s.form[b],
+                s.iver[b] <= s.ver[b],
+                IMPLIES(
+                    AND(s.idx[b] == Indexer.PRESENT, s.iver[b] == s.ver[b]),
+                    AND(s.icid[b] == s.cid[b], s.cid[b] != 0),
+                ),
+                IMPLIES(
+                    s.swa[b] == Swa.VALID,
+                    AND(s.wocc[b] == s.occ[b], s.occ[b] != 0, s.cid[b] != 0),
+                ),
+                IMPLIES(s.tail[b] == Tail.SEALED, AND(s.tcid[b] == s.cid[b], s.cid[b] != 0)),
+                IMPLIES(s.tail[b] != Tail.NONE, s.occ[b] != 0),
+                (s.ckv[b] == CKV.FREE) == (s.occ[b] == 0),
+                IN(s.ckv[b], (CKV.FREE, CKV.WRITING)) == (s.cid[b] == 0),
+                s.occ[b] >= 0,
+                s.occ[b] <= s.wseq,
+                s.cid[b] >= 0,
+                s.cid[b] <= s.wseq,
+                s.icid[b] <= s.wseq,
+                s.tcid[b] <= s.wseq,
+            ),
+        ),
+    ]
 
 
 def _invariants(hit_rule: HitRule) -> list[Invariant]:
-    return [
+    return _truth_invariants() + [
         Invariant(
             "refcount",
             "reference counts equal the pins the requests hold (so never negative), and a free "
@@ -816,6 +1047,88 @@ def _invariants(hit_rule: HitRule) -> list[Invariant]:
     ]
 
 
+def _reads() -> list[ReadSafety]:
+    """What the reading actions read, and why it is safe (action-level obligations)."""
+    return [
+        ReadSafety(
+            "replay",
+            "recorded_addresses_current",
+            "replaying the graph reads every recorded address: each is where the bytes are",
+            per_block=lambda s, p, b: s.gaddr[b] == s.at[b],
+            protected_by=("captured",),
+        ),
+        ReadSafety(
+            "use",
+            "hit_states_true",
+            "computing from the hit reads every state of the hit: each was built from the "
+            "content the hit names, loaded whole, in a form with a kernel, at the recorded address",
+            per_block=lambda s, p, b: AND(
+                hit_truth(s, p.r, b),
+                IMPLIES(
+                    covers(s, b, s.req(p.r).hit),
+                    AND(IN(s.req(p.r).phase, CHECKED), s.ckv[b] == CKV.READY),
+                ),
+            ),
+            protected_by=("checked",),
+        ),
+    ]
+
+
+def stored(s: Any, n: Any) -> Any:
+    """Blocks ``[0, n)`` are stored, sealed at the boundary and indexed, and promised resident
+    past now: over ghost truth only (what was written, not what the mechanism recorded)."""
+    return AND(
+        n >= 1,
+        n <= s.N,
+        s.forall_blocks(
+            0,
+            n,
+            lambda b: AND(
+                s.cid[b] != 0,
+                s.icid[b] == s.cid[b],
+                s.missing[b] == 0,
+                IN(s.form[b], s.k.supported_fmts),
+                s.promised[b] >= s.now + 1,
+                IMPLIES(b >= n - s.k.W, AND(s.occ[b] != 0, s.wocc[b] == s.occ[b])),
+                IMPLIES(b == n - 1, s.tcid[b] == s.cid[b]),
+            ),
+        ),
+    )
+
+
+COMPLETENESS = Completeness(
+    doc="after a request stores, seals and indexes a prefix (and keeps it resident), with no "
+    "eviction, move or fault in between, a new request for the same prefix is validated at the "
+    "full LCM-aligned length",
+    write_path=(
+        "allocate",
+        "commit",
+        "seal",
+        "index_update",
+        "rebuild_start",
+        "rebuild_done",
+        "touch",
+    ),
+    disturbing=(
+        "discard",
+        "slide",
+        "offload",
+        "offload_done",
+        "offload_cancel",
+        "spill",
+        "load_start",
+        "load_progress",
+        "load_done",
+        "load_fail",
+        "drop",
+        "evict_start",
+        "evict_done",
+    ),
+    read_path=("admit", "match", "pin", "validate"),
+    stored=stored,
+)
+
+
 def sum_pins(s: Any, b: Any) -> Any:
     """Pins on block ``b``: one per request whose pinned range covers it (requests expanded)."""
     total: Any = 0
@@ -838,4 +1151,53 @@ def default_table(geometry: Geometry | None = None, hit_rule: HitRule | None = N
     """The default table, on the small geometry unless another is given."""
     g = geometry or small()
     rule = hit_rule or DEFAULT_HIT_RULE
-    return Table.build(f"default[{g.name}]", g, _vars(), _actions(rule), _invariants(rule), rule)
+    return Table.build(
+        f"default[{g.name}]",
+        g,
+        _vars(),
+        _actions(rule),
+        _invariants(rule),
+        rule,
+        EQUIVALENT,
+        _reads(),
+        COMPLETENESS,
+    )
+
+
+# Mutants (``kvstate mutate`` ids) that change nothing the properties can see: one line each.
+EQUIVALENT: dict[str, str] = {
+    "drop-guard:recapture": "recapturing a graph that is not stale records the current "
+    "addresses again: what replay reads stays where the bytes are",
+    "drop-guard:capture": "capturing over a captured or stale graph records the current "
+    "addresses: what replay reads stays where the bytes are",
+    "drop-guard:tick": "its guard is already True",
+    "skip-reset:allocate.gen": "a checked hit's blocks are pinned and a pinned block is never "
+    "freed, so its generation cannot change while checked either way; gen is the "
+    "implementation's cross-check of the pins",
+    "skip-reset:allocate.idx": "a free block's page is never synced (FREE means cid = 0, and a "
+    "synced page needs cid != 0: mechanism_truth); evict_done and drop reset it anyway",
+    "skip-reset:allocate.swa": "a free block's window is already NULL (FREE means no occupant, "
+    "and a VALID window needs one: mechanism_truth); evict_done and drop reset it",
+    "forget-update:commit.ver": "a block being written has no synced indexer page (cid = 0 while "
+    "WRITING), so there is nothing for this bump to invalidate; seal's bump is the one that is",
+    "forget-update:load_done.swa": "on this geometry SWA is restored from disk "
+    "(swa_disk_policy full): the update is the identity",
+    "forget-update:admit.hit": "an IDLE request's hit is already 0 (request_hygiene): the "
+    "reset is the identity",
+    "drop-guard:touch": "extending the lease of a free or evicting block only changes when its "
+    "next occupant may be evicted: leases are residency policy, pins protect what is read",
+    "forget-update:tick.now": "a clock that stands still only keeps leases from expiring "
+    "(nothing is evicted, offloaded or dropped); no property asks time to pass",
+    "off-by-one-update:tick.now": "one tick more only expires leases sooner; eviction still "
+    "needs an unpinned block",
+    "forget-update:admit.deadline": "the deadline only feeds the lease check (L1.lease_covers), "
+    "a residency policy: pins, not leases, keep a checked hit resident",
+    "drop-guard:release": "release from another phase drops the pins the request holds and "
+    "forgets its hit, exactly as abort does (from IDLE: nothing to drop)",
+    "forget-update:release.phase": "the request stays USING with no pins, an empty hit and "
+    "nothing read (reading = 0); release or abort returns it to IDLE",
+    "drop-guard:abort": "the guard only excludes IDLE, and aborting an IDLE request drops no "
+    "pins and forgets an empty hit: the identity",
+    "forget-update:abort.phase": "the request keeps its phase with no pins, an empty hit and "
+    "nothing read (reading = 0); abort or release returns it to IDLE",
+}

@@ -117,6 +117,62 @@ class Invariant:
 
 
 @dataclass(frozen=True)
+class ReadSafety:
+    """What an action reads, and the property that makes the read safe.
+
+    Proved as an *action-level* obligation: in every state satisfying the invariants where the
+    action's guard holds, ``per_block(s, p, b)`` holds at every block (and ``scalar(s, p)``).
+    An action that changes no state (``replay``) is invisible to state invariants; this ties its
+    guard to the safety it provides.  ``protected_by`` lists guard conjuncts whose removal must
+    break it (anti-vacuity: a reachable state where the weakened guard allows an unsafe read).
+    """
+
+    action: str
+    name: str
+    doc: str
+    per_block: Fn | None = None  # per_block(s, p, b)
+    scalar: Fn | None = None  # scalar(s, p)
+    protected_by: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Completeness:
+    """The write path enables the read path (a liveness rule, stated once for every reader).
+
+    After the ``write_path`` actions stored, sealed and indexed the first ``n`` blocks of a
+    prefix -- ``stored(s, n)``, stated over ghost truth -- and with none of the ``disturbing``
+    actions in between, a new request for the same prefix is validated at the full LCM-aligned
+    length: the ``read_path`` steps (:meth:`probe`) are all enabled.  The prover checks it by
+    bounded model checking over traces of write-path actions; ``kvstate fuzz`` checks it on the
+    block-level target whenever the model's state satisfies ``stored``; a vLLM target projects
+    it through :meth:`expected_hit`.
+    """
+
+    doc: str
+    write_path: tuple[str, ...]  # actions that store, seal, index a prefix (and keep it resident)
+    disturbing: tuple[str, ...]  # actions after which the rule promises nothing (evict, fault...)
+    read_path: tuple[str, ...]  # admit, match, pin, validate: a new request's steps
+    stored: Fn  # stored(s, n) -> bool: blocks [0, n) stored, sealed and indexed (ghost truth)
+
+    @staticmethod
+    def expected_hit(stored_tokens: int, geometry: Geometry) -> int:
+        """Tokens a new request for a stored prefix of ``stored_tokens`` must hit: every whole
+        LCM block (the hit rule's L1 alignment), nothing of a partial last block."""
+        if stored_tokens < 0:
+            raise SpecError(f"stored_tokens must be >= 0, got {stored_tokens}")
+        L = geometry.lcm_tokens
+        return stored_tokens // L * L
+
+    def probe(
+        self, n_blocks: int, geometry: Geometry, r: int = 0
+    ) -> list[tuple[str, dict[str, int]]]:
+        """The read path for a new request ``r`` over ``n_blocks`` stored blocks, as steps."""
+        h = self.expected_hit(n_blocks * geometry.lcm_tokens, geometry)
+        params = {"admit": {"r": r, "t": 1}, "match": {"r": r, "h": h}}
+        return [(a, params.get(a, {"r": r})) for a in self.read_path]
+
+
+@dataclass(frozen=True)
 class Consts:
     """Geometry-derived constants the callables read as ``s.k``."""
 
@@ -170,6 +226,12 @@ class Table:
     invariants: tuple[Invariant, ...]
     hit_rule: HitRule
     consts: Consts = field(compare=False)
+    # Mutants of this table (ids as ``kvstate mutate`` names them) that change nothing the
+    # properties can see, each with a one-line argument; ``kvstate mutate`` reports them as
+    # equivalent instead of surviving.  Kept next to the table so the argument is reviewed with it.
+    equivalent: Mapping[str, str] = field(default_factory=dict, compare=False)
+    reads: tuple[ReadSafety, ...] = field(default=(), compare=False)
+    completeness: Completeness | None = field(default=None, compare=False)
 
     @staticmethod
     def build(
@@ -179,6 +241,9 @@ class Table:
         actions: Iterable[Action],
         invariants: Iterable[Invariant],
         hit_rule: HitRule,
+        equivalent: Mapping[str, str] | None = None,
+        reads: Iterable[ReadSafety] = (),
+        completeness: Completeness | None = None,
     ) -> Table:
         t = Table(
             name=name,
@@ -193,6 +258,9 @@ class Table:
             invariants=tuple(invariants),
             hit_rule=hit_rule,
             consts=Consts.from_geometry(geometry),
+            equivalent=MappingProxyType(dict(equivalent or {})),
+            reads=tuple(reads),
+            completeness=completeness,
         )
         from .validate import validate_table
 
@@ -275,6 +343,17 @@ class Table:
             actions.values(),
             self.invariants,
             self.hit_rule,
+            self.equivalent,
+            [x for x in self.reads if x.action in actions],
+            replace(
+                self.completeness,
+                disturbing=tuple(a for a in self.completeness.disturbing if a in actions),
+            )
+            if self.completeness is not None
+            and all(
+                a in actions for a in (*self.completeness.write_path, *self.completeness.read_path)
+            )
+            else None,
         )
 
     def with_geometry(self, geometry: Geometry) -> Table:

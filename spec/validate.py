@@ -12,7 +12,7 @@ import keyword
 from typing import Any
 
 from .errors import SpecError
-from .state import ProbeState, initial_state
+from .state import ProbeState, RecordingState, initial_state
 from .table import Action, ParamKind, Scope, Table, Var
 
 
@@ -125,6 +125,59 @@ def validate_table(t: Table) -> None:
     if len(set(inames)) != len(inames):
         raise SpecError(f"table {t.name!r}: duplicate invariant names")
     _probe(t, by_name)
+    _check_ghosts(t)
+    _check_reads(t)
+
+
+def _check_reads(t: Table) -> None:
+    """Read-safety properties and the completeness rule name real actions and evaluate."""
+    anames = {a.name for a in t.actions}
+    s = initial_state(t, 2, ProbeState)
+    for rs in t.reads:
+        if rs.action not in anames:
+            raise SpecError(f"read safety {rs.name!r}: unknown action {rs.action!r}")
+        a = t.action(rs.action)
+        p = _P(a, t.consts.L)
+        try:
+            vals = [rs.scalar(s, p)] if rs.scalar is not None else []
+            vals += [rs.per_block(s, p, b) for b in range(2)] if rs.per_block is not None else []
+        except Exception as exc:  # noqa: BLE001
+            raise SpecError(f"read safety {rs.name!r}: {exc}") from exc
+        if any(not isinstance(v, bool) for v in vals):
+            raise SpecError(f"read safety {rs.name!r}: does not return a bool")
+    c = t.completeness
+    if c is not None:
+        for name in (*c.write_path, *c.disturbing, *c.read_path):
+            if name not in anames:
+                raise SpecError(f"completeness: unknown action {name!r}")
+        try:
+            v = c.stored(s, 1)
+        except Exception as exc:  # noqa: BLE001
+            raise SpecError(f"completeness: stored() failed: {exc}") from exc
+        if not isinstance(v, bool):
+            raise SpecError("completeness: stored() does not return a bool")
+
+
+def _check_ghosts(t: Table) -> None:
+    """Ghost variables record the truth for the properties: no guard, and no update of a
+    mechanism variable, may read one (the implementation has no ghosts to read)."""
+    ghosts = {v.name for v in t.vars if v.ghost}
+    if not ghosts:
+        return
+    for a in t.actions:
+        p = _P(a, t.consts.L)
+        parts = [(f"guard conjunct {c.name!r}", c.fn) for c in a.guard]
+        parts += [(f"update of {u!r}", fn) for u, fn in a.updates.items() if u not in ghosts]
+        for what, fn in parts:
+            s = initial_state(t, 2, RecordingState)
+            assert isinstance(s, RecordingState)
+            fn(s, p)
+            bad = s._reads & ghosts
+            if bad:
+                raise SpecError(
+                    f"action {a.name!r}: {what} reads ghost variable(s) {sorted(bad)}; ghosts "
+                    "are for properties only (guards and mechanism updates must not read them)"
+                )
 
 
 def _probe(t: Table, by_name: dict[str, Var]) -> None:

@@ -17,8 +17,20 @@ def test_default_prove_holds_everywhere():
         "bmc",
         "reach",
         "anti-vacuity",
+        "action-safety",
+        "completeness",
     }
     t = default_table()
+    # what replay and use read is proved safe for any pool size; completeness is bounded
+    assert {r.action for r in report.by_kind("action-safety")} == {"replay", "use"}
+    assert all(r.unbounded for r in report.by_kind("action-safety"))
+    assert report.by_kind("completeness") and not any(
+        r.unbounded for r in report.by_kind("completeness")
+    )
+    # the read-safety declarations take part in anti-vacuity
+    assert {"replay", "use"} <= {
+        r.action for r in report.by_kind("anti-vacuity") if r.invariant is None
+    }
     # one inductive result per (invariant, action) pair, every pair unbounded
     inductive = report.by_kind("inductive")
     assert len(inductive) == sum(1 for i in t.invariants if not i.bounded) * len(t.actions)

@@ -1,0 +1,99 @@
+"""``kvstate mutate``: the mutants the properties used to miss are killed, and a weakened
+property lets one survive (so these tests can fail)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from kvstate.cli import main
+from kvstate.model.fuzz import build_state_machine, replay_trace
+from kvstate.proofs.mutate import OPERATORS, check_mutant, mutants
+from kvstate.spec import SpecError, table_named
+from kvstate.spec.table import Conjunct
+
+TABLE = table_named("default")
+MUTANTS = {m.id: m for m in mutants(TABLE)}
+
+# Each survived every safety obligation before the ghost truth, the read-safety obligations and
+# the completeness rule existed (issue 15); each must now be killed, by the kind named.
+FORMERLY_SURVIVING = {
+    "drop-guard:replay": "action-safety",
+    "forget-update:load_start.prog": "inductive",
+    "forget-update:index_update.iver": "completeness",
+    "forget-update:rebuild_done.iver": "completeness",
+    "skip-reset:drop.swa": "inductive",
+    "forget-update:load_done.addr": "inductive",
+    "forget-update:match.hit": "completeness",
+    "drop-guard:downgrade": "inductive",
+}
+
+
+def test_every_operator_generates_mutants() -> None:
+    ops = {m.operator for m in MUTANTS.values()}
+    assert ops == set(OPERATORS)
+    assert len(MUTANTS) == len(mutants(TABLE))  # ids are unique
+
+
+@pytest.mark.parametrize("mid", sorted(FORMERLY_SURVIVING))
+def test_formerly_surviving_mutant_is_killed(mid: str) -> None:
+    o = check_mutant(TABLE, MUTANTS[mid], timeout_ms=8000)
+    assert o.verdict == "killed", o
+    assert o.killed_by[0].startswith(FORMERLY_SURVIVING[mid]), o.killed_by
+
+
+def test_weakened_properties_let_mutants_survive() -> None:
+    # Without the read-safety declaration, nothing ties replay's guard to what it reads.
+    no_reads = replace(TABLE, reads=())
+    assert check_mutant(no_reads, MUTANTS["drop-guard:replay"]).verdict == "survived"
+    # Without the completeness rule, an indexer write that never stamps its version is "safe".
+    no_completeness = replace(TABLE, completeness=None)
+    o = check_mutant(no_completeness, MUTANTS["forget-update:index_update.iver"])
+    assert o.verdict == "survived", o
+
+
+def test_equivalent_mutants_are_reported_as_such() -> None:
+    mid = next(iter(TABLE.equivalent), None)
+    if mid is None:
+        pytest.skip("the table lists no equivalent mutant")
+    o = check_mutant(TABLE, MUTANTS[mid], timeout_ms=8000)
+    assert o.verdict == "equivalent" and o.reason == TABLE.equivalent[mid], o
+
+
+def test_cli_json_and_kill_rate_threshold(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["mutate", "--only", "drop-guard:replay", "-j", "1", "--format", "json"]
+    assert main([*argv, "--min-kill-rate", "1"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["counts"]["killed"] == 1 and data["kill_rate"] == 1.0
+    assert data["mutants"][0]["killed_by"][0].startswith("action-safety/replay")
+    assert main(["mutate", "--operator", "no-such-op"]) == 2
+    assert main(["mutate", "--min-kill-rate", "2"]) == 2
+
+
+def test_guards_may_not_read_ghost_truth() -> None:
+    with pytest.raises(SpecError, match="ghost"):
+        TABLE.derive(replace_guard={("commit", "writing"): lambda s, p: s.cid[p.b] == 0})
+    # a mechanism update that reads a ghost is refused too
+    with pytest.raises(SpecError, match="ghost"):
+        TABLE.derive(update={("commit", "ver"): lambda s, p: s.cid})
+    assert isinstance(TABLE.action("commit").guard[0], Conjunct)
+
+
+def test_fuzz_checks_completeness_on_the_model() -> None:
+    # A table whose inline indexer write forgets to stamp its version: the prefix is stored,
+    # sealed and indexed (ghost truth), yet a new request is refused.
+    broken = MUTANTS["forget-update:index_update.iver"].make(TABLE)
+    steps = [
+        ("allocate", {"b": 0}),
+        ("commit", {"b": 0}),
+        ("seal", {"b": 0}),
+        ("index_update", {"b": 0}),
+        ("touch", {"b": 0, "t": 2}),
+    ]
+    found, _, _ = replay_trace(build_state_machine(broken, 1), steps)
+    assert found is not None and found.kind == "incomplete", found
+    assert "validate[L3.indexer_synced]" in found.detail
+    ok, _, _ = replay_trace(build_state_machine(TABLE, 1), steps)
+    assert ok is None, ok
