@@ -63,10 +63,10 @@ import time  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from typing import Any  # noqa: E402
 
+import impl_bench as B  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-import impl_bench as B  # noqa: E402
 from kvstate.impl import native_modules  # noqa: E402
 
 LAYOUTS = ("equal", "dsv4")
@@ -92,7 +92,10 @@ def import_vllm() -> dict[str, Any] | str:
     except Exception as exc:  # noqa: BLE001 - any import failure means "no usable vLLM"
         return f"{type(exc).__name__}: {exc}".splitlines()[0]
     kernels = sys.modules.get("kernels")
-    if kernels is not None and Path(getattr(kernels, "__file__", "") or "").parent == ROOT / "kernels":
+    if (
+        kernels is not None
+        and Path(getattr(kernels, "__file__", "") or "").parent == ROOT / "kernels"
+    ):
         return "the project's kernels/ shadows vLLM's `kernels` package (run from another folder)"
     init_none_hash(sha256)
     return {
@@ -259,7 +262,9 @@ class VSide:
             prompt = self.tokens.next(r).tolist()
             self.serial += 1
             t0 = clock()
-            req = self.Request(str(self.serial), prompt, self.params, None, block_hasher=self.hasher)
+            req = self.Request(
+                str(self.serial), prompt, self.params, None, block_hasher=self.hasher
+            )
             t1 = clock()
             blocks, hit, _ = mgr.get_computed_blocks(req)
             got = mgr.allocate_slots(req, len(prompt) - hit, hit, blocks)
@@ -376,7 +381,10 @@ def main() -> None:
     ap.add_argument("--lengths", nargs="+", default=["1K", "4K", "16K", "64K"])
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument(
-        "--families", type=int, default=0, help="families per side per round (0: 256 / blocks, >= 4)"
+        "--families",
+        type=int,
+        default=0,
+        help="families per side per round (0: 256 / blocks, >= 4)",
     )
     ap.add_argument("--warmup", type=int, default=3, help="untimed families per side")
     ap.add_argument("--layouts", nargs="+", choices=LAYOUTS, default=list(LAYOUTS))
@@ -394,9 +402,13 @@ def main() -> None:
     )
     v = import_vllm()
     if isinstance(v, str):
-        print(f"SKIPPED: vLLM is not importable here ({v}); see this file's docstring to install it")
+        print(
+            f"SKIPPED: vLLM is not importable here ({v}); see this file's docstring to install it"
+        )
         return
-    print(f"vLLM {v['version']} KVCacheManager (prefix caching on, CPU); layouts: {', '.join(args.layouts)}")
+    print(
+        f"vLLM {v['version']} KVCacheManager (prefix caching on, CPU); layouts: {', '.join(args.layouts)}"
+    )
     print(
         f"trace: families of {B.FAMILY} (1 miss + {B.FAMILY - 1} full-prefix hits), "
         f"{B.SUFFIX}-token unique suffix; {args.rounds} rounds, sides alternating"
