@@ -367,12 +367,12 @@ class CacheCore:
         run = self._run_tests.get(action)
         if run is None:
             for rid in rids:
-                self._check_block(action, rid, **params)
+                self._check_block(action, rid, (), **params)
             return
         params["b"] = NULL_RID
         bad = run(self._records, params, rids)
         if bad >= 0:
-            self._check_block(action, rids[bad], **params)  # raises, naming the conjuncts
+            self._check_block(action, rids[bad], (), **params)  # raises, naming the conjuncts
             raise InternalError(f"{action}: the run check and the block check disagree")
         if action not in self._neutral:
             self.epoch += len(rids)
