@@ -25,7 +25,9 @@ vLLM layouts (rows), each built from vLLM's own spec classes:
   (block 256, one state per 4 tokens), the compressor-state groups (block 4, window 8; block 8,
   window 128); scheduler block 256, prompts hashed every 4 tokens.
 
-Each round runs ``--families`` families of each side back to back, the order rotating between
+Cycles are timed by this thread's CPU time by default (``--clock cpu``): on a shared 2-core
+machine a process descheduled in the middle of a cycle accrues no CPU time, where wall time
+also counts every other job (``--clock wall`` times wall time).  Each round runs ``--families`` families of each side back to back, the order rotating between
 rounds, and a round's ratio is kvstate's cycles/s over vLLM's from that round alone (paired:
 both saw the same machine load).  Printed: min / median / max over rounds.  The pools hold one
 family plus a margin on both sides, so each family's miss evicts the previous family.
@@ -70,6 +72,9 @@ import torch  # noqa: E402
 from kvstate.impl import native_modules  # noqa: E402
 
 LAYOUTS = ("equal", "dsv4")
+# what a cycle is timed with: this thread's CPU time (default: on a shared machine a process
+# descheduled mid-cycle accrues no CPU time, where wall time counts the other jobs too) or wall
+CLOCK = {"cpu": time.thread_time, "wall": time.perf_counter}
 
 
 def import_vllm() -> dict[str, Any] | str:
@@ -203,6 +208,7 @@ class KVSide:
         row = B.Row(n, blocks=n // 256)
         self.cache = B.make_cache(n, row, "auto", args.memory_gib)
         self.trace = B.Trace(self.cache, n, row)  # its checks: hit lengths, stored blocks
+        self.trace.clock = CLOCK[args.clock]
 
     def family(self, side: Side | None) -> None:
         t = self.trace
@@ -231,8 +237,9 @@ class KVSide:
 
 
 class VSide:
-    def __init__(self, v: dict[str, Any], layout: str, n: int) -> None:
+    def __init__(self, v: dict[str, Any], layout: str, n: int, clock: str) -> None:
         self.name = f"vLLM {layout}"
+        self.clock = CLOCK[clock]
         specs, sched, hblock = vllm_layout(v, layout)
         groups = [v["KVCacheGroupSpec"]([f"{layout}.{i}"], s) for i, s in enumerate(specs)]
         per_req = sum(-(-(n + B.SUFFIX) // s.block_size) + 1 for s in specs)
@@ -256,7 +263,7 @@ class VSide:
         self.serial = 0
 
     def family(self, side: Side | None) -> None:
-        clock = time.perf_counter
+        clock = self.clock
         mgr = self.mgr
         for r in range(B.FAMILY):
             prompt = self.tokens.next(r).tolist()
@@ -308,7 +315,7 @@ def run_length(n: int, v: dict[str, Any], args: argparse.Namespace) -> Result:
     try:
         sides.append(KVSide(n, args))
         for layout in args.layouts:
-            sides.append(VSide(v, layout, n))
+            sides.append(VSide(v, layout, n, args.clock))
         blocks = n // 256
         fams = args.families or max(4, 256 // blocks)
         for s in sides:  # warm-up: records, pools and free queues in steady state
@@ -389,6 +396,12 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=3, help="untimed families per side")
     ap.add_argument("--layouts", nargs="+", choices=LAYOUTS, default=list(LAYOUTS))
     ap.add_argument("--memory-gib", type=float, default=4.0)
+    ap.add_argument(
+        "--clock",
+        choices=sorted(CLOCK),
+        default="cpu",
+        help="time cycles by thread CPU time or wall",
+    )
     args = ap.parse_args()
     torch.set_num_threads(1)
     compiled = native_modules()
@@ -411,7 +424,8 @@ def main() -> None:
     )
     print(
         f"trace: families of {B.FAMILY} (1 miss + {B.FAMILY - 1} full-prefix hits), "
-        f"{B.SUFFIX}-token unique suffix; {args.rounds} rounds, sides alternating"
+        f"{B.SUFFIX}-token unique suffix; {args.rounds} rounds, sides alternating; "
+        f"clock: {'thread CPU time' if args.clock == 'cpu' else 'wall time'}"
     )
     t0 = time.perf_counter()
     results = []
