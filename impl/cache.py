@@ -894,36 +894,15 @@ class HeterogeneousKVCache:
 
     def _store(self, req: Request) -> None:
         """Store the request's full blocks not cached yet (dedup: a block another request
-        already stored is left alone).  The caller holds the core's lock."""
-        core = self.core
-        m = core.meta
-        L = self.L
+        already stored is left alone): one run (``CacheCore.store_run``).  The caller holds the
+        core's lock."""
+        chain, L = req.chain, self.L
         ticks = min(req.lifetime, self.table.consts.lease_max)
-        chain = req.chain
-        check = core._check_block  # each step: the action's guard, then its effects
-        free = int(CKV.FREE)
-        for k in range(req.stored, chain.blocks):
-            rid = core.record(chain.keys[k], chain.block_tokens_of(k), k * L)
-            if m.ckv[rid] != free:
-                continue
-            fmt = core.write_fmt
-            check("allocate", rid, f=fmt)
-            try:
-                core._fx_allocate(rid, fmt)
-            except OutOfCapacity:
-                break  # the rest is recomputed next time; the cache is full of pinned blocks
-            try:
-                check("commit", rid)
-                core._fx_commit(rid)
-            except Exception:
-                core.discard(rid)
-                raise
-            check("seal", rid)  # compression fires at the boundary: a new content version ...
-            core._fx_seal(rid)
-            check("index_update", rid)  # ... which the indexer is then built from
-            core._stamp_index(rid, core.derive_index)
-            check("touch", rid, t=ticks)
-            core._fx_touch(rid, ticks)
+        run = [
+            (chain.keys[k], chain.block_tokens_of(k), k * L)
+            for k in range(req.stored, chain.blocks)
+        ]
+        self.core.store_run(run, ticks)
         req.stored = chain.blocks
 
     def _store_checked(self, req: Request) -> None:

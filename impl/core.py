@@ -239,6 +239,12 @@ class CacheCore:
         )
         self._by_slot = frozenset(a for a, kind in self.guards.locality.items() if kind == "slot")
         self._accept, self._accept_direct = self.guards.accept_tests()
+        # block guards that one call checks for a whole run of blocks (a store, an eviction)
+        self._run_tests: dict[str, Any] = {}
+        for a in self._by_record:
+            run = self.guards.run_test(a)
+            if run is not None:
+                self._run_tests[a] = run
         self.coord = Coordinator(
             table.hit_rule, compile_hit_rule(table.hit_rule, table, self.vk, mapped)
         )
@@ -380,6 +386,24 @@ class CacheCore:
         params["b"] = b
         self._guard(action, state, params, skip)
 
+    def _check_run(self, action: str, rids: Sequence[int], **params: int) -> None:
+        """The guard of a block action for every block of ``rids``, before any of them moves:
+        one call of the table's guard over the run where that equals a check per block
+        (:meth:`Guards.run_test`), else a check per block.  A refusal is named by the per-block
+        check of the first refused block (nothing has moved yet)."""
+        run = self._run_tests.get(action)
+        if run is None:
+            for rid in rids:
+                self._check_block(action, rid, (), **params)
+            return
+        params["b"] = NULL_RID
+        bad = run(self._records, params, rids)
+        if bad >= 0:
+            self._check_block(action, rids[bad], (), **params)  # raises, naming the conjuncts
+            raise InternalError(f"{action}: the run check and the block check disagree")
+        if action not in self._neutral:
+            self.epoch += len(rids)
+
     def can(self, action: Any, rid: Any) -> bool:
         """Would the block action be allowed now (jobs ask this to choose their next step)."""
         if not isinstance(action, str) or action not in self._actions:
@@ -502,6 +526,33 @@ class CacheCore:
             return True
         return False
 
+    def _evict_run(self, count: int) -> None:
+        """Evict ``count`` blocks at once (fewer if fewer are evictable): the LRU's first
+        ``count`` blocks when the table lets every one of them go (one evict_start check over
+        them, their effects, one evict_done check, its effects); otherwise one by one."""
+        if count <= 0:
+            return
+        lru = self.lru
+        victims = [rid for rid, _ in zip(lru, range(count), strict=False)]
+        run = self._run_tests.get("evict_start")
+        if (
+            len(victims) < count
+            or run is None
+            or self._evict_skip()
+            or run(self._records, {"b": NULL_RID}, victims) >= 0
+        ):
+            for _ in range(count):
+                if not self._evict_one():
+                    return
+            return
+        if "evict_start" not in self._neutral:
+            self.epoch += count
+        for rid in victims:
+            self._fx_evict_start(rid)
+        self._check_run("evict_done", victims)
+        for rid in victims:
+            self._fx_evict_done(rid)
+
     def _take_host(self) -> int:
         got = self.tiers.host_slots.take(1)
         while got is None:
@@ -585,6 +636,71 @@ class CacheCore:
         m.fmt[rid] = fmt
         self.tombstones.pop(rid, None)
         return fmt
+
+    def store_run(self, blocks: Sequence[tuple[bytes, np.ndarray | None, int]], ticks: int) -> int:
+        """Store a run of a chain's blocks, ``(key, tokens, start)`` each, skipping those already
+        cached (dedup); returns how many were stored.  The caller holds the lock.
+
+        The table's write path for each block is allocate, commit, seal, index_update and touch
+        (and, to make room, evict_start and evict_done of other blocks).  Each of these guards
+        reads a block only at its own block, and each transition writes only its own block, so
+        every block's sequence is independent of the others': here each action's guard is
+        checked once over the whole run and then its effects applied to every block, in table
+        order.  The eviction of the blocks to make room happens up front, the least recently
+        used first, as the allocations one by one would have chosen them (the run's own blocks
+        are never candidates: WRITING is not evictable).  Where capacity runs out, the first
+        blocks of the run are stored and the rest left to be recomputed."""
+        m = self.meta
+        todo: list[int] = []
+        for key, tokens, start in blocks:
+            rid = self.record(key, tokens, start)
+            if m.ckv[rid] == _CKV_FREE and rid not in todo[-1:]:
+                todo.append(rid)
+                self.tombstones.pop(rid, None)  # not purged by a later record() of the run
+        if not todo:
+            return 0
+        fmt = self.write_fmt
+        self._check_run("allocate", todo, f=fmt)
+        self._evict_run(len(todo) - self.tiers.slots.free)
+        got = 0
+        for rid in todo:
+            try:
+                self._fx_allocate(rid, fmt)
+            except OutOfCapacity:
+                break  # the rest is recomputed next time; the cache is full of pinned blocks
+            got += 1
+        for rid in todo[got:]:
+            self.tombstones[rid] = None
+        todo = todo[:got]
+        done = 0
+        try:
+            self._check_run("commit", todo)
+            for rid in todo:
+                self._fx_commit(rid)
+                done += 1
+        except Exception:
+            for rid in todo[done:]:
+                self.discard(rid)
+            self._seal_run(todo[:done], ticks)
+            raise
+        self._seal_run(todo, ticks)
+        return len(todo)
+
+    def _seal_run(self, rids: list[int], ticks: int) -> None:
+        """seal, index_update and touch of committed blocks: each guard once over the run."""
+        self._check_run("seal", rids)
+        for rid in rids:
+            self._fx_seal(rid)
+        self._check_run("index_update", rids)
+        if self.derive_index:
+            self.tiers.build_index_run([self.meta.slot[rid] for rid in rids])
+        for rid in rids:
+            self._stamp_index(rid, False)
+        self._check_run("touch", rids, t=ticks)
+        lease, until = self.meta.lease, self.now + ticks
+        for rid in rids:
+            if lease[rid] < until:
+                lease[rid] = until
 
     def commit(self, rid: Any) -> None:
         with self.lock:
@@ -1121,11 +1237,22 @@ class CacheCore:
         self.events.emit(EventKind.EVICTED, self.meta.key[rid], "device")
 
     def touch_prefix(self, rids: Sequence[int], blocks: int, ticks: int) -> None:
-        """``touch`` the first ``blocks`` blocks of a chain up to the first absent one (one view,
-        the table's guard evaluated per block)."""
+        """``touch`` the first ``blocks`` blocks of a chain up to the first absent one: the
+        table's guard over the whole prefix in one call where it allows that (a touch changes no
+        input of another block's touch guard), else per block on one view."""
         with self.lock:
             t = _int("ticks", ticks, 1, self.k.lease_max)
             lease, now = self.meta.lease, self.now
+            run = self._run_tests.get("touch")
+            if run is not None:  # one guard call over the prefix: touching moves no guard input
+                head = rids[: min(blocks, len(rids))]
+                stop = run(self._records, {"b": NULL_RID, "t": t}, head)
+                until = now + t
+                for rid in head[: len(head) if stop < 0 else stop]:
+                    if lease[rid] < until:
+                        lease[rid] = until
+                self.epoch += "touch" not in self._neutral
+                return
             if "touch" in self._by_record:
                 state: Any = self._records
                 at: Any = rids

@@ -56,6 +56,16 @@ class Guards:
             return None
         return self._compiled.fused_without(action, skip)
 
+    def run_test(self, action: str) -> Any:
+        """``action``'s guard over a run of blocks in one call, ``fn(state, params, rids) -> int``
+        (position of the first refused block, -1: none) on the record-indexed state, or None
+        where one check up front would not equal a check per block (see
+        :meth:`~kvstate.spec.compile.CompiledGuards.fused_run`)."""
+        a = self._actions.get(action)
+        if self._compiled is None or a is None:
+            return None
+        return self._compiled.fused_run(action, frozenset(a.modifies))
+
     def locality_without(self, action: str, skip: frozenset[str]) -> str | None:
         if self._compiled is None or action not in self._compiled.conjuncts:
             return None

@@ -130,6 +130,27 @@ class Tiers:
             return
         self.indexer.build_into(self.csa.device_data[:, idx], self.indexer.device_data[:, idx])
 
+    def build_index_run(self, slots: Sequence[int]) -> None:
+        """``build_index`` of several slots: consecutive slots are built in one pass each."""
+        if not slots:
+            return
+        if self.device.type != "cpu":
+            for slot in slots:
+                self.build_index(slot)
+            return
+        if self._host_views is None:
+            self._host_views = (self.csa.device_data.numpy(), self.indexer.device_data.numpy())
+        src, dst = self._host_views
+        p = self.csa.pages_per_block  # build_index: both at the CSA group's index of a slot
+        order = sorted(slots)
+        lo = prev = order[0]
+        for s in [*order[1:], -2]:
+            if s != prev + 1:  # [lo, prev] is one contiguous range of slots
+                a, b = lo * p, (prev + 1) * p
+                self.indexer.build_into_host(src[:, a:b], dst[:, a:b])
+                lo = s
+            prev = s
+
     # ---- device <-> host ------------------------------------------------------------------
     def to_host(self, slot: int, swa_pages: Sequence[int], hslot: int) -> None:
         for grp in self.slot_groups:

@@ -667,6 +667,41 @@ class CompiledGuards:
         fn_: Callable[[Any, dict[str, int]], bool] | None = self._subsets[key]
         return fn_
 
+    def fused_run(self, action: str, written: frozenset[str]) -> Callable[..., int] | None:
+        """``action``'s whole guard over a run of blocks in one call, ``fn(v, p, bs) -> int``:
+        the guard with ``p['b']`` = each of ``bs`` in turn, on the one state ``v`` (record
+        indexed), returning the position of the first block it refuses (-1: all accepted).
+
+        Checking a run up front equals checking each block just before its own transition only
+        when no block's transition changes what another block's guard reads: the guard must
+        read block variables at its own block alone ("block"/"global" locality) and no scalar
+        in ``written`` (the variables the action updates; its block updates are at ``p.b``).
+        None when that does not hold or a conjunct did not compile."""
+        key = (action, frozenset({"<run>"}) | written, False)
+        if key not in self._subsets:
+            fn: Callable[..., int] | None = None
+            names_ = [n for n, _ in self.conjuncts.get(action, ())]
+            trs = [self._traced.get((action, n)) for n in names_]
+            if self.locality.get(action) in ("block", "global") and all(
+                tr is not None for tr in trs
+            ):
+                parts = [(tr.expr, tr.names) for tr in trs if tr is not None]
+                names = set().union(*(n for _, n in parts)) if parts else set()
+                reads = {_table_name(n) or n for n in names}
+                if not (reads - self.columns) & written:
+                    body = "".join(f"    {ln}\n" for ln in _prelude(names - {"p_b"}, set(), str))
+                    cond = " and ".join(f"({e})" for e, _ in parts) or "True"
+                    fname = f"guard_{action}_run".replace(".", "_")
+                    src = (
+                        f"def {fname}(v, p, bs):\n{body}"
+                        f"    for i, p_b in enumerate(bs):\n"
+                        f"        if not ({cond}):\n            return i\n    return -1\n"
+                    )
+                    fn = _define(fname, src)
+            self._subsets[key] = fn
+        run: Callable[..., int] | None = self._subsets[key]
+        return run
+
 
 def _combine(kinds: set[str]) -> str:
     """The narrowest locality covering every kind read (one term's reads, or several terms')."""

@@ -1,0 +1,295 @@
+"""Benchmark: recovering a DeepSeek-V4-Flash prefix from the disk tier, against the disk itself.
+
+For each prefix length the bench builds the prefix on disk through the public API (untimed): one
+request decodes the prefix chunk by chunk (``append`` stores each completed block and slides the
+blocks that left the sliding window, as an engine's decode would), and the stored blocks are
+offloaded to host and spilled to disk as they go.  Then, per repeat:
+
+1. **raw**: the disk entry files are read sequentially (one ``readinto`` loop per file, 8 MiB
+   at a time, in the order the recovery loads them) from a cold page cache: the disk's own
+   sequential read bandwidth on exactly these bytes;
+2. **kvstate**: a new request over the prefix is admitted with recovery on and used: ``admit``
+   starts every block's load on the I/O pipeline (capped at ``io_cap`` in flight, chunk
+   checksums verified as the chunks land), the indexer rebuilds and the boundary's tail check on
+   the CPU pipeline, and ``use`` returns when the hit is validated.  Timed from ``admit`` to
+   ``use`` returning, from a cold page cache;
+3. untimed: the request finishes and the prefix goes back to disk (a load deletes the disk copy).
+
+GB/s are the entry files' bytes (10^9) over the wall time.  The page cache is emptied before
+each timed read with ``os.sync()`` and ``posix_fadvise(POSIX_FADV_DONTNEED)`` on every file, and
+``echo 3 > /proc/sys/vm/drop_caches`` where this process may write it; the header says which
+worked.  Tier tensors are sparse shared mappings (``impl_bench.mapped_tensors``, on /dev/shm when
+present) so that a 1M-token device tier fits a machine with less RAM than its nominal size.
+
+    .venv/bin/python bench/disk_recovery.py [--lengths 64K 1M] [--repeats 3] [--dir /tmp]
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("KVSTATE_KERNEL_BACKEND", "torch")
+
+import argparse  # noqa: E402
+import cProfile  # noqa: E402
+import gc  # noqa: E402
+import io  # noqa: E402
+import pstats  # noqa: E402
+import shutil  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import impl_bench as B  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from kvstate.impl import native_modules  # noqa: E402
+from kvstate.impl.cache import HeterogeneousKVCache  # noqa: E402
+from kvstate.impl.tiers import planned_bytes  # noqa: E402
+from kvstate.spec.geometry import deepseek_v4_flash  # noqa: E402
+
+CHUNK_BLOCKS = 64  # blocks decoded, offloaded and spilled per step while building the prefix
+READ_BUF = 8 * 2**20
+GB = 1e9
+
+
+def drop_cache(files: list[Path]) -> list[str]:
+    """Empty the page cache of ``files``; returns the methods that worked."""
+    os.sync()
+    done = []
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        done.append("drop_caches")
+    except OSError:
+        pass
+    ok = 0
+    for p in files:
+        try:
+            fd = os.open(p, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            ok += 1
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    if ok == len(files) and files:
+        done.append("fadvise")
+    return done
+
+
+def raw_read(files: list[Path]) -> float:
+    """Seconds to read every file sequentially."""
+    buf = bytearray(READ_BUF)
+    view = memoryview(buf)
+    t0 = time.perf_counter()
+    for p in files:
+        with open(p, "rb", buffering=0) as f:
+            while f.readinto(view):
+                pass
+    return time.perf_counter() - t0
+
+
+class Prefix:
+    """One cache and one prefix of ``n`` tokens, moved between disk and device."""
+
+    def __init__(self, n: int, root: Path, shm: str | None) -> None:
+        self.n = n
+        self.nb = n // 256
+        dev = self.nb + B.MARGIN_BLOCKS
+        g = deepseek_v4_flash().with_changes(
+            device_blocks=dev,
+            host_blocks=CHUNK_BLOCKS,
+            disk_blocks=self.nb + 16,
+            pin_cap_blocks=dev,
+            max_requests=4,
+        )
+        d, h = planned_bytes(g, dev, CHUNK_BLOCKS)
+        self.cache_dir = Path(tempfile.mkdtemp(prefix="kvstate-disk-bench-", dir=root))
+        with B.mapped_tensors(shm):
+            self.cache = HeterogeneousKVCache(
+                g,
+                cache_dir=self.cache_dir,
+                executors="threads",
+                device="cpu",
+                max_requests=4,
+                max_model_len=n + 512,
+                memory_limit=d + h + 2**30,
+            )
+        base = (np.arange(n + 1, dtype=np.int64) * 7919 + 13) % 50_000
+        self.tokens = base
+
+    def close(self) -> None:
+        self.cache.close()
+        shutil.rmtree(self.cache_dir, ignore_errors=True)
+
+    def _settle(self) -> None:
+        """Wait for the pipelines to go idle (offloads, rebuilds)."""
+        cache = self.cache
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            st = cache.stats()["blocks"]
+            if st.get("offloading", 0) == 0 and st.get("loading", 0) == 0:
+                return
+            time.sleep(0.001)
+        raise TimeoutError("pipelines did not settle")
+
+    def _to_disk(self, want: int) -> None:
+        """Offload and spill until ``want`` blocks are on disk (host tier holds a chunk)."""
+        cache = self.cache
+        while cache.stats()["disk_entries"] < want:
+            cache.tick()
+            moved = cache.offload(CHUNK_BLOCKS)
+            self._settle()
+            spilled = cache.spill(CHUNK_BLOCKS)
+            if moved == 0 and spilled == 0:
+                raise RuntimeError(
+                    f"stuck with {cache.stats()['disk_entries']} of {want} blocks on disk: "
+                    f"{cache.stats()}"
+                )
+
+    def build(self) -> None:
+        """Decode the prefix chunk by chunk, spilling the stored blocks as they go."""
+        cache, L = self.cache, 256
+        first = CHUNK_BLOCKS * L
+        req = cache.request(self.tokens[: min(first, self.n)], lifetime=1)
+        adm = cache.admit(req, recover=False)
+        with cache.use(adm):
+            pos = min(first, self.n)
+            while pos < self.n:
+                end = min(pos + first, self.n)
+                cache.append(req, self.tokens[pos:end])
+                pos = end
+                self._to_disk(max(0, pos // L - CHUNK_BLOCKS))
+        self._to_disk(self.nb)
+
+    def files(self) -> list[Path]:
+        """The entry files, in the order the recovery loads them (chain order)."""
+        core = self.cache.core
+        entries = core.disk_entries
+        chain = self.cache.chain(self.tokens[: self.n])
+        rids = core.resolve(chain)
+        out = [entries[r].path for r in rids if r in entries]
+        if len(out) != self.nb:
+            raise RuntimeError(f"{len(out)} of {self.nb} blocks are on disk")
+        return out
+
+    def recover(self, profile: cProfile.Profile | None = None) -> float:
+        """Seconds from admit to use returning, for the whole prefix from disk."""
+        cache = self.cache
+        req = cache.request(self.tokens, lifetime=1)
+        if profile is not None:
+            profile.enable()
+        t0 = time.perf_counter()
+        adm = cache.admit(req)
+        with cache.use(adm, timeout=900):
+            dt = time.perf_counter() - t0
+            if profile is not None:
+                profile.disable()
+            if adm.hit_tokens != self.n or adm.state != "validated":
+                raise RuntimeError(
+                    f"recovered {adm.hit_tokens} of {self.n} tokens ({adm.state})\n"
+                    f"{adm.explanation}"
+                )
+        return dt
+
+
+def bench(n: int, args: argparse.Namespace, shm: str | None) -> dict[str, object]:
+    t0 = time.perf_counter()
+    p = Prefix(n, Path(args.dir), shm)
+    try:
+        p.build()
+        files = p.files()
+        nbytes = sum(f.stat().st_size for f in files)
+        setup = time.perf_counter() - t0
+        raw, ours, methods = [], [], set()
+        prof = cProfile.Profile() if args.profile else None
+        for rep in range(args.repeats):
+            methods.update(drop_cache(files))
+            raw.append(nbytes / raw_read(files) / GB)
+            methods.update(drop_cache(files))
+            ours.append(nbytes / p.recover(prof if rep == 0 else None) / GB)
+            p._settle()
+            p.cache.tick()
+            p._to_disk(p.nb)
+            files = p.files()
+        out: dict[str, object] = dict(
+            n=n, blocks=p.nb, bytes=nbytes, raw=raw, ours=ours, methods=sorted(methods),
+            setup=setup,
+        )  # fmt: skip
+        if prof is not None:
+            s = io.StringIO()
+            pstats.Stats(prof, stream=s).strip_dirs().sort_stats("tottime").print_stats(18)
+            out["profile"] = s.getvalue()
+        return out
+    finally:
+        p.close()
+        gc.collect()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lengths", nargs="+", default=["64K", "1M"])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--dir", default=tempfile.gettempdir(), help="where the disk tier lives")
+    ap.add_argument("--profile", action="store_true", help="cProfile the first recovery")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    compiled = native_modules()
+    print(
+        f"machine load (1/5/15 min): {' '.join(f'{x:.2f}' for x in os.getloadavg())}, "
+        f"{os.cpu_count()} CPUs; python {sys.version.split()[0]}, torch {torch.__version__}"
+    )
+    print(
+        "kvstate request path: "
+        + (f"compiled by mypyc ({', '.join(compiled)})" if "cache" in compiled else "pure Python")
+    )
+    print(
+        f"disk tier in {args.dir} ({shutil.disk_usage(args.dir).free / 2**30:.0f} GiB free); tier "
+        f"tensors mapped on {shm or 'the disk tier folder'}; deepseek-v4-flash, threads executors"
+    )
+    rows = []
+    for s in args.lengths:
+        r = bench(B.parse_length(s), args, shm)
+        rows.append(r)
+        print(
+            f"  [{s}: {r['blocks']} blocks, {r['bytes'] / 2**30:.2f} GiB on disk, setup "
+            f"{r['setup']:.0f} s; page cache dropped by: {', '.join(r['methods']) or 'NOTHING'}]",  # type: ignore[arg-type]
+            flush=True,
+        )
+    print()
+    hdr = (
+        f"{'prefix':>7} {'GiB':>6} {'kvstate GB/s':>22} {'raw GB/s':>22} "
+        f"{'kvstate/raw (paired)':>24}"
+    )
+    print(f"{args.repeats} repeats each: median (min-max)")
+    print(hdr)
+    print("-" * len(hdr))
+
+    def mmm(xs: list[float], d: int = 2) -> str:
+        return f"{statistics.median(xs):.{d}f} ({min(xs):.{d}f}-{max(xs):.{d}f})"
+
+    for r in rows:
+        ours, raw = r["ours"], r["raw"]
+        ratio = [a / b for a, b in zip(ours, raw, strict=True)]  # type: ignore[call-overload]
+        print(
+            f"{B.fmt_length(r['n']):>7} {r['bytes'] / 2**30:>6.2f} {mmm(ours):>22} "  # type: ignore[arg-type, operator]
+            f"{mmm(raw):>22} {mmm(ratio):>24}"
+        )
+    for r in rows:
+        if "profile" in r:
+            print(f"\ncProfile of the first {B.fmt_length(r['n'])} recovery (main thread):")  # type: ignore[arg-type]
+            text = str(r["profile"])
+            print(text[text.find("   ncalls") :].rstrip())
+    print(f"\nmachine load at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+if __name__ == "__main__":
+    main()

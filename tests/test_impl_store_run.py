@@ -1,0 +1,131 @@
+"""A store is one run: each write-path guard checked once over the run's blocks.
+
+The run form of a guard (``CompiledGuards.fused_run``) must refuse exactly where a check per
+block would, must not exist where one check up front would differ from a check per block, and a
+run store must leave every block as the per-block sequence allocate, commit, seal,
+index_update, touch would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+from kvstate.impl import EventKind, HeterogeneousKVCache, Refused
+from kvstate.spec import default_table, small
+from kvstate.spec.phases import CKV, Indexer, Swa, Tail
+
+G = small()
+L = G.lcm_tokens
+
+
+@pytest.fixture
+def cache() -> Iterator[HeterogeneousKVCache]:
+    c = HeterogeneousKVCache(G, executors="manual", device_blocks=12, host_blocks=2)
+    yield c
+    c.close()
+
+
+def test_run_form_refuses_at_the_first_refused_block(cache: HeterogeneousKVCache) -> None:
+    core = cache.core
+    rids = core.register(cache.chain(np.arange(4 * L)))
+    run = core.guards.run_test("allocate")
+    assert run is not None
+    assert run(core._records, {"b": 0, "f": 0}, rids) == -1  # every block FREE
+    core.meta.ckv[rids[2]] = int(CKV.READY)
+    assert run(core._records, {"b": 0, "f": 0}, rids) == 2
+    with pytest.raises(Refused) as err:  # named by the per-block check, nothing moved
+        core._check_run("allocate", rids, f=0)
+    assert err.value.failed == ("free",)
+    assert [core.meta.ckv[r] for r in rids] == [CKV.FREE, CKV.FREE, CKV.READY, CKV.FREE]
+
+
+def test_no_run_form_where_a_check_up_front_differs() -> None:
+    guards = HeterogeneousKVCache(G, executors="manual").core.guards
+    # a guard over the request or the chain is not a block guard
+    assert guards.run_test("pin") is None
+    # a guard that reads a scalar its own action writes: checking it once for the run would
+    # see the value before the first block's transition
+    compiled = guards._compiled
+    assert compiled is not None
+    assert compiled.fused_run("evict_start", frozenset({"now"})) is None
+    assert compiled.fused_run("evict_start", frozenset({"ckv"})) is not None
+
+
+def _per_block_expectation(core: Any, rid: int, now: int, ticks: int) -> dict[str, Any]:
+    m = core.meta
+    return {
+        "ckv": m.ckv[rid],
+        "tail": m.tail[rid],
+        "swa": m.swa[rid],
+        "idx": m.idx[rid],
+        "iver==ver": m.iver[rid] == m.ver[rid],
+        "ver": m.ver[rid],
+        "lease>=": m.lease[rid] >= now + ticks,
+        "slot": m.slot[rid] >= 0,
+    }
+
+
+def test_run_store_equals_the_per_block_sequence() -> None:
+    toks = np.arange(5 * L + 3)
+    with (
+        HeterogeneousKVCache(G, executors="manual", device_blocks=12) as a,
+        HeterogeneousKVCache(G, executors="manual", device_blocks=12) as b,
+    ):
+        req = a.request(toks, lifetime=2)
+        with a.use(a.admit(req)):
+            pass
+        stored = a.core.resolve(req.chain)
+        # the same blocks through the public per-block transitions, one block at a time
+        core = b.core
+        rids = core.register(b.chain(toks))
+        for rid in rids:
+            core.allocate(rid)
+            core.commit(rid)
+            core.seal(rid)
+            core.index_update(rid)
+            core.touch(rid, 2)
+        got = [_per_block_expectation(a.core, r, a.core.now, 2) for r in stored]
+        want = [_per_block_expectation(core, r, core.now, 2) for r in rids]
+        assert got == want
+        assert got[0]["ckv"] == CKV.READY and got[0]["tail"] == Tail.SEALED
+        assert got[0]["swa"] == Swa.VALID and got[0]["idx"] == Indexer.PRESENT
+        assert len(a.events_of(EventKind.STORED)) == len(rids) == 5
+        # the bytes a later hit reads are the writer's (the run wrote every block)
+        hit = a.request(toks)
+        adm = a.admit(hit)
+        with a.use(adm) as run:
+            assert adm.hit_tokens == 5 * L
+            assert run.verify_pins() == []
+
+
+def test_run_store_evicts_the_least_recent_blocks_to_make_room() -> None:
+    with HeterogeneousKVCache(G, executors="manual", device_blocks=6) as c:
+        first = c.request(np.arange(4 * L + 1), lifetime=1)
+        with c.use(c.admit(first)):
+            pass
+        c.tick(2)  # leases expired: the first prefix may be evicted
+        second = c.request(100_000 + np.arange(4 * L + 1), lifetime=1)
+        with c.use(c.admit(second)):
+            pass
+        core = c.core
+        assert all(core.meta.ckv[r] == CKV.READY for r in core.resolve(second.chain))
+        old = [core.meta.ckv[r] for r in core.resolve(first.chain)]
+        # 6 slots, 4 + 4 blocks: the two least recent blocks of the first prefix went (the
+        # deepest first: released pins return them to the LRU in reverse order)
+        assert old.count(CKV.FREE) == 2
+        assert len(c.events_of(EventKind.EVICTED)) == 2
+
+
+def test_default_table_block_guards_have_run_forms() -> None:
+    from dataclasses import replace
+
+    from kvstate.impl.guards import Guards
+
+    t = default_table(G)
+    g = Guards(t, replace(t.consts, R=2))
+    for a in ("allocate", "commit", "seal", "index_update", "touch", "evict_start", "evict_done"):
+        assert g.run_test(a) is not None, a
