@@ -847,19 +847,21 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[Op]]:
             *to_disk, op("request", i=1, n=full, life=2), op("admit", i=1), op("use", i=1),
             op("request", i=0, n=L + 1, life=1), op("admit", i=0), op("use", i=0),
             op("finish", i=0), op("drain"), op("use", i=1), op("read", i=1)],
-        "slide during a load": [
-            *to_disk, op("request", i=1, n=2 * L + 1, life=2), op("admit", i=1),
-            op("step", k=0), op("request", i=0, n=L, life=4), op("admit", i=0), op("use", i=0),
-            op("append", i=0, k=3 * L), op("drain"), op("use", i=1), op("read", i=1)],
+        "slide during a load": [  # an aborted admission's loads run on while a decode slides
+            *to_disk, op("request", i=1, n=full, life=1), op("admit", i=1), op("step", k=0),
+            op("abort", i=1), op("request", i=0, n=L, life=4), op("admit", i=0),
+            op("use", i=0), op("append", i=0, k=3 * L), op("drain"), op("finish", i=0),
+            op("request", i=1, n=full, life=2), op("admit", i=1), op("drain"), op("use", i=1),
+            op("read", i=1)],
         "crash and restart, then a disk hit": [*to_disk, op("restart"), *hit],
         "corrupt entry: truncated to the valid prefix": [
             *to_disk, op("corrupt", b=N - 1, kind=1), *hit],
-        "truncated entry": [*to_disk, op("corrupt", b=0, kind=0), *hit],
+        "truncated entry": [*to_disk, op("corrupt", b=N - 2, kind=0), *hit],
         "header corruption, then a restart": [
-            *to_disk, op("corrupt", b=1, kind=2), op("restart"), *hit],
+            *to_disk, op("corrupt", b=N - 2, kind=2), op("restart"), *hit],
         "disk read error": [
             *to_disk, op("request", i=1, n=full, life=1), op("admit", i=1),
-            op("read_error", b=0), op("drain"), op("use", i=1), op("read", i=1)],
+            op("read_error", b=N - 1), op("drain"), op("use", i=1), op("read", i=1)],
         "abort from another thread inside use": [
             *store, op("request", i=1, n=full, life=1), op("admit", i=1), op("use", i=1),
             op("abort_in_use", i=1), op("read_released", i=1)],
