@@ -55,8 +55,18 @@ from kvstate.spec.table import Scope, Table
 
 NAMESPACE = "kvstate-api-harness"
 OTHER_NAMESPACE = "kvstate-api-other"
-FAULT_KINDS = ("crash", "truncate", "bitflip", "header", "read_error", "stall", "disk_full",
-               "abort_in_use", "token_reuse", "read_after_release")
+FAULT_KINDS = (
+    "crash",
+    "truncate",
+    "bitflip",
+    "header",
+    "read_error",
+    "stall",
+    "disk_full",
+    "abort_in_use",
+    "token_reuse",
+    "read_after_release",
+)
 
 
 # ---- operations --------------------------------------------------------------------------------
@@ -230,10 +240,14 @@ class ApiHarness:
                 out.append(f"device slots: {t.slots.free} free + {held} held != {t.slots.n}")
             hheld = sum(1 for r in live if m.hslot[r] >= 0)
             if t.host_slots.free + hheld != t.host_slots.n:
-                out.append(f"host slots: {t.host_slots.free} free + {hheld} held != {t.host_slots.n}")
+                out.append(
+                    f"host slots: {t.host_slots.free} free + {hheld} held != {t.host_slots.n}"
+                )
             sw = sum(len(m.swa_pages[r]) for r in live) + sum(len(j.swa_pages) for j in loads)
             if t.swa_pool.free + sw != t.swa_pool.n - t.swa_pool.first:
-                out.append(f"SWA pages: {t.swa_pool.free} free + {sw} held != {t.swa_pool.n - t.swa_pool.first}")
+                out.append(
+                    f"SWA pages: {t.swa_pool.free} free + {sw} held != {t.swa_pool.n - t.swa_pool.first}"
+                )
             refs = sum(m.ref[r] for r in live)
             pins = sum(len(s.rids) for s in core.slots)
             if not refs == pins == core.pinned_blocks:
@@ -265,7 +279,9 @@ class ApiHarness:
         if n:
             g = self.core.g
             per_tok = sum(len(g.layers) * g.entry_bytes for _ in (0,))
-            self.cov.add("bytes compared", int(n * per_tok + g.n_win * g.entry_bytes * len(g.layers)))
+            self.cov.add(
+                "bytes compared", int(n * per_tok + g.n_win * g.entry_bytes * len(g.layers))
+            )
             if any(b in self.restored for b in range(run.blocks)):
                 self.cov.add("reads over restored blocks")
         self.cov.add("reads checked")
@@ -283,6 +299,8 @@ class ApiHarness:
         if got is None:
             return
         run, want = got
+        if run.hit_tokens == 0:
+            return  # a run without a hit reads no pages: nothing to serve after release
         self.cov.add("fault read_after_release")
         try:
             pages = run.read_compressed("csa", 0)
@@ -335,8 +353,11 @@ class ApiHarness:
             obs = self.observe()
             d = state_diff(self.model.values, obs, self.table)
             if d:
-                raise self.fail("restart", [x.split(":")[0] for x in d],
-                                "after a crash and restart:\n  " + "\n  ".join(d))
+                raise self.fail(
+                    "restart",
+                    [x.split(":")[0] for x in d],
+                    "after a crash and restart:\n  " + "\n  ".join(d),
+                )
         else:
             obs = self.observe()
             if raised is not None:
@@ -369,12 +390,18 @@ class ApiHarness:
                     self._check_longest(before, ex.steps, req)
         bad = self.accounting()
         if bad:
-            raise self.fail("accounting", [b.split(":")[0] for b in bad],
-                            f"after {o.render()}: " + "; ".join(bad))
+            raise self.fail(
+                "accounting",
+                [b.split(":")[0] for b in bad],
+                f"after {o.render()}: " + "; ".join(bad),
+            )
         viol = self.machine.violations(self.model)
         if viol:
-            raise self.fail("model-invariant", [v.invariant for v in viol][:1],
-                            f"model invariant broken: {', '.join(map(str, viol))}")
+            raise self.fail(
+                "model-invariant",
+                [v.invariant for v in viol][:1],
+                f"model invariant broken: {', '.join(map(str, viol))}",
+            )
         for i, lv in enumerate(self.live):
             if lv is not None and lv.run is not None and o.name in ("use", "append", "read"):
                 if o.arg("i") == i:
@@ -388,7 +415,9 @@ class ApiHarness:
                 out += [("pgen", (r, b)), ("paddr", (r, b))]
         return out
 
-    def _with_model_addr(self, steps: list[tuple[str, dict[str, int]]], before: ConcreteState) -> dict[str, Any]:
+    def _with_model_addr(
+        self, steps: list[tuple[str, dict[str, int]]], before: ConcreteState
+    ) -> dict[str, Any]:
         s = before
         for name, p in steps:
             s = self.machine.step(s, name, p)
@@ -441,10 +470,14 @@ class ApiHarness:
                 out.add(("spill", b))
         return out
 
-    def _check_longest(self, before: ConcreteState, steps: list[tuple[str, dict[str, int]]], r: int) -> None:
+    def _check_longest(
+        self, before: ConcreteState, steps: list[tuple[str, dict[str, int]]], r: int
+    ) -> None:
         """An admission validated at once took the longest hit the model validates."""
         names = [n for n, _ in steps]
-        if "validate" not in names or any(n in names for n in ("load_start", "abort", "rebuild_start", "offload_cancel")):
+        if "validate" not in names or any(
+            n in names for n in ("load_start", "abort", "rebuild_start", "offload_cancel")
+        ):
             return
         s = before
         for name, p in steps:
@@ -452,12 +485,22 @@ class ApiHarness:
                 break
             s = self.machine.step(s, name, p)
         chosen = next(p["h"] for n, p in steps if n == "match")
-        lv = self.live[next(i for i, x in enumerate(self.live) if x is not None and x.req.slot is not None and x.req.slot.index == r)]
+        lv = self.live[
+            next(
+                i
+                for i, x in enumerate(self.live)
+                if x is not None and x.req.slot is not None and x.req.slot.index == r
+            )
+        ]
         h_max = max(len(lv.req.tokens) - 1, 0)
         for h in range(h_max - h_max % self.L, chosen, -self.L):
             t = s
             try:
-                for name, p in (("match", {"r": r, "h": h}), ("pin", {"r": r}), ("validate", {"r": r})):
+                for name, p in (
+                    ("match", {"r": r, "h": h}),
+                    ("pin", {"r": r}),
+                    ("validate", {"r": r}),
+                ):
                     t = self.machine.step(t, name, p)
             except Exception:  # noqa: BLE001 - the model refuses this length
                 continue
@@ -525,8 +568,11 @@ class ApiHarness:
             leaks.append(f"{self.core.pinned_blocks} pinned blocks")
         if leaks:
             stuck = Counter(CKV(x).name for x in self.observe()["ckv"])
-            raise self.fail("leak", ["quiescence"],
-                            f"at quiescence not free: {', '.join(leaks)} (block phases {dict(stuck)})")
+            raise self.fail(
+                "leak",
+                ["quiescence"],
+                f"at quiescence not free: {', '.join(leaks)} (block phases {dict(stuck)})",
+            )
         self.cov.add("quiescence checks")
 
 
@@ -809,8 +855,25 @@ OPS: dict[str, Callable[[ApiHarness, Op], int | None]] = {
 }
 # which spec/api.py entry explains each operation
 MAPPING: dict[str, str] = {
-    **{k: k for k in ("request", "admit", "use", "finish", "abort", "append", "tick", "evict",
-                      "offload", "spill", "drop", "step", "drain", "read")},
+    **{
+        k: k
+        for k in (
+            "request",
+            "admit",
+            "use",
+            "finish",
+            "abort",
+            "append",
+            "tick",
+            "evict",
+            "offload",
+            "spill",
+            "drop",
+            "step",
+            "drain",
+            "read",
+        )
+    },
     "read_released": "read",
     "mutate_tokens": "mutate_tokens",
     "abort_in_use": "abort",
@@ -834,46 +897,107 @@ FAULT_OPS = {
 def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[Op]]:
     """Scripted walks that reach what random choice rarely does (run before Hypothesis)."""
     full = N * L + 1  # the whole chain plus one token: every block can be hit
-    store = [op("request", i=0, n=full, life=1), op("admit", i=0), op("use", i=0),
-             op("finish", i=0), op("tick", t=lease_max)]
+    store = [
+        op("request", i=0, n=full, life=1),
+        op("admit", i=0),
+        op("use", i=0),
+        op("finish", i=0),
+        op("tick", t=lease_max),
+    ]
     to_host = [*store, op("offload", n=N), op("drain")]
     to_disk = [*to_host, op("spill", n=N)]
-    hit = [op("request", i=1, n=full, life=1), op("admit", i=1), op("drain"), op("use", i=1),
-           op("read", i=1)]
+    hit = [
+        op("request", i=1, n=full, life=1),
+        op("admit", i=1),
+        op("drain"),
+        op("use", i=1),
+        op("read", i=1),
+    ]
     return {
         "hit after a host load": [*to_host, *hit, op("finish", i=1)],
         "hit after a disk load and an indexer rebuild": [*to_disk, *hit, op("finish", i=1)],
         "stalled disk load, other requests go on": [
-            *to_disk, op("request", i=1, n=full, life=2), op("admit", i=1), op("use", i=1),
-            op("request", i=0, n=L + 1, life=1), op("admit", i=0), op("use", i=0),
-            op("finish", i=0), op("drain"), op("use", i=1), op("read", i=1)],
+            *to_disk,
+            op("request", i=1, n=full, life=2),
+            op("admit", i=1),
+            op("use", i=1),
+            op("request", i=0, n=L + 1, life=1),
+            op("admit", i=0),
+            op("use", i=0),
+            op("finish", i=0),
+            op("drain"),
+            op("use", i=1),
+            op("read", i=1),
+        ],
         "slide during a load": [  # an aborted admission's loads run on while a decode slides
-            *to_disk, op("request", i=1, n=full, life=1), op("admit", i=1), op("step", k=0),
-            op("abort", i=1), op("request", i=0, n=L, life=4), op("admit", i=0),
-            op("use", i=0), op("append", i=0, k=3 * L), op("drain"), op("finish", i=0),
-            op("request", i=1, n=full, life=2), op("admit", i=1), op("drain"), op("use", i=1),
-            op("read", i=1)],
+            *to_disk,
+            op("request", i=1, n=full, life=1),
+            op("admit", i=1),
+            op("step", k=0),
+            op("abort", i=1),
+            op("request", i=0, n=L, life=4),
+            op("admit", i=0),
+            op("use", i=0),
+            op("append", i=0, k=3 * L),
+            op("drain"),
+            op("finish", i=0),
+            op("request", i=1, n=full, life=2),
+            op("admit", i=1),
+            op("drain"),
+            op("use", i=1),
+            op("read", i=1),
+        ],
         "crash and restart, then a disk hit": [*to_disk, op("restart"), *hit],
         "corrupt entry: truncated to the valid prefix": [
-            *to_disk, op("corrupt", b=N - 1, kind=1), *hit],
+            *to_disk,
+            op("corrupt", b=N - 1, kind=1),
+            *hit,
+        ],
         "truncated entry": [*to_disk, op("corrupt", b=N - 2, kind=0), *hit],
         "header corruption, then a restart": [
-            *to_disk, op("corrupt", b=N - 2, kind=2), op("restart"), *hit],
+            *to_disk,
+            op("corrupt", b=N - 2, kind=2),
+            op("restart"),
+            *hit,
+        ],
         "disk read error": [
-            *to_disk, op("request", i=1, n=full, life=1), op("admit", i=1),
-            op("read_error", b=N - 1), op("drain"), op("use", i=1), op("read", i=1)],
+            *to_disk,
+            op("request", i=1, n=full, life=1),
+            op("admit", i=1),
+            op("read_error", b=N - 1),
+            op("drain"),
+            op("use", i=1),
+            op("read", i=1),
+        ],
         "abort from another thread inside use": [
-            *store, op("request", i=1, n=full, life=1), op("admit", i=1), op("use", i=1),
-            op("abort_in_use", i=1), op("read_released", i=1)],
+            *store,
+            op("request", i=1, n=full, life=1),
+            op("admit", i=1),
+            op("use", i=1),
+            op("abort_in_use", i=1),
+            op("read_released", i=1),
+        ],
         "full disk": [*to_host, op("disk_full", on=1), op("spill", n=N)],
         "caller reuses its token buffer": [
-            op("request", i=0, n=full, life=1), op("mutate_tokens", i=0), op("admit", i=0),
-            op("use", i=0), op("finish", i=0), *hit],
+            op("request", i=0, n=full, life=1),
+            op("mutate_tokens", i=0),
+            op("admit", i=0),
+            op("use", i=0),
+            op("finish", i=0),
+            *hit,
+        ],
         "read after release": [*store, *hit, op("finish", i=1), op("read_released", i=1)],
         "two namespaces share nothing, one chain shares blocks": [
-            op("request", i=0, n=2 * L + 1, life=2), op("admit", i=0), op("use", i=0),
-            op("request", i=1, n=full, life=2), op("admit", i=1), op("use", i=1),
-            op("finish", i=0), op("finish", i=1), *hit],
+            op("request", i=0, n=2 * L + 1, life=2),
+            op("admit", i=0),
+            op("use", i=0),
+            op("request", i=1, n=full, life=2),
+            op("admit", i=1),
+            op("use", i=1),
+            op("finish", i=0),
+            op("finish", i=1),
+            *hit,
+        ],
     }
 
 
@@ -922,8 +1046,12 @@ def build_machine(
         r.__name__ = f"op_{name}"
         setattr(ApiConformance, r.__name__, r)
 
-    add("request", i=ii, n=st.sampled_from([L + 1, 2 * L + 1, N * L + 1, N * L, 3 * L + 5]),
-        life=st.integers(1, lm))
+    add(
+        "request",
+        i=ii,
+        n=st.sampled_from([L + 1, 2 * L + 1, N * L + 1, N * L, 3 * L + 5]),
+        life=st.integers(1, lm),
+    )
     add("admit", i=ii)
     add("use", i=ii)
     add("finish", i=ii)
@@ -958,7 +1086,12 @@ def build_machine(
 
 # ---- replay and minimization ------------------------------------------------------------------
 def replay(
-    table: Table, N: int, ops: Sequence[Op], *, coverage: Coverage | None = None, quiesce: bool = True
+    table: Table,
+    N: int,
+    ops: Sequence[Op],
+    *,
+    coverage: Coverage | None = None,
+    quiesce: bool = True,
 ) -> Nonconformance | None:
     """Replay ``ops`` on a fresh cache and model (then quiesce); the finding, or None."""
     h = ApiHarness(table, N, coverage=coverage)
@@ -1001,7 +1134,7 @@ def minimize_ops(
     while len(cur) >= 1 and not over():
         size = -(-len(cur) // n)
         for k in range(0, len(cur), size):
-            cand = cur[:k] + cur[k + size:]
+            cand = cur[:k] + cur[k + size :]
             got = check(cand)
             if got is not None:
                 cur, best = list(getattr(got, "api_trace", cand))[: len(cand)] or cand, got
@@ -1022,7 +1155,7 @@ def minimize_ops(
             for smaller in range(0, v):
                 args = list(o.args)
                 args[idx] = (k, smaller)
-                cand = [*cur[:j], Op(o.name, tuple(args)), *cur[j + 1:]]
+                cand = [*cur[:j], Op(o.name, tuple(args)), *cur[j + 1 :]]
                 got = check(cand)
                 if got is not None:
                     cur, best, o = cand, got, cand[j]
@@ -1081,7 +1214,8 @@ def run_api(
     started = time.monotonic()
     allowed = frozenset(OPS) if ops is None else ops
     wit = {
-        name: w for name, w in witnesses(N, table.consts.L, table.consts.lease_max).items()
+        name: w
+        for name, w in witnesses(N, table.consts.L, table.consts.lease_max).items()
         if all(o.name in allowed for o in w)
     }
     found: Nonconformance | None = None
@@ -1112,18 +1246,25 @@ def run_api(
         if seed is not None:
             kw["derandomize"] = False
         prof = settings(
-            deadline=None, database=None, print_blob=True,
+            deadline=None,
+            database=None,
+            print_blob=True,
             suppress_health_check=list(HealthCheck),
-            phases=tuple(p for p in Phase if p is not Phase.shrink), **kw,
+            phases=tuple(p for p in Phase if p is not Phase.shrink),
+            **kw,
         )
-        cls: Any = build_machine(table, N, ops=allowed, coverage=cov, stats=stats,
-                                 seeds=list(wit.values()))
+        cls: Any = build_machine(
+            table, N, ops=allowed, coverage=cov, stats=stats, seeds=list(wit.values())
+        )
         if seed is not None:
             cls._hypothesis_internal_use_seed = seed
         if reproduce is not None:
             import hypothesis
 
-            cls._hypothesis_internal_use_reproduce_failure = (hypothesis.__version__, reproduce.encode())
+            cls._hypothesis_internal_use_reproduce_failure = (
+                hypothesis.__version__,
+                reproduce.encode(),
+            )
         import contextlib
         import io
 
@@ -1135,8 +1276,16 @@ def run_api(
             found, origin = exc, f"Hypothesis, example {stats['(examples)'] + 1}"
             m = _BLOB.search(buf.getvalue() + "".join(getattr(exc, "__notes__", [])))
             blob = m.group(2) if m else None
-    res = RunResult(found, cov, stats, time.monotonic() - started, origin, blob=blob, seed=seed,
-                    found_len=len(getattr(found, "api_trace", [])))
+    res = RunResult(
+        found,
+        cov,
+        stats,
+        time.monotonic() - started,
+        origin,
+        blob=blob,
+        seed=seed,
+        found_len=len(getattr(found, "api_trace", [])),
+    )
     if found is not None and minimize:
         out(f"  minimizing the {len(found.api_trace)}-operation failing trace (fresh replays)...")  # type: ignore[attr-defined]
         res.minimized, res.finding, res.replays = minimize_ops(table, N, found)
@@ -1163,8 +1312,10 @@ def summary_lines(res: RunResult) -> list[str]:
     lines.append("  calls: " + ", ".join(f"{k} {v}" for k, v in calls.items()))
     refused = {k[8:]: v for k, v in sorted(c.items()) if k.startswith("refused ")}
     if refused:
-        lines.append("  refused (documented, nothing changed): "
-                     + ", ".join(f"{k} {v}" for k, v in refused.items()))
+        lines.append(
+            "  refused (documented, nothing changed): "
+            + ", ".join(f"{k} {v}" for k, v in refused.items())
+        )
     return lines
 
 
@@ -1177,14 +1328,18 @@ def run_api_cli(args: Any, table: Table) -> int:
     ops = frozenset(OPS)
     for name in getattr(args, "skip_op", None) or []:
         if name not in OPS:
-            print(f"kvstate fuzz: error: unknown API operation {name!r} ({', '.join(OPS)})",
-                  file=sys.stderr)
+            print(
+                f"kvstate fuzz: error: unknown API operation {name!r} ({', '.join(OPS)})",
+                file=sys.stderr,
+            )
             return 2
         ops -= {name}
     if args.bug:
-        print("kvstate fuzz: error: --bug plants seeded bugs in --target kvstate only; the API "
-              "harness's planted bugs are source mutants (python -m kvstate.api_mutants)",
-              file=sys.stderr)
+        print(
+            "kvstate fuzz: error: --bug plants seeded bugs in --target kvstate only; the API "
+            "harness's planted bugs are source mutants (python -m kvstate.api_mutants)",
+            file=sys.stderr,
+        )
         return 2
     base = ["kvstate", "fuzz", "--target", "kvstate-api", "--pool", str(N)]
     for name in sorted(frozenset(OPS) - ops):
@@ -1196,15 +1351,19 @@ def run_api_cli(args: Any, table: Table) -> int:
         except (OSError, ValueError) as exc:
             print(f"kvstate fuzz: error: {exc}", file=sys.stderr)
             return 2
-        print(f"kvstate fuzz: target kvstate-api vs table {table.name}, pool N={N}: replaying "
-              f"{len(trace)} operations")
+        print(
+            f"kvstate fuzz: target kvstate-api vs table {table.name}, pool N={N}: replaying "
+            f"{len(trace)} operations"
+        )
         cov = Coverage()
         found = replay(table, N, trace, coverage=cov)
         if found is None:
             print(f"kvstate fuzz: ok, the trace conforms ({len(trace)} operations + quiescence)")
             return 0
-        print(f"kvstate fuzz: FAILED\n  failure:   {found.signature}\n             "
-              + str(found).replace("\n", "\n             "))
+        print(
+            f"kvstate fuzz: FAILED\n  failure:   {found.signature}\n             "
+            + str(found).replace("\n", "\n             ")
+        )
         return 1
     seed = args.seed
     if seed is None and args.profile != "ci":
@@ -1212,14 +1371,24 @@ def run_api_cli(args: Any, table: Table) -> int:
 
         seed = random.randrange(2**32)
     prof = PROFILES[args.profile]
-    print(f"kvstate fuzz: target kvstate-api (the public API, bytes, faults) vs table "
-          f"{table.name}, pool N={N}, profile {args.profile} "
-          f"({args.examples or prof['max_examples']} examples x "
-          f"{args.steps or prof['stateful_step_count']} operations), seed "
-          f"{'derandomized' if seed is None else seed}", flush=True)
+    print(
+        f"kvstate fuzz: target kvstate-api (the public API, bytes, faults) vs table "
+        f"{table.name}, pool N={N}, profile {args.profile} "
+        f"({args.examples or prof['max_examples']} examples x "
+        f"{args.steps or prof['stateful_step_count']} operations), seed "
+        f"{'derandomized' if seed is None else seed}",
+        flush=True,
+    )
     res = run_api(
-        table, N, profile=args.profile, examples=args.examples, steps=args.steps, seed=seed,
-        ops=ops, coverage_pass=not args.no_coverage, reproduce=args.reproduce,
+        table,
+        N,
+        profile=args.profile,
+        examples=args.examples,
+        steps=args.steps,
+        seed=seed,
+        ops=ops,
+        coverage_pass=not args.no_coverage,
+        reproduce=args.reproduce,
         out=lambda s: print(s, flush=True),
     )
     if res.finding is None:
@@ -1230,16 +1399,24 @@ def run_api_cli(args: Any, table: Table) -> int:
     trace = res.minimized or list(getattr(f, "api_trace", []))
     before = res.found_len
     print(f"\nkvstate fuzz: FAILED after {res.seconds:.1f} s")
-    print(f"  found by:  {res.origin}; minimized {before} -> {len(trace)} operations "
-          f"({res.replays} fresh replays)")
+    print(
+        f"  found by:  {res.origin}; minimized {before} -> {len(trace)} operations "
+        f"({res.replays} fresh replays)"
+    )
     print(f"  failure:   {f.signature}")
     print("             " + str(f).replace("\n", "\n             "))
     print("  trace (from a fresh cache, one operation per line; replayable with --replay):")
     for k, o in enumerate(trace, 1):
         print(f"    {k:>3}. {o.render()}")
-    print(f"  seed:      {'derandomized (profile ci: the same examples every run)' if res.seed is None else res.seed}")
-    print(f"  blob:      {res.blob or 'none (the deterministic coverage pass found it)' if 'coverage' in res.origin else res.blob or 'none'}")
-    rerun = [*base, "--profile", args.profile] + ([] if res.seed is None else ["--seed", str(res.seed)])
+    print(
+        f"  seed:      {'derandomized (profile ci: the same examples every run)' if res.seed is None else res.seed}"
+    )
+    print(
+        f"  blob:      {res.blob or 'none (the deterministic coverage pass found it)' if 'coverage' in res.origin else res.blob or 'none'}"
+    )
+    rerun = [*base, "--profile", args.profile] + (
+        [] if res.seed is None else ["--seed", str(res.seed)]
+    )
     if args.no_coverage:
         rerun.append("--no-coverage")
     print(f"  rerun:     {shlex.join(rerun)}")

@@ -42,87 +42,193 @@ class Mutant:
 
 
 MUTANTS: tuple[Mutant, ...] = (
-    Mutant("pin_takes_no_reference", "missing pin", "impl/core.py",
-           "            ref[rid] += 1\n            if rid in lru:\n                lru.move_to_end(rid)\n        s.rids = held",
-           "            ref[rid] += 0\n            if rid in lru:\n                lru.move_to_end(rid)\n        s.rids = held"),
-    Mutant("unpin_skips_deepest_block", "reference count off by one", "impl/core.py",
-           "        for rid in reversed(s.rids):\n            ref[rid] -= 1",
-           "        for rid in reversed(s.rids[1:]):\n            ref[rid] -= 1"),
-    Mutant("pinned_counter_off_by_one", "reference count off by one", "impl/core.py",
-           "        self.pinned_blocks += len(held)",
-           "        self.pinned_blocks += len(held) + (1 if held else 0)"),
-    Mutant("freed_keeps_window", "free without reset", "impl/core.py",
-           "        m.tail[rid] = _TAIL_NONE\n        m.swa[rid] = _SWA_NULL\n        m.idx[rid] = _IDX_ABSENT\n        self.lru.pop(rid, None)",
-           "        m.tail[rid] = _TAIL_NONE\n        m.idx[rid] = _IDX_ABSENT\n        self.lru.pop(rid, None)"),
-    Mutant("evict_keeps_swa_pages", "free without reset (leak)", "impl/core.py",
-           "        if m.swa_pages[rid]:\n            self.tiers.swa_pool.release(m.swa_pages[rid])\n            m.swa_pages[rid] = ()\n\n    def _moved",
-           "        if m.swa_pages[rid]:\n            m.swa_pages[rid] = ()\n\n    def _moved"),
-    Mutant("index_stamp_reads_old_version", "stale indexer version", "impl/core.py",
-           "            m.iver[rid] = m.ver[rid]",
-           "            m.iver[rid] = m.ver[rid] - 1"),
-    Mutant("disk_load_keeps_indexer", "stale indexer after a disk load", "impl/core.py",
-           "                self.io_inflight -= 1\n                m.idx[rid] = _IDX_ABSENT",
-           "                self.io_inflight -= 1"),
-    Mutant("load_progress_skips_a_chunk", "load completion marked early", "impl/core.py",
-           "            self.meta.prog[rid] += 1",
-           "            self.meta.prog[rid] += 2"),
-    Mutant("disk_checksum_not_verified", "checksum not verified", "impl/disk.py",
-           "        if checksum(data, self.backend) != expect:",
-           "        if False and checksum(data, self.backend) != expect:"),
-    Mutant("host_copy_without_indexer", "host copy without indexer pages", "impl/tiers.py",
-           "    def to_host(self, slot: int, swa_pages: Sequence[int], hslot: int) -> None:\n        for grp in self.slot_groups:",
-           "    def to_host(self, slot: int, swa_pages: Sequence[int], hslot: int) -> None:\n        for grp in self.disk_groups:"),
-    Mutant("window_read_one_row_late", "wrong window offset", "impl/cache.py",
-           "        lo = max(0, h - n_win) - first * bt",
-           "        lo = max(0, h - n_win) - first * bt + 1"),
-    Mutant("offload_done_keeps_device_slot", "free without reset (leak)", "impl/core.py",
-           "            self.tiers.to_host(m.slot[rid], pages, m.hslot[rid])\n            self._free_device(rid)",
-           "            self.tiers.to_host(m.slot[rid], pages, m.hslot[rid])"),
-    Mutant("offload_cancel_keeps_host_slot", "free without reset (leak)", "impl/core.py",
-           "            self._check_block(\"offload_cancel\", rid)\n            m = self.meta\n            self.tiers.host_slots.release([m.hslot[rid]])",
-           "            self._check_block(\"offload_cancel\", rid)\n            m = self.meta"),
-    Mutant("drop_leaves_disk_file", "free without reset (leak)", "impl/core.py",
-           "                if entry is not None:\n                    self.disk.delete(entry)",
-           "                if entry is not None:\n                    pass"),
-    Mutant("failed_load_keeps_slot", "free without reset (leak)", "impl/core.py",
-           "        m = self.meta\n        self.tiers.slots.release(job.dst)\n        self.tiers.slots.unclaim(job.dst, rid)",
-           "        m = self.meta\n        self.tiers.slots.unclaim(job.dst, rid)"),
-    Mutant("io_counter_not_decremented", "admission cap accounting", "impl/core.py",
-           "            if from_disk:\n                self.io_inflight -= 1\n                m.idx[rid] = _IDX_ABSENT",
-           "            if from_disk:\n                m.idx[rid] = _IDX_ABSENT"),
-    Mutant("store_skips_seal", "tail never sealed", "impl/cache.py",
-           "            check(\"seal\", rid)  # compression fires at the boundary: a new content version ...\n            core._fx_seal(rid)",
-           "            check(\"seal\", rid)  # compression fires at the boundary: a new content version ..."),
-    Mutant("snapshot_records_no_generation", "state_data_ptrs snapshot of the wrong field", "impl/core.py",
-           "        s.pgen = tuple([gen[i] for i in rids])",
-           "        s.pgen = tuple([0 for i in rids])"),
-    Mutant("allocate_keeps_generation", "generation not bumped on reuse", "impl/core.py",
-           "        m.ckv[rid] = _CKV_WRITING\n        m.gen[rid] += 1",
-           "        m.ckv[rid] = _CKV_WRITING"),
-    Mutant("gather_first_page_only", "block table built wrong", "impl/cache.py",
-           "            [s * ppl + i for s in self.block_table() for i in range(ppl)],",
-           "            [s * ppl for s in self.block_table() for i in range(ppl)],"),
-    Mutant("host_load_keeps_host_slot", "free without reset (leak)", "impl/core.py",
-           "            else:\n                self.tiers.host_slots.release([job.src])\n                m.hslot[rid] = -1",
-           "            else:\n                m.hslot[rid] = -1"),
-    Mutant("lease_not_capped", "residency lease beyond the request", "impl/cache.py",
-           "        core.touch_prefix(rids, nb_max, min(req.lifetime, self.table.consts.lease_max))",
-           "        core.touch_prefix(rids, nb_max, self.table.consts.lease_max)"),
-    Mutant("spill_keeps_host_slot", "free without reset (leak)", "impl/core.py",
-           "            self.tiers.host_slots.release([m.hslot[rid]])\n            m.hslot[rid] = -1\n            m.ckv[rid] = int(CKV.DISK)",
-           "            m.hslot[rid] = -1\n            m.ckv[rid] = int(CKV.DISK)"),
-    Mutant("disk_load_wrong_form", "stored form lost on a disk load", "impl/core.py",
-           "                m.fmt[rid] = job.src.fmt",
-           "                m.fmt[rid] = 0 if job.src.fmt else 1"),
-    Mutant("truncation_keeps_failed_boundary", "corrupt entry served", "impl/cache.py",
-           "                cap = min(cap, (_cdiv(adm.hit_tokens, self.L) - 1) * self.L)",
-           "                cap = min(cap, _cdiv(adm.hit_tokens, self.L) * self.L)"),
+    Mutant(
+        "pin_takes_no_reference",
+        "missing pin",
+        "impl/core.py",
+        "            ref[rid] += 1\n            if rid in lru:\n                lru.move_to_end(rid)\n        s.rids = held",
+        "            ref[rid] += 0\n            if rid in lru:\n                lru.move_to_end(rid)\n        s.rids = held",
+    ),
+    Mutant(
+        "unpin_skips_deepest_block",
+        "reference count off by one",
+        "impl/core.py",
+        "        for rid in reversed(s.rids):\n            ref[rid] -= 1",
+        "        for rid in reversed(s.rids[1:]):\n            ref[rid] -= 1",
+    ),
+    Mutant(
+        "pinned_counter_off_by_one",
+        "reference count off by one",
+        "impl/core.py",
+        "        self.pinned_blocks += len(held)",
+        "        self.pinned_blocks += len(held) + (1 if held else 0)",
+    ),
+    Mutant(
+        "freed_keeps_window",
+        "free without reset",
+        "impl/core.py",
+        "        m.tail[rid] = _TAIL_NONE\n        m.swa[rid] = _SWA_NULL\n        m.idx[rid] = _IDX_ABSENT\n        self.lru.pop(rid, None)",
+        "        m.tail[rid] = _TAIL_NONE\n        m.idx[rid] = _IDX_ABSENT\n        self.lru.pop(rid, None)",
+    ),
+    Mutant(
+        "evict_keeps_swa_pages",
+        "free without reset (leak)",
+        "impl/core.py",
+        "        if m.swa_pages[rid]:\n            self.tiers.swa_pool.release(m.swa_pages[rid])\n            m.swa_pages[rid] = ()\n\n    def _moved",
+        "        if m.swa_pages[rid]:\n            m.swa_pages[rid] = ()\n\n    def _moved",
+    ),
+    Mutant(
+        "index_stamp_reads_old_version",
+        "stale indexer version",
+        "impl/core.py",
+        "            m.iver[rid] = m.ver[rid]",
+        "            m.iver[rid] = m.ver[rid] - 1",
+    ),
+    Mutant(
+        "disk_load_keeps_indexer",
+        "stale indexer after a disk load",
+        "impl/core.py",
+        "                self.io_inflight -= 1\n                m.idx[rid] = _IDX_ABSENT",
+        "                self.io_inflight -= 1",
+    ),
+    Mutant(
+        "load_progress_skips_a_chunk",
+        "load completion marked early",
+        "impl/core.py",
+        "            self.meta.prog[rid] += 1",
+        "            self.meta.prog[rid] += 2",
+    ),
+    Mutant(
+        "disk_checksum_not_verified",
+        "checksum not verified",
+        "impl/disk.py",
+        "        if checksum(data, self.backend) != expect:",
+        "        if False and checksum(data, self.backend) != expect:",
+    ),
+    Mutant(
+        "host_copy_without_indexer",
+        "host copy without indexer pages",
+        "impl/tiers.py",
+        "    def to_host(self, slot: int, swa_pages: Sequence[int], hslot: int) -> None:\n        for grp in self.slot_groups:",
+        "    def to_host(self, slot: int, swa_pages: Sequence[int], hslot: int) -> None:\n        for grp in self.disk_groups:",
+    ),
+    Mutant(
+        "window_read_one_row_late",
+        "wrong window offset",
+        "impl/cache.py",
+        "        lo = max(0, h - n_win) - first * bt",
+        "        lo = max(0, h - n_win) - first * bt + 1",
+    ),
+    Mutant(
+        "offload_done_keeps_device_slot",
+        "free without reset (leak)",
+        "impl/core.py",
+        "            self.tiers.to_host(m.slot[rid], pages, m.hslot[rid])\n            self._free_device(rid)",
+        "            self.tiers.to_host(m.slot[rid], pages, m.hslot[rid])",
+    ),
+    Mutant(
+        "offload_cancel_keeps_host_slot",
+        "free without reset (leak)",
+        "impl/core.py",
+        '            self._check_block("offload_cancel", rid)\n            m = self.meta\n            self.tiers.host_slots.release([m.hslot[rid]])',
+        '            self._check_block("offload_cancel", rid)\n            m = self.meta',
+    ),
+    Mutant(
+        "drop_leaves_disk_file",
+        "free without reset (leak)",
+        "impl/core.py",
+        "                if entry is not None:\n                    self.disk.delete(entry)",
+        "                if entry is not None:\n                    pass",
+    ),
+    Mutant(
+        "failed_load_keeps_slot",
+        "free without reset (leak)",
+        "impl/core.py",
+        "        m = self.meta\n        self.tiers.slots.release(job.dst)\n        self.tiers.slots.unclaim(job.dst, rid)",
+        "        m = self.meta\n        self.tiers.slots.unclaim(job.dst, rid)",
+    ),
+    Mutant(
+        "io_counter_not_decremented",
+        "admission cap accounting",
+        "impl/core.py",
+        "            if from_disk:\n                self.io_inflight -= 1\n                m.idx[rid] = _IDX_ABSENT",
+        "            if from_disk:\n                m.idx[rid] = _IDX_ABSENT",
+    ),
+    Mutant(
+        "store_skips_seal",
+        "tail never sealed",
+        "impl/cache.py",
+        '            check("seal", rid)  # compression fires at the boundary: a new content version ...\n            core._fx_seal(rid)',
+        '            check("seal", rid)  # compression fires at the boundary: a new content version ...',
+    ),
+    Mutant(
+        "snapshot_records_no_generation",
+        "state_data_ptrs snapshot of the wrong field",
+        "impl/core.py",
+        "        s.pgen = tuple([gen[i] for i in rids])",
+        "        s.pgen = tuple([0 for i in rids])",
+    ),
+    Mutant(
+        "allocate_keeps_generation",
+        "generation not bumped on reuse",
+        "impl/core.py",
+        "        m.ckv[rid] = _CKV_WRITING\n        m.gen[rid] += 1",
+        "        m.ckv[rid] = _CKV_WRITING",
+    ),
+    Mutant(
+        "gather_first_page_only",
+        "block table built wrong",
+        "impl/cache.py",
+        "            [s * ppl + i for s in self.block_table() for i in range(ppl)],",
+        "            [s * ppl for s in self.block_table() for i in range(ppl)],",
+    ),
+    Mutant(
+        "host_load_keeps_host_slot",
+        "free without reset (leak)",
+        "impl/core.py",
+        "            else:\n                self.tiers.host_slots.release([job.src])\n                m.hslot[rid] = -1",
+        "            else:\n                m.hslot[rid] = -1",
+    ),
+    Mutant(
+        "lease_not_capped",
+        "residency lease beyond the request",
+        "impl/cache.py",
+        "        core.touch_prefix(rids, nb_max, min(req.lifetime, self.table.consts.lease_max))",
+        "        core.touch_prefix(rids, nb_max, self.table.consts.lease_max)",
+    ),
+    Mutant(
+        "spill_keeps_host_slot",
+        "free without reset (leak)",
+        "impl/core.py",
+        "            self.tiers.host_slots.release([m.hslot[rid]])\n            m.hslot[rid] = -1\n            m.ckv[rid] = int(CKV.DISK)",
+        "            m.hslot[rid] = -1\n            m.ckv[rid] = int(CKV.DISK)",
+    ),
+    Mutant(
+        "disk_load_wrong_form",
+        "stored form lost on a disk load",
+        "impl/core.py",
+        "                m.fmt[rid] = job.src.fmt",
+        "                m.fmt[rid] = 0 if job.src.fmt else 1",
+    ),
+    Mutant(
+        "truncation_keeps_failed_boundary",
+        "corrupt entry served",
+        "impl/cache.py",
+        "                cap = min(cap, (_cdiv(adm.hit_tokens, self.L) - 1) * self.L)",
+        "                cap = min(cap, _cdiv(adm.hit_tokens, self.L) * self.L)",
+    ),
 )
 
 
-PACKAGES = {"kvstate": "kvstate", "spec": "kvstate/spec", "model": "kvstate/model",
-            "proofs": "kvstate/proofs", "impl": "kvstate/impl", "kernels": "kvstate/kernels",
-            "numerics": "kvstate/numerics"}
+PACKAGES = {
+    "kvstate": "kvstate",
+    "spec": "kvstate/spec",
+    "model": "kvstate/model",
+    "proofs": "kvstate/proofs",
+    "impl": "kvstate/impl",
+    "kernels": "kvstate/kernels",
+    "numerics": "kvstate/numerics",
+}
 
 
 def stage() -> Path:
@@ -133,8 +239,12 @@ def stage() -> Path:
 
     root = Path(tempfile.mkdtemp(prefix="kvstate-mutants-"))
     for folder, pkg in sorted(PACKAGES.items(), key=lambda x: x[1].count("/")):
-        shutil.copytree(ROOT / folder, root / pkg, dirs_exist_ok=True,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+        shutil.copytree(
+            ROOT / folder,
+            root / pkg,
+            dirs_exist_ok=True,
+            ignore=shutil.ignore_patterns("__pycache__", "*.so"),
+        )
     return root
 
 
@@ -147,7 +257,9 @@ def apply(root: Path, m: Mutant) -> str:
     path = _staged(root, m)
     src = path.read_text()
     if src.count(m.old) != 1:
-        raise SystemExit(f"mutant {m.name}: its source text occurs {src.count(m.old)} times in {m.path}")
+        raise SystemExit(
+            f"mutant {m.name}: its source text occurs {src.count(m.old)} times in {m.path}"
+        )
     path.write_text(src.replace(m.old, m.new))
     return src
 
@@ -160,10 +272,17 @@ def run_one(root: Path, name: str, profile: str, timeout: float) -> dict[str, ob
         env = {**os.environ, "KVSTATE_PURE_PYTHON": "1", "PYTHONPATH": str(root)}
         proc = subprocess.run(
             [sys.executable, "-m", "kvstate.api_mutants", "--child", profile],
-            cwd=root, env=env, capture_output=True, text=True, timeout=timeout,
+            cwd=root,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
-        out = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.stdout.strip() else {
-            "killed": True, "kind": "crash", "detail": proc.stderr[-300:]}
+        out = (
+            json.loads(proc.stdout.strip().splitlines()[-1])
+            if proc.stdout.strip()
+            else {"killed": True, "kind": "crash", "detail": proc.stderr[-300:]}
+        )
     except subprocess.TimeoutExpired:
         out = {"killed": False, "kind": "timeout"}
     finally:
@@ -181,19 +300,31 @@ def child(profile: str) -> None:
     try:
         res = run_api(default_table(), 4, profile=profile, ops=frozenset(OPS) - set(SKIP))
     except Exception as exc:  # noqa: BLE001 - the mutant broke the import or the harness
-        print(json.dumps({"killed": True, "kind": f"crash:{type(exc).__name__}",
-                          "detail": str(exc)[:200], "seconds": time.monotonic() - t0}))
+        print(
+            json.dumps(
+                {
+                    "killed": True,
+                    "kind": f"crash:{type(exc).__name__}",
+                    "detail": str(exc)[:200],
+                    "seconds": time.monotonic() - t0,
+                }
+            )
+        )
         return
     f = res.finding
-    print(json.dumps({
-        "killed": f is not None,
-        "kind": f.signature if f is not None else "",
-        "origin": res.origin,
-        "seconds": round(res.seconds - 0.0, 2),
-        "found_len": res.found_len,
-        "trace_len": len(res.minimized or []) if f is not None else 0,
-        "trace": "; ".join(o.render() for o in (res.minimized or [])),
-    }))
+    print(
+        json.dumps(
+            {
+                "killed": f is not None,
+                "kind": f.signature if f is not None else "",
+                "origin": res.origin,
+                "seconds": round(res.seconds - 0.0, 2),
+                "found_len": res.found_len,
+                "trace_len": len(res.minimized or []) if f is not None else 0,
+                "trace": "; ".join(o.render() for o in (res.minimized or [])),
+            }
+        )
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -220,15 +351,21 @@ def main(argv: list[str] | None = None) -> int:
     for m in chosen:
         r = run_one(root, m.name, a.profile, a.timeout)
         results.append(r)
-        print(f"{'KILLED ' if r['killed'] else 'SURVIVED'} {m.name:<36} {r.get('seconds', '-')!s:>6} s "
-              f"{r.get('found_len', '-')!s:>3} -> {r.get('trace_len', '-')!s:>2} ops  {r.get('kind', '')}  [{r.get('origin', '')}]",
-              flush=True)
+        print(
+            f"{'KILLED ' if r['killed'] else 'SURVIVED'} {m.name:<36} {r.get('seconds', '-')!s:>6} s "
+            f"{r.get('found_len', '-')!s:>3} -> {r.get('trace_len', '-')!s:>2} ops  {r.get('kind', '')}  [{r.get('origin', '')}]",
+            flush=True,
+        )
     killed = [r for r in results if r["killed"]]
-    print(f"\n{len(killed)}/{len(results)} mutants killed ({100 * len(killed) / max(1, len(results)):.0f}%)")
+    print(
+        f"\n{len(killed)}/{len(results)} mutants killed ({100 * len(killed) / max(1, len(results)):.0f}%)"
+    )
     if killed:
-        print(f"median time to the first finding: {statistics.median(float(r['seconds']) for r in killed):.1f} s; "
-              f"median trace length: {statistics.median(int(r['found_len']) for r in killed)} operations found, "
-              f"{statistics.median(int(r['trace_len']) for r in killed)} minimized")
+        print(
+            f"median time to the first finding: {statistics.median(float(r['seconds']) for r in killed):.1f} s; "
+            f"median trace length: {statistics.median(int(r['found_len']) for r in killed)} operations found, "
+            f"{statistics.median(int(r['trace_len']) for r in killed)} minimized"
+        )
     if a.json:
         Path(a.json).write_text(json.dumps(results, indent=2))
     return 0 if len(killed) == len(results) else 1

@@ -207,7 +207,8 @@ class Explainer:
                 dom = [
                     r
                     for r in dom
-                    if not req_mod or a.name in ("admit", "match", "pin", "validate")
+                    if not req_mod
+                    or a.name in ("admit", "match", "pin", "validate")
                     or any(vals[n][r] != obs[n][r] for n in req_mod)
                 ]
             elif q.kind is ParamKind.TOKENS:
@@ -279,7 +280,9 @@ class Explainer:
                 for p in self._candidates(a, cur, observed, req, ban):
                     new = self.m.step(cur, a, p)
                     d = self._distance(new.values, goal)
-                    heapq.heappush(heap, (d, len(path) + 1, next(tie), new, nxt, [*path, (name, p)]))
+                    heapq.heappush(
+                        heap, (d, len(path) + 1, next(tie), new, nxt, [*path, (name, p)])
+                    )
         return Explanation(None, nodes, nodes >= max_nodes)
 
 
