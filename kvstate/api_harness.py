@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
 from kvstate.model.apimap import Explainer, after_restart, state_diff
 from kvstate.model.concrete import Machine
@@ -464,7 +464,7 @@ class ApiHarness:
         for b in range(self.N):
             if b in self.corrupt and self.corrupt[b] != "header" or b in self.read_error:
                 out.add(("load_done", b))
-            elif b not in self.read_error and not (b in self.corrupt):
+            elif b not in self.read_error and b not in self.corrupt:
                 out.add(("load_fail", b))
             if self.disk_full:
                 out.add(("spill", b))
@@ -822,8 +822,6 @@ def _do_restart(h: ApiHarness, o: Op) -> int | None:
     try:
         h.cache.core.pipes.stop()  # the process dies: nothing of it runs on
     finally:
-        for p in os.scandir(h.dir):  # a write the crash interrupted is left half-written
-            pass
         h.live = [None] * h.R
         h.released = [None] * h.R
         h._open()
@@ -1306,7 +1304,7 @@ def summary_lines(res: RunResult) -> list[str]:
         f"  bytes: {c['reads checked']} reads checked, {c['bytes compared']} bytes compared, "
         f"{c['reads over restored blocks']} reads over restored blocks; quiescence checks "
         f"{c['quiescence checks']}",
-        f"  faults injected: " + (", ".join(f"{k} {v}" for k, v in faults.items()) or "none"),
+        "  faults injected: " + (", ".join(f"{k} {v}" for k, v in faults.items()) or "none"),
     ]
     calls = {k[5:]: v for k, v in sorted(c.items()) if k.startswith("call ")}
     lines.append("  calls: " + ", ".join(f"{k} {v}" for k, v in calls.items()))
@@ -1392,7 +1390,7 @@ def run_api_cli(args: Any, table: Table) -> int:
         out=lambda s: print(s, flush=True),
     )
     if res.finding is None:
-        print(f"kvstate fuzz: ok, no nonconformance")
+        print("kvstate fuzz: ok, no nonconformance")
         print("\n".join(summary_lines(res)))
         return 0
     f = res.finding

@@ -69,67 +69,72 @@ class Nfa:
         return {k: self.closure(v) for k, v in out.items()}
 
 
+def _parse(nfa: Nfa, pat: str, known: set[str]) -> tuple[int, int]:
+    toks = _TOKEN.findall(_expand(pat))
+    pos = 0
+
+    def alt() -> tuple[int, int]:
+        nonlocal pos
+        s, e = seq()
+        while pos < len(toks) and toks[pos] == "|":
+            pos += 1
+            s2, e2 = seq()
+            a, b = nfa.new(), nfa.new()
+            nfa.eps[a] += [s, s2]
+            nfa.eps[e].append(b)
+            nfa.eps[e2].append(b)
+            s, e = a, b
+        return s, e
+
+    def seq() -> tuple[int, int]:
+        nonlocal pos
+        s = e = nfa.new()
+        while pos < len(toks) and toks[pos] not in "|)":
+            a, b = atom()
+            nfa.eps[e].append(a)
+            e = b
+        return s, e
+
+    def atom() -> tuple[int, int]:
+        nonlocal pos
+        tok = toks[pos]
+        pos += 1
+        if tok == "(":
+            s, e = alt()
+            if pos >= len(toks) or toks[pos] != ")":
+                raise ValueError(f"unbalanced parentheses in {pat!r}")
+            pos += 1
+        else:
+            if tok not in known:
+                raise ValueError(f"{tok!r} in API pattern {pat!r} is not an action")
+            s, e = nfa.new(), nfa.new()
+            nfa.edges[s].append((tok, e))
+        while pos < len(toks) and toks[pos] in "*+?":
+            op = toks[pos]
+            pos += 1
+            a, b = nfa.new(), nfa.new()
+            nfa.eps[a].append(s)
+            nfa.eps[e].append(b)
+            if op in "*?":
+                nfa.eps[a].append(b)
+            if op in "*+":
+                nfa.eps[e].append(s)
+            s, e = a, b
+        return s, e
+
+    s, e = alt()
+    if pos != len(toks):
+        raise ValueError(f"cannot parse API pattern {pat!r} at {toks[pos]!r}")
+    return s, e
+
+
 def compile_patterns(patterns: Sequence[str], actions: Iterable[str]) -> tuple[Nfa, int, int]:
     """One NFA for the union of ``patterns`` (start, accept); names must be table actions."""
     known = set(actions)
     nfa = Nfa()
     start, accept = nfa.new(), nfa.new()
     for pat in patterns:
-        toks = _TOKEN.findall(_expand(pat))
-        pos = 0
-
-        def alt() -> tuple[int, int]:
-            nonlocal pos
-            s, e = seq()
-            while pos < len(toks) and toks[pos] == "|":
-                pos += 1
-                s2, e2 = seq()
-                a, b = nfa.new(), nfa.new()
-                nfa.eps[a] += [s, s2]
-                nfa.eps[e].append(b)
-                nfa.eps[e2].append(b)
-                s, e = a, b
-            return s, e
-
-        def seq() -> tuple[int, int]:
-            nonlocal pos
-            s = e = nfa.new()
-            while pos < len(toks) and toks[pos] not in "|)":
-                a, b = atom()
-                nfa.eps[e].append(a)
-                e = b
-            return s, e
-
-        def atom() -> tuple[int, int]:
-            nonlocal pos
-            tok = toks[pos]
-            pos += 1
-            if tok == "(":
-                s, e = alt()
-                if pos >= len(toks) or toks[pos] != ")":
-                    raise ValueError(f"unbalanced parentheses in {pat!r}")
-                pos += 1
-            else:
-                if tok not in known:
-                    raise ValueError(f"{tok!r} in API pattern {pat!r} is not an action")
-                s, e = nfa.new(), nfa.new()
-                nfa.edges[s].append((tok, e))
-            while pos < len(toks) and toks[pos] in "*+?":
-                op = toks[pos]
-                pos += 1
-                a, b = nfa.new(), nfa.new()
-                nfa.eps[a].append(s)
-                nfa.eps[e].append(b)
-                if op in "*?":
-                    nfa.eps[a].append(b)
-                if op in "*+":
-                    nfa.eps[e].append(s)
-                s, e = a, b
-            return s, e
-
-        s, e = alt()
-        if pos != len(toks):
-            raise ValueError(f"cannot parse API pattern {pat!r} at {toks[pos]!r}")
+        s, e = _parse(nfa, pat, known)
         nfa.eps[start].append(s)
         nfa.eps[e].append(accept)
     return nfa, start, accept
