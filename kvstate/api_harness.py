@@ -914,6 +914,12 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[Op]]:
     return {
         "hit after a host load": [*to_host, *hit, op("finish", i=1)],
         "hit after a disk load and an indexer rebuild": [*to_disk, *hit, op("finish", i=1)],
+        "an admission cancels an offload in flight": [
+            *store,
+            op("offload", n=N),
+            *hit,
+            op("finish", i=1),
+        ],
         "stalled disk load, other requests go on": [
             *to_disk,
             op("request", i=1, n=full, life=2),
@@ -1202,6 +1208,7 @@ def run_api(
     coverage_pass: bool = True,
     minimize: bool = True,
     reproduce: str | None = None,
+    minimize_seconds: float = 60.0,
     out: Callable[[str], None] = lambda s: None,
 ) -> RunResult:
     """The scripted witnesses, then Hypothesis; the first finding minimized."""
@@ -1286,7 +1293,9 @@ def run_api(
     )
     if found is not None and minimize:
         out(f"  minimizing the {len(found.api_trace)}-operation failing trace (fresh replays)...")  # type: ignore[attr-defined]
-        res.minimized, res.finding, res.replays = minimize_ops(table, N, found)
+        res.minimized, res.finding, res.replays = minimize_ops(
+            table, N, found, max_seconds=minimize_seconds
+        )
     return res
 
 
