@@ -1373,6 +1373,33 @@ def run_api_cli(args: Any, table: Table) -> int:
         )
         return 1
     seed = args.seed
+    if getattr(args, "threads", False):
+        from kvstate.api_threads import run_threads
+
+        runs = {"ci": 3, "dev": 20, "nightly": 200}[args.profile]
+        first = seed if seed is not None else 0
+        print(
+            f"kvstate fuzz: target kvstate-api --threads vs table {table.name}, pool N={N}, "
+            f"{runs} threaded runs, seeds {first}..{first + runs - 1}",
+            flush=True,
+        )
+        total: Counter[str] = Counter()
+        for sd in range(first, first + runs):
+            r = run_threads(table, N, seed=sd)
+            total.update(r.counts)
+            if r.problems:
+                print(f"kvstate fuzz: FAILED (threads, seed {sd}, {r.seconds:.1f} s)")
+                for p in r.problems:
+                    print(f"  {p}")
+                print(f"  rerun:     kvstate fuzz --target kvstate-api --threads --seed {sd}")
+                return 1
+        print(
+            f"kvstate fuzz: ok, {runs} threaded runs: {total['sections checked']} critical "
+            f"sections explained in lock order, {total['reads checked']} reads byte-checked, "
+            f"{total['fault stall']} stalled disk reads, {total['fault abort_in_use']} aborts "
+            "inside use, nothing leaked"
+        )
+        return 0
     if seed is None and args.profile != "ci":
         import random
 

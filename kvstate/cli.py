@@ -169,6 +169,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="OP",
         help="--target kvstate-api: leave this operation (or fault) out of the run",
     )
+    fz.add_argument(
+        "--threads",
+        action="store_true",
+        help="--target kvstate-api: several engine threads and the threaded pipelines; "
+        "linearizability in lock order, bytes, leaks",
+    )
     fz.add_argument("--examples", type=int, default=None)
     fz.add_argument("--steps", type=int, default=None)
     fz.add_argument("--seed", type=int, default=None)

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kvstate.spec.api import API, MACROS, RESTART_KEEPS, RESTART_PHASE, RESTART_SURVIVES
+from kvstate.spec.api import API, MACROS, RESTART_KEEPS, RESTART_PHASE, RESTART_SURVIVES, SECTIONS
 from kvstate.spec.state import ConcreteState
 from kvstate.spec.table import Action, ParamKind, Scope, Table
 
@@ -164,6 +164,8 @@ class Explainer:
         self.table = machine.table
         names = [a.name for a in self.table.actions]
         self.nfas = {call: compile_patterns(c.patterns, names) for call, c in API.items()}
+        for call, extra in SECTIONS.items():  # one critical section of a multi-section call
+            self.nfas[f"{call}/section"] = compile_patterns((*API[call].patterns, *extra), names)
         self.scope = {v.name: v.scope for v in self.table.vars}
 
     def _cells(self, values: Mapping[str, Any]) -> dict[tuple[str, Any], Any]:

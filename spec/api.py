@@ -78,6 +78,12 @@ API: dict[str, ApiCall] = {
     "fault": ApiCall(("",), "arm a fault (disk full, read error, stalled read)"),
 }
 
+# With threaded pipelines a call may take the cache's lock more than once (``use`` waits for a
+# recovery, releasing the lock, then validates, then enters); each critical section of the call
+# must be explained by the call's patterns or by one of these.  A pipeline worker's sections are
+# explained by ``drain`` (its job steps).
+SECTIONS: dict[str, tuple[str, ...]] = {"use": ("FINALIZE",)}
+
 # What a process crash keeps: blocks whose published disk entry survives (a disk block, or one
 # being loaded from disk: its file is deleted only once the load completes) keep these
 # variables (from the entry's header); every other variable and block is as in Init.
