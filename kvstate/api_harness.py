@@ -160,6 +160,8 @@ class ApiHarness:
         self.corrupt: dict[int, str] = {}  # block -> kind of a corrupt published entry
         self.read_error: set[int] = set()  # blocks whose running load was told to fail
         self.disk_full = False
+        self.foreign_stored: set[int] = set()  # other namespaces that stored blocks
+        self.foreign_slot: int | None = None
         self.restored: set[int] = set()  # blocks loaded back since they were last written
         self.steps: list[Op] = []
         self.call_override: str | None = None
@@ -248,6 +250,26 @@ class ApiHarness:
                 out.append(
                     f"SWA pages: {t.swa_pool.free} free + {sw} held != {t.swa_pool.n - t.swa_pool.first}"
                 )
+            # each block's phase says which pools it holds (the table's phases, read as data)
+            dev_phases = {int(CKV.WRITING), int(CKV.READY), int(CKV.OFFLOADING), int(CKV.EVICTING)}
+            load_dma = {j.rid for j in loads if j.pipe is Pipe.DMA}
+            load_io = {j.rid for j in loads if j.pipe is Pipe.IO}
+            for r in live:
+                ck = m.ckv[r]
+                if (m.slot[r] >= 0) != (ck in dev_phases):
+                    out.append(f"record {r}: phase {CKV(ck).name} but device slot {m.slot[r]}")
+                in_host = ck in (CKV.OFFLOADING, CKV.HOST) or r in load_dma
+                if (m.hslot[r] >= 0) != in_host:
+                    out.append(f"record {r}: phase {CKV(ck).name} but host slot {m.hslot[r]}")
+                on_disk = ck == CKV.DISK or r in load_io
+                if (r in core.disk_entries) != on_disk:
+                    out.append(
+                        f"record {r}: phase {CKV(ck).name}, disk entry {r in core.disk_entries}"
+                    )
+                if (ck == CKV.LOADING) != (r in load_dma or r in load_io):
+                    out.append(
+                        f"record {r}: phase {CKV(ck).name}, load job {r in load_dma or r in load_io}"
+                    )
             refs = sum(m.ref[r] for r in live)
             pins = sum(len(s.rids) for s in core.slots)
             if not refs == pins == core.pinned_blocks:
@@ -333,6 +355,7 @@ class ApiHarness:
         obs0 = self.observe()
         req = None
         self.call_override: str | None = None
+        self.foreign_slot: int | None = None
         raised: BaseException | None = None
         forbid = self._forbid(o)
         try:
@@ -371,9 +394,12 @@ class ApiHarness:
                     )
                 self.cov.add(f"refused {o.name}:{type(raised).__name__}")
             else:
-                ex = self.explainer.explain(
-                    call, before, obs, req=req, forbid=forbid, ignore=self._unkept()
-                )
+                foreign = self.foreign_slot
+                ign = self._unkept()
+                if foreign is not None:  # that slot's deadline and snapshot are another chain's
+                    ign += [("deadline", foreign)]
+                    ign += [(v, (foreign, b)) for v in ("pgen", "paddr") for b in range(self.N)]
+                ex = self.explainer.explain(call, before, obs, req=req, forbid=forbid, ignore=ign)
                 if ex.steps is None:
                     raise self.fail(
                         "unexplained",
@@ -384,7 +410,13 @@ class ApiHarness:
                         + "\n  ".join(state_diff(before.values, obs, self.table)),
                     )
                 self._after_steps(before, ex.steps)
-                self.model = self.machine.state(self._with_model_addr(ex.steps, before))
+                vals = self._with_model_addr(ex.steps, before)
+                if foreign is not None:
+                    for name in ("deadline", "pgen", "paddr"):
+                        row = list(vals[name])
+                        row[foreign] = obs[name][foreign]
+                        vals[name] = tuple(row)
+                self.model = self.machine.state(vals)
                 self.cov.add(f"call {o.name}")
                 if o.name == "admit" and req is not None:
                     self._check_longest(before, ex.steps, req)
@@ -723,6 +755,41 @@ def _do_abort_in_use(h: ApiHarness, o: Op) -> int | None:
     return r
 
 
+def _do_foreign(h: ApiHarness, o: Op) -> int | None:
+    """A whole request over the same tokens in another namespace: no hit (namespaces share no
+    block), its own bytes right, its blocks stored next to the chain's (evicting some)."""
+    from kvstate.impl.datacheck import verify_run
+
+    n, ns = o.arg("n"), o.arg("ns")
+    want = np.array(h.tokens[:n], dtype=np.int64)
+    req = h.cache.request(want.copy(), namespace=f"{OTHER_NAMESPACE}-{ns}", lifetime=1)
+    adm = h.cache.admit(req)
+    assert req.slot is not None
+    h.foreign_slot = req.slot.index
+    h.cov.add("foreign requests")
+    if adm.hit_tokens:
+        h.cov.add("foreign hits")
+        if ns not in h.foreign_stored:
+            raise h.fail(
+                "namespace",
+                ["hit"],
+                f"a request in namespace {ns}, where nothing was stored, hit {adm.hit_tokens} "
+                "tokens (namespaces share no block)",
+            )
+    with h.cache.use(req) as run:
+        problems = verify_run(run, want)
+        h.cov.add("reads checked")
+        if problems:
+            raise h.fail(
+                "data",
+                [problems[0].split(":")[0]],
+                "foreign request reads wrong bytes:\n  " + "\n  ".join(problems),
+            )
+    h.cache.forget(req)
+    h.foreign_stored.add(ns)
+    return None
+
+
 def _do_tick(h: ApiHarness, o: Op) -> int | None:
     h.cache.tick(o.arg("t"))
     return None
@@ -839,6 +906,7 @@ OPS: dict[str, Callable[[ApiHarness, Op], int | None]] = {
     "read_released": _do_read_released,
     "mutate_tokens": _do_mutate,
     "abort_in_use": _do_abort_in_use,
+    "foreign": _do_foreign,
     "tick": _do_tick,
     "evict": _maint("evict"),
     "offload": _maint("offload"),
@@ -853,6 +921,7 @@ OPS: dict[str, Callable[[ApiHarness, Op], int | None]] = {
 }
 # which spec/api.py entry explains each operation
 MAPPING: dict[str, str] = {
+    "foreign": "foreign",
     **{
         k: k
         for k in (
@@ -991,14 +1060,17 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[Op]]:
             *hit,
         ],
         "read after release": [*store, *hit, op("finish", i=1), op("read_released", i=1)],
-        "two namespaces share nothing, one chain shares blocks": [
+        "chains sharing blocks, in three namespaces": [
             op("request", i=0, n=2 * L + 1, life=2),
             op("admit", i=0),
             op("use", i=0),
+            op("foreign", ns=0, n=full),
             op("request", i=1, n=full, life=2),
             op("admit", i=1),
             op("use", i=1),
             op("finish", i=0),
+            op("foreign", ns=1, n=2 * L + 1),
+            op("foreign", ns=0, n=full),
             op("finish", i=1),
             *hit,
         ],
@@ -1065,6 +1137,7 @@ def build_machine(
     add("read_released", i=ii)
     add("mutate_tokens", i=ii)
     add("abort_in_use", i=ii)
+    add("foreign", ns=st.integers(0, 1), n=st.sampled_from([2 * L + 1, N * L + 1]))
     add("tick", t=st.integers(1, lm))
     for m in ("evict", "offload", "spill", "drop"):
         add(m, n=st.integers(1, N))

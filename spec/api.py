@@ -69,6 +69,9 @@ API: dict[str, ApiCall] = {
     "offload": ApiCall(("(drop | spill | offload)*",), "start up to n offloads (making host room)"),
     "spill": ApiCall(("(drop | spill)*",), "write up to n host blocks to disk (making disk room)"),
     "drop": ApiCall(("drop*",), "delete up to n expired host/disk entries"),
+    # a whole request of another namespace (admit, use, finish): outside the modelled chain,
+    # its only effect on it is the blocks its stores evict (its slot returns to idle)
+    "foreign": ApiCall(("EVICT*",), "a request in another namespace: it shares no block"),
     "step": ApiCall(("JOB?",), "one step of one pipeline job (manual pipelines)"),
     "drain": ApiCall(("JOB*",), "every pipeline job to completion (manual pipelines)"),
     # faults and harness-side calls that must leave the cache's state as it is

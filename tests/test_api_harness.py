@@ -4,7 +4,10 @@ The ci-profile runs are the harness's CI gate.  Two of the library's open wrong-
 (issue 10/11: ``request()`` keeps the caller's token buffer; a ``Run`` keeps reading after its
 pins are released) and an undocumented ``OSError`` from ``spill`` on a full disk make the full
 run fail until they are fixed, so that one test is an expected failure (not strict); the other
-runs the same profile without the three operations that expose them and must pass.
+runs the same profile without the operations that expose them and must pass.  ``foreign`` (a
+request in another namespace) is left out too: under pool pressure the library's ``allocate``
+gives a block another device slot (``SlotPool.take`` hands out a claimed slot), and the table's
+``allocate`` keeps the block's address, so the two disagree (reported with the findings).
 """
 
 from __future__ import annotations
@@ -30,7 +33,10 @@ from kvstate.spec.api import API
 TABLE = default_table()
 N = 4
 L = TABLE.consts.L
-OPEN_DEFECT_OPS = frozenset({"read_released", "mutate_tokens", "abort_in_use", "disk_full"})
+# operations that expose open defects (see the module doc); shrink as they are fixed
+OPEN_DEFECT_OPS = frozenset(
+    {"read_released", "mutate_tokens", "abort_in_use", "disk_full", "foreign"}
+)
 
 
 def test_every_api_pattern_compiles_over_the_table_actions() -> None:
@@ -135,7 +141,8 @@ def test_wrong_bytes_are_found() -> None:
 @pytest.mark.xfail(
     strict=False,
     reason="issue 10/11, open on this branch: request() keeps the caller's token buffer; a Run "
-    "keeps reading after its pins are released; spill on a full disk raises OSError",
+    "keeps reading after its pins are released; spill on a full disk raises OSError; allocate "
+    "moves a block's address, which the table's allocate does not allow",
 )
 def test_api_ci_profile_conforms() -> None:
     res = run_api(TABLE, N, profile="ci")
