@@ -49,6 +49,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 from kvstate.model.apimap import Explainer, after_restart, state_diff
 from kvstate.model.concrete import Machine
 from kvstate.model.fuzz import Nonconformance
+from kvstate.spec.api import RESTART_KEEPS
 from kvstate.spec.phases import CKV, Pipe, Req
 from kvstate.spec.state import ConcreteState
 from kvstate.spec.table import Scope, Table
@@ -161,6 +162,7 @@ class ApiHarness:
         self.read_error: set[int] = set()  # blocks whose running load was told to fail
         self.disk_full = False
         self.foreign_stored: set[int] = set()  # other namespaces that stored blocks
+        self.published: dict[int, dict[str, int]] = {}  # block -> its disk entry's header
         self.foreign_slot: int | None = None
         self.restored: set[int] = set()  # blocks loaded back since they were last written
         self.steps: list[Op] = []
@@ -470,6 +472,10 @@ class ApiHarness:
                 self.cov.add("indexer rebuilds")
             elif name == "allocate" and b is not None:
                 self.restored.discard(b)
+            if name == "spill" and b is not None:
+                self.published[b] = {v: s.values[v][b] for v in RESTART_KEEPS}
+            elif name in ("drop", "load_done", "allocate") and b is not None:
+                self.published.pop(b, None)
             elif name == "slide" and loading_any:
                 self.cov.add("slides during a load")
             elif name == "use":
@@ -543,7 +549,7 @@ class ApiHarness:
             )
 
     def _restart_model(self) -> None:
-        s = after_restart(self.machine, self.model)
+        s = after_restart(self.machine, self.model, self.published)
         vals = s.values
         init = self.machine.init().values
         for b, kind in list(self.corrupt.items()):

@@ -184,6 +184,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "            [s * ppl for s in self.block_table() for i in range(ppl)],",
     ),
     Mutant(
+        "block_table_reversed",
+        "block table built wrong",
+        "impl/cache.py",
+        "        return [slot[r] for r in self.rids]",
+        "        return [slot[r] for r in reversed(self.rids)]",
+    ),
+    Mutant(
         "host_load_keeps_host_slot",
         "free without reset (leak)",
         "impl/core.py",

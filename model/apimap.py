@@ -297,8 +297,14 @@ def _freeze(v: Any) -> Any:
     return tuple(_freeze(x) for x in v) if isinstance(v, (tuple, list)) else v
 
 
-def after_restart(machine: Machine, s: ConcreteState) -> ConcreteState:
-    """The model's state after a process crash and restart over the same cache directory."""
+def after_restart(
+    machine: Machine, s: ConcreteState, published: Mapping[int, Mapping[str, int]] | None = None
+) -> ConcreteState:
+    """The model's state after a process crash and restart over the same cache directory.
+
+    ``published``: per surviving block, the kept variables as its entry was written (a window
+    that slid while the block sat on disk is still in the file; without it, the model's
+    current values are used)."""
     init = machine.init().values
     vals = s.values
     out = dict(init)
@@ -310,7 +316,8 @@ def after_restart(machine: Machine, s: ConcreteState) -> ConcreteState:
     for name in ("ckv", *RESTART_KEEPS):
         col = list(out[name])
         for b in survivors:
-            col[b] = RESTART_PHASE if name == "ckv" else vals[name][b]
+            pub = (published or {}).get(b, {})
+            col[b] = RESTART_PHASE if name == "ckv" else pub.get(name, vals[name][b])
         out[name] = tuple(col)
     if "nfree" in out:
         out["nfree"] = machine.N - len(survivors)
