@@ -49,7 +49,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 from kvstate.model.apimap import Explainer, after_restart, state_diff
 from kvstate.model.concrete import Machine
 from kvstate.model.fuzz import Nonconformance
-from kvstate.spec.api import RESTART_KEEPS
+from kvstate.spec.api import API, RESTART_KEEPS
 from kvstate.spec.phases import CKV, Pipe, Req
 from kvstate.spec.state import ConcreteState
 from kvstate.spec.table import Scope, Table
@@ -163,6 +163,7 @@ class ApiHarness:
         self.disk_full = False
         self.foreign_stored: set[int] = set()  # other namespaces that stored blocks
         self.published: dict[int, dict[str, int]] = {}  # block -> its disk entry's header
+        self.ended: Live | None = None  # the request the current call finished
         self.foreign_slot: int | None = None
         self.restored: set[int] = set()  # blocks loaded back since they were last written
         self.steps: list[Op] = []
@@ -358,6 +359,7 @@ class ApiHarness:
         req = None
         self.call_override: str | None = None
         self.foreign_slot: int | None = None
+        self.ended: Live | None = None
         raised: BaseException | None = None
         forbid = self._forbid(o)
         try:
@@ -440,6 +442,17 @@ class ApiHarness:
             if lv is not None and lv.run is not None and o.name in ("use", "append", "read"):
                 if o.arg("i") == i:
                     self.check_bytes(lv.run, lv.want[: len(lv.req.tokens)], f"request {i}")
+
+    def _ticks(self, call: str, o: Op) -> int | None:
+        """The binding of the call's ticks parameters (``ApiCall.ticks`` in spec/api.py)."""
+        kind = API[call].ticks
+        if kind == "arg":
+            return o.arg("t")
+        if kind == "lifetime" and "i" in dict(o.args):
+            lv = self.live[o.arg("i")] or self.ended
+            if lv is not None:
+                return min(lv.req.lifetime, self.k.lease_max)
+        return None
 
     def _unkept(self) -> list[tuple[str, Any]]:
         """``state_data_ptrs`` cells past each request's own chain (the library keeps none)."""
@@ -690,6 +703,7 @@ def _end(h: ApiHarness, i: int, finish: bool) -> int | None:
     if lv.run is not None:
         h.released[i] = (lv.run, lv.want[: len(lv.req.tokens)].copy())
     h.live[i] = None
+    h.ended = lv
     return r
 
 

@@ -194,6 +194,7 @@ class Explainer:
         obs: Mapping[str, Any],
         req: int | None,
         forbid: set[tuple[str, int]],
+        ticks: int | None = None,
     ) -> list[dict[str, int]]:
         """Parameters worth trying: the ones that change something the library shows."""
         doms: list[list[int]] = []
@@ -223,6 +224,8 @@ class Explainer:
                     set(range(0, self.m.N * L + 1, L))
                     | {x for x in obs.get("hit", ()) if isinstance(x, int)}
                 )
+            elif q.kind is ParamKind.TICKS and ticks is not None:
+                dom = [ticks]
             elif q.kind in (ParamKind.ADDR, ParamKind.FMT):
                 dom = [-1]  # filled from the observed block below
             else:
@@ -250,6 +253,7 @@ class Explainer:
         req: int | None = None,
         forbid: Iterable[tuple[str, int]] = (),
         ignore: Iterable[tuple[str, Any]] = (),
+        ticks: int | None = None,
         max_nodes: int = 4000,
     ) -> Explanation:
         """A sequence of ``call``'s patterns from ``before`` to ``observed`` (see module doc).
@@ -258,7 +262,8 @@ class Explainer:
         block) pairs the world rules out (a load of a corrupt entry never completes, a load
         of a sound one never fails unless a read error was injected); ``ignore``: cells
         ``(variable, index)`` the library does not keep (a request's ``state_data_ptrs`` past
-        its own chain).  States are compared exactly (addresses are the library's slots).
+        its own chain); ``ticks``: the value every ticks parameter must take (the call's
+        binding, ``ApiCall.ticks``).  States are compared exactly (addresses are the library's slots).
         """
         nfa, start, accept = self.nfas[call]
         table = self.table
@@ -284,7 +289,7 @@ class Explainer:
                 return Explanation(path, nodes, False)
             for name, nxt in nfa.moves(states).items():
                 a = table.action(name)
-                for p in self._candidates(a, cur, observed, req, ban):
+                for p in self._candidates(a, cur, observed, req, ban, ticks):
                     new = self.m.step(cur, a, p)
                     d = self._distance(new.values, goal)
                     heapq.heappush(

@@ -48,6 +48,10 @@ class ApiCall:
 
     patterns: tuple[str, ...]
     doc: str = ""
+    # what every ticks parameter (``t`` of admit / touch / tick) of the explaining sequence
+    # must be: "lifetime" (the request's, capped at lease_max: its admission and its leases),
+    # "arg" (the call's own argument), or None (free)
+    ticks: str | None = None
 
 
 API: dict[str, ApiCall] = {
@@ -59,12 +63,17 @@ API: dict[str, ApiCall] = {
         ),
         "the longest valid hit, pinned and validated, or pinned with recovery jobs started "
         "(validated at use), or given up at the admission cap",
+        ticks="lifetime",
     ),
     "use": ApiCall(("FINALIZE? use",), "wait for the recovery (if any), validate, compute"),
-    "finish": ApiCall(("STORE* release",), "store the request's new full blocks, drop the pins"),
+    "finish": ApiCall(
+        ("STORE* release",), "store the request's new full blocks, drop the pins", "lifetime"
+    ),
     "abort": ApiCall(("abort",), "drop the pins and the hit at any point"),
-    "append": ApiCall(("(STORE | slide)*",), "decode: store completed blocks, slide the window"),
-    "tick": ApiCall(("tick",), "time passes"),
+    "append": ApiCall(
+        ("(STORE | slide)*",), "decode: store completed blocks, slide the window", "lifetime"
+    ),
+    "tick": ApiCall(("tick",), "time passes", "arg"),
     "evict": ApiCall(("EVICT*",), "evict up to n lease-expired unpinned device blocks"),
     "offload": ApiCall(("(drop | spill | offload)*",), "start up to n offloads (making host room)"),
     "spill": ApiCall(("(drop | spill)*",), "write up to n host blocks to disk (making disk room)"),
