@@ -414,6 +414,8 @@ class ApiHarness:
                         + "\n  ".join(state_diff(before.values, obs, self.table)),
                     )
                 self._after_steps(before, ex.steps)
+                if call in ("use", "admit") and any(n == "abort" for n, _ in ex.steps):
+                    self.cov.add("hits truncated to the valid prefix")
                 vals = self._with_model_addr(ex.steps, before)
                 if foreign is not None:
                     for name in ("deadline", "pgen", "paddr"):
@@ -442,6 +444,18 @@ class ApiHarness:
             if lv is not None and lv.run is not None and o.name in ("use", "append", "read"):
                 if o.arg("i") == i:
                     self.check_bytes(lv.run, lv.want[: len(lv.req.tokens)], f"request {i}")
+
+    def _fmts(self, before: ConcreteState) -> dict[tuple[str, int], int]:
+        """The stored form each output parameter must report: the writer's for an allocation,
+        the file's for a load from disk (the world knows both; the library may not choose)."""
+        w = int(getattr(self.core.writer, "fmt", 0))
+        out = {("allocate", b): w for b in range(self.N)}
+        for b, pub in self.published.items():
+            out[("load_done", b)] = pub["fmt"]
+        for b in range(self.N):  # a host load brings back the form the block had
+            if before.values["ldpipe"][b] == Pipe.DMA and before.values["ckv"][b] == CKV.LOADING:
+                out[("load_done", b)] = before.values["fmt"][b]
+        return out
 
     def _ticks(self, call: str, o: Op) -> int | None:
         """The binding of the call's ticks parameters (``ApiCall.ticks`` in spec/api.py)."""
@@ -882,6 +896,24 @@ def _do_corrupt(h: ApiHarness, o: Op) -> int | None:
     return None
 
 
+def _do_host_tail(h: ApiHarness, o: Op) -> int | None:
+    """A bit flip in the host copy of a block's compressor state (host memory has no checksum):
+    the restored tail no longer splices at that boundary, so a hit ending there must be cut by
+    one block (the tail check), never served."""
+    b = o.arg("b")
+    rid = h.rids[b]
+    m = h.core.meta
+    if m.ckv[rid] != CKV.HOST or m.hslot[rid] < 0:
+        return None
+    grp = h.core.tiers.compressor
+    idx = grp.host_index(m.hslot[rid])
+    v = grp.host_data[:, idx].clone()
+    v[..., grp.state_bytes] ^= 0x01  # a position of the ring: the splice check must fail
+    grp.host_data[:, idx] = v
+    h.cov.add("fault host_tail")
+    return None
+
+
 def _do_read_error(h: ApiHarness, o: Op) -> int | None:
     b = o.arg("b")
     rid = h.rids[b]
@@ -936,6 +968,7 @@ OPS: dict[str, Callable[[ApiHarness, Op], int | None]] = {
     "drain": _do_drain,
     "corrupt": _do_corrupt,
     "read_error": _do_read_error,
+    "host_tail": _do_host_tail,
     "disk_full": _do_disk_full,
     "restart": _do_restart,
 }
@@ -966,6 +999,7 @@ MAPPING: dict[str, str] = {
     "abort_in_use": "abort",
     "corrupt": "corrupt",
     "read_error": "fault",
+    "host_tail": "corrupt",
     "disk_full": "fault",
     "restart": "fault",
 }
@@ -973,6 +1007,7 @@ FAULT_OPS = {
     "crash": ("restart",),
     "corrupt": ("corrupt",),
     "read_error": ("read_error",),
+    "host_tail": ("host_tail",),
     "disk_full": ("disk_full",),
     "abort_in_use": ("abort_in_use",),
     "token_reuse": ("mutate_tokens",),
@@ -1046,6 +1081,7 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[Op]]:
             op("corrupt", b=N - 1, kind=1),
             *hit,
         ],
+        "a host copy whose tail does not splice": [*to_host, op("host_tail", b=N - 1), *hit],
         "truncated entry": [*to_disk, op("corrupt", b=N - 2, kind=0), *hit],
         "header corruption, then a restart": [
             *to_disk,
@@ -1165,6 +1201,7 @@ def build_machine(
     add("drain")
     add("corrupt", b=st.integers(0, N - 1), kind=st.integers(0, 2))
     add("read_error", b=st.integers(0, N - 1))
+    add("host_tail", b=st.integers(0, N - 1))
     add("disk_full", on=st.integers(0, 1))
     add("restart")
 

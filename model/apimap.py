@@ -195,6 +195,7 @@ class Explainer:
         req: int | None,
         forbid: set[tuple[str, int]],
         ticks: int | None = None,
+        fmts: Mapping[tuple[str, int], int] | None = None,
     ) -> list[dict[str, int]]:
         """Parameters worth trying: the ones that change something the library shows."""
         doms: list[list[int]] = []
@@ -239,7 +240,8 @@ class Explainer:
                 if q.kind is ParamKind.ADDR and b is not None:
                     p[q.name] = max(int(obs["addr"][b]), 0)
                 elif q.kind is ParamKind.FMT and b is not None:
-                    p[q.name] = int(obs["fmt"][b])
+                    known = (fmts or {}).get((a.name, b))
+                    p[q.name] = int(obs["fmt"][b]) if known is None else known
             if self.m.is_enabled(cur, a, p):
                 out.append(p)
         return out
@@ -254,6 +256,7 @@ class Explainer:
         forbid: Iterable[tuple[str, int]] = (),
         ignore: Iterable[tuple[str, Any]] = (),
         ticks: int | None = None,
+        fmts: Mapping[tuple[str, int], int] | None = None,
         max_nodes: int = 4000,
     ) -> Explanation:
         """A sequence of ``call``'s patterns from ``before`` to ``observed`` (see module doc).
@@ -263,7 +266,9 @@ class Explainer:
         of a sound one never fails unless a read error was injected); ``ignore``: cells
         ``(variable, index)`` the library does not keep (a request's ``state_data_ptrs`` past
         its own chain); ``ticks``: the value every ticks parameter must take (the call's
-        binding, ``ApiCall.ticks``).  States are compared exactly (addresses are the library's slots).
+        binding, ``ApiCall.ticks``); ``fmts``: (action, block) -> the stored form its output
+        parameter must be (known to the world: the writer's, the file's); other outputs are
+        the ones the library shows.  States are compared exactly (addresses are the library's slots).
         """
         nfa, start, accept = self.nfas[call]
         table = self.table
@@ -289,7 +294,7 @@ class Explainer:
                 return Explanation(path, nodes, False)
             for name, nxt in nfa.moves(states).items():
                 a = table.action(name)
-                for p in self._candidates(a, cur, observed, req, ban, ticks):
+                for p in self._candidates(a, cur, observed, req, ban, ticks, fmts):
                     new = self.m.step(cur, a, p)
                     d = self._distance(new.values, goal)
                     heapq.heappush(
