@@ -403,7 +403,16 @@ class ApiHarness:
                 if foreign is not None:  # that slot's deadline and snapshot are another chain's
                     ign += [("deadline", foreign)]
                     ign += [(v, (foreign, b)) for v in ("pgen", "paddr") for b in range(self.N)]
-                ex = self.explainer.explain(call, before, obs, req=req, forbid=forbid, ignore=ign)
+                ex = self.explainer.explain(
+                    call,
+                    before,
+                    obs,
+                    req=req,
+                    forbid=forbid,
+                    ignore=ign,
+                    ticks=self._ticks(call, o),
+                    fmts=self._fmts(before),
+                )
                 if ex.steps is None:
                     raise self.fail(
                         "unexplained",
