@@ -917,7 +917,8 @@ def _do_host_tail(h: ApiHarness, o: Op) -> int | None:
     grp = h.core.tiers.compressor
     idx = grp.host_index(m.hslot[rid])
     v = grp.host_data[:, idx].clone()
-    v[..., grp.state_bytes] ^= 0x01  # a position of the ring: the splice check must fail
+    h_end = (b + 1) * h.L  # the boundary this state belongs to; its last position's ring slot
+    v[..., grp.state_bytes + 8 * ((h_end - 1) % grp.ring)] ^= 0x01  # the splice check must fail
     grp.host_data[:, idx] = v
     h.cov.add("fault host_tail")
     return None
