@@ -272,14 +272,17 @@ def apply(root: Path, m: Mutant) -> str:
     return src
 
 
-def run_one(root: Path, name: str, profile: str, timeout: float) -> dict[str, object]:
+def run_one(
+    root: Path, name: str, profile: str, timeout: float, coverage: bool = True
+) -> dict[str, object]:
     m = next(x for x in MUTANTS if x.name == name)
     original = apply(root, m)
     started = time.monotonic()
     try:
         env = {**os.environ, "KVSTATE_PURE_PYTHON": "1", "PYTHONPATH": str(root)}
         proc = subprocess.run(
-            [sys.executable, "-m", "kvstate.api_mutants", "--child", profile],
+            [sys.executable, "-m", "kvstate.api_mutants", "--child", profile]
+            + ([] if coverage else ["--no-coverage"]),
             cwd=root,
             env=env,
             capture_output=True,
@@ -299,7 +302,7 @@ def run_one(root: Path, name: str, profile: str, timeout: float) -> dict[str, ob
     return out
 
 
-def child(profile: str) -> None:
+def child(profile: str, coverage: bool = True) -> None:
     """In the mutated interpreter: one harness run, the outcome as one JSON line."""
     from kvstate.api_harness import OPS, run_api
     from kvstate.spec import default_table
@@ -311,6 +314,7 @@ def child(profile: str) -> None:
             4,
             profile=profile,
             ops=frozenset(OPS) - set(SKIP),
+            coverage_pass=coverage,
             minimize_seconds=20.0,
         )
     except Exception as exc:  # noqa: BLE001 - the mutant broke the import or the harness
@@ -348,10 +352,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=300.0)
     ap.add_argument("--json", default=None, help="write the results here")
     ap.add_argument("--list", action="store_true")
+    ap.add_argument(
+        "--no-coverage",
+        action="store_true",
+        help="Hypothesis only: skip the scripted witnesses (examples may still start from one)",
+    )
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.child:
-        child(a.child)
+        child(a.child, not a.no_coverage)
         return 0
     chosen = [m for m in MUTANTS if not a.k or any(k in m.name for k in a.k)]
     if a.list:
@@ -363,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
         _staged(root, m).write_text(apply(root, m))
     results = []
     for m in chosen:
-        r = run_one(root, m.name, a.profile, a.timeout)
+        r = run_one(root, m.name, a.profile, a.timeout, not a.no_coverage)
         results.append(r)
         print(
             f"{'KILLED ' if r['killed'] else 'SURVIVED'} {m.name:<36} {r.get('seconds', '-')!s:>6} s "
