@@ -1037,7 +1037,8 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[Op]]:
         op("tick", t=lease_max),
     ]
     to_host = [*store, op("offload", n=N), op("drain")]
-    to_disk = [*to_host, op("spill", n=N)]
+    # the host tier holds two blocks: spill them, then offload the rest (every block on disk)
+    to_disk = [*to_host, op("spill", n=N), op("offload", n=N), op("drain"), op("spill", n=N)]
     hit = [
         op("request", i=1, n=full, life=1),
         op("admit", i=1),
