@@ -185,11 +185,12 @@ def test_api_ci_profile_conforms_without_the_open_defect_operations() -> None:
 
 
 def test_planted_mutants_are_killed() -> None:
-    """Two of the planted bugs (python -m kvstate.api_mutants runs all of them)."""
+    """One of the planted bugs, end to end through the runner (python -m kvstate.api_mutants
+    runs all of them: minutes, not in the default run)."""
     from kvstate.api_mutants import run_one, stage
 
     root = stage()
-    for name in ("disk_checksum_not_verified", "host_copy_without_indexer"):
+    for name in ("host_copy_without_indexer",):
         r = run_one(root, name, "ci", 300.0)
         assert r["killed"], r
 
