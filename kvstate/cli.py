@@ -252,8 +252,22 @@ def build_parser() -> argparse.ArgumentParser:
     fz.add_argument(
         "--target",
         default="kvstate",
-        help="'kvstate' (the built-in allocator), 'model', 'vllm' (vLLM's KVCacheManager), "
+        help="'kvstate-api' (the public API with bytes and faults), 'kvstate' (the built-in "
+        "allocator, one action at a time), 'model', 'vllm' (vLLM's KVCacheManager), "
         "or module:factory",
+    )
+    fz.add_argument(
+        "--skip-op",
+        action="append",
+        default=[],
+        metavar="OP",
+        help="--target kvstate-api: leave this operation (or fault) out of the run",
+    )
+    fz.add_argument(
+        "--threads",
+        action="store_true",
+        help="--target kvstate-api: several engine threads and the threaded pipelines; "
+        "linearizability in lock order, bytes, leaks",
     )
     fz.add_argument("--examples", type=int, default=None)
     fz.add_argument("--steps", type=int, default=None)

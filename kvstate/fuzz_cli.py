@@ -1,6 +1,8 @@
 """``kvstate fuzz``: conformance fuzzing of an allocator against the model.
 
-Targets: ``kvstate`` (the built-in allocator, ``kvstate.impl.adapter:make_target``), ``model``
+Targets: ``kvstate-api`` (the library's public API, bytes and faults:
+:mod:`kvstate.api_harness`), ``kvstate`` (the built-in allocator, one action at a time,
+``kvstate.impl.adapter:make_target``), ``model``
 (the reference interpreter, a self-check), or ``module:factory`` -- any callable
 ``factory(table, N)`` returning an object with one method per spec action plus ``observe()``.
 
@@ -237,6 +239,10 @@ def run_fuzz_cli(args: argparse.Namespace, table: Table) -> int:
     ):
         if not hasattr(args, name):  # callers that build the namespace themselves
             setattr(args, name, default)
+    if args.target == "kvstate-api":
+        from kvstate.api_harness import run_api_cli
+
+        return run_api_cli(args, table)
     try:
         factory = resolve_target(args.target, args.bug)
     except Exception as exc:  # noqa: BLE001 - bad target/bug names are usage errors

@@ -1,0 +1,1611 @@
+"""Lockstep conformance at the library's public API, with bytes, faults and threads.
+
+``kvstate fuzz --target kvstate-api`` drives :class:`~kvstate.impl.cache.HeterogeneousKVCache`
+the way an engine does -- ``request / admit / use / finish / abort / append / tick / evict /
+offload / spill / drop``, reads through :class:`~kvstate.impl.cache.Run`, pipelines stepped job
+by job -- together with the faults the world throws at it (a process crash and restart over the
+same cache directory, a truncated or bit-flipped disk entry, a disk read error, a stalled read,
+a full disk, an abort from another thread inside ``use``, a caller reusing its token buffer).
+
+After every operation:
+
+* **refinement**: the state the library shows (the table's variables over the harness chain)
+  must be explained by a sequence of the table's actions that ``spec/api.py`` allows for the
+  call, from the model's state before it (:mod:`kvstate.model.apimap`); a refused call (a
+  documented ``KVStateError``) must change nothing; anything else raised is a finding;
+* **bytes**: every read of a running request is compared byte for byte with the content the
+  test writer derives from the request's *own* tokens (a copy the harness keeps); a read after
+  the request's pins are gone must raise a documented error;
+* **accounting**: free device slots, host slots and SWA pages plus what the blocks hold equal
+  each pool's capacity; pinned blocks equal the sum of the reference counts; disk entries equal
+  the published files, and no temporary file survives a call;
+* at the end of every example the cache is brought to quiescence through the API (abort, drain,
+  let the leases run out, evict, drop): every pool must be free again.
+
+Pools are small (the chain's ``N`` blocks plus two device slots) so a leaked slot shows within a
+few operations.  Findings are minimized by delta debugging over fresh replays and printed as
+replayable operation traces.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import shutil
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
+
+from kvstate.model.apimap import Explainer, after_restart, state_diff
+from kvstate.model.concrete import Machine
+from kvstate.model.fuzz import Nonconformance
+from kvstate.spec.api import API, RESTART_KEEPS
+from kvstate.spec.phases import CKV, Pipe, Req
+from kvstate.spec.state import ConcreteState
+from kvstate.spec.table import Scope, Table
+
+NAMESPACE = "kvstate-api-harness"
+OTHER_NAMESPACE = "kvstate-api-other"
+FAULT_KINDS = (
+    "crash",
+    "truncate",
+    "bitflip",
+    "header",
+    "read_error",
+    "stall",
+    "disk_full",
+    "abort_in_use",
+    "token_reuse",
+    "read_after_release",
+)
+
+
+# ---- operations --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Op:
+    """One harness operation: a public call (or a fault) with its integer arguments."""
+
+    name: str
+    args: tuple[tuple[str, int], ...] = ()
+
+    def arg(self, k: str) -> int:
+        return dict(self.args)[k]
+
+    def render(self) -> str:
+        return f"{self.name}({', '.join(f'{k}={v}' for k, v in self.args)})"
+
+
+def op(name: str, **args: int) -> Op:
+    return Op(name, tuple(args.items()))
+
+
+_OP = re.compile(r"^\s*(?:\d+[.)]\s*)?([a-z_]+)\s*\(([^()]*)\)\s*(?:#.*)?$")
+
+
+def parse_ops(text: str) -> list[Op]:
+    """``'request(i=0, n=49, life=2); admit(i=0)'`` (or one per line, as reports print them)."""
+    out = []
+    for part in re.split(r"[;\n]", text):
+        if not part.strip():
+            continue
+        m = _OP.match(part)
+        if m is None or m.group(1) not in OPS:
+            raise ValueError(f"cannot parse API operation {part.strip()!r}")
+        args = []
+        for kv in filter(None, (x.strip() for x in m.group(2).split(","))):
+            k, _, v = kv.partition("=")
+            args.append((k.strip(), int(v)))
+        out.append(Op(m.group(1), tuple(args)))
+    return out
+
+
+# ---- the harness ------------------------------------------------------------------------------
+@dataclass
+class Live:
+    """A request the harness (the "engine") holds."""
+
+    req: Any
+    want: np.ndarray  # the tokens the caller meant: a private copy
+    buf: np.ndarray  # the caller's own buffer (the request got a view of it)
+    ctx: Any = None
+    run: Any = None
+
+
+@dataclass
+class Coverage:
+    counts: Counter[str] = field(default_factory=Counter)
+
+    def add(self, k: str, n: int = 1) -> None:
+        self.counts[k] += n
+
+
+class ApiHarness:
+    """One example: a fresh cache over a fresh directory, the model, and the harness's requests."""
+
+    def __init__(
+        self,
+        table: Table,
+        N: int = 4,
+        *,
+        threads: bool = False,
+        coverage: Coverage | None = None,
+        cache_kwargs: Mapping[str, Any] | None = None,
+    ) -> None:
+        from kvstate.impl.testdata import harness_tokens
+
+        self.table = table
+        self.N = N
+        self.k = table.consts
+        self.L = self.k.L
+        self.R = self.k.R
+        self.machine = Machine(table, N)
+        self.explainer = _explainer(self.machine)
+        self.model = self.machine.init()
+        self.tokens = harness_tokens(N * self.L + self.L)  # one block past the pool: appends
+        self.cov = coverage if coverage is not None else Coverage()
+        self.threads = threads
+        self.cache_kwargs = dict(cache_kwargs or {})
+        self.dir = tempfile.mkdtemp(prefix="kvstate-api-")
+        self.live: list[Live | None] = [None] * self.R
+        self.released: list[Any] = [None] * self.R  # (run, want) of the last released use
+        self.corrupt: dict[int, str] = {}  # block -> kind of a corrupt published entry
+        self.read_error: set[int] = set()  # blocks whose running load was told to fail
+        self.disk_full = False
+        self.foreign_stored: set[int] = set()  # other namespaces that stored blocks
+        self.published: dict[int, dict[str, int]] = {}  # block -> its disk entry's header
+        self.ended: Live | None = None  # the request the current call finished
+        self.foreign_slot: int | None = None
+        self.restored: set[int] = set()  # blocks loaded back since they were last written
+        self.steps: list[Op] = []
+        self.call_override: str | None = None
+        self.cache: Any = None
+        self._open()
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def _open(self) -> None:
+        from kvstate.impl.cache import HeterogeneousKVCache
+
+        kw = dict(
+            table=self.table,
+            executors="threads" if self.threads else "manual",
+            max_requests=self.R,
+            device_blocks=self.N + 2,
+            host_blocks=2,
+            disk_blocks=self.N,
+            cache_dir=self.dir,
+        )
+        kw.update(self.cache_kwargs)
+        self.cache = HeterogeneousKVCache(**kw)
+        self.core = self.cache.core
+        self.chain = self.cache.chain(self.tokens[: self.N * self.L], NAMESPACE)
+        self.rids = self.cache.register(self.chain)
+        self._blocks = {k: b for b, k in enumerate(self.chain.keys)}
+        self.cache.events.subscribe(self._event)
+        self._real_write = self.core.disk.write
+        self._real_read = self.core.disk.read_range
+        if self.disk_full:
+            self._arm_disk_full()
+
+    def _event(self, ev: Any) -> None:
+        """What the library did, counted from its own events (a load that failed and left its
+        block where it was has no net effect the model could count)."""
+        from kvstate.impl.events import EventKind
+
+        if ev.kind is EventKind.LOADED:
+            self.cov.add(f"{ev.tier} restores completed")
+            b = self._blocks.get(ev.key)
+            if b is not None:
+                self.restored.add(b)
+        elif ev.kind is EventKind.LOAD_FAILED:
+            self.cov.add("loads failed")
+
+    def close(self) -> None:
+        try:
+            if self.cache is not None:
+                self.cache.close()
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    # -- observation ------------------------------------------------------------------------
+    def observe(self) -> dict[str, Any]:
+        core = self.core
+        with core.lock:
+            m = core.meta
+            rids = self.rids
+            slots = core.slots[: self.R]
+            out: dict[str, Any] = {}
+            for v in self.table.vars:
+                name = v.name
+                if v.scope is Scope.BLOCK:
+                    col = getattr(m, name)
+                    out[name] = tuple(col[i] for i in rids)
+                elif v.scope is Scope.GLOBAL:
+                    if name == "nfree":
+                        out[name] = sum(1 for i in rids if m.ckv[i] == CKV.FREE)
+                    elif name == "graph":
+                        out[name] = core.graph.phase
+                    else:
+                        out[name] = getattr(core, name)
+                elif v.scope is Scope.REQ:
+                    out[name] = tuple(getattr(s, name) for s in slots)
+                else:
+                    out[name] = tuple(
+                        tuple(getattr(s, name)) + (0,) * (self.N - len(getattr(s, name)))
+                        for s in slots
+                    )
+            return out
+
+    def accounting(self) -> list[str]:
+        """Pool counters against what the blocks hold (a leak or a double free shows here)."""
+        core = self.core
+        out = []
+        with core.lock:
+            m = core.meta
+            t = core.tiers
+            live = list(core.index.values())
+            jobs = [j for e in core.pipes.all for j in list(e.jobs.values())]
+            loads = [j for j in jobs if getattr(j, "kind", "") == "load"]
+            held = sum(1 for r in live if m.slot[r] >= 0) + len(loads)
+            if t.slots.free + held != t.slots.n:
+                out.append(f"device slots: {t.slots.free} free + {held} held != {t.slots.n}")
+            hheld = sum(1 for r in live if m.hslot[r] >= 0)
+            if t.host_slots.free + hheld != t.host_slots.n:
+                out.append(
+                    f"host slots: {t.host_slots.free} free + {hheld} held != {t.host_slots.n}"
+                )
+            sw = sum(len(m.swa_pages[r]) for r in live) + sum(len(j.swa_pages) for j in loads)
+            if t.swa_pool.free + sw != t.swa_pool.n - t.swa_pool.first:
+                out.append(
+                    f"SWA pages: {t.swa_pool.free} free + {sw} held != {t.swa_pool.n - t.swa_pool.first}"
+                )
+            # each block's phase says which pools it holds (the table's phases, read as data)
+            dev_phases = {int(CKV.WRITING), int(CKV.READY), int(CKV.OFFLOADING), int(CKV.EVICTING)}
+            load_dma = {j.rid for j in loads if j.pipe is Pipe.DMA}
+            load_io = {j.rid for j in loads if j.pipe is Pipe.IO}
+            for r in live:
+                ck = m.ckv[r]
+                if (m.slot[r] >= 0) != (ck in dev_phases):
+                    out.append(f"record {r}: phase {CKV(ck).name} but device slot {m.slot[r]}")
+                in_host = ck in (CKV.OFFLOADING, CKV.HOST) or r in load_dma
+                if (m.hslot[r] >= 0) != in_host:
+                    out.append(f"record {r}: phase {CKV(ck).name} but host slot {m.hslot[r]}")
+                on_disk = ck == CKV.DISK or r in load_io
+                if (r in core.disk_entries) != on_disk:
+                    out.append(
+                        f"record {r}: phase {CKV(ck).name}, disk entry {r in core.disk_entries}"
+                    )
+                if (ck == CKV.LOADING) != (r in load_dma or r in load_io):
+                    out.append(
+                        f"record {r}: phase {CKV(ck).name}, load job {r in load_dma or r in load_io}"
+                    )
+            refs = sum(m.ref[r] for r in live)
+            pins = sum(len(s.rids) for s in core.slots)
+            if not refs == pins == core.pinned_blocks:
+                out.append(
+                    f"pins: sum of reference counts {refs}, slots pin {pins}, "
+                    f"pinned_blocks {core.pinned_blocks}"
+                )
+            files = sorted(p.name for p in os.scandir(self.dir) if p.name.endswith(".kvb"))
+            entries = sorted(e.path.name for e in core.disk_entries.values())
+            if files != entries:
+                out.append(f"disk: files {files} != entries {entries}")
+            tmps = [p.name for p in os.scandir(self.dir) if p.name.endswith(".tmp")]
+            if tmps:
+                out.append(f"disk: temporary files left behind: {tmps}")
+        return out
+
+    # -- findings ---------------------------------------------------------------------------
+    def fail(self, kind: str, detail: Sequence[str], message: str) -> Nonconformance:
+        exc = Nonconformance(kind, detail, message)
+        exc.api_trace = list(self.steps)  # type: ignore[attr-defined]
+        return exc
+
+    # -- bytes ------------------------------------------------------------------------------
+    def check_bytes(self, run: Any, want: np.ndarray, who: str) -> None:
+        from kvstate.impl.datacheck import verify_run
+
+        problems = verify_run(run, want)
+        n = run.hit_tokens
+        if n:
+            g = self.core.g
+            per_tok = sum(len(g.layers) * g.entry_bytes for _ in (0,))
+            self.cov.add(
+                "bytes compared", int(n * per_tok + g.n_win * g.entry_bytes * len(g.layers))
+            )
+            if any(b in self.restored for b in range(run.blocks)):
+                self.cov.add("reads over restored blocks")
+        self.cov.add("reads checked")
+        if problems:
+            raise self.fail(
+                "data",
+                [re.sub(r":.*", "", p) for p in problems][:1],
+                f"{who} reads wrong bytes:\n  " + "\n  ".join(problems),
+            )
+
+    def read_released(self, i: int) -> None:
+        from kvstate.impl.errors import KVStateError
+
+        got = self.released[i]
+        if got is None:
+            return
+        run, want = got
+        if run.hit_tokens == 0:
+            return  # a run without a hit reads no pages: nothing to serve after release
+        self.cov.add("fault read_after_release")
+        try:
+            pages = run.read_compressed("csa", 0)
+        except KVStateError:
+            return  # documented: the pins are gone
+        except Exception as exc:  # noqa: BLE001 - an undocumented error is a finding too
+            raise self.fail(
+                "read-after-release",
+                [type(exc).__name__],
+                f"a read after release raised {type(exc).__name__}: {exc} (not a KVStateError)",
+            ) from exc
+        from kvstate.impl.datacheck import verify_run
+
+        wrong = verify_run(run, want)
+        raise self.fail(
+            "read-after-release",
+            ["served"],
+            f"a Run whose pins were released still reads ({tuple(pages.shape)} pages"
+            + (f"; wrong bytes: {wrong[0]}" if wrong else "; the bytes happen to be intact")
+            + "): it must raise a documented error",
+        )
+
+    # -- one operation ----------------------------------------------------------------------
+    def apply(self, o: Op) -> None:
+        """Perform ``o`` on the library and check it against the model (raises on a finding)."""
+        from kvstate.impl.errors import KVStateError
+
+        self.steps.append(o)
+        before = self.model
+        obs0 = self.observe()
+        req = None
+        self.call_override: str | None = None
+        self.foreign_slot: int | None = None
+        self.ended: Live | None = None
+        raised: BaseException | None = None
+        forbid = self._forbid(o)
+        try:
+            req = OPS[o.name](self, o)
+        except Nonconformance:
+            raise
+        except KVStateError as exc:
+            raised = exc
+        except Exception as exc:  # noqa: BLE001 - a public call may only raise KVStateError
+            raise self.fail(
+                "undocumented-error",
+                [f"{o.name}:{type(exc).__name__}"],
+                f"{o.render()} raised {type(exc).__name__}: {exc} (not a documented KVStateError)",
+            ) from exc
+        call = self.call_override or MAPPING[o.name]
+        if o.name == "restart":
+            self._restart_model()
+            obs = self.observe()
+            d = state_diff(self.model.values, obs, self.table)
+            if d:
+                raise self.fail(
+                    "restart",
+                    [x.split(":")[0] for x in d],
+                    "after a crash and restart:\n  " + "\n  ".join(d),
+                )
+        else:
+            obs = self.observe()
+            if raised is not None:
+                d = state_diff(obs0, obs, self.table)
+                if d:
+                    raise self.fail(
+                        "refusal-changed-state",
+                        [o.name],
+                        f"{o.render()} raised {type(raised).__name__}: {raised}, yet changed "
+                        "state:\n  " + "\n  ".join(d),
+                    )
+                self.cov.add(f"refused {o.name}:{type(raised).__name__}")
+            else:
+                foreign = self.foreign_slot
+                ign = self._unkept()
+                if foreign is not None:  # that slot's deadline and snapshot are another chain's
+                    ign += [("deadline", foreign)]
+                    ign += [(v, (foreign, b)) for v in ("pgen", "paddr") for b in range(self.N)]
+                ex = self.explainer.explain(
+                    call,
+                    before,
+                    obs,
+                    req=req,
+                    forbid=forbid,
+                    ignore=ign,
+                    ticks=self._ticks(call, o),
+                    fmts=self._fmts(before),
+                )
+                if ex.steps is None:
+                    raise self.fail(
+                        "unexplained",
+                        [o.name],
+                        f"{o.render()}: no sequence of table actions allowed for {call!r} "
+                        f"({'search bound hit' if ex.exhausted else 'search complete'}, "
+                        f"{ex.searched} states) explains the change:\n  "
+                        + "\n  ".join(state_diff(before.values, obs, self.table)),
+                    )
+                self._after_steps(before, ex.steps)
+                if call in ("use", "admit") and any(n == "abort" for n, _ in ex.steps):
+                    self.cov.add("hits truncated to the valid prefix")
+                vals = self._with_model_addr(ex.steps, before)
+                if foreign is not None:
+                    for name in ("deadline", "pgen", "paddr"):
+                        row = list(vals[name])
+                        row[foreign] = obs[name][foreign]
+                        vals[name] = tuple(row)
+                self.model = self.machine.state(vals)
+                self.cov.add(f"call {o.name}")
+                if o.name == "admit" and req is not None:
+                    self._check_longest(before, ex.steps, req)
+        bad = self.accounting()
+        if bad:
+            raise self.fail(
+                "accounting",
+                [b.split(":")[0] for b in bad],
+                f"after {o.render()}: " + "; ".join(bad),
+            )
+        viol = self.machine.violations(self.model)
+        if viol:
+            raise self.fail(
+                "model-invariant",
+                [v.invariant for v in viol][:1],
+                f"model invariant broken: {', '.join(map(str, viol))}",
+            )
+        for i, lv in enumerate(self.live):
+            if lv is not None and lv.run is not None and o.name in ("use", "append", "read"):
+                if o.arg("i") == i:
+                    self.check_bytes(lv.run, lv.want[: len(lv.req.tokens)], f"request {i}")
+
+    def _fmts(self, before: ConcreteState) -> dict[tuple[str, int], int]:
+        """The stored form each output parameter must report: the writer's for an allocation,
+        the file's for a load from disk (the world knows both; the library may not choose)."""
+        w = int(getattr(self.core.writer, "fmt", 0))
+        out = {("allocate", b): w for b in range(self.N)}
+        for b, pub in self.published.items():
+            out[("load_done", b)] = pub["fmt"]
+        for b in range(self.N):  # a host load brings back the form the block had
+            if before.values["ldpipe"][b] == Pipe.DMA and before.values["ckv"][b] == CKV.LOADING:
+                out[("load_done", b)] = before.values["fmt"][b]
+        return out
+
+    def _ticks(self, call: str, o: Op) -> int | None:
+        """The binding of the call's ticks parameters (``ApiCall.ticks`` in spec/api.py)."""
+        kind = API[call].ticks
+        if kind == "arg":
+            return o.arg("t")
+        if kind == "lifetime" and "i" in dict(o.args):
+            lv = self.live[o.arg("i")] or self.ended
+            if lv is not None:
+                return min(lv.req.lifetime, self.k.lease_max)
+        return None
+
+    def _unkept(self) -> list[tuple[str, Any]]:
+        """``state_data_ptrs`` cells past each request's own chain (the library keeps none)."""
+        out: list[tuple[str, Any]] = []
+        for r, s in enumerate(self.core.slots[: self.R]):
+            for b in range(len(s.pgen), self.N):
+                out += [("pgen", (r, b)), ("paddr", (r, b))]
+        return out
+
+    def _with_model_addr(
+        self, steps: list[tuple[str, dict[str, int]]], before: ConcreteState
+    ) -> dict[str, Any]:
+        s = before
+        for name, p in steps:
+            s = self.machine.step(s, name, p)
+        return s.values
+
+    def _after_steps(self, before: ConcreteState, steps: list[tuple[str, dict[str, int]]]) -> None:
+        s = before
+        loading_any = any(x == CKV.LOADING for x in s.values["ckv"])
+        for name, p in steps:
+            b = p.get("b")
+            if name == "rebuild_done":
+                self.cov.add("indexer rebuilds")
+            elif name == "allocate" and b is not None:
+                self.restored.discard(b)
+            if name == "spill" and b is not None:
+                self.published[b] = {v: s.values[v][b] for v in RESTART_KEEPS}
+            elif name in ("drop", "load_done", "allocate") and b is not None:
+                self.published.pop(b, None)
+            elif name == "slide" and loading_any:
+                self.cov.add("slides during a load")
+            elif name == "use":
+                r = p["r"]
+                pinned = s.values["pinned"][r]
+                if any(b2 in self.restored for b2 in range(-(-pinned // self.L))):
+                    self.cov.add("hits used over restored blocks")
+                if pinned:
+                    self.cov.add("hits used")
+            self.cov.add(f"action {name}")
+            s = self.machine.step(s, name, p)
+        for b in list(self.corrupt):
+            ck = s.values["ckv"][b]
+            if ck not in (CKV.DISK, CKV.LOADING):
+                del self.corrupt[b]
+        for b in list(self.read_error):
+            if s.values["ckv"][b] != CKV.LOADING:
+                self.read_error.discard(b)
+
+    def _forbid(self, o: Op) -> set[tuple[str, int]]:
+        """What the world rules out: a sound entry's load does not fail, a corrupt one's never
+        completes, nothing is spilled to a full disk."""
+        out: set[tuple[str, int]] = set()
+        for b in range(self.N):
+            if b in self.corrupt and self.corrupt[b] != "header" or b in self.read_error:
+                out.add(("load_done", b))
+            elif b not in self.read_error and b not in self.corrupt:
+                out.add(("load_fail", b))
+            if self.disk_full:
+                out.add(("spill", b))
+        return out
+
+    def _check_longest(
+        self, before: ConcreteState, steps: list[tuple[str, dict[str, int]]], r: int
+    ) -> None:
+        """An admission validated at once took the longest hit the model validates."""
+        names = [n for n, _ in steps]
+        if "validate" not in names or any(
+            n in names for n in ("load_start", "abort", "rebuild_start", "offload_cancel")
+        ):
+            return
+        s = before
+        for name, p in steps:
+            if name == "match":
+                break
+            s = self.machine.step(s, name, p)
+        chosen = next(p["h"] for n, p in steps if n == "match")
+        lv = self.live[
+            next(
+                i
+                for i, x in enumerate(self.live)
+                if x is not None and x.req.slot is not None and x.req.slot.index == r
+            )
+        ]
+        h_max = max(len(lv.req.tokens) - 1, 0)
+        for h in range(h_max - h_max % self.L, chosen, -self.L):
+            t = s
+            try:
+                for name, p in (
+                    ("match", {"r": r, "h": h}),
+                    ("pin", {"r": r}),
+                    ("validate", {"r": r}),
+                ):
+                    t = self.machine.step(t, name, p)
+            except Exception:  # noqa: BLE001 - the model refuses this length
+                continue
+            raise self.fail(
+                "short-hit",
+                ["admit"],
+                f"admit chose a hit of {chosen} tokens, but the model validates {h}",
+            )
+
+    def _restart_model(self) -> None:
+        s = after_restart(self.machine, self.model, self.published)
+        vals = s.values
+        init = self.machine.init().values
+        for b, kind in list(self.corrupt.items()):
+            if kind == "header":  # rejected by the directory scan
+                for name, v in init.items():
+                    if self.machine._scope[name] is Scope.BLOCK:
+                        col = list(vals[name])
+                        col[b] = v[b]
+                        vals[name] = tuple(col)
+                vals["nfree"] = vals["nfree"] + 1
+                del self.corrupt[b]
+        self.model = self.machine.state(vals)
+        self.read_error.clear()
+        self.restored.clear()
+
+    def _arm_disk_full(self) -> None:
+        disk = self.core.disk
+        real = self._real_write
+
+        def full(key: bytes, **kw: Any) -> Any:
+            # the world: the temporary file is created, then the disk is full
+            tmp = disk.root / f".{key.hex()}.kvb.{os.getpid()}.full.tmp"
+            with open(tmp, "wb") as f:
+                f.write(b"KVSTATE")
+            raise OSError(errno.ENOSPC, "No space left on device (injected)")
+
+        disk.write = full if self.disk_full else real  # type: ignore[method-assign]
+
+    # -- quiescence ---------------------------------------------------------------------------
+    def quiesce(self) -> None:
+        """Bring the cache to rest through the API; then every pool must be free again."""
+        for i, lv in enumerate(self.live):
+            if lv is not None and lv.req.slot is not None:
+                self.apply(op("abort", i=i))
+        if self.disk_full:
+            self.apply(op("disk_full", on=0))
+        self.apply(op("drain"))
+        self.apply(op("tick", t=self.k.lease_max))
+        self.apply(op("drain"))
+        big = 4 * self.N + 8
+        self.apply(op("evict", n=big))
+        self.apply(op("drop", n=big))
+        t = self.core.tiers
+        leaks = []
+        if t.slots.free != t.slots.n:
+            leaks.append(f"{t.slots.n - t.slots.free} device slots")
+        if t.host_slots.free != t.host_slots.n:
+            leaks.append(f"{t.host_slots.n - t.host_slots.free} host slots")
+        if t.swa_pool.free != t.swa_pool.n - t.swa_pool.first:
+            leaks.append(f"{t.swa_pool.n - t.swa_pool.first - t.swa_pool.free} SWA pages")
+        if self.core.disk_entries:
+            leaks.append(f"{len(self.core.disk_entries)} disk entries")
+        if self.core.pinned_blocks:
+            leaks.append(f"{self.core.pinned_blocks} pinned blocks")
+        if leaks:
+            stuck = Counter(CKV(x).name for x in self.observe()["ckv"])
+            raise self.fail(
+                "leak",
+                ["quiescence"],
+                f"at quiescence not free: {', '.join(leaks)} (block phases {dict(stuck)})",
+            )
+        self.cov.add("quiescence checks")
+
+
+_EXPLAINERS: dict[int, Explainer] = {}
+
+
+def _explainer(m: Machine) -> Explainer:
+    key = id(m.table) * 1000 + m.N
+    if key not in _EXPLAINERS:
+        _EXPLAINERS[key] = Explainer(m)
+    else:
+        _EXPLAINERS[key].m = m
+    return _EXPLAINERS[key]
+
+
+# ---- the operations ---------------------------------------------------------------------------
+def _slot_of(h: ApiHarness, i: int) -> int | None:
+    lv = h.live[i]
+    return lv.req.slot.index if lv is not None and lv.req.slot is not None else None
+
+
+def _do_request(h: ApiHarness, o: Op) -> int | None:
+    i, n, life = o.arg("i"), o.arg("n"), o.arg("life")
+    if h.live[i] is not None:
+        return None  # the mapping of request() changes nothing either way
+    buf = np.array(h.tokens, dtype=np.int64)  # the caller's reusable buffer
+    want = np.array(h.tokens[:n], dtype=np.int64)
+    req = h.cache.request(buf[:n], namespace=NAMESPACE, lifetime=life)
+    h.live[i] = Live(req, want, buf)
+    return None
+
+
+def _do_admit(h: ApiHarness, o: Op) -> int | None:
+    lv = h.live[o.arg("i")]
+    if lv is None or lv.req.slot is not None:
+        h.call_override = "read"
+        return None
+    adm = h.cache.admit(lv.req)
+    h.cov.add(f"admissions {adm.state}")
+    return _slot_of(h, o.arg("i"))
+
+
+def _do_use(h: ApiHarness, o: Op) -> int | None:
+    from kvstate.impl.errors import NotReady
+
+    lv = h.live[o.arg("i")]
+    if lv is None or lv.ctx is not None:
+        h.call_override = "read"
+        return None
+    r = _slot_of(h, o.arg("i"))
+    try:
+        ctx = h.cache.use(lv.req, timeout=0.5 if h.threads else 30.0)
+        run = ctx.__enter__()
+    except NotReady:
+        h.cov.add("fault stall")  # the recovery is still running: the Run waits / times out
+        raise
+    lv.ctx, lv.run = ctx, run
+    return r
+
+
+def _end(h: ApiHarness, i: int, finish: bool) -> int | None:
+    lv = h.live[i]
+    if lv is None:
+        h.call_override = "read"
+        return None
+    r = _slot_of(h, i)
+    if lv.ctx is not None and lv.req.slot is not None and lv.req.slot.phase == Req.USING:
+        if finish:
+            lv.ctx.__exit__(None, None, None)
+        else:
+            h.cache.abort(lv.req)
+    elif lv.req.slot is not None:
+        h.call_override = "abort"
+        h.cache.abort(lv.req)
+    else:
+        h.call_override = "read"
+    if lv.run is not None:
+        h.released[i] = (lv.run, lv.want[: len(lv.req.tokens)].copy())
+    h.live[i] = None
+    h.ended = lv
+    return r
+
+
+def _do_finish(h: ApiHarness, o: Op) -> int | None:
+    return _end(h, o.arg("i"), True)
+
+
+def _do_abort(h: ApiHarness, o: Op) -> int | None:
+    return _end(h, o.arg("i"), False)
+
+
+def _do_append(h: ApiHarness, o: Op) -> int | None:
+    lv = h.live[o.arg("i")]
+    n0 = len(lv.req.tokens) if lv is not None else 0
+    n1 = min(n0 + o.arg("k"), len(h.tokens))
+    if lv is None or lv.run is None or lv.req.slot is None or n1 == n0:
+        h.call_override = "read"
+        return None
+    lv.want = np.array(h.tokens[:n1], dtype=np.int64)
+    lv.run.append(h.tokens[n0:n1])
+    return _slot_of(h, o.arg("i"))
+
+
+def _do_read(h: ApiHarness, o: Op) -> int | None:
+    return None  # the bytes check after the call does the reading
+
+
+def _do_read_released(h: ApiHarness, o: Op) -> int | None:
+    h.read_released(o.arg("i"))
+    return None
+
+
+def _do_mutate(h: ApiHarness, o: Op) -> int | None:
+    lv = h.live[o.arg("i")]
+    if lv is None:
+        return None
+    from kvstate.impl.testdata import harness_tokens
+
+    h.cov.add("fault token_reuse")
+    lv.buf.flags.writeable = True
+    lv.buf[:] = harness_tokens(len(lv.buf), seed=7)  # the engine reuses its buffer
+    return None
+
+
+def _do_abort_in_use(h: ApiHarness, o: Op) -> int | None:
+    i = o.arg("i")
+    lv = h.live[i]
+    if lv is None or lv.ctx is None or lv.req.slot is None:
+        h.call_override = "read"
+        return None
+    r = _slot_of(h, i)
+    errs: list[BaseException] = []
+
+    def other() -> None:
+        try:
+            h.cache.abort(lv.req)
+        except BaseException as exc:  # noqa: BLE001 - reported by the caller
+            errs.append(exc)
+
+    t = threading.Thread(target=other)
+    t.start()
+    t.join()
+    if errs:
+        raise errs[0]
+    h.cov.add("fault abort_in_use")
+    lv.ctx.__exit__(None, None, None)  # the with block ends after the abort: nothing more
+    h.released[i] = (lv.run, lv.want[: len(lv.req.tokens)].copy())
+    h.live[i] = None
+    return r
+
+
+def _do_foreign(h: ApiHarness, o: Op) -> int | None:
+    """A whole request over the same tokens in another namespace: no hit (namespaces share no
+    block), its own bytes right, its blocks stored next to the chain's (evicting some)."""
+    from kvstate.impl.datacheck import verify_run
+
+    n, ns = o.arg("n"), o.arg("ns")
+    want = np.array(h.tokens[:n], dtype=np.int64)
+    req = h.cache.request(want.copy(), namespace=f"{OTHER_NAMESPACE}-{ns}", lifetime=1)
+    adm = h.cache.admit(req)
+    assert req.slot is not None
+    h.foreign_slot = req.slot.index
+    h.cov.add("foreign requests")
+    if adm.hit_tokens:
+        h.cov.add("foreign hits")
+        if ns not in h.foreign_stored:
+            raise h.fail(
+                "namespace",
+                ["hit"],
+                f"a request in namespace {ns}, where nothing was stored, hit {adm.hit_tokens} "
+                "tokens (namespaces share no block)",
+            )
+    with h.cache.use(req) as run:
+        problems = verify_run(run, want)
+        h.cov.add("reads checked")
+        if problems:
+            raise h.fail(
+                "data",
+                [problems[0].split(":")[0]],
+                "foreign request reads wrong bytes:\n  " + "\n  ".join(problems),
+            )
+    h.cache.forget(req)
+    h.foreign_stored.add(ns)
+    return None
+
+
+def _do_tick(h: ApiHarness, o: Op) -> int | None:
+    h.cache.tick(o.arg("t"))
+    return None
+
+
+def _maint(name: str) -> Callable[[ApiHarness, Op], int | None]:
+    def do(h: ApiHarness, o: Op) -> int | None:
+        getattr(h.cache, name)(o.arg("n"))
+        return None
+
+    return do
+
+
+def _jobs(h: ApiHarness) -> list[tuple[Any, Any]]:
+    return [(e, j) for e in h.core.pipes.all for j in list(e.jobs.values())]
+
+
+def _step_job(h: ApiHarness, e: Any, job: Any) -> None:
+    from kvstate.impl.errors import KVStateError, Refused
+
+    try:
+        e._step(job)
+    except Refused:
+        e._drop(job)  # its block moved on without it, as a worker thread does
+    except KVStateError:
+        e._drop(job)  # a worker records it and drops the job; the core already failed it
+
+
+def _do_step(h: ApiHarness, o: Op) -> int | None:
+    jobs = _jobs(h)
+    if jobs:
+        e, j = jobs[o.arg("k") % len(jobs)]
+        _step_job(h, e, j)
+    return None
+
+
+def _do_drain(h: ApiHarness, o: Op) -> int | None:
+    if h.threads:
+        return None
+    for _ in range(10_000):
+        jobs = _jobs(h)
+        if not jobs:
+            break
+        for e, j in jobs:
+            _step_job(h, e, j)
+    return None
+
+
+def _entry_path(h: ApiHarness, b: int) -> Any:
+    e = h.core.disk_entries.get(h.rids[b])
+    return e
+
+
+def _do_corrupt(h: ApiHarness, o: Op) -> int | None:
+    b, kind = o.arg("b"), ("truncate", "bitflip", "header")[o.arg("kind") % 3]
+    e = _entry_path(h, b)
+    if e is None or b in h.corrupt:
+        return None
+    data = bytearray(e.path.read_bytes())
+    if kind == "truncate":
+        data = data[: max(e.payload_offset + 1, len(data) - 7)]
+    elif kind == "bitflip":
+        pos = e.payload_offset + (len(data) - e.payload_offset) // 2
+        data[pos] ^= 0x10
+    else:
+        data[20] ^= 0x01  # inside the JSON header: its CRC no longer matches
+    e.path.write_bytes(bytes(data))
+    h.corrupt[b] = kind
+    h.cov.add(f"fault {kind}")
+    return None
+
+
+def _do_host_tail(h: ApiHarness, o: Op) -> int | None:
+    """A bit flip in the host copy of a block's compressor state (host memory has no checksum):
+    the restored tail no longer splices at that boundary, so a hit ending there must be cut by
+    one block (the tail check), never served."""
+    b = o.arg("b")
+    rid = h.rids[b]
+    m = h.core.meta
+    if m.ckv[rid] != CKV.HOST or m.hslot[rid] < 0:
+        return None
+    grp = h.core.tiers.compressor
+    idx = grp.host_index(m.hslot[rid])
+    v = grp.host_data[:, idx].clone()
+    h_end = (b + 1) * h.L  # the boundary this state belongs to; its last position's ring slot
+    v[..., grp.state_bytes + 8 * ((h_end - 1) % grp.ring)] ^= 0x01  # the splice check must fail
+    grp.host_data[:, idx] = v
+    h.cov.add("fault host_tail")
+    return None
+
+
+def _do_read_error(h: ApiHarness, o: Op) -> int | None:
+    b = o.arg("b")
+    rid = h.rids[b]
+    if h.core.meta.ckv[rid] != CKV.LOADING:
+        return None
+    h.core.inject_load_fault(rid)
+    h.read_error.add(b)
+    h.cov.add("fault read_error")
+    return None
+
+
+def _do_disk_full(h: ApiHarness, o: Op) -> int | None:
+    on = bool(o.arg("on"))
+    if on == h.disk_full:
+        return None
+    h.disk_full = on
+    h._arm_disk_full()
+    if on:
+        h.cov.add("fault disk_full")
+    return None
+
+
+def _do_restart(h: ApiHarness, o: Op) -> int | None:
+    h.cov.add("fault crash")
+    try:
+        h.cache.core.pipes.stop()  # the process dies: nothing of it runs on
+    finally:
+        h.live = [None] * h.R
+        h.released = [None] * h.R
+        h._open()
+    return None
+
+
+OPS: dict[str, Callable[[ApiHarness, Op], int | None]] = {
+    "request": _do_request,
+    "admit": _do_admit,
+    "use": _do_use,
+    "finish": _do_finish,
+    "abort": _do_abort,
+    "append": _do_append,
+    "read": _do_read,
+    "read_released": _do_read_released,
+    "mutate_tokens": _do_mutate,
+    "abort_in_use": _do_abort_in_use,
+    "foreign": _do_foreign,
+    "tick": _do_tick,
+    "evict": _maint("evict"),
+    "offload": _maint("offload"),
+    "spill": _maint("spill"),
+    "drop": _maint("drop"),
+    "step": _do_step,
+    "drain": _do_drain,
+    "corrupt": _do_corrupt,
+    "read_error": _do_read_error,
+    "host_tail": _do_host_tail,
+    "disk_full": _do_disk_full,
+    "restart": _do_restart,
+}
+# which spec/api.py entry explains each operation
+MAPPING: dict[str, str] = {
+    "foreign": "foreign",
+    **{
+        k: k
+        for k in (
+            "request",
+            "admit",
+            "use",
+            "finish",
+            "abort",
+            "append",
+            "tick",
+            "evict",
+            "offload",
+            "spill",
+            "drop",
+            "step",
+            "drain",
+            "read",
+        )
+    },
+    "read_released": "read",
+    "mutate_tokens": "mutate_tokens",
+    "abort_in_use": "abort",
+    "corrupt": "corrupt",
+    "read_error": "fault",
+    "host_tail": "corrupt",
+    "disk_full": "fault",
+    "restart": "fault",
+}
+FAULT_OPS = {
+    "crash": ("restart",),
+    "corrupt": ("corrupt",),
+    "read_error": ("read_error",),
+    "host_tail": ("host_tail",),
+    "disk_full": ("disk_full",),
+    "abort_in_use": ("abort_in_use",),
+    "token_reuse": ("mutate_tokens",),
+    "read_after_release": ("read_released",),
+}
+
+
+# ---- witnesses: deterministic walks that combine steps -------------------------------------------
+def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[Op]]:
+    """Scripted walks that reach what random choice rarely does (run before Hypothesis)."""
+    full = N * L + 1  # the whole chain plus one token: every block can be hit
+    store = [
+        op("request", i=0, n=full, life=1),
+        op("admit", i=0),
+        op("use", i=0),
+        op("finish", i=0),
+        op("tick", t=lease_max),
+    ]
+    to_host = [*store, op("offload", n=N), op("drain")]
+    # the host tier holds two blocks: spill them, then offload the rest (every block on disk)
+    to_disk = [*to_host, op("spill", n=N), op("offload", n=N), op("drain"), op("spill", n=N)]
+    hit = [
+        op("request", i=1, n=full, life=1),
+        op("admit", i=1),
+        op("drain"),
+        op("use", i=1),
+        op("read", i=1),
+    ]
+    return {
+        "hit after a host load": [*to_host, *hit, op("finish", i=1)],
+        "hit after a disk load and an indexer rebuild": [*to_disk, *hit, op("finish", i=1)],
+        "an admission cancels an offload in flight": [
+            *store,
+            op("offload", n=N),
+            *hit,
+            op("finish", i=1),
+        ],
+        "stalled disk load, other requests go on": [
+            *to_disk,
+            op("request", i=1, n=full, life=2),
+            op("admit", i=1),
+            op("use", i=1),
+            op("request", i=0, n=L + 1, life=1),
+            op("admit", i=0),
+            op("use", i=0),
+            op("finish", i=0),
+            op("drain"),
+            op("use", i=1),
+            op("read", i=1),
+        ],
+        "slide during a load": [  # an aborted admission's loads run on while a decode slides
+            *to_disk,
+            op("request", i=1, n=full, life=1),
+            op("admit", i=1),
+            op("step", k=0),
+            op("abort", i=1),
+            op("request", i=0, n=L, life=4),
+            op("admit", i=0),
+            op("use", i=0),
+            op("append", i=0, k=3 * L),
+            op("drain"),
+            op("finish", i=0),
+            op("request", i=1, n=full, life=2),
+            op("admit", i=1),
+            op("drain"),
+            op("use", i=1),
+            op("read", i=1),
+        ],
+        "crash and restart, then a disk hit": [*to_disk, op("restart"), *hit],
+        "corrupt entry: truncated to the valid prefix": [
+            *to_disk,
+            op("corrupt", b=N - 1, kind=1),
+            *hit,
+        ],
+        "a host copy whose tail does not splice": [*to_host, op("host_tail", b=N - 1), *hit],
+        "truncated entry": [*to_disk, op("corrupt", b=N - 2, kind=0), *hit],
+        "header corruption, then a restart": [
+            *to_disk,
+            op("corrupt", b=N - 2, kind=2),
+            op("restart"),
+            *hit,
+        ],
+        "disk read error": [
+            *to_disk,
+            op("request", i=1, n=full, life=1),
+            op("admit", i=1),
+            op("read_error", b=0),
+            op("drain"),
+            op("use", i=1),
+            op("read", i=1),
+        ],
+        "abort from another thread inside use": [
+            *store,
+            op("request", i=1, n=full, life=1),
+            op("admit", i=1),
+            op("use", i=1),
+            op("abort_in_use", i=1),
+            op("read_released", i=1),
+        ],
+        "full disk": [*to_host, op("disk_full", on=1), op("spill", n=N)],
+        "caller reuses its token buffer": [
+            op("request", i=0, n=full, life=1),
+            op("mutate_tokens", i=0),
+            op("admit", i=0),
+            op("use", i=0),
+            op("finish", i=0),
+            *hit,
+        ],
+        "read after release": [*store, *hit, op("finish", i=1), op("read_released", i=1)],
+        "chains sharing blocks, in three namespaces": [
+            op("request", i=0, n=2 * L + 1, life=2),
+            op("admit", i=0),
+            op("use", i=0),
+            op("foreign", ns=0, n=full),
+            op("request", i=1, n=full, life=2),
+            op("admit", i=1),
+            op("use", i=1),
+            op("finish", i=0),
+            op("foreign", ns=1, n=2 * L + 1),
+            op("foreign", ns=0, n=full),
+            op("finish", i=1),
+            *hit,
+        ],
+    }
+
+
+# ---- the Hypothesis state machine -----------------------------------------------------------
+def build_machine(
+    table: Table,
+    N: int,
+    *,
+    ops: frozenset[str] | None = None,
+    coverage: Coverage | None = None,
+    stats: Counter[str] | None = None,
+    seeds: Sequence[Sequence[Op]] = (),
+    threads: bool = False,
+) -> type[RuleBasedStateMachine]:
+    """A state machine whose rules are the harness operations (``ops``: a subset)."""
+    allowed = frozenset(OPS) if ops is None else ops
+    L, R, lm = table.consts.L, table.consts.R, table.consts.lease_max
+    counts = stats if stats is not None else Counter()
+    cov = coverage if coverage is not None else Coverage()
+    ii = st.integers(0, R - 1)
+
+    class ApiConformance(RuleBasedStateMachine):
+        def __init__(self) -> None:
+            super().__init__()
+            self.h = ApiHarness(table, N, coverage=cov, threads=threads)
+
+        def do(self, o: Op) -> None:
+            counts["(steps)"] += 1
+            self.h.apply(o)
+
+        def teardown(self) -> None:
+            try:
+                self.h.quiesce()
+            finally:
+                counts["(examples)"] += 1
+                self.h.close()
+
+    def add(name: str, **strats: Any) -> None:
+        if name not in allowed:
+            return
+
+        @rule(**strats)
+        def r(self: Any, **kw: int) -> None:
+            self.do(op(name, **kw))
+
+        r.__name__ = f"op_{name}"
+        setattr(ApiConformance, r.__name__, r)
+
+    add(
+        "request",
+        i=ii,
+        n=st.sampled_from([L + 1, 2 * L + 1, N * L + 1, N * L, 3 * L + 5]),
+        life=st.integers(1, lm),
+    )
+    add("admit", i=ii)
+    add("use", i=ii)
+    add("finish", i=ii)
+    add("abort", i=ii)
+    add("append", i=ii, k=st.sampled_from([1, L, 2 * L]))
+    add("read", i=ii)
+    add("read_released", i=ii)
+    add("mutate_tokens", i=ii)
+    add("abort_in_use", i=ii)
+    add("foreign", ns=st.integers(0, 1), n=st.sampled_from([2 * L + 1, N * L + 1]))
+    add("tick", t=st.integers(1, lm))
+    for m in ("evict", "offload", "spill", "drop"):
+        add(m, n=st.integers(1, N))
+    add("step", k=st.integers(0, 3))
+    add("drain")
+    add("corrupt", b=st.integers(0, N - 1), kind=st.integers(0, 2))
+    add("read_error", b=st.integers(0, N - 1))
+    add("host_tail", b=st.integers(0, N - 1))
+    add("disk_full", on=st.integers(0, 1))
+    add("restart")
+
+    if seeds:
+        seed_list = [list(s) for s in seeds]
+
+        @initialize(w=st.sampled_from(range(-1, len(seed_list))))
+        def warm_up(self: Any, w: int) -> None:
+            for o in seed_list[w] if w >= 0 else []:
+                if o.name in allowed:
+                    self.do(o)
+
+        ApiConformance.warm_up = warm_up  # type: ignore[attr-defined]
+    return ApiConformance
+
+
+# ---- replay and minimization ------------------------------------------------------------------
+def replay(
+    table: Table,
+    N: int,
+    ops: Sequence[Op],
+    *,
+    coverage: Coverage | None = None,
+    quiesce: bool = True,
+) -> Nonconformance | None:
+    """Replay ``ops`` on a fresh cache and model (then quiesce); the finding, or None."""
+    h = ApiHarness(table, N, coverage=coverage)
+    try:
+        for o in ops:
+            h.apply(o)
+        if quiesce:
+            h.quiesce()
+    except Nonconformance as exc:
+        return exc
+    finally:
+        h.close()
+    return None
+
+
+def _same(a: Nonconformance, b: Nonconformance) -> bool:
+    return a.kind == b.kind and (not b.detail or b.detail[0] in a.detail)
+
+
+def minimize_ops(
+    table: Table, N: int, failure: Nonconformance, *, max_seconds: float = 60.0
+) -> tuple[list[Op], Nonconformance, int]:
+    """Delta debugging over operations (fresh replays; kept only if it fails the same way),
+    then smaller arguments; the same algorithm as :func:`kvstate.model.fuzz.minimize`."""
+    cur: list[Op] = list(getattr(failure, "api_trace", []))
+    best = failure
+    started = time.monotonic()
+    replays = 0
+
+    def check(cand: list[Op]) -> Nonconformance | None:
+        nonlocal replays
+        replays += 1
+        got = replay(table, N, cand)
+        return got if got is not None and _same(got, failure) else None
+
+    def over() -> bool:
+        return time.monotonic() - started > max_seconds
+
+    n = 2
+    while len(cur) >= 1 and not over():
+        size = -(-len(cur) // n)
+        for k in range(0, len(cur), size):
+            cand = cur[:k] + cur[k + size :]
+            got = check(cand)
+            if got is not None:
+                cur, best = list(getattr(got, "api_trace", cand))[: len(cand)] or cand, got
+                cur = cand[: len(getattr(got, "api_trace", cand))]
+                n = max(n - 1, 2)
+                break
+            if over():
+                break
+        else:
+            if size == 1:
+                break
+            n = min(2 * n, len(cur))
+    # smaller arguments
+    j = 0
+    while j < len(cur) and not over():
+        o = cur[j]
+        for idx, (k, v) in enumerate(o.args):
+            for smaller in range(0, v):
+                args = list(o.args)
+                args[idx] = (k, smaller)
+                cand = [*cur[:j], Op(o.name, tuple(args)), *cur[j + 1 :]]
+                got = check(cand)
+                if got is not None:
+                    cur, best, o = cand, got, cand[j]
+                    break
+        j += 1
+    return cur, best, replays
+
+
+# ---- the run: coverage pass, Hypothesis, summary, report -----------------------------------------
+PROFILES: dict[str, dict[str, Any]] = {
+    # bounded and derandomized: the same examples every run (CI, in the default pytest run)
+    "ci": {"derandomize": True, "max_examples": 20, "stateful_step_count": 25},
+    "dev": {"derandomize": False, "max_examples": 150, "stateful_step_count": 40},
+    "nightly": {"derandomize": False, "max_examples": 2000, "stateful_step_count": 80},
+}
+_BLOB = re.compile(r"@reproduce_failure\('([^']+)', b'([^']+)'\)")
+
+
+@dataclass
+class RunResult:
+    finding: Nonconformance | None
+    coverage: Coverage
+    stats: Counter[str]
+    seconds: float
+    origin: str = ""
+    minimized: list[Op] | None = None
+    replays: int = 0
+    blob: str | None = None
+    seed: int | None = None
+    found_len: int = 0
+
+    @property
+    def steps(self) -> int:
+        return self.stats["(steps)"]
+
+
+def run_api(
+    table: Table,
+    N: int = 4,
+    *,
+    profile: str = "ci",
+    examples: int | None = None,
+    steps: int | None = None,
+    seed: int | None = None,
+    ops: frozenset[str] | None = None,
+    coverage_pass: bool = True,
+    minimize: bool = True,
+    reproduce: str | None = None,
+    minimize_seconds: float = 60.0,
+    out: Callable[[str], None] = lambda s: None,
+) -> RunResult:
+    """The scripted witnesses, then Hypothesis; the first finding minimized."""
+    from hypothesis import HealthCheck, Phase
+    from hypothesis.stateful import run_state_machine_as_test
+
+    cov, stats = Coverage(), Counter[str]()
+    started = time.monotonic()
+    allowed = frozenset(OPS) if ops is None else ops
+    wit = {
+        name: w
+        for name, w in witnesses(N, table.consts.L, table.consts.lease_max).items()
+        if all(o.name in allowed for o in w)
+    }
+    found: Nonconformance | None = None
+    origin = ""
+    blob = None
+    if coverage_pass and reproduce is None:
+        for idx, (name, w) in enumerate(wit.items()):
+            h = ApiHarness(table, N, coverage=cov)
+            try:
+                for o in w:
+                    stats["(steps)"] += 1
+                    h.apply(o)
+                h.quiesce()
+            except Nonconformance as exc:
+                found, origin = exc, f"coverage pass (witness {idx + 1} of {len(wit)}: {name})"
+                break
+            finally:
+                h.close()
+        if found is None:
+            out(f"  coverage pass: {len(wit)} witnesses replayed in lockstep")
+    if found is None:
+        base = PROFILES[profile]
+        kw = dict(base)
+        if examples is not None:
+            kw["max_examples"] = examples
+        if steps is not None:
+            kw["stateful_step_count"] = steps
+        if seed is not None:
+            kw["derandomize"] = False
+        prof = settings(
+            deadline=None,
+            database=None,
+            print_blob=True,
+            suppress_health_check=list(HealthCheck),
+            phases=tuple(p for p in Phase if p is not Phase.shrink),
+            **kw,
+        )
+        cls: Any = build_machine(
+            table, N, ops=allowed, coverage=cov, stats=stats, seeds=list(wit.values())
+        )
+        if seed is not None:
+            cls._hypothesis_internal_use_seed = seed
+        if reproduce is not None:
+            import hypothesis
+
+            cls._hypothesis_internal_use_reproduce_failure = (
+                hypothesis.__version__,
+                reproduce.encode(),
+            )
+        import contextlib
+        import io
+
+        buf = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(buf):
+                run_state_machine_as_test(cls, settings=prof)
+        except Nonconformance as exc:
+            found, origin = exc, f"Hypothesis, example {stats['(examples)'] + 1}"
+            m = _BLOB.search(buf.getvalue() + "".join(getattr(exc, "__notes__", [])))
+            blob = m.group(2) if m else None
+    res = RunResult(
+        found,
+        cov,
+        stats,
+        time.monotonic() - started,
+        origin,
+        blob=blob,
+        seed=seed,
+        found_len=len(getattr(found, "api_trace", [])),
+    )
+    if found is not None and minimize:
+        out(f"  minimizing the {len(found.api_trace)}-operation failing trace (fresh replays)...")  # type: ignore[attr-defined]
+        res.minimized, res.finding, res.replays = minimize_ops(
+            table, N, found, max_seconds=minimize_seconds
+        )
+    return res
+
+
+def summary_lines(res: RunResult) -> list[str]:
+    c = res.coverage.counts
+    rate = res.steps / res.seconds if res.seconds else 0.0
+    faults = {k[6:]: v for k, v in sorted(c.items()) if k.startswith("fault ")}
+    lines = [
+        f"  {res.steps} API operations in {res.stats['(examples)']} Hypothesis examples + the "
+        f"witnesses, {res.seconds:.1f} s ({rate:.1f} operations/s)",
+        f"  paths: disk restores completed {c['disk restores completed']}, host restores "
+        f"{c['host restores completed']}, indexer rebuilds {c['indexer rebuilds']}, hits used "
+        f"{c['hits used']} (over restored blocks {c['hits used over restored blocks']}), slides "
+        f"during a load {c['slides during a load']}, loads failed {c['loads failed']}",
+        f"  bytes: {c['reads checked']} reads checked, {c['bytes compared']} bytes compared, "
+        f"{c['reads over restored blocks']} reads over restored blocks; quiescence checks "
+        f"{c['quiescence checks']}",
+        "  faults injected: " + (", ".join(f"{k} {v}" for k, v in faults.items()) or "none"),
+    ]
+    calls = {k[5:]: v for k, v in sorted(c.items()) if k.startswith("call ")}
+    lines.append("  calls: " + ", ".join(f"{k} {v}" for k, v in calls.items()))
+    refused = {k[8:]: v for k, v in sorted(c.items()) if k.startswith("refused ")}
+    if refused:
+        lines.append(
+            "  refused (documented, nothing changed): "
+            + ", ".join(f"{k} {v}" for k, v in refused.items())
+        )
+    return lines
+
+
+def run_api_cli(args: Any, table: Table) -> int:
+    """``kvstate fuzz --target kvstate-api``."""
+    import shlex
+    import sys
+
+    N = args.pool or 4
+    ops = frozenset(OPS)
+    for name in getattr(args, "skip_op", None) or []:
+        if name not in OPS:
+            print(
+                f"kvstate fuzz: error: unknown API operation {name!r} ({', '.join(OPS)})",
+                file=sys.stderr,
+            )
+            return 2
+        ops -= {name}
+    if args.bug:
+        print(
+            "kvstate fuzz: error: --bug plants seeded bugs in --target kvstate only; the API "
+            "harness's planted bugs are source mutants (python -m kvstate.api_mutants)",
+            file=sys.stderr,
+        )
+        return 2
+    base = ["kvstate", "fuzz", "--target", "kvstate-api", "--pool", str(N)]
+    for name in sorted(frozenset(OPS) - ops):
+        base += ["--skip-op", name]
+    if args.replay is not None:
+        text = args.replay[1:] if args.replay.startswith("@") else None
+        try:
+            trace = parse_ops(open(text).read() if text else args.replay)
+        except (OSError, ValueError) as exc:
+            print(f"kvstate fuzz: error: {exc}", file=sys.stderr)
+            return 2
+        print(
+            f"kvstate fuzz: target kvstate-api vs table {table.name}, pool N={N}: replaying "
+            f"{len(trace)} operations"
+        )
+        cov = Coverage()
+        found = replay(table, N, trace, coverage=cov)
+        if found is None:
+            print(f"kvstate fuzz: ok, the trace conforms ({len(trace)} operations + quiescence)")
+            return 0
+        print(
+            f"kvstate fuzz: FAILED\n  failure:   {found.signature}\n             "
+            + str(found).replace("\n", "\n             ")
+        )
+        return 1
+    seed = args.seed
+    if getattr(args, "threads", False):
+        from kvstate.api_threads import run_threads
+
+        runs = {"ci": 3, "dev": 20, "nightly": 200}[args.profile]
+        first = seed if seed is not None else 0
+        print(
+            f"kvstate fuzz: target kvstate-api --threads vs table {table.name}, pool N={N}, "
+            f"{runs} threaded runs, seeds {first}..{first + runs - 1}",
+            flush=True,
+        )
+        total: Counter[str] = Counter()
+        for sd in range(first, first + runs):
+            r = run_threads(table, N, seed=sd)
+            total.update(r.counts)
+            if r.problems:
+                print(f"kvstate fuzz: FAILED (threads, seed {sd}, {r.seconds:.1f} s)")
+                for p in r.problems:
+                    print(f"  {p}")
+                print(f"  rerun:     kvstate fuzz --target kvstate-api --threads --seed {sd}")
+                return 1
+        print(
+            f"kvstate fuzz: ok, {runs} threaded runs: {total['sections checked']} critical "
+            f"sections explained in lock order, {total['reads checked']} reads byte-checked, "
+            f"{total['fault stall']} stalled disk reads, {total['fault abort_in_use']} aborts "
+            "inside use, nothing leaked"
+        )
+        return 0
+    if seed is None and args.profile != "ci":
+        import random
+
+        seed = random.randrange(2**32)
+    prof = PROFILES[args.profile]
+    print(
+        f"kvstate fuzz: target kvstate-api (the public API, bytes, faults) vs table "
+        f"{table.name}, pool N={N}, profile {args.profile} "
+        f"({args.examples or prof['max_examples']} examples x "
+        f"{args.steps or prof['stateful_step_count']} operations), seed "
+        f"{'derandomized' if seed is None else seed}",
+        flush=True,
+    )
+    res = run_api(
+        table,
+        N,
+        profile=args.profile,
+        examples=args.examples,
+        steps=args.steps,
+        seed=seed,
+        ops=ops,
+        coverage_pass=not args.no_coverage,
+        reproduce=args.reproduce,
+        out=lambda s: print(s, flush=True),
+    )
+    if res.finding is None:
+        print("kvstate fuzz: ok, no nonconformance")
+        print("\n".join(summary_lines(res)))
+        return 0
+    f = res.finding
+    trace = res.minimized or list(getattr(f, "api_trace", []))
+    before = res.found_len
+    print(f"\nkvstate fuzz: FAILED after {res.seconds:.1f} s")
+    print(
+        f"  found by:  {res.origin}; minimized {before} -> {len(trace)} operations "
+        f"({res.replays} fresh replays)"
+    )
+    print(f"  failure:   {f.signature}")
+    print("             " + str(f).replace("\n", "\n             "))
+    print("  trace (from a fresh cache, one operation per line; replayable with --replay):")
+    for k, o in enumerate(trace, 1):
+        print(f"    {k:>3}. {o.render()}")
+    print(
+        f"  seed:      {'derandomized (profile ci: the same examples every run)' if res.seed is None else res.seed}"
+    )
+    print(
+        f"  blob:      {res.blob or 'none (the deterministic coverage pass found it)' if 'coverage' in res.origin else res.blob or 'none'}"
+    )
+    rerun = [*base, "--profile", args.profile] + (
+        [] if res.seed is None else ["--seed", str(res.seed)]
+    )
+    if args.no_coverage:
+        rerun.append("--no-coverage")
+    print(f"  rerun:     {shlex.join(rerun)}")
+    if res.blob:
+        print(f"  reproduce: {shlex.join([*rerun, '--reproduce', res.blob])}")
+    print(f"  replay:    {shlex.join([*base, '--replay', '; '.join(o.render() for o in trace)])}")
+    print("\n".join(summary_lines(res)))
+    return 1

@@ -1,0 +1,398 @@
+"""Planted bugs the API harness has never seen: single-edit source mutants of ``impl/``.
+
+``python -m kvstate.api_mutants`` applies each mutant below to a staged copy of the package (one
+at a time, restored afterwards; the working tree is never edited), runs the API harness in a fresh interpreter on the pure-Python sources
+(``KVSTATE_PURE_PYTHON=1``) and reports the kill rate, the median time to the first finding and
+the median minimized trace length.  Each mutant is one edit at the spot a real engine bug of its
+class lives (a missing pin, a reference count off by one, a slot freed without reset, a stale
+indexer version, a load marked complete early, a checksum never verified, a host copy without the
+indexer pages, a window read at the wrong offset, ...), none of them one of the six switches in
+``impl/bugs.py``.
+
+The harness runs with the operations that expose the two open wrong-byte defects of the library
+left out (``read_released``, ``mutate_tokens``, ``abort_in_use``), without ``disk_full`` (an
+undocumented ``OSError``) and without ``foreign`` (under pool pressure ``allocate`` moves a block
+to another slot, which the table's ``allocate`` does not allow), so that a kill is the mutant's
+doing; shrink ``SKIP`` as those are fixed.  Not part of the default test run (minutes): ``python -m kvstate.api_mutants [-k
+NAME] [--profile ci|dev] [--json FILE]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SKIP = ("read_released", "mutate_tokens", "abort_in_use", "disk_full", "foreign")
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    bug_class: str
+    path: str  # relative to the repository root
+    old: str
+    new: str
+
+
+MUTANTS: tuple[Mutant, ...] = (
+    Mutant(
+        "pin_takes_no_reference",
+        "missing pin",
+        "impl/core.py",
+        "            ref[rid] += 1\n            if rid in lru:\n                lru.move_to_end(rid)\n        s.rids = held",
+        "            ref[rid] += 0\n            if rid in lru:\n                lru.move_to_end(rid)\n        s.rids = held",
+    ),
+    Mutant(
+        "unpin_skips_deepest_block",
+        "reference count off by one",
+        "impl/core.py",
+        "        for rid in reversed(s.rids):\n            ref[rid] -= 1",
+        "        for rid in reversed(s.rids[1:]):\n            ref[rid] -= 1",
+    ),
+    Mutant(
+        "pinned_counter_off_by_one",
+        "reference count off by one",
+        "impl/core.py",
+        "        self.pinned_blocks += len(held)",
+        "        self.pinned_blocks += len(held) + (1 if held else 0)",
+    ),
+    Mutant(
+        "freed_keeps_window",
+        "free without reset",
+        "impl/core.py",
+        "        m.tail[rid] = _TAIL_NONE\n        m.swa[rid] = _SWA_NULL\n        m.idx[rid] = _IDX_ABSENT\n        self.lru.pop(rid, None)",
+        "        m.tail[rid] = _TAIL_NONE\n        m.idx[rid] = _IDX_ABSENT\n        self.lru.pop(rid, None)",
+    ),
+    Mutant(
+        "evict_keeps_swa_pages",
+        "free without reset (leak)",
+        "impl/core.py",
+        "        if m.swa_pages[rid]:\n            self.tiers.swa_pool.release(m.swa_pages[rid])\n            m.swa_pages[rid] = ()\n\n    def _moved",
+        "        if m.swa_pages[rid]:\n            m.swa_pages[rid] = ()\n\n    def _moved",
+    ),
+    Mutant(
+        "index_stamp_reads_old_version",
+        "stale indexer version",
+        "impl/core.py",
+        "            m.iver[rid] = m.ver[rid]",
+        "            m.iver[rid] = m.ver[rid] - 1",
+    ),
+    Mutant(
+        "disk_load_keeps_indexer",
+        "stale indexer after a disk load",
+        "impl/core.py",
+        "                self.io_inflight -= 1\n                m.idx[rid] = _IDX_ABSENT",
+        "                self.io_inflight -= 1",
+    ),
+    Mutant(
+        "load_progress_skips_a_chunk",
+        "load completion marked early",
+        "impl/core.py",
+        "            self.meta.prog[rid] += 1",
+        "            self.meta.prog[rid] += 2",
+    ),
+    Mutant(
+        "disk_checksum_not_verified",
+        "checksum not verified",
+        "impl/disk.py",
+        "        if checksum(data, self.backend) != expect:",
+        "        if False and checksum(data, self.backend) != expect:",
+    ),
+    Mutant(
+        "host_copy_without_indexer",
+        "host copy without indexer pages",
+        "impl/tiers.py",
+        "    def to_host(self, slot: int, swa_pages: Sequence[int], hslot: int) -> None:\n        for grp in self.slot_groups:",
+        "    def to_host(self, slot: int, swa_pages: Sequence[int], hslot: int) -> None:\n        for grp in self.disk_groups:",
+    ),
+    Mutant(
+        "window_read_one_row_late",
+        "wrong window offset",
+        "impl/cache.py",
+        "        lo = max(0, h - n_win) - first * bt",
+        "        lo = max(0, h - n_win) - first * bt + 1",
+    ),
+    Mutant(
+        "offload_done_keeps_device_slot",
+        "free without reset (leak)",
+        "impl/core.py",
+        "            self.tiers.to_host(m.slot[rid], pages, m.hslot[rid])\n            self._free_device(rid)",
+        "            self.tiers.to_host(m.slot[rid], pages, m.hslot[rid])",
+    ),
+    Mutant(
+        "offload_cancel_keeps_host_slot",
+        "free without reset (leak)",
+        "impl/core.py",
+        '            self._check_block("offload_cancel", rid)\n            m = self.meta\n            self.tiers.host_slots.release([m.hslot[rid]])',
+        '            self._check_block("offload_cancel", rid)\n            m = self.meta',
+    ),
+    Mutant(
+        "drop_leaves_disk_file",
+        "free without reset (leak)",
+        "impl/core.py",
+        "                if entry is not None:\n                    self.disk.delete(entry)",
+        "                if entry is not None:\n                    pass",
+    ),
+    Mutant(
+        "failed_load_keeps_slot",
+        "free without reset (leak)",
+        "impl/core.py",
+        "        m = self.meta\n        self.tiers.slots.release(job.dst)\n        self.tiers.slots.unclaim(job.dst, rid)",
+        "        m = self.meta\n        self.tiers.slots.unclaim(job.dst, rid)",
+    ),
+    Mutant(
+        "io_counter_not_decremented",
+        "admission cap accounting",
+        "impl/core.py",
+        "            if from_disk:\n                self.io_inflight -= 1\n                m.idx[rid] = _IDX_ABSENT",
+        "            if from_disk:\n                m.idx[rid] = _IDX_ABSENT",
+    ),
+    Mutant(
+        "store_skips_seal",
+        "tail never sealed",
+        "impl/cache.py",
+        '            check("seal", rid)  # compression fires at the boundary: a new content version ...\n            core._fx_seal(rid)',
+        '            check("seal", rid)  # compression fires at the boundary: a new content version ...',
+    ),
+    Mutant(
+        "snapshot_records_no_generation",
+        "state_data_ptrs snapshot of the wrong field",
+        "impl/core.py",
+        "        s.pgen = tuple([gen[i] for i in rids])",
+        "        s.pgen = tuple([0 for i in rids])",
+    ),
+    Mutant(
+        "allocate_keeps_generation",
+        "generation not bumped on reuse",
+        "impl/core.py",
+        "        m.ckv[rid] = _CKV_WRITING\n        m.gen[rid] += 1",
+        "        m.ckv[rid] = _CKV_WRITING",
+    ),
+    Mutant(
+        "gather_first_page_only",
+        "block table built wrong",
+        "impl/cache.py",
+        "            [s * ppl + i for s in self.block_table() for i in range(ppl)],",
+        "            [s * ppl for s in self.block_table() for i in range(ppl)],",
+    ),
+    Mutant(
+        "block_table_reversed",
+        "block table built wrong",
+        "impl/cache.py",
+        "        return [slot[r] for r in self.rids]",
+        "        return [slot[r] for r in reversed(self.rids)]",
+    ),
+    Mutant(
+        "host_load_keeps_host_slot",
+        "free without reset (leak)",
+        "impl/core.py",
+        "            else:\n                self.tiers.host_slots.release([job.src])\n                m.hslot[rid] = -1",
+        "            else:\n                m.hslot[rid] = -1",
+    ),
+    Mutant(
+        "lease_not_capped",
+        "residency lease beyond the request",
+        "impl/cache.py",
+        "        core.touch_prefix(rids, nb_max, min(req.lifetime, self.table.consts.lease_max))",
+        "        core.touch_prefix(rids, nb_max, self.table.consts.lease_max)",
+    ),
+    Mutant(
+        "spill_keeps_host_slot",
+        "free without reset (leak)",
+        "impl/core.py",
+        "            self.tiers.host_slots.release([m.hslot[rid]])\n            m.hslot[rid] = -1\n            m.ckv[rid] = int(CKV.DISK)",
+        "            m.hslot[rid] = -1\n            m.ckv[rid] = int(CKV.DISK)",
+    ),
+    Mutant(
+        "disk_load_wrong_form",
+        "stored form lost on a disk load",
+        "impl/core.py",
+        "                m.fmt[rid] = job.src.fmt",
+        "                m.fmt[rid] = 0 if job.src.fmt else 1",
+    ),
+    Mutant(
+        "truncation_keeps_failed_boundary",
+        "corrupt entry served",
+        "impl/cache.py",
+        "                cap = min(cap, (_cdiv(adm.hit_tokens, self.L) - 1) * self.L)",
+        "                cap = min(cap, _cdiv(adm.hit_tokens, self.L) * self.L)",
+    ),
+)
+
+
+PACKAGES = {
+    "kvstate": "kvstate",
+    "spec": "kvstate/spec",
+    "model": "kvstate/model",
+    "proofs": "kvstate/proofs",
+    "impl": "kvstate/impl",
+    "kernels": "kvstate/kernels",
+    "numerics": "kvstate/numerics",
+}
+
+
+def stage() -> Path:
+    """A copy of the package (the repository's folder -> package map) the mutants are applied
+    to: the working tree itself is never edited; the child runs with the copy first on its path."""
+    import shutil
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="kvstate-mutants-"))
+    for folder, pkg in sorted(PACKAGES.items(), key=lambda x: x[1].count("/")):
+        shutil.copytree(
+            ROOT / folder,
+            root / pkg,
+            dirs_exist_ok=True,
+            ignore=shutil.ignore_patterns("__pycache__", "*.so"),
+        )
+    return root
+
+
+def _staged(root: Path, m: Mutant) -> Path:
+    folder, _, rest = m.path.partition("/")
+    return root / PACKAGES[folder] / rest
+
+
+def apply(root: Path, m: Mutant) -> str:
+    path = _staged(root, m)
+    src = path.read_text()
+    if src.count(m.old) != 1:
+        raise SystemExit(
+            f"mutant {m.name}: its source text occurs {src.count(m.old)} times in {m.path}"
+        )
+    path.write_text(src.replace(m.old, m.new))
+    return src
+
+
+def run_one(
+    root: Path, name: str, profile: str, timeout: float, coverage: bool = True
+) -> dict[str, object]:
+    m = next(x for x in MUTANTS if x.name == name)
+    original = apply(root, m)
+    started = time.monotonic()
+    try:
+        env = {**os.environ, "KVSTATE_PURE_PYTHON": "1", "PYTHONPATH": str(root)}
+        proc = subprocess.run(
+            [sys.executable, "-m", "kvstate.api_mutants", "--child", profile]
+            + ([] if coverage else ["--no-coverage"]),
+            cwd=root,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        out = (
+            json.loads(proc.stdout.strip().splitlines()[-1])
+            if proc.stdout.strip()
+            else {"killed": True, "kind": "crash", "detail": proc.stderr[-300:]}
+        )
+    except subprocess.TimeoutExpired:
+        out = {"killed": False, "kind": "timeout"}
+    finally:
+        _staged(root, m).write_text(original)
+    out.update(name=m.name, bug_class=m.bug_class, wall=round(time.monotonic() - started, 1))
+    return out
+
+
+def child(profile: str, coverage: bool = True) -> None:
+    """In the mutated interpreter: one harness run, the outcome as one JSON line."""
+    from kvstate.api_harness import OPS, run_api
+    from kvstate.spec import default_table
+
+    t0 = time.monotonic()
+    try:
+        res = run_api(
+            default_table(),
+            4,
+            profile=profile,
+            ops=frozenset(OPS) - set(SKIP),
+            coverage_pass=coverage,
+            minimize_seconds=20.0,
+        )
+    except Exception as exc:  # noqa: BLE001 - the mutant broke the import or the harness
+        print(
+            json.dumps(
+                {
+                    "killed": True,
+                    "kind": f"crash:{type(exc).__name__}",
+                    "detail": str(exc)[:200],
+                    "seconds": time.monotonic() - t0,
+                }
+            )
+        )
+        return
+    f = res.finding
+    print(
+        json.dumps(
+            {
+                "killed": f is not None,
+                "kind": f.signature if f is not None else "",
+                "origin": res.origin,
+                "seconds": round(res.seconds, 2),  # to the first finding (before minimizing)
+                "found_len": res.found_len,
+                "trace_len": len(res.minimized or []) if f is not None else 0,
+                "trace": "; ".join(o.render() for o in (res.minimized or [])),
+            }
+        )
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m kvstate.api_mutants", description=__doc__)
+    ap.add_argument("-k", action="append", default=[], help="run only mutants whose name has this")
+    ap.add_argument("--profile", default="ci", choices=["ci", "dev", "nightly"])
+    ap.add_argument("--timeout", type=float, default=300.0)
+    ap.add_argument("--json", default=None, help="write the results here")
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument(
+        "--no-coverage",
+        action="store_true",
+        help="Hypothesis only: skip the scripted witnesses (examples may still start from one)",
+    )
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.child:
+        child(a.child, not a.no_coverage)
+        return 0
+    chosen = [m for m in MUTANTS if not a.k or any(k in m.name for k in a.k)]
+    if a.list:
+        for m in chosen:
+            print(f"{m.name:<36} {m.bug_class:<40} {m.path}")
+        return 0
+    root = stage()
+    for m in chosen:  # every patch applies (and is undone) before anything runs
+        _staged(root, m).write_text(apply(root, m))
+    results = []
+    for m in chosen:
+        r = run_one(root, m.name, a.profile, a.timeout, not a.no_coverage)
+        results.append(r)
+        print(
+            f"{'KILLED ' if r['killed'] else 'SURVIVED'} {m.name:<36} {r.get('seconds', '-')!s:>6} s "
+            f"{r.get('found_len', '-')!s:>3} -> {r.get('trace_len', '-')!s:>2} ops  {r.get('kind', '')}  [{r.get('origin', '')}]",
+            flush=True,
+        )
+    killed = [r for r in results if r["killed"]]
+    print(
+        f"\n{len(killed)}/{len(results)} mutants killed ({100 * len(killed) / max(1, len(results)):.0f}%)"
+    )
+    if killed:
+        print(
+            f"median time to the first finding: {statistics.median(float(r['seconds']) for r in killed):.1f} s; "
+            f"median trace length: {statistics.median(int(r['found_len']) for r in killed)} operations found, "
+            f"{statistics.median(int(r['trace_len']) for r in killed)} minimized"
+        )
+    if a.json:
+        Path(a.json).write_text(json.dumps(results, indent=2))
+    return 0 if len(killed) == len(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

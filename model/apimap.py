@@ -1,0 +1,334 @@
+"""Interpreting the API refinement mapping (``spec/api.py``) on the reference model.
+
+:func:`explain` answers the harness's question after every public call: is there a sequence of
+the table's actions, allowed by the call's patterns, whose guards hold one after the other from
+the model's state before the call, and that ends in the state the library shows after it?  The
+patterns are compiled to a small NFA over action names; the search is a bounded best-first walk
+over (model state, NFA states), trying for each action only the parameters that can move the
+model towards the observed state (a block whose modified variables already agree is skipped, an
+output parameter -- address, stored form -- is the one the library shows), and keeping the
+parameters the library chose.  :func:`after_restart` is the model's side of a process crash.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kvstate.spec.api import API, MACROS, RESTART_KEEPS, RESTART_PHASE, RESTART_SURVIVES, SECTIONS
+from kvstate.spec.state import ConcreteState
+from kvstate.spec.table import Action, ParamKind, Scope, Table
+
+from .concrete import Machine
+
+Step = tuple[str, dict[str, int]]
+
+_TOKEN = re.compile(r"\s*([A-Za-z_]\w*|[()|*+?])")
+
+
+def _expand(pattern: str) -> str:
+    for _ in range(8):
+        new = re.sub(r"\b[A-Z][A-Z_]*\b", lambda m: f"({MACROS[m.group(0)]})", pattern)
+        if new == pattern:
+            return new
+        pattern = new
+    raise ValueError(f"macros nest too deep in {pattern!r}")
+
+
+class Nfa:
+    """Thompson NFA over action names: states are ints, ``eps`` and labelled edges."""
+
+    def __init__(self) -> None:
+        self.eps: list[list[int]] = []
+        self.edges: list[list[tuple[str, int]]] = []
+
+    def new(self) -> int:
+        self.eps.append([])
+        self.edges.append([])
+        return len(self.eps) - 1
+
+    def closure(self, states: Iterable[int]) -> frozenset[int]:
+        seen = set(states)
+        todo = list(seen)
+        while todo:
+            for t in self.eps[todo.pop()]:
+                if t not in seen:
+                    seen.add(t)
+                    todo.append(t)
+        return frozenset(seen)
+
+    def moves(self, states: frozenset[int]) -> dict[str, frozenset[int]]:
+        out: dict[str, set[int]] = {}
+        for s in states:
+            for name, t in self.edges[s]:
+                out.setdefault(name, set()).add(t)
+        return {k: self.closure(v) for k, v in out.items()}
+
+
+def _parse(nfa: Nfa, pat: str, known: set[str]) -> tuple[int, int]:
+    toks = _TOKEN.findall(_expand(pat))
+    pos = 0
+
+    def alt() -> tuple[int, int]:
+        nonlocal pos
+        s, e = seq()
+        while pos < len(toks) and toks[pos] == "|":
+            pos += 1
+            s2, e2 = seq()
+            a, b = nfa.new(), nfa.new()
+            nfa.eps[a] += [s, s2]
+            nfa.eps[e].append(b)
+            nfa.eps[e2].append(b)
+            s, e = a, b
+        return s, e
+
+    def seq() -> tuple[int, int]:
+        nonlocal pos
+        s = e = nfa.new()
+        while pos < len(toks) and toks[pos] not in "|)":
+            a, b = atom()
+            nfa.eps[e].append(a)
+            e = b
+        return s, e
+
+    def atom() -> tuple[int, int]:
+        nonlocal pos
+        tok = toks[pos]
+        pos += 1
+        if tok == "(":
+            s, e = alt()
+            if pos >= len(toks) or toks[pos] != ")":
+                raise ValueError(f"unbalanced parentheses in {pat!r}")
+            pos += 1
+        else:
+            if tok not in known:
+                raise ValueError(f"{tok!r} in API pattern {pat!r} is not an action")
+            s, e = nfa.new(), nfa.new()
+            nfa.edges[s].append((tok, e))
+        while pos < len(toks) and toks[pos] in "*+?":
+            op = toks[pos]
+            pos += 1
+            a, b = nfa.new(), nfa.new()
+            nfa.eps[a].append(s)
+            nfa.eps[e].append(b)
+            if op in "*?":
+                nfa.eps[a].append(b)
+            if op in "*+":
+                nfa.eps[e].append(s)
+            s, e = a, b
+        return s, e
+
+    s, e = alt()
+    if pos != len(toks):
+        raise ValueError(f"cannot parse API pattern {pat!r} at {toks[pos]!r}")
+    return s, e
+
+
+def compile_patterns(patterns: Sequence[str], actions: Iterable[str]) -> tuple[Nfa, int, int]:
+    """One NFA for the union of ``patterns`` (start, accept); names must be table actions."""
+    known = set(actions)
+    nfa = Nfa()
+    start, accept = nfa.new(), nfa.new()
+    for pat in patterns:
+        s, e = _parse(nfa, pat, known)
+        nfa.eps[start].append(s)
+        nfa.eps[e].append(accept)
+    return nfa, start, accept
+
+
+@dataclass
+class Explanation:
+    steps: list[Step] | None  # None: nothing in the patterns explains the change
+    searched: int  # search nodes expanded
+    exhausted: bool  # the bound stopped the search before it was complete
+
+
+def state_diff(model: Mapping[str, Any], observed: Mapping[str, Any], table: Table) -> list[str]:
+    a, b = model, observed
+    return [
+        f"{v.name}: model {a[v.name]!r} != library {b[v.name]!r}"
+        for v in table.vars
+        if a[v.name] != b[v.name]
+    ]
+
+
+class Explainer:
+    """:func:`explain` with the compiled patterns of every call cached (one per table)."""
+
+    def __init__(self, machine: Machine) -> None:
+        self.m = machine
+        self.table = machine.table
+        names = [a.name for a in self.table.actions]
+        self.nfas = {call: compile_patterns(c.patterns, names) for call, c in API.items()}
+        for call, extra in SECTIONS.items():  # one critical section of a multi-section call
+            self.nfas[f"{call}/section"] = compile_patterns((*API[call].patterns, *extra), names)
+        self.scope = {v.name: v.scope for v in self.table.vars}
+
+    def _cells(self, values: Mapping[str, Any]) -> dict[tuple[str, Any], Any]:
+        out: dict[tuple[str, Any], Any] = {}
+        for name, v in values.items():
+            sc = self.scope[name]
+            if sc is Scope.GLOBAL:
+                out[(name, None)] = v
+            elif sc is Scope.REQ_BLOCK:
+                for r, row in enumerate(v):
+                    for b, x in enumerate(row):
+                        out[(name, (r, b))] = x
+            else:
+                for i, x in enumerate(v):
+                    out[(name, i)] = x
+        return out
+
+    def _distance(self, cur: Mapping[str, Any], goal: dict[tuple[str, Any], Any]) -> int:
+        c = self._cells(cur)
+        return sum(1 for k, v in goal.items() if c.get(k) != v)
+
+    def _candidates(
+        self,
+        a: Action,
+        cur: ConcreteState,
+        obs: Mapping[str, Any],
+        req: int | None,
+        forbid: set[tuple[str, int]],
+        ticks: int | None = None,
+        fmts: Mapping[tuple[str, int], int] | None = None,
+    ) -> list[dict[str, int]]:
+        """Parameters worth trying: the ones that change something the library shows."""
+        doms: list[list[int]] = []
+        vals = cur.values
+        blocks_mod = [n for n in a.modifies if self.scope[n] is Scope.BLOCK]
+        req_mod = [n for n in a.modifies if self.scope[n] in (Scope.REQ, Scope.REQ_BLOCK)]
+        L = self.table.consts.L
+        for q in a.params:
+            if q.kind is ParamKind.BLOCK:
+                dom = [
+                    b
+                    for b in range(self.m.N)
+                    if (a.name, b) not in forbid
+                    and (not blocks_mod or any(vals[n][b] != obs[n][b] for n in blocks_mod))
+                ]
+            elif q.kind is ParamKind.REQ:
+                dom = [req] if req is not None else list(range(self.table.consts.R))
+                dom = [
+                    r
+                    for r in dom
+                    if not req_mod
+                    or a.name in ("admit", "match", "pin", "validate")
+                    or any(vals[n][r] != obs[n][r] for n in req_mod)
+                ]
+            elif q.kind is ParamKind.TOKENS:
+                dom = sorted(
+                    set(range(0, self.m.N * L + 1, L))
+                    | {x for x in obs.get("hit", ()) if isinstance(x, int)}
+                )
+            elif q.kind is ParamKind.TICKS and ticks is not None:
+                dom = [ticks]
+            elif q.kind in (ParamKind.ADDR, ParamKind.FMT):
+                dom = [-1]  # filled from the observed block below
+            else:
+                dom = list(self.m.domain(q.kind))
+            doms.append(dom)
+        out = []
+        for combo in itertools.product(*doms):
+            p = {q.name: v for q, v in zip(a.params, combo, strict=True)}
+            b = p.get("b")
+            for q in a.params:
+                if q.kind is ParamKind.ADDR and b is not None:
+                    p[q.name] = max(int(obs["addr"][b]), 0)
+                elif q.kind is ParamKind.FMT and b is not None:
+                    known = (fmts or {}).get((a.name, b))
+                    p[q.name] = int(obs["fmt"][b]) if known is None else known
+            if self.m.is_enabled(cur, a, p):
+                out.append(p)
+        return out
+
+    def explain(
+        self,
+        call: str,
+        before: ConcreteState,
+        observed: Mapping[str, Any],
+        *,
+        req: int | None = None,
+        forbid: Iterable[tuple[str, int]] = (),
+        ignore: Iterable[tuple[str, Any]] = (),
+        ticks: int | None = None,
+        fmts: Mapping[tuple[str, int], int] | None = None,
+        max_nodes: int = 4000,
+    ) -> Explanation:
+        """A sequence of ``call``'s patterns from ``before`` to ``observed`` (see module doc).
+
+        ``req``: the request slot the call acted on (``None``: any); ``forbid``: (action,
+        block) pairs the world rules out (a load of a corrupt entry never completes, a load
+        of a sound one never fails unless a read error was injected); ``ignore``: cells
+        ``(variable, index)`` the library does not keep (a request's ``state_data_ptrs`` past
+        its own chain); ``ticks``: the value every ticks parameter must take (the call's
+        binding, ``ApiCall.ticks``); ``fmts``: (action, block) -> the stored form its output
+        parameter must be (known to the world: the writer's, the file's); other outputs are
+        the ones the library shows.  States are compared exactly (addresses are the library's slots).
+        """
+        nfa, start, accept = self.nfas[call]
+        table = self.table
+        goal = self._cells(observed)
+        for cell in ignore:
+            goal.pop(cell, None)
+        ban = set(forbid)
+        s0 = nfa.closure([start])
+        tie = itertools.count()
+        heap: list[tuple[int, int, int, ConcreteState, frozenset[int], list[Step]]] = [
+            (self._distance(before.values, goal), 0, next(tie), before, s0, [])
+        ]
+        seen: set[tuple[Any, frozenset[int]]] = set()
+        nodes = 0
+        while heap and nodes < max_nodes:
+            dist, _, _, cur, states, path = heapq.heappop(heap)
+            key = (tuple(sorted((k, _freeze(v)) for k, v in cur.values.items())), states)
+            if key in seen:
+                continue
+            seen.add(key)
+            nodes += 1
+            if dist == 0 and accept in states:
+                return Explanation(path, nodes, False)
+            for name, nxt in nfa.moves(states).items():
+                a = table.action(name)
+                for p in self._candidates(a, cur, observed, req, ban, ticks, fmts):
+                    new = self.m.step(cur, a, p)
+                    d = self._distance(new.values, goal)
+                    heapq.heappush(
+                        heap, (d, len(path) + 1, next(tie), new, nxt, [*path, (name, p)])
+                    )
+        return Explanation(None, nodes, nodes >= max_nodes)
+
+
+def _freeze(v: Any) -> Any:
+    return tuple(_freeze(x) for x in v) if isinstance(v, (tuple, list)) else v
+
+
+def after_restart(
+    machine: Machine, s: ConcreteState, published: Mapping[int, Mapping[str, int]] | None = None
+) -> ConcreteState:
+    """The model's state after a process crash and restart over the same cache directory.
+
+    ``published``: per surviving block, the kept variables as its entry was written (a window
+    that slid while the block sat on disk is still in the file; without it, the model's
+    current values are used)."""
+    init = machine.init().values
+    vals = s.values
+    out = dict(init)
+    survivors = [
+        b
+        for b in range(machine.N)
+        if any(all(vals[n][b] == v for n, v in cond.items()) for cond in RESTART_SURVIVES)
+    ]
+    for name in ("ckv", *RESTART_KEEPS):
+        col = list(out[name])
+        for b in survivors:
+            pub = (published or {}).get(b, {})
+            col[b] = RESTART_PHASE if name == "ckv" else pub.get(name, vals[name][b])
+        out[name] = tuple(col)
+    if "nfree" in out:
+        out["nfree"] = machine.N - len(survivors)
+    return machine.state(out)

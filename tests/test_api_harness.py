@@ -1,0 +1,220 @@
+"""The API harness (``kvstate fuzz --target kvstate-api``): its mapping, its checks, its ci run.
+
+The ci-profile runs are the harness's CI gate.  Two of the library's open wrong-byte defects
+(issue 10/11: ``request()`` keeps the caller's token buffer; a ``Run`` keeps reading after its
+pins are released) and an undocumented ``OSError`` from ``spill`` on a full disk make the full
+run fail until they are fixed, so that one test is an expected failure (not strict); the other
+runs the same profile without the operations that expose them and must pass.  ``foreign`` (a
+request in another namespace) is left out too: under pool pressure the library's ``allocate``
+gives a block another device slot (``SlotPool.take`` hands out a claimed slot), and the table's
+``allocate`` keeps the block's address, so the two disagree (reported with the findings).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kvstate.api_harness import (
+    OPS,
+    ApiHarness,
+    Coverage,
+    op,
+    parse_ops,
+    replay,
+    run_api,
+    summary_lines,
+    witnesses,
+)
+from kvstate.model.apimap import Explainer, compile_patterns
+from kvstate.model.concrete import Machine
+from kvstate.spec import default_table
+from kvstate.spec.api import API
+
+TABLE = default_table()
+N = 4
+L = TABLE.consts.L
+# operations that expose open defects (see the module doc); shrink as they are fixed
+OPEN_DEFECT_OPS = frozenset(
+    {"read_released", "mutate_tokens", "abort_in_use", "disk_full", "foreign"}
+)
+
+
+def test_every_api_pattern_compiles_over_the_table_actions() -> None:
+    names = [a.name for a in TABLE.actions]
+    for call in API.values():
+        compile_patterns(call.patterns, names)
+    with pytest.raises(ValueError, match="not an action"):
+        compile_patterns(("admit frobnicate",), names)
+
+
+def test_explain_accepts_the_library_path_and_rejects_a_wrong_state() -> None:
+    m = Machine(TABLE, N)
+    ex = Explainer(m)
+    s0 = m.init()
+    steps = [
+        ("admit", {"r": 0, "t": 2}),
+        ("match", {"r": 0, "h": 0}),
+        ("pin", {"r": 0}),
+        ("validate", {"r": 0}),
+    ]
+    s = s0
+    for name, p in steps:
+        s = m.step(s, name, p)
+    got = ex.explain("admit", s0, s.values, req=0)
+    assert got.steps is not None and [n for n, _ in got.steps] == [n for n, _ in steps]
+    # the same change is not a ``finish`` (its patterns end in ``release``) ...
+    assert ex.explain("finish", s0, s.values, req=0).steps is None
+    # ... and an admission that also bumped a generation is explained by nothing
+    bad = dict(s.values)
+    bad["gen"] = (1, *bad["gen"][1:])
+    assert ex.explain("admit", s0, bad, req=0).steps is None
+
+
+def test_operations_render_and_parse_back() -> None:
+    trace = [op("request", i=0, n=65, life=2), op("admit", i=0), op("drain")]
+    text = "; ".join(o.render() for o in trace)
+    assert parse_ops(text) == trace
+    with pytest.raises(ValueError):
+        parse_ops("admit(i=0); launch_missiles()")
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "hit after a host load",
+        "hit after a disk load and an indexer rebuild",
+        "crash and restart, then a disk hit",
+        "corrupt entry: truncated to the valid prefix",
+        "disk read error",
+        "slide during a load",
+        "a host copy whose tail does not splice",
+        "an admission cancels an offload in flight",
+    ],
+)
+def test_witness_conforms_and_reaches_its_path(name: str) -> None:
+    cov = Coverage()
+    w = witnesses(N, L, TABLE.consts.lease_max)[name]
+    assert replay(TABLE, N, w, coverage=cov) is None
+    c = cov.counts
+    assert c["quiescence checks"] == 1 and c["reads checked"] > 0
+    want = {
+        "hit after a host load": "host restores completed",
+        "hit after a disk load and an indexer rebuild": "indexer rebuilds",
+        "crash and restart, then a disk hit": "disk restores completed",
+        "corrupt entry: truncated to the valid prefix": "loads failed",
+        "disk read error": "fault read_error",
+        "slide during a load": "slides during a load",
+        "a host copy whose tail does not splice": "hits truncated to the valid prefix",
+        "an admission cancels an offload in flight": "action offload_cancel",
+    }[name]
+    assert c[want] > 0, dict(c)
+    assert c["hits used over restored blocks"] > 0 or name in (
+        "slide during a load",
+        "corrupt entry: truncated to the valid prefix",
+        "an admission cancels an offload in flight",
+        "disk read error",  # block 0's load fails: the hit is cut to nothing
+    )
+
+
+def test_a_leaked_slot_is_found_within_a_few_operations() -> None:
+    """Mutation check of the accounting: a device slot taken behind the library's back."""
+    h = ApiHarness(TABLE, N)
+    try:
+        h.apply(op("request", i=0, n=N * L + 1, life=1))
+        h.core.tiers.slots.take(999, -1)  # a slot nobody holds: what a leak looks like
+        with pytest.raises(AssertionError, match="device slots"):
+            h.apply(op("tick", t=1))
+    finally:
+        h.close()
+
+
+def test_wrong_bytes_are_found() -> None:
+    """Mutation check of the byte comparison: a stored page overwritten behind the cache."""
+    h = ApiHarness(TABLE, N)
+    try:
+        for o in witnesses(N, L, TABLE.consts.lease_max)["hit after a host load"][:4]:
+            h.apply(o)
+        h.apply(op("request", i=1, n=N * L + 1, life=1))
+        h.apply(op("admit", i=1))
+        h.core.tiers.hca.device_data[0].view(-1)[:8] ^= 1
+        with pytest.raises(AssertionError, match="wrong bytes"):
+            h.apply(op("use", i=1))
+    finally:
+        h.close()
+
+
+@pytest.mark.xfail(
+    strict=False,
+    reason="issue 10/11, open on this branch: request() keeps the caller's token buffer; a Run "
+    "keeps reading after its pins are released; spill on a full disk raises OSError; allocate "
+    "moves a block's address, which the table's allocate does not allow",
+)
+def test_api_ci_profile_conforms() -> None:
+    res = run_api(TABLE, N, profile="ci")
+    assert res.finding is None, "\n".join(
+        [str(res.finding), *(o.render() for o in res.minimized or [])]
+    )
+
+
+def test_api_ci_profile_conforms_without_the_open_defect_operations() -> None:
+    res = run_api(TABLE, N, profile="ci", ops=frozenset(OPS) - OPEN_DEFECT_OPS)
+    assert res.finding is None, "\n".join(
+        [str(res.finding), *(o.render() for o in res.minimized or [])]
+    )
+    c = res.coverage.counts
+    print("\n".join(summary_lines(res)))
+    # the run is not weak: every path the issue names is reached
+    for k in (
+        "disk restores completed",
+        "host restores completed",
+        "indexer rebuilds",
+        "hits used over restored blocks",
+        "slides during a load",
+        "loads failed",
+        "fault crash",
+        "fault bitflip",
+        "fault truncate",
+        "fault header",
+        "fault read_error",
+        "fault stall",
+        "fault host_tail",
+        "hits truncated to the valid prefix",
+        "quiescence checks",
+    ):
+        assert c[k] > 0, (k, dict(c))
+
+
+def test_planted_mutants_are_killed() -> None:
+    """One of the planted bugs, end to end through the runner (python -m kvstate.api_mutants
+    runs all of them: minutes, not in the default run)."""
+    from kvstate.api_mutants import run_one, stage
+
+    root = stage()
+    for name in ("host_copy_without_indexer",):
+        r = run_one(root, name, "ci", 300.0)
+        assert r["killed"], r
+
+
+@pytest.mark.xfail(
+    strict=False,
+    reason="issue 10/11, open on this branch: a Run keeps reading after another thread aborted "
+    "its request (its pins are gone)",
+)
+def test_threads_conform() -> None:
+    from kvstate.api_threads import run_threads
+
+    for seed in range(2):
+        r = run_threads(TABLE, N, seed=seed)
+        assert not r.problems, (seed, r.problems)
+        assert r.counts["sections checked"] > 20 and r.counts["reads checked"] > 20
+
+
+def test_threads_check_finds_a_change_outside_the_lock() -> None:
+    """Mutation check of the lock-order linearization: a generation bumped behind the lock."""
+    from kvstate.api_threads import run_threads
+
+    def tamper(h: ApiHarness) -> None:
+        h.core.meta.gen[h.rids[0]] += 1
+
+    r = run_threads(TABLE, N, seed=0, tamper=tamper)
+    assert any("outside the lock" in p or "not explained" in p for p in r.problems), r.problems
