@@ -232,7 +232,7 @@ def test_every_public_parameter_refuses_bad_values(
                         if snapshot(w.c) != before:
                             problems.append(f"{what}: refused but changed the state")
                         continue
-                    except Exception as exc:  # noqa: BLE001: what this test looks for
+                    except Exception as exc:  # noqa: BLE001 - what this test looks for
                         problems.append(f"{what}: {type(exc).__name__}: {exc}")
                         continue
                     counts["accepted"] += 1

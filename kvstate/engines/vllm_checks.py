@@ -17,6 +17,7 @@ scope decides which LCM blocks must be ready (every block, the last window, the 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cache
 from math import lcm
 from types import SimpleNamespace
 from typing import Any
@@ -156,8 +157,16 @@ def geometry_of(manager: Any, use_eagle: bool) -> Geometry:
 # place that computes what that rule promises for vLLM's geometry, so it can be pointed at the
 # table's rule once both are merged.
 # ---------------------------------------------------------------------------------------------
+@cache
+def _completeness() -> Any:
+    rule = default_table().completeness
+    assert rule is not None, "the default table states completeness"
+    return rule
+
+
 def expected_complete_hit(geo: Geometry, prompt_len: int, computed_common: int) -> int:
-    """COMPLETENESS: the hit a re-sent prompt must get when nothing was evicted since it ran.
+    """COMPLETENESS: the hit a re-sent prompt must get when nothing was evicted since it ran:
+    the table's completeness rule, projected onto vLLM's admission.
 
     ``computed_common`` is how many of its tokens an earlier request computed (and cached).  The
     hit is capped one token short of the prompt (its last token is recomputed for logits),
@@ -165,7 +174,9 @@ def expected_complete_hit(geo: Geometry, prompt_len: int, computed_common: int) 
     a block's last position depends on the token after it, so the last block is not reusable.
     """
     cap = min(prompt_len - 1, computed_common)
-    h = (cap // geo.L) * geo.L
+    # the table's completeness rule (spec: Completeness.expected_hit), on vLLM's LCM
+    rule = _completeness()
+    h = rule.expected_hit(cap, SimpleNamespace(lcm_tokens=geo.L))  # type: ignore[arg-type]
     if geo.use_eagle:
         h = max(0, h - geo.L)
     return h
