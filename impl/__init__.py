@@ -18,6 +18,7 @@ from .coordinator import HitSearch, RecoveryPlan, RecoveryStep, Shortening  # no
 from .errors import (  # noqa: E402
     AlreadyReleased,
     CorruptEntry,
+    DiskWriteError,
     InternalError,
     InvalidArgument,
     KVStateError,
@@ -31,7 +32,7 @@ from .events import Event, EventKind, EventLog  # noqa: E402
 from .testdata import DeterministicWriter, Writer  # noqa: E402
 
 __all__ = [
-    "BUGS", "Admission", "AlreadyReleased", "CorruptEntry", "DeterministicWriter", "Event",
+    "BUGS", "Admission", "AlreadyReleased", "CorruptEntry", "DiskWriteError", "DeterministicWriter", "Event",
     "EventKind", "EventLog", "Explanation", "HeterogeneousKVCache", "HitSearch", "InternalError",
     "InvalidArgument", "KVStateError", "LayoutError", "NotReady", "OutOfCapacity", "Pin",
     "RecoveryPlan", "RecoveryStep", "Refused", "Request", "Run", "Shortening", "UnknownRequest",

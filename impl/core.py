@@ -42,6 +42,7 @@ from .disk import DiskEntry, DiskTier
 from .errors import (
     AlreadyReleased,
     CorruptEntry,
+    DiskWriteError,
     InternalError,
     InvalidArgument,
     LayoutError,
@@ -882,7 +883,14 @@ class CacheCore:
             if snap is None:
                 break
             rid, key, fields, state = snap
-            prepared = self.disk.prepare(key, **fields)  # the write: no lock held
+            try:
+                prepared = self.disk.prepare(key, **fields)  # the write: no lock held
+            except OSError as exc:  # a full disk: the temporary is gone, nothing published
+                if done:
+                    return done
+                err = DiskWriteError(f"spill of record {rid}: {exc}")
+                err.__cause__ = exc  # set by hand: compiled code drops `raise ... from`
+                raise err from exc
             done += self._publish_spill(rid, key, state, prepared)
         return done
 

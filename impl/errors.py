@@ -92,6 +92,12 @@ class WriterFailed(KVStateError):
     releases the request all the same (nothing stays pinned), ``append`` leaves it in use."""
 
 
+class DiskWriteError(KVStateError):
+    """Writing a disk entry failed (a full disk, an I/O error: the OSError is ``__cause__``).
+    Its temporary file is removed and nothing is published; ``spill`` returns the blocks it
+    spilled before the failure, and raises this only when it spilled none."""
+
+
 class CorruptEntry(KVStateError):
     """A stored entry failed verification (checksum, header, format); it is recomputed."""
 

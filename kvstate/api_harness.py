@@ -191,8 +191,8 @@ class ApiHarness:
         self.rids = self.cache.register(self.chain)
         self._blocks = {k: b for b, k in enumerate(self.chain.keys)}
         self.cache.events.subscribe(self._event)
-        self._real_write = self.core.disk.write
-        self._real_read = self.core.disk.read_range
+        self._real_write = self.core.disk.prepare
+        self._real_read = self.core.disk._pread
         if self.disk_full:
             self._arm_disk_full()
 
@@ -226,6 +226,8 @@ class ApiHarness:
             out: dict[str, Any] = {}
             for v in self.table.vars:
                 name = v.name
+                if v.ghost:
+                    continue  # ghost truth: the model's alone, never the library's to show
                 if v.scope is Scope.BLOCK:
                     col = getattr(m, name)
                     out[name] = tuple(col[i] for i in rids)
@@ -615,13 +617,11 @@ class ApiHarness:
         real = self._real_write
 
         def full(key: bytes, **kw: Any) -> Any:
-            # the world: the temporary file is created, then the disk is full
-            tmp = disk.root / f".{key.hex()}.kvb.{os.getpid()}.full.tmp"
-            with open(tmp, "wb") as f:
-                f.write(b"KVSTATE")
+            # the world: the disk is full (prepare's own cleanup of its temporary is
+            # tests/test_impl_disk_trust.py's to check)
             raise OSError(errno.ENOSPC, "No space left on device (injected)")
 
-        disk.write = full if self.disk_full else real  # type: ignore[method-assign]
+        disk.prepare = full if self.disk_full else real  # type: ignore[method-assign]
 
     # -- quiescence ---------------------------------------------------------------------------
     def quiesce(self) -> None:

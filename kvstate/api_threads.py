@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from kvstate.model.apimap import Explainer, state_diff
+from kvstate.model.apimap import Explainer, state_diff, with_ghosts
 from kvstate.model.concrete import Machine
 from kvstate.spec.table import Table
 
@@ -161,14 +161,14 @@ def run_threads(
     lock = RecordingLock(rec.enter, rec.exit)
     core.lock = lock  # type: ignore[assignment]
     core.changed = threading.Condition(lock)  # type: ignore[arg-type]
-    real_read = core.disk.read_range
+    real_read = core.disk._pread
 
     def slow_read(*a: Any, **kw: Any) -> Any:  # the world: a slow disk
         time.sleep(stall)
         res.counts["fault stall"] += 1
         return real_read(*a, **kw)
 
-    core.disk.read_range = slow_read  # type: ignore[method-assign]
+    core.disk._pread = slow_read  # type: ignore[method-assign]
     L = table.consts.L
     problems = res.problems
     plock = threading.Lock()
@@ -320,7 +320,7 @@ def run_threads(
             res.counts["sections checked"] += 1
             call = f"{s.call}/section" if f"{s.call}/section" in ex.nfas else s.call
             got = ex.explain(
-                call, m.state(s.before), s.after or {}, ignore=_unkept(h, s.after or {})
+                call, with_ghosts(m, s.before), s.after or {}, ignore=_unkept(h, s.after or {})
             )
             if got.steps is None:
                 problems.append(

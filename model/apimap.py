@@ -152,7 +152,7 @@ def state_diff(model: Mapping[str, Any], observed: Mapping[str, Any], table: Tab
     return [
         f"{v.name}: model {a[v.name]!r} != library {b[v.name]!r}"
         for v in table.vars
-        if a[v.name] != b[v.name]
+        if not v.ghost and a[v.name] != b[v.name]  # ghost truth: the model's alone
     ]
 
 
@@ -200,8 +200,11 @@ class Explainer:
         """Parameters worth trying: the ones that change something the library shows."""
         doms: list[list[int]] = []
         vals = cur.values
-        blocks_mod = [n for n in a.modifies if self.scope[n] is Scope.BLOCK]
-        req_mod = [n for n in a.modifies if self.scope[n] in (Scope.REQ, Scope.REQ_BLOCK)]
+        # ghost truth is not observable: only what the library shows steers the search
+        blocks_mod = [n for n in a.modifies if self.scope[n] is Scope.BLOCK and n in obs]
+        req_mod = [
+            n for n in a.modifies if self.scope[n] in (Scope.REQ, Scope.REQ_BLOCK) and n in obs
+        ]
         L = self.table.consts.L
         for q in a.params:
             if q.kind is ParamKind.BLOCK:
@@ -307,6 +310,16 @@ def _freeze(v: Any) -> Any:
     return tuple(_freeze(x) for x in v) if isinstance(v, (tuple, list)) else v
 
 
+def with_ghosts(machine: Machine, observed: Mapping[str, Any]) -> ConcreteState:
+    """A model state from what the library shows, ghost truth (which it cannot show) at its
+    initial values: enough to search for the steps explaining a change, since guards never
+    read a ghost and only non-ghost variables are compared."""
+    init = machine.init().values
+    vals = {v.name: init[v.name] for v in machine.table.vars if v.ghost}
+    vals.update(observed)
+    return machine.state(vals)
+
+
 def after_restart(
     machine: Machine, s: ConcreteState, published: Mapping[int, Mapping[str, int]] | None = None
 ) -> ConcreteState:
@@ -331,4 +344,25 @@ def after_restart(
         out[name] = tuple(col)
     if "nfree" in out:
         out["nfree"] = machine.N - len(survivors)
+    # Ghost truth survives with the entry: what a surviving block holds (its content identity,
+    # occupant, what its window and tail were built from) is what its file holds, and every
+    # identity handed out stays handed out.  The ghosts that mirror a mechanism variable (where
+    # the bytes are, their form, the chunks still missing) follow the restarted values.
+    table = machine.table
+    k = table.consts
+    for v in table.vars:
+        if not v.ghost:
+            continue
+        if v.scope is Scope.GLOBAL:
+            out[v.name] = vals[v.name]
+        elif v.scope is Scope.BLOCK:
+            col = list(out[v.name])
+            for b in survivors:
+                col[b] = vals[v.name][b]
+            out[v.name] = tuple(col)
+    for ghost, mirror in (("at", "addr"), ("form", "fmt")):
+        if ghost in out and mirror in out:
+            out[ghost] = tuple(out[mirror])
+    if "missing" in out and "prog" in out:
+        out["missing"] = tuple(k.load_steps - x for x in out["prog"])
     return machine.state(out)
