@@ -46,6 +46,10 @@ INVARIANT_PROJECTION = {
     "ghost_counters": ("free_queue",),
     "toctou": ("toctou", "exclusive"),
     "hit_soundness": ("L1", "L3", "soundness"),
+    # ghost truth: the content a hit names is the prompt's (the hash chain) and a held block's
+    # content does not change while it is held
+    "hit_truth": ("soundness",),
+    "reading_truth": ("toctou", "exclusive"),
 }
 INVARIANTS_NOT_PROJECTED = {
     "graph_topology": "no CUDA graph in the manager",
@@ -54,6 +58,9 @@ INVARIANTS_NOT_PROJECTED = {
     "load_integrity": "no partial loads in the manager",
     "request_hygiene": "checked as refcount (holders) and toctou",
     "domains": "typing of the spec's own phase variables",
+    "graph_truth": "no CUDA graph in the manager",
+    "load_truth": "no partial loads in the manager (a connector's transfer is its own)",
+    "mechanism_truth": "relates the spec's own mechanism variables to its ghost truth",
 }
 CHECK_CLASSES = (
     "refcount",
