@@ -514,6 +514,10 @@ class HeterogeneousKVCache:
         max_model_len = args.integer("max_model_len", max_model_len, 1, MAX_MODEL_LEN)
         durable = args.flag("durable", durable)
         derive_index = args.optional_flag("derive_index", derive_index)
+        if isinstance(disk_key, bytearray):
+            disk_key = bytes(disk_key)
+        if disk_key is not None and not isinstance(disk_key, bytes):
+            raise InvalidArgument(f"disk_key must be bytes or None, got {type(disk_key).__name__}")
         try:
             if table is None:
                 table = default_table(geometry or small())
