@@ -509,7 +509,7 @@ def main() -> None:
         "--warmup",
         type=int,
         default=100,
-        help=f"untimed families before timing (at most {WARMUP_SHARE:.0%} of --max-seconds)",
+        help=f"untimed families before timing (at most {round(WARMUP_SHARE * 100)}%% of --max-seconds)",
     )
     ap.add_argument("--tensors", choices=["auto", "zeroed", "lazy", "mapped"], default="auto")
     ap.add_argument("--memory-gib", type=float, default=4.0, help="budget for zeroed tiers")
