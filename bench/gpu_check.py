@@ -5,8 +5,8 @@ What it does, in order (``--sections`` picks a subset):
 1. selects the CUDA backend explicitly; with no usable CUDA device it says so and exits 3
    (nothing was checked);
 2. ``edge``: every dispatch function on small, awkward inputs (empty tables, all -1, ragged
-   last block, strided and unaligned tiers, bf16, n_win boundaries, discontinuities, checksum
-   flips), CUDA result vs the torch reference on the same GPU, bit for bit;
+   last block, strided and unaligned tiers, bf16, discontinuities), CUDA result vs the torch
+   reference on the same GPU, bit for bit;
 3. ``bandwidth``: each kernel at DeepSeek-V4-Flash sizes (hundreds of MiB per call, times
    ``--scale``), timed with CUDA events and reported as a fraction of a plain device-to-device
    copy measured the same way, with its output compared to the torch reference;
@@ -93,13 +93,9 @@ from kvstate.kernels import (  # noqa: E402
     BlockTableError,
     EntryLayout,
     TailDiscontinuityError,
-    WindowPositionError,
-    block_checksum,
     dequantize_entries,
     gather_blocks,
-    longest_ready_prefix,
     quantize_entries,
-    realign_window,
     scatter_blocks,
     select_backend,
     splice_tail,
@@ -311,49 +307,6 @@ def check_edge_cases(dev: torch.device) -> Checks:
         lambda: splice_tail(e, s, pos, ratio=4, num_tokens=14, backend=CUDA),
     )
 
-    n_win = 128
-    for end in (0, 1, 127, 128, 129, 300):
-        ring = rnd((n_win, 512), torch.bfloat16)
-        pos = torch.full((n_win,), -1, dtype=torch.int64, device=dev)
-        for q in range(max(0, end - n_win), end):
-            pos[q % n_win] = q
-        a = realign_window(ring, end, ring_pos=pos, backend=CUDA)
-        b = realign_window(ring, end, ring_pos=pos, backend=REF)
-        c.expect(f"realign n_win=128 end={end}", same_bits(a, b))
-    pos[0] = -1
-    c.raises(
-        "stale window slot raises WindowPositionError",
-        WindowPositionError,
-        lambda: realign_window(ring, 300, ring_pos=pos, backend=CUDA),
-    )
-
-    for groups, cols, fails in (
-        (3, 1000, {}),
-        (3, 1000, {1: 517, 2: 733}),
-        (1, 1, {0: 0}),
-        (2, 0, {}),
-    ):
-        ready = torch.ones(groups, cols, dtype=torch.uint8, device=dev)
-        for gi, col in fails.items():
-            ready[gi, col] = 0
-        c.expect(
-            f"ready prefix groups={groups} cols={cols} fails={fails}",
-            longest_ready_prefix(ready, backend=CUDA) == longest_ready_prefix(ready, backend=REF),
-        )
-
-    blocks = rnd((64, 37), torch.uint8)
-    c.expect(
-        "checksum ragged rows",
-        torch.equal(block_checksum(blocks, backend=CUDA), block_checksum(blocks, backend=REF)),
-    )
-    flips = blocks[0].repeat(37, 1)
-    flips[torch.arange(37), torch.arange(37)] ^= 0x10
-    sums = block_checksum(flips, backend=CUDA)
-    c.expect(
-        "checksum detects every single-byte flip",
-        bool((sums != block_checksum(blocks[:1], backend=CUDA)).all()),
-    )
-
     side = torch.cuda.Stream()
     with torch.cuda.stream(side):  # kernels must follow torch's current stream
         t = torch.tensor([3, 1], device=dev)
@@ -435,44 +388,6 @@ def _bw_splice(dev: torch.device, g: torch.Generator, scale: float, iters: int, 
     return Row("splice tail", 2 * kv.numel() * 4, t, ok, f"{n_c} entries x {dim} fp32")
 
 
-def _bw_window(dev: torch.device, g: torch.Generator, iters: int, n_win: int, width: int) -> Row:
-    ring = torch.randn(n_win, width, generator=g, device=dev).to(torch.bfloat16)
-    end = 1000
-    held = torch.arange(end - n_win, end, device=dev)
-    ring_pos = torch.empty(n_win, dtype=torch.int64, device=dev)
-    ring_pos[held % n_win] = held
-    win = torch.empty_like(ring)
-    t = timed(
-        lambda: realign_window(ring, end, ring_pos=ring_pos, out=win, check=False, backend=CUDA),
-        iters,
-    )
-    ok = same_bits(win, realign_window(ring, end, ring_pos=ring_pos, backend=REF))
-    return Row(
-        "realign window", 2 * ring.numel() * 2, t, ok, f"{n_win} x {width} bf16 (latency-bound)"
-    )
-
-
-def _bw_ready(dev: torch.device, scale: float, iters: int) -> Row:
-    cols = max(1024, int((1 << 26) * scale))
-    ready = torch.ones(4, cols, dtype=torch.uint8, device=dev)  # all ready: a full scan
-    t = timed(lambda: longest_ready_prefix(ready, backend=CUDA), iters)
-    ok = (
-        longest_ready_prefix(ready, backend=CUDA)
-        == cols
-        == longest_ready_prefix(ready, backend=REF)
-    )
-    return Row("ready prefix", ready.numel(), t, ok, f"4 x {cols} uint8 (includes a host sync)")
-
-
-def _bw_checksum(dev: torch.device, g: torch.Generator, scale: float, iters: int, page: int) -> Row:
-    n = max(64, int(8192 * scale))
-    blocks = torch.randint(0, 256, (n, page), generator=g, device=dev, dtype=torch.uint8)
-    sums = torch.empty(n, dtype=torch.int64, device=dev)
-    t = timed(lambda: sums.copy_(block_checksum(blocks, backend=CUDA)), iters)
-    ok = torch.equal(sums, block_checksum(blocks, backend=REF))
-    return Row("block checksum", blocks.numel(), t, ok, f"{n} x {page} B")
-
-
 def bandwidth(dev: torch.device, scale: float, iters: int) -> tuple[float, list[Row]]:
     """(copy bandwidth in B/s, one row per kernel) at DeepSeek-V4-Flash sizes times ``scale``."""
     geom = deepseek_v4_flash()
@@ -483,9 +398,6 @@ def bandwidth(dev: torch.device, scale: float, iters: int) -> tuple[float, list[
     rows = _bw_paged(dev, g, scale, iters, page)
     rows.append(_bw_dequant(dev, g, scale, iters, lay))
     rows.append(_bw_splice(dev, g, scale, iters, lay.head_dim))
-    rows.append(_bw_window(dev, g, iters, geom.n_win, len(geom.layers) * lay.head_dim))
-    rows.append(_bw_ready(dev, scale, iters))
-    rows.append(_bw_checksum(dev, g, scale, iters, page))
     return copy_bw, rows
 
 

@@ -177,6 +177,7 @@ class CacheCore:
             hit_rule=table.hit_rule,
             bugs=self.bugs,
             memory_limit=memory_limit,
+            backend=self.backend,
         )
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         if cache_dir is None:
@@ -987,17 +988,12 @@ class CacheCore:
             ulo, uhi = entry.chunks[k][0], entry.chunks[k][1]
             if data is None:
                 data = self.disk.read_chunk(entry, k)
-            units = self.tiers.units(False)
-            off = 0
-            for unit in units[ulo:uhi]:
-                n = self.tiers.unit_bytes(unit)
-                self.tiers.unit_from_bytes(unit, data[off : off + n], job.dst)
-                off += n
+            self.tiers.land_bytes(self.tiers.units(False)[ulo:uhi], data, job.dst)
         else:
             units = self.tiers.units(True)
             n = len(units)
-            for unit in units[k * n // self.k.load_steps : (k + 1) * n // self.k.load_steps]:
-                self.tiers.unit_from_host(unit, job.src, job.dst)
+            chunk = units[k * n // self.k.load_steps : (k + 1) * n // self.k.load_steps]
+            self.tiers.land_host(chunk, job.src, job.dst)
 
     def load_progress(self, rid: Any, data: torch.Tensor | None = None) -> None:
         with self.lock:

@@ -6,6 +6,11 @@ full-history groups and the compressor group live at its device slot's index; it
 from the SWA group's own pool.  Movements are whole-group tensor copies (one indexing op per
 group and direction), and a load is split into *units* (one group layer each) so it can land in
 ``load_steps`` chunks.
+
+Every movement into or out of the device tier goes through the paged kernels
+(``kvstate.kernels.gather_blocks`` / ``scatter_blocks``: Numba CUDA on a GPU, the torch reference
+on the CPU), one launch per group and direction: a group's layers are one tier of
+``layers x slots`` blocks, so a block's pages in every layer are one block table.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from kvstate.kernels import gather_blocks, scatter_blocks
+from kvstate.kernels.forms import unsupported
 from kvstate.spec.geometry import Geometry
 from kvstate.spec.layers import HitRule
 
@@ -53,8 +60,14 @@ class Tiers:
         hit_rule: HitRule,
         bugs: Bugs,
         memory_limit: int,
+        backend: str | None = None,
     ) -> None:
+        self.backend = backend  # the kernels' backend (None: the dispatch point chooses)
         self._host_views: tuple[np.ndarray, np.ndarray] | None = None
+        for combo in sorted(g.kernel_combos, key=repr):
+            why = unsupported(combo)
+            if why is not None:  # L2 would admit blocks that nothing here can serve
+                raise LayoutError(f"geometry {g.name!r}: kernel combo {combo} is not served: {why}")
         dev_b, host_b = planned_bytes(g, device_slots, host_slots)
         if dev_b + host_b > memory_limit:
             raise LayoutError(
@@ -152,46 +165,96 @@ class Tiers:
             prev = s
 
     # ---- device <-> host ------------------------------------------------------------------
+    # ---- movements through the paged kernels --------------------------------------------
+    def _table(self, rows: Sequence[int]) -> torch.Tensor:
+        return torch.tensor(rows, dtype=torch.int64, device=self.device)
+
+    @staticmethod
+    def _blocks(grp: Group) -> torch.Tensor:
+        """The group's device tier as ``[layers x blocks, pages per block, page bytes]``."""
+        d = grp.device_data
+        return d.view(d.shape[0] * (d.shape[1] // grp.pages_per_block), grp.pages_per_block, -1)
+
+    def _scatter(self, grp: SlotGroup, layers: range, src: torch.Tensor, slot: int) -> None:
+        """Write ``src`` (layers ``layers`` of one block, contiguous) to device slot ``slot``."""
+        per = grp.device_data.shape[1] // grp.pages_per_block
+        table = self._table([li * per + slot for li in layers])
+        scatter_blocks(src.to(self.device), table, self._blocks(grp), backend=self.backend)
+
+    def _gather(self, grp: SlotGroup, slot: int) -> torch.Tensor:
+        """Every layer's pages of device slot ``slot``: ``[layers, pages per block, bytes]``."""
+        per = grp.device_data.shape[1] // grp.pages_per_block
+        table = self._table([li * per + slot for li in range(grp.nl)])
+        return gather_blocks(self._blocks(grp), table, backend=self.backend)
+
+    def _swa_rows(self, pages: Sequence[int]) -> torch.Tensor:
+        """Block table of SWA pages ``pages`` in every layer (the SWA tier viewed page by page)."""
+        n = self.swa.device_data.shape[1]
+        return self._table([li * n + p for li in range(self.swa.nl) for p in pages])
+
+    def _swa_tier(self) -> torch.Tensor:
+        d = self.swa.device_data
+        return d.view(d.shape[0] * d.shape[1], 1, d.shape[2])
+
     def to_host(self, slot: int, swa_pages: Sequence[int], hslot: int) -> None:
         for grp in self.slot_groups:
-            grp.host_data[:, grp.host_index(hslot)] = grp.device_data[:, grp.dev_index(slot)].to(
-                "cpu"
-            )
+            grp.host_data[:, grp.host_index(hslot)] = self._gather(grp, slot).to("cpu")
         if swa_pages:
-            self.swa.host_data[:, self.swa.host_index(hslot)] = self.swa.device_data[
-                :, list(swa_pages)
-            ].to("cpu")
+            rows = gather_blocks(self._swa_tier(), self._swa_rows(swa_pages), backend=self.backend)
+            self.swa.host_data[:, self.swa.host_index(hslot)] = rows.view(
+                self.swa.nl, len(swa_pages), -1
+            ).to("cpu")
 
     def units(self, with_indexer: bool) -> list[Unit]:
         groups = self.slot_groups if with_indexer else self.disk_groups
         return [(grp, li) for grp in groups for li in range(grp.nl)]
 
-    def unit_from_host(self, unit: Unit, hslot: int, slot: int) -> None:
-        grp, li = unit
-        grp.device_data[li, grp.dev_index(slot)] = grp.host_data[li, grp.host_index(hslot)].to(
-            self.device
-        )
+    @staticmethod
+    def _runs(units: Sequence[Unit]) -> list[tuple[SlotGroup, range]]:
+        """Consecutive units of one group as (group, layers): one kernel launch each."""
+        runs: list[tuple[SlotGroup, range]] = []
+        for grp, li in units:
+            if runs and runs[-1][0] is grp and runs[-1][1].stop == li:
+                runs[-1] = (grp, range(runs[-1][1].start, li + 1))
+            else:
+                runs.append((grp, range(li, li + 1)))
+        return runs
 
-    def unit_from_bytes(self, unit: Unit, data: torch.Tensor, slot: int) -> None:
-        grp, li = unit
-        grp.device_data[li, grp.dev_index(slot)] = data.view(
-            grp.pages_per_block, grp.page_bytes
-        ).to(self.device)
+    def land_host(self, units: Sequence[Unit], hslot: int, slot: int) -> None:
+        """Copy ``units`` of host slot ``hslot`` to device slot ``slot``."""
+        for grp, layers in self._runs(units):
+            src = grp.host_data[layers.start : layers.stop, grp.host_index(hslot)]
+            self._scatter(grp, layers, src.contiguous(), slot)
+
+    def land_bytes(self, units: Sequence[Unit], data: torch.Tensor, slot: int) -> int:
+        """Copy ``units`` laid out back to back in ``data`` to device slot ``slot``; returns the
+        bytes used."""
+        off = 0
+        for grp, layers in self._runs(units):
+            n = len(layers) * grp.pages_per_block * grp.page_bytes
+            self._scatter(grp, layers, data[off : off + n], slot)
+            off += n
+        return off
 
     def unit_bytes(self, unit: Unit) -> int:
         grp, _ = unit
         return grp.pages_per_block * grp.page_bytes
 
     def swa_from_host(self, hslot: int, pages: Sequence[int]) -> None:
-        self.swa.device_data[:, list(pages)] = self.swa.host_data[:, self.swa.host_index(hslot)].to(
-            self.device
-        )
+        src = self.swa.host_data[:, self.swa.host_index(hslot)].contiguous()
+        self._swa_scatter(src, pages)
 
     def swa_from_bytes(self, data: torch.Tensor, pages: Sequence[int]) -> None:
-        grp = self.swa
-        self.swa.device_data[:, list(pages)] = data.view(
-            grp.nl, grp.pages_per_block, grp.page_bytes
-        ).to(self.device)
+        self._swa_scatter(data, pages)
+
+    def _swa_scatter(self, src: torch.Tensor, pages: Sequence[int]) -> None:
+        tier = self._swa_tier()
+        scatter_blocks(
+            src.reshape(-1, 1, tier.shape[2]).to(self.device),
+            self._swa_rows(pages),
+            tier,
+            backend=self.backend,
+        )
 
     def host_payload(
         self, hslot: int, with_swa: bool

@@ -2,8 +2,8 @@
 
 Call everything through ``kvstate.kernels.dispatch`` (re-exported here); it chooses the backend
 (real GPU, the Numba CUDA simulator in tests, or the torch reference on CPU), says why, and
-never falls back silently.  One module per kernel (``paged``, ``dequant``, ``splice``, ``window``,
-``readiness``, ``checksum``), the torch specification in ``reference``, Hopper PTX compilation
+never falls back silently.  One module per kernel (``paged``, ``dequant``, ``splice``), the forms they serve (layer L2's
+declaration) in ``forms``, the torch specification in ``reference``, Hopper PTX compilation
 checks in ``ptx`` (``python -m kvstate.kernels.ptx``).
 """
 
@@ -15,13 +15,10 @@ from .dispatch import (
     LaunchConfig,
     SpliceResult,
     active_backend,
-    block_checksum,
     dequantize_entries,
     gather_blocks,
     launch_override,
-    longest_ready_prefix,
     quantize_entries,
-    realign_window,
     scatter_blocks,
     select_backend,
     splice_tail,
@@ -32,7 +29,6 @@ from .errors import (
     KernelError,
     KernelInputError,
     TailDiscontinuityError,
-    WindowPositionError,
 )
 
 __all__ = [
@@ -47,15 +43,11 @@ __all__ = [
     "LaunchConfig",
     "SpliceResult",
     "TailDiscontinuityError",
-    "WindowPositionError",
     "active_backend",
-    "block_checksum",
     "dequantize_entries",
     "gather_blocks",
     "launch_override",
-    "longest_ready_prefix",
     "quantize_entries",
-    "realign_window",
     "scatter_blocks",
     "select_backend",
     "splice_tail",

@@ -48,7 +48,6 @@ from .errors import (
     BlockTableError,
     KernelInputError,
     TailDiscontinuityError,
-    WindowPositionError,
 )
 from .layout import EntryLayout
 
@@ -62,13 +61,10 @@ __all__ = [
     "LaunchConfig",
     "SpliceResult",
     "active_backend",
-    "block_checksum",
     "dequantize_entries",
     "gather_blocks",
     "launch_override",
-    "longest_ready_prefix",
     "quantize_entries",
-    "realign_window",
     "scatter_blocks",
     "select_backend",
     "splice_tail",
@@ -622,132 +618,3 @@ def splice_tail(
                 q,
             )
     return SpliceResult(out_kv, out_state, torch.where(err < num_tokens, err, -1))
-
-
-# ---- 4. SWA window re-alignment -------------------------------------------------------------
-def realign_window(
-    ring: torch.Tensor,
-    end: int,
-    *,
-    ring_pos: torch.Tensor | None = None,
-    out: torch.Tensor | None = None,
-    check: bool = True,
-    backend: Backend | str | None = None,
-) -> torch.Tensor:
-    """Unroll a sliding-window ring ``[n_win, *row]`` (position ``p`` in slot ``p % n_win``) into
-    the window of positions ``[end - n_win, end)`` in order; rows for negative positions are zero.
-    With ``ring_pos`` ``[n_win]`` (position held by each slot, -1 if none), rows whose slot holds
-    another position are zero-filled and, with ``check``, the first one raises
-    ``WindowPositionError``.  Returns ``out`` (same shape and dtype as ``ring``)."""
-    b = _resolve(backend)
-    if ring.dim() < 1 or end < 0:
-        raise KernelInputError(
-            f"ring must be [n_win, ...] and end >= 0; got {tuple(ring.shape)}, end={end}"
-        )
-    n_win = ring.shape[0]
-    if ring_pos is not None:
-        _int_tensor("ring_pos", ring_pos, 1)
-        if ring_pos.shape[0] != n_win:
-            raise KernelInputError(f"ring_pos must have {n_win} entries, got {ring_pos.shape[0]}")
-    if out is None:
-        out = torch.empty_like(ring, memory_format=torch.contiguous_format)
-    elif out.shape != ring.shape or out.dtype != ring.dtype or not out.is_contiguous():
-        raise KernelInputError(f"out must be contiguous {ring.dtype} {tuple(ring.shape)}")
-    device = _check_devices(b, ring=ring, ring_pos=ring_pos, out=out)
-    if b is Backend.TORCH:
-        out.copy_(ref.realign_window_ref(ring, end, ring_pos, check=check))
-        return out
-    if n_win == 0:
-        return out
-    row_elems = math.prod(ring.shape[1:])
-    word = _word_bytes([row_elems * ring.element_size()], [ring, out])
-    ring_w = _rows_as_words(ring, n_win, row_elems, word, "ring")
-    out_w = _rows_as_words(out, n_win, row_elems, word, "out")
-    pos = (
-        ring_pos if ring_pos is not None else torch.full((1,), -1, dtype=torch.int64, device=device)
-    )
-    err = torch.full((1,), end, dtype=torch.int64, device=device)
-    with _Arrays(b, device) as a:
-        _kernel("window").launch_realign(
-            a(ring_w),
-            a(pos),
-            end,
-            ring_pos is not None,
-            a(out_w, written=True),
-            a(err, written=True),
-            _cfg(b),
-            a.stream,
-        )
-    if check and ring_pos is not None:
-        q = int(err[0])
-        if q < end:
-            raise WindowPositionError(
-                f"window ring slot {q % n_win} holds position {int(ring_pos[q % n_win])}, expected {q}",
-                q,
-            )
-    return out
-
-
-# ---- 5. readiness intersection --------------------------------------------------------------
-def longest_ready_prefix(
-    ready: torch.Tensor,
-    *,
-    unit_blocks: int = 1,
-    backend: Backend | str | None = None,
-) -> int:
-    """Longest hit every group can serve: the number of leading columns of ``ready``
-    ``[groups, blocks]`` (bool / uint8 / int32; nonzero = ready) where all groups are ready,
-    floored to whole LCM units of ``unit_blocks`` columns and returned in those units.  The
-    columns must already be indexed in one common block size."""
-    b = _resolve(backend)
-    if ready.dim() != 2 or ready.shape[0] == 0:
-        raise KernelInputError(f"ready must be [groups >= 1, blocks], got {tuple(ready.shape)}")
-    if ready.dtype.is_floating_point or ready.dtype.is_complex:
-        raise KernelInputError(f"ready must be bool or integer, got {ready.dtype}")
-    if unit_blocks < 1:
-        raise KernelInputError(f"unit_blocks must be >= 1, got {unit_blocks}")
-    device = _check_devices(b, ready=ready)
-    if b is Backend.TORCH:
-        return ref.longest_ready_prefix_ref(ready) // unit_blocks
-    cols = ready.shape[1]
-    if cols == 0:
-        return 0
-    bitmap = ready.view(torch.uint8) if ready.dtype == torch.bool else ready
-    result = torch.full((1,), cols, dtype=torch.int64, device=device)
-    with _Arrays(b, device) as a:
-        _kernel("readiness").launch_ready_prefix(
-            a(bitmap), a(result, written=True), _cfg(b), a.stream
-        )
-    return int(result[0]) // unit_blocks
-
-
-# ---- 6. block checksum ----------------------------------------------------------------------
-def block_checksum(blocks: torch.Tensor, *, backend: Backend | str | None = None) -> torch.Tensor:
-    """Checksum of every row of ``blocks`` ``[n, ...]`` (any dtype, taken as its bytes), int64
-    ``[n]``; definition and strength in ``kernels/checksum.py``."""
-    b = _resolve(backend)
-    if blocks.dim() < 1:
-        raise KernelInputError("blocks must be [n, ...]")
-    device = _check_devices(b, blocks=blocks)
-    if b is Backend.TORCH:
-        return ref.block_checksum_ref(blocks)
-    n = blocks.shape[0]
-    row_bytes = math.prod(blocks.shape[1:]) * blocks.element_size()
-    out = torch.empty(n, dtype=torch.int64, device=device)
-    if n == 0:
-        return out
-    src = blocks.contiguous()
-    data = src.view(n, math.prod(blocks.shape[1:])).view(torch.uint8)
-    if row_bytes == 0:
-        words = torch.zeros(n, 0, dtype=torch.int32, device=device)
-    elif row_bytes % 4 or data.data_ptr() % 4 or data.stride(0) % 4:
-        padded = torch.zeros(n, -(-row_bytes // 4) * 4, dtype=torch.uint8, device=device)
-        padded[:, :row_bytes] = data  # zero bytes add nothing; N is passed separately
-        words = padded.view(torch.int32)
-    else:
-        words = data.view(torch.int32)
-    with _Arrays(b, device) as a:
-        _kernel("checksum").launch_checksum(
-            a(words), row_bytes, a(out, written=True), _cfg(b), a.stream
-        )
-    return out

@@ -35,11 +35,3 @@ class TailDiscontinuityError(KernelError):
     def __init__(self, message: str, position: int) -> None:
         super().__init__(message)
         self.position = position  # first token position whose row is missing or stale
-
-
-class WindowPositionError(KernelError):
-    """A sliding-window ring slot holds another position than the one the window needs."""
-
-    def __init__(self, message: str, position: int) -> None:
-        super().__init__(message)
-        self.position = position  # first token position whose ring slot is stale

@@ -22,7 +22,7 @@ from typing import Any
 
 from numba import types
 
-from . import checksum, dequant, paged, readiness, splice, window
+from . import dequant, paged, splice
 
 HOPPER = (9, 0)
 
@@ -80,28 +80,6 @@ def targets() -> list[PtxTarget]:
                 + (_arr(word, 2, "C"), _arr(word, 2, "C"), _arr(i64, 1, "C")),
             )
         )
-        out.append(
-            PtxTarget(
-                f"realign[{word}]",
-                window._realign,
-                (_arr(word, 2), _arr(i64, 1), i64, i64, _arr(word, 2, "C"), _arr(i64, 1, "C")),
-            )
-        )
-    for bitmap in (types.uint8, i32):
-        out.append(
-            PtxTarget(
-                f"ready_prefix[{bitmap}]",
-                readiness._ready_prefix,
-                (_arr(bitmap, 2), _arr(i64, 1, "C")),
-            )
-        )
-    out.append(
-        PtxTarget(
-            "checksum[int32 words]",
-            checksum._checksum,
-            (_arr(i32, 2, "C"), i64, _arr(i64, 1, "C")),
-        )
-    )
     return out
 
 

@@ -12,14 +12,11 @@ impl/ and tests call directly, checks its own input.
 
 from __future__ import annotations
 
-import math
-
 import torch
 
-from .errors import BlockTableError, KernelInputError, TailDiscontinuityError, WindowPositionError
+from .errors import BlockTableError, KernelInputError, TailDiscontinuityError
 from .layout import EntryLayout
 
-MASK32 = 0xFFFFFFFF
 _FP8_MAX = 448.0  # largest finite float8_e4m3fn
 
 
@@ -27,6 +24,11 @@ _FP8_MAX = 448.0  # largest finite float8_e4m3fn
 def check_block_table(table: torch.Tensor, num_blocks: int, *, unique: bool) -> None:
     """Raise ``BlockTableError`` at the first slot that is neither -1 nor in ``[0, num_blocks)``;
     with ``unique``, also at the first slot that repeats an earlier one (a scatter write race)."""
+    if table.device.type == "cpu" and table.numel() <= _SMALL_TABLE:
+        # the library's own tables (one block, or one block per layer) are small and on the
+        # host: a Python pass costs a microsecond where the tensor form below costs tens
+        _check_small_table(table.tolist(), num_blocks, unique)
+        return
     t = table.to(torch.int64)
     bad = ((t < -1) | (t >= num_blocks)).nonzero()
     if bad.numel():
@@ -50,6 +52,39 @@ def check_block_table(table: torch.Tensor, num_blocks: int, *, unique: bool) -> 
                 )
 
 
+_SMALL_TABLE = 512
+
+
+def _check_small_table(slots: list[int], num_blocks: int, unique: bool) -> None:
+    """``check_block_table`` on a host list (same first index, same messages)."""
+    for i, s in enumerate(slots):
+        if s < -1 or s >= num_blocks:
+            raise BlockTableError(
+                f"block table entry {i} holds slot {s}, outside [0, {num_blocks}) and not -1", i
+            )
+    if unique:
+        seen: set[int] = set()
+        for i, s in enumerate(slots):
+            if s >= 0:
+                if s in seen:
+                    raise BlockTableError(
+                        f"scatter block table entry {i} repeats slot {s}: two blocks would race "
+                        "to write it",
+                        i,
+                    )
+                seen.add(s)
+
+
+def all_live(table: torch.Tensor, num_blocks: int) -> bool:
+    """Every slot in ``[0, num_blocks)`` (no -1 padding): whole blocks move as one indexed copy."""
+    if table.numel() == 0:
+        return True
+    if table.device.type == "cpu" and table.numel() <= _SMALL_TABLE:
+        slots = table.tolist()
+        return min(slots) >= 0 and max(slots) < num_blocks
+    return bool(((table >= 0) & (table < num_blocks)).all())
+
+
 def _unit_index(
     table: torch.Tensor, block_units: int, length: int, num_blocks: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -70,6 +105,14 @@ def gather_blocks_ref(
     if check:
         check_block_table(table, tier.shape[0], unique=False)
     src = tier.reshape(tier.shape[0], tier.shape[1], -1)
+    n, units = table.shape[0], tier.shape[1]
+    if length == n * units and n <= _SMALL_TABLE and all_live(table, tier.shape[0]):
+        # whole blocks, no padding: one block copy per slot (the same bytes as the per-unit
+        # form; torch's byte index_select is element-serial, a block copy is a memcpy)
+        blocks = out.view(n, units, src.shape[2])
+        for i, slot in enumerate(table.tolist()):
+            blocks[i].copy_(src[slot])
+        return out
     dst = out.view(length, src.shape[2])
     u, slot, w = _unit_index(table, tier.shape[1], length, tier.shape[0])
     dst[u] = src[slot, w]
@@ -85,6 +128,13 @@ def scatter_blocks_ref(
     if check:
         check_block_table(table, tier.shape[0], unique=True)
     dst = tier.view(tier.shape[0], tier.shape[1], -1)
+    n, units = table.shape[0], tier.shape[1]
+    if length == n * units and n <= _SMALL_TABLE and all_live(table, tier.shape[0]):
+        # whole blocks, no padding (and, when checked, no repeats): one block copy per slot
+        blocks = src.reshape(n, units, dst.shape[2])
+        for i, slot in enumerate(table.tolist()):
+            dst[slot].copy_(blocks[i])
+        return tier
     s = src.reshape(length, dst.shape[2])
     u, slot, w = _unit_index(table, tier.shape[1], length, tier.shape[0])
     dst[slot, w] = s[u]
@@ -188,57 +238,3 @@ def splice_tail_ref(
     tail_rows = out_state[ring - ratio : ring - ratio + tail, :dim]
     out_kv = torch.cat([entries, tail_rows], dim=0)
     return out_kv, out_state, first_bad
-
-
-# ---- SWA window ------------------------------------------------------------------------------
-def realign_window_ref(
-    ring: torch.Tensor, end: int, ring_pos: torch.Tensor | None, check: bool = True
-) -> torch.Tensor:
-    """Row ``r`` = position ``end - n_win + r``: zero if negative, else ring slot ``pos % n_win``.
-    With ``ring_pos`` a row whose slot holds another position is zero, and with ``check`` the
-    first such position raises ``WindowPositionError``."""
-    n_win = ring.shape[0]
-    pos = torch.arange(end - n_win, end, device=ring.device)
-    live = pos >= 0
-    slots = pos % n_win if n_win else pos
-    if ring_pos is not None:
-        held = ring_pos.to(torch.int64)[slots]
-        bad = (live & (held != pos)).nonzero()
-        live = live & (held == pos)
-        if check and bad.numel():
-            q = int(pos[bad[0, 0]])
-            raise WindowPositionError(
-                f"window ring slot {q % n_win} holds position {int(held[bad[0, 0]])}, expected {q}",
-                q,
-            )
-    mask = live.view(-1, *([1] * (ring.dim() - 1)))
-    return torch.where(mask, ring[slots], torch.zeros((), dtype=ring.dtype, device=ring.device))
-
-
-# ---- readiness --------------------------------------------------------------------------------
-def longest_ready_prefix_ref(ready: torch.Tensor) -> int:
-    """Number of leading columns where every group (row) of ``ready`` is nonzero."""
-    cols = ready.shape[1]
-    if cols == 0:
-        return 0
-    all_ready = (ready != 0).all(dim=0)
-    miss = (~all_ready).nonzero()
-    return int(miss[0, 0]) if miss.numel() else cols
-
-
-# ---- checksum --------------------------------------------------------------------------------
-def block_checksum_ref(blocks: torch.Tensor) -> torch.Tensor:
-    """Adler-style checksum of every row of ``blocks`` (viewed as bytes), int64 ``[n]``; see
-    ``checksum.py`` for the definition and its strength."""
-    n = blocks.shape[0]
-    row = blocks.reshape(n, math.prod(blocks.shape[1:])).contiguous()
-    data = row.view(torch.uint8).to(torch.int64)
-    length = data.shape[1]
-    a = (data.sum(dim=1) + 1) & MASK32
-    b = torch.full((n,), length & MASK32, dtype=torch.int64, device=blocks.device)
-    chunk = 1 << 20  # each term < 2**40, so a chunk's sum stays < 2**60
-    for lo in range(0, length, chunk):
-        w = torch.arange(lo + 1, min(lo + chunk, length) + 1, device=blocks.device) & MASK32
-        b = (b + ((data[:, lo : lo + chunk] * w).sum(dim=1) & MASK32)) & MASK32
-    hi = torch.where(b >= 1 << 31, b - (1 << 32), b)
-    return hi * (1 << 32) + a

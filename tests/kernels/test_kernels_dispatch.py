@@ -30,11 +30,17 @@ def test_env_var_forces_and_argument_wins(monkeypatch: pytest.MonkeyPatch) -> No
     assert select_backend("simulator") == K.BackendChoice(Backend.SIMULATOR, "forced by argument")
     assert select_backend("auto").backend is Backend.SIMULATOR  # "auto" ignores the env var
     calls: list[int] = []
-    real = K.reference.block_checksum_ref
-    monkeypatch.setattr(K.reference, "block_checksum_ref", lambda b: calls.append(1) or real(b))
-    K.block_checksum(torch.zeros(1, 4, dtype=torch.uint8))  # env says torch: the reference runs
+    real = K.reference.gather_blocks_ref
+
+    def spy(*a: object, **kw: object) -> torch.Tensor:
+        calls.append(1)
+        return real(*a, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(K.reference, "gather_blocks_ref", spy)
+    tier, table = torch.zeros(2, 4, dtype=torch.uint8), torch.tensor([1])
+    K.gather_blocks(tier, table)  # env says torch: the reference runs
     assert calls == [1]
-    K.block_checksum(torch.zeros(1, 4, dtype=torch.uint8), backend=Backend.SIMULATOR)
+    K.gather_blocks(tier, table, backend=Backend.SIMULATOR)
     assert calls == [1]
 
 
@@ -63,7 +69,7 @@ def test_kernel_errors_propagate_without_fallback(monkeypatch: pytest.MonkeyPatc
 def test_device_rules() -> None:
     meta = torch.empty(2, 4, device="meta")
     with pytest.raises(KernelInputError, match="SIMULATOR needs CPU"):
-        K.block_checksum(meta, backend=Backend.SIMULATOR)
+        K.gather_blocks(meta, torch.tensor([0], device="meta"), backend=Backend.SIMULATOR)
     with pytest.raises(KernelInputError, match="different devices"):
         K.gather_blocks(
             torch.zeros(2, 4), torch.tensor([0], device="meta"), backend=Backend.SIMULATOR
