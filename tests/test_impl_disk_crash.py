@@ -47,6 +47,7 @@ while True:
     c.offload(100)
     c.pipelines.drain()
     c.spill(100)
+    print("spilled", flush=True)
     i += 1
 """
 
@@ -68,9 +69,13 @@ def one_trial(d: Path, rng: random.Random, first: int) -> dict[str, int]:
     )
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "ready"
+    # the kill lands at a random moment after the first spill: a loaded machine can take longer
+    # than the whole sleep for one prompt, and a trial that killed nothing on disk checks nothing
+    lines = [proc.stdout.readline().strip(), proc.stdout.readline().strip()]
+    assert lines == [str(first), "spilled"], lines
     time.sleep(rng.uniform(0.0, 1.2))
     proc.send_signal(signal.SIGKILL)
-    out = proc.stdout.read().split()
+    out = [w for w in proc.stdout.read().split() if w != "spilled"]
     proc.wait()
     last = int(out[-1]) if out else first
     kvb_before = len(files(d))
