@@ -114,7 +114,7 @@ class Coordinator:
         if whole is None:
             return self.search_generic(view, r, h_max)
         # the whole search compiled with every rule inlined (kvstate.spec.compile); the same
-        # algorithm as search_generic, which tests/test_impl_search.py checks it against
+        # algorithm as search_generic, which tests/impl/test_impl_search.py checks it against
         h, cuts, rejected = whole(view, r, h_max)
         rules = self.hit_rule.rules
         return HitSearch(

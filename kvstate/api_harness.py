@@ -618,7 +618,7 @@ class ApiHarness:
 
         def full(key: bytes, **kw: Any) -> Any:
             # the world: the disk is full (prepare's own cleanup of its temporary is
-            # tests/test_impl_disk_trust.py's to check)
+            # tests/impl/test_impl_disk_trust.py's to check)
             raise OSError(errno.ENOSPC, "No space left on device (injected)")
 
         disk.prepare = full if self.disk_full else real  # type: ignore[method-assign]

@@ -1,7 +1,7 @@
 """End-to-end cases: the tiny model's real states stored in kvstate, restored from a hit, compared
 with a full recompute; and each of the five states broken by a real kvstate mechanism.
 
-Shared by ``tests/test_e2e_numerics.py`` and the demo (``python -m kvstate.numerics``), so both
+Shared by ``tests/numerics/test_e2e_numerics.py`` and the demo (``python -m kvstate.numerics``), so both
 report the same numbers.  Every case builds its own :class:`HeterogeneousKVCache` (manual
 pipelines, driven step by step) on :func:`~kvstate.numerics.kvbridge.storage_geometry`, stores
 the prompt's first ``h = 144`` tokens (9 LCM blocks) with :class:`ModelWriter`, moves or breaks

@@ -6,7 +6,7 @@ calls (``AND``, ``IN``, a lambda per rule, a view attribute).  Compiling does no
 each predicate is *evaluated on symbolic inputs* -- exactly what the prover does -- and the Z3
 term it returns is translated operator by operator into a Python expression over plain columns.
 The generated source is kept on the result (``.source``) for inspection, and
-``tests/test_spec_compile.py`` checks compiled and interpreted forms agree on random states.
+``tests/spec/test_spec_compile.py`` checks compiled and interpreted forms agree on random states.
 
 Only the operators below are translated; a predicate that produces anything else raises
 :class:`CompileError`, and callers keep the interpreted callable for it (explicitly, not
@@ -529,7 +529,7 @@ def _search_function(
     Same algorithm, step for step: the ALL-scope rules scanned once over their range (every rule
     failing at the first bad block is recorded), then the other rules in table order at each
     candidate length, stepping down one LCM block per failure and merging consecutive cuts by
-    the same rule.  ``tests/test_impl_search.py`` checks it against the generic search."""
+    the same rule.  ``tests/impl/test_impl_search.py`` checks it against the generic search."""
     L = k.L
     rules = hit_rule.rules
     names: set[str] = set()

@@ -219,7 +219,7 @@ def walk(seed: int, macros: int, bugs: tuple[str, ...] = ()) -> Lockstep:
 
 
 def test_impl_never_imports_model_or_proofs() -> None:
-    root = Path(__file__).resolve().parent.parent / "impl"
+    root = Path(__file__).resolve().parents[2] / "impl"
     for path in root.glob("*.py"):
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):

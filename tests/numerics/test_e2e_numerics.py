@@ -133,7 +133,7 @@ def test_window_offset_seeded_bug_is_a_known_gap(e2e: E2E, results: dict[str, E2
     """The planted bug shifts the SWA block table the hit rule reads through: validation cuts
     the hit where the late table runs out (naming the SWA window), but the window it serves at
     the shorter hit is still one block late.  Only checks on the data see that: these numerics,
-    and the conformance fuzzer (tests/test_fuzz_cli.py)."""
+    and the conformance fuzzer (tests/cli/test_fuzz_cli.py)."""
     r = results["window_offset_bug"]
     assert r.broken_diff is not None and r.broken_diff > TOL
     assert r.hit == e2e.h - e2e.L and "SWA Window" in r.states and "L3.swa_window" in r.rules

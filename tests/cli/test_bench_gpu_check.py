@@ -20,7 +20,7 @@ import torch
 
 from kvstate.impl.graphs import GraphRegistry
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "bench" / "gpu_check.py"
 
 
