@@ -75,6 +75,12 @@ def lease_expired(s: Any, p: Any) -> Any:
     return s.lease[p.b] <= s.now
 
 
+def moved_graph(s: Any, p: Any) -> Any:
+    """A captured graph recorded the block's old address: moving the buffer to ``p.a`` makes it
+    stale (shared by every action that may place a block in another device slot)."""
+    return ITE(AND(s.graph == Graph.CAPTURED, p.a != s.addr[p.b]), int(Graph.STALE), s.graph)
+
+
 def release_pins(s: Any, p: Any) -> Any:
     pinned = s.req(p.r).pinned
     return array(s, lambda b: s.ref[b] - B2I(covers(s, b, pinned)))
@@ -197,10 +203,12 @@ def _actions(hit_rule: HitRule) -> list[Action]:
         # ---- Compressed KV: write path ---------------------------------------------------
         action(
             "allocate",
-            [B, F],
+            [B, A, F],
             [_c("free", lambda s, p: s.ckv[p.b] == CKV.FREE)],
             {
                 "ckv": lambda s, p: store(s, s.ckv, p.b, int(CKV.WRITING)),
+                "addr": lambda s, p: store(s, s.addr, p.b, p.a),
+                "graph": moved_graph,
                 "gen": lambda s, p: store(s, s.gen, p.b, s.gen[p.b] + 1),
                 "tail": lambda s, p: store(s, s.tail, p.b, int(Tail.OPEN)),
                 "swa": lambda s, p: store(s, s.swa, p.b, int(Swa.NULL)),
@@ -208,9 +216,10 @@ def _actions(hit_rule: HitRule) -> list[Action]:
                 "fmt": lambda s, p: store(s, s.fmt, p.b, p.f),
                 "nfree": lambda s, p: s.nfree - 1,
             },
-            ["ckv", "gen", "tail", "swa", "idx", "fmt", "nfree"],
+            ["ckv", "addr", "graph", "gen", "tail", "swa", "idx", "fmt", "nfree"],
             "Compressed KV",
-            "take a free slot for new tokens in the form the writer produces (f); a new generation",
+            "take a free device slot (any: the allocator chooses, a; a moved buffer makes the "
+            "graph stale) for new tokens in the form the writer produces (f); a new generation",
         ),
         action(
             "commit",
@@ -436,9 +445,7 @@ def _actions(hit_rule: HitRule) -> list[Action]:
             {
                 "ckv": lambda s, p: store(s, s.ckv, p.b, int(CKV.READY)),
                 "addr": lambda s, p: store(s, s.addr, p.b, p.a),
-                "graph": lambda s, p: ITE(
-                    AND(s.graph == Graph.CAPTURED, p.a != s.addr[p.b]), int(Graph.STALE), s.graph
-                ),
+                "graph": moved_graph,
                 "io_inflight": lambda s, p: s.io_inflight - B2I(s.ldpipe[p.b] == Pipe.IO),
                 "ldpipe": lambda s, p: store(s, s.ldpipe, p.b, int(Pipe.NONE)),
                 "idx": lambda s, p: store(
@@ -730,6 +737,7 @@ def _ghost_effects() -> dict[str, dict[str, Fn]]:
     return {
         "allocate": {
             **bump,
+            "at": put("at", lambda s, p: p.a),
             "occ": put("occ", lambda s, p: fresh(s)),
             "cid": put("cid", lambda s, p: 0),
             "form": put("form", lambda s, p: p.f),
