@@ -9,9 +9,9 @@ only translates indices (block ``b`` -> the chain's record, request ``r`` -> req
 and reads the state back in the table's shape (:meth:`Target.observe`).
 
 Protocol details: a refused action raises a subclass of ``ActionRefused`` and changes nothing;
-actions with output parameters return the values the cache chose: ``allocate(b)`` the stored
-form of the writer (``{"f": ...}``), ``load_done(b)`` the address and stored form the load came
-back in (``{"a": ..., "f": ...}``);
+actions with output parameters return the values the cache chose: ``allocate(b)`` the device
+slot it took and the stored form of the writer, ``load_done(b)`` the address and stored form the
+load came back in (``{"a": ..., "f": ...}`` both);
 addresses are device slot numbers (block ``b`` starts at slot ``b``).  ``bugs`` plants seeded
 bugs (:mod:`kvstate.impl.bugs`).
 """
@@ -72,7 +72,9 @@ class Target:
         return self.rids[b]
 
     def allocate(self, b: int) -> dict[str, int]:
-        return {"f": int(self.core.allocate(self._rid(b)))}
+        rid = self._rid(b)
+        f = int(self.core.allocate(rid))
+        return {"a": int(self.core.meta.addr[rid]), "f": f}
 
     def commit(self, b: int) -> None:
         self.core.commit(self._rid(b))

@@ -140,6 +140,7 @@ def _cmd_mutate(args: argparse.Namespace) -> int:
             jobs=args.jobs,
             budget_s=args.budget,
             timeout_ms=args.timeout_ms,
+            liveness=args.liveness,
             progress=progress,
         )
     except ValueError as exc:
@@ -228,10 +229,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     mu.add_argument("--timeout-ms", type=int, default=4000, help="per Z3 query")
     mu.add_argument(
+        "--liveness",
+        action="store_true",
+        help="also the completeness rule (bounded model checking; slower): the default is the "
+        "safety obligations alone, fit for CI",
+    )
+    mu.add_argument(
         "--min-kill-rate",
         type=float,
         default=0.0,
-        help="exit 1 when killed / (killed + survived) is below this (0..1)",
+        help="exit 1 when killed / (killed + survived + unknown) is below this (0..1)",
     )
     mu.add_argument(
         "--fuzz",

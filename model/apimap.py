@@ -360,7 +360,7 @@ def after_restart(
             for b in survivors:
                 col[b] = vals[v.name][b]
             out[v.name] = tuple(col)
-    for ghost, mirror in (("at", "addr"), ("form", "fmt")):
+    for ghost, mirror in (("at", "addr"), ("form", "fmt"), ("promised", "lease")):
         if ghost in out and mirror in out:
             out[ghost] = tuple(out[mirror])
     if "missing" in out and "prog" in out:

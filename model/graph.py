@@ -13,6 +13,7 @@ complete or fail).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import networkx as nx
@@ -21,7 +22,7 @@ import z3
 from kvstate.spec.phases import Lifecycle
 from kvstate.spec.table import Scope, Table
 
-from .symbolic import instances, step_query
+from .symbolic import Instance, instances, step_query
 
 
 def _phase_term(s: object, lc: Lifecycle, table: Table, sk: z3.ArithRef) -> z3.ArithRef:
@@ -36,30 +37,51 @@ def _phase_term(s: object, lc: Lifecycle, table: Table, sk: z3.ArithRef) -> z3.A
     raise ValueError(f"lifecycle variable {lc.var!r} has unsupported scope {v.scope}")
 
 
-def phase_graph(table: Table, lc: Lifecycle, timeout_ms: int = 10000) -> nx.MultiDiGraph:
+def action_edges(
+    table: Table, lc: Lifecycle, inst: Instance, timeout_ms: int = 10000
+) -> list[tuple[str, str]]:
+    """The phase moves of ``lc`` one action instance allows over invariant states."""
+    invs = [i for i in table.invariants if not i.bounded]
+    q = step_query(table, inst, invs, "inst")
+    s, s2, sk = q.pre, q.post, q.skolem
+    solver = z3.Solver()
+    solver.set(timeout=timeout_ms)
+    solver.add(*q.hypotheses)
+    before, after = _phase_term(s, lc, table, sk), _phase_term(s2, lc, table, sk)
+    solver.add(before != after)
+    out = []
+    while solver.check() == z3.sat:
+        m = solver.model()
+        a = m.eval(before, model_completion=True).as_long()
+        b = m.eval(after, model_completion=True).as_long()
+        out.append((lc.phases(a).name, lc.phases(b).name))
+        solver.add(z3.Not(z3.And(before == a, after == b)))
+    return out
+
+
+def phase_graph(
+    table: Table,
+    lc: Lifecycle,
+    timeout_ms: int = 10000,
+    known: Mapping[tuple[str, int | None], Sequence[tuple[str, str]]] | None = None,
+) -> nx.MultiDiGraph:
+    """``known``: edges already enumerated per (action, request) instance, reused as they are
+    (``kvstate mutate`` changes one action, so every other action's edges are the table's)."""
     g = nx.MultiDiGraph(name=lc.component)
     for ph in lc.members:
         g.add_node(ph.name)
     scope = table.var(lc.var).scope
-    invs = [i for i in table.invariants if not i.bounded]
     for inst in instances(table):
         if lc.var not in inst.action.modifies:
             continue
         if scope is Scope.REQ and inst.r != 0:
             continue
-        q = step_query(table, inst, invs, "inst")
-        s, s2, sk = q.pre, q.post, q.skolem
-        solver = z3.Solver()
-        solver.set(timeout=timeout_ms)
-        solver.add(*q.hypotheses)
-        before, after = _phase_term(s, lc, table, sk), _phase_term(s2, lc, table, sk)
-        solver.add(before != after)
-        while solver.check() == z3.sat:
-            m = solver.model()
-            a = m.eval(before, model_completion=True).as_long()
-            b = m.eval(after, model_completion=True).as_long()
-            g.add_edge(lc.phases(a).name, lc.phases(b).name, action=inst.action.name)
-            solver.add(z3.Not(z3.And(before == a, after == b)))
+        key = (inst.action.name, inst.r)
+        edges = known[key] if known is not None and key in known else None
+        if edges is None:
+            edges = action_edges(table, lc, inst, timeout_ms)
+        for a, b in edges:
+            g.add_edge(a, b, action=inst.action.name)
     return g
 
 

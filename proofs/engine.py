@@ -344,6 +344,24 @@ def _as_bool(x: Any) -> Any:
     return z3.BoolVal(x) if isinstance(x, bool) else x
 
 
+def _read_cti_concrete(table: Table, rs: Any, inst: Instance, timeout_ms: int) -> bool:
+    """A counterexample on a concrete pool (N = 1..3, quantifiers expanded: exact)."""
+    invs = proof_invariants(table)
+    for n in range(1, 4):
+        s = fresh_state(table, "pre.", n, mode="expand")
+        pp = fresh_params(table, "p.", n)
+        p = bind(inst, pp)
+        sk = z3.Int("sk")
+        solver = _solver(timeout_ms)
+        solver.add(*pp.domain, sk >= 0, sk < n)
+        solver.add(*[inv_holds(s, inv, []) for inv in invs])
+        solver.add(guard(s, inst, p))
+        solver.add(z3.Not(_read_ok(s, rs, p, sk)))
+        if solver.check() == z3.sat:
+            return True
+    return False
+
+
 def check_read(table: Table, rs: Any, timeout_ms: int = 20000) -> tuple[str, str]:
     """Invariants and the action's guard imply the read property at a Skolem block (any pool
     size).  Instantiated quantifiers first, real ``ForAll`` when that is not enough."""
@@ -370,10 +388,134 @@ def check_read(table: Table, rs: Any, timeout_ms: int = 20000) -> tuple[str, str
             status = _verdict(solver.check())
             if status == "proved":
                 break
+        if status == "unknown" and _read_cti_concrete(table, rs, inst, timeout_ms):
+            status = "cti"  # real quantifiers gave up; a small concrete pool has one
         if status != "proved":
             worst, label = status, inst.label
             break
     return worst, label
+
+
+def _pre(table: Table, inst: Instance, mode: str) -> tuple[SymState, Any, Any, Any, list[Any]]:
+    """A parametric pre-state (symbolic pool, Skolem block) with the invariants as hypotheses."""
+    N = z3.Int("N")
+    s = fresh_state(table, "pre.", N, mode=mode)
+    pp = fresh_params(table, "p.", N)
+    p = bind(inst, pp)
+    sk = z3.Int("sk")
+    terms = [sk] + [pp.values[ParamKind.BLOCK]] * any(
+        q.kind is ParamKind.BLOCK for q in inst.action.params
+    )
+    s.inst_terms = terms
+    hyps = [N >= 1, *pp.domain, sk >= 0, sk < N]
+    hyps += [inv_holds(s, inv, terms) for inv in proof_invariants(table)]
+    return s, p, sk, terms, hyps
+
+
+def check_enabled(table: Table, action_name: str, timeout_ms: int = 20000) -> str:
+    """``sat``: some instance's guard holds together with the invariants (instantiated at the
+    Skolem and acting blocks: a necessary condition for a reach witness); ``dead``: none can
+    (UNSAT is sound: the hypotheses are weaker than the invariants); ``unknown``."""
+    a = table.action(action_name)
+    worst = "dead"
+    for inst in instances(table, [a]):
+        s, p, _sk, _t, hyps = _pre(table, inst, "inst")
+        solver = _solver(timeout_ms)
+        solver.add(*hyps, guard(s, inst, p))
+        res = solver.check()
+        if res == z3.sat:
+            return "sat"
+        if res == z3.unknown:
+            worst = "unknown"
+    return worst
+
+
+def check_tight(
+    table: Table, owner: str, a_name: str, c_name: str, timeout_ms: int = 20000
+) -> tuple[str, str]:
+    """The conjunct refuses only steps that would break the property it protects: in every
+    invariant state where the action's other conjuncts hold and this one fails, firing the
+    action anyway breaks the invariant ``owner`` (or, for ``read:<action>.<name>``, the action-level
+    property fails).  ``proved`` when UNSAT; ``cti`` names an instance that is refused needlessly."""
+    a = table.action(a_name)
+    for inst in instances(table, [a]):
+        s, p, sk, terms, hyps = _pre(table, inst, "inst")
+        solver = _solver(timeout_ms)
+        solver.add(*hyps)
+        solver.add(guard(s, inst, p, skip=(c_name,)))
+        solver.add(z3.Not(_as_bool(a.conjunct(c_name).fn(s, p))))
+        if owner.startswith("read:"):
+            rs = next(x for x in table.reads if f"{x.action}.{x.name}" == owner[5:])
+            # the property holds everywhere: at the Skolem block and the acting block
+            for t in terms:
+                solver.add(_read_ok(s, rs, p, t))
+        else:
+            nxt = successor(s, inst, p)
+            solver.add(inv_holds(nxt, table.invariant(owner), terms))
+        status = _verdict(solver.check())
+        if status != "proved":
+            return status, inst.label
+    return "proved", ""
+
+
+def check_local(table: Table, loc: Any, timeout_ms: int = 20000) -> tuple[str, str]:
+    """``proved`` when changing every (mechanism) block variable at one block ``j`` outside the
+    declared scope never changes the action's guard, in any invariant state (any pool size;
+    quantifiers instantiated, negations at the free Skolem block, as in the equivalence check).
+    """
+    a = table.action(loc.action)
+    for inst in instances(table, [a]):
+        s, p, _sk, terms, hyps = _pre(table, inst, "inst")
+        j = z3.Int("j")
+        terms.append(j)  # the guards' quantifiers are instantiated at j too
+        s2 = SymState(
+            table,
+            s.N,
+            s.mode,
+            s.nmax,
+            s.inst_terms,
+            dict(s._v),
+            {k: list(v) for k, v in s._req.items()},
+        )
+        for v in table.vars:
+            if v.ghost:
+                continue
+            srt = z3.BoolSort() if v.is_bool else z3.IntSort()
+            if v.scope is Scope.BLOCK:
+                s2._v[v.name] = z3.Store(s._v[v.name], j, z3.Const(f"j!{v.name}", srt))
+            elif v.scope is Scope.REQ_BLOCK:
+                s2._req[v.name] = [
+                    z3.Store(x, j, z3.Const(f"j!{v.name}[{r}]", srt))
+                    for r, x in enumerate(s._req[v.name])
+                ]
+        solver = _solver(timeout_ms)
+        solver.add(*hyps, j >= 0, j < s.N, z3.Not(_as_bool(loc.within(s, p, j))))
+        solver.add(guard(s, inst, p) != guard(s2, inst, p))
+        status = _verdict(solver.check())
+        if status != "proved":
+            return status, inst.label
+    return "proved", ""
+
+
+def check_guard_equivalence(
+    table: Table, mutant: Table, action_name: str, timeout_ms: int = 20000
+) -> str:
+    """``proved`` when, in every state satisfying the table's invariants (any pool size), the
+    mutant's guard of ``action_name`` accepts exactly what the table's does:
+    a guard-only mutant is then the same transition system on every reachable state."""
+    a0, a1 = table.action(action_name), mutant.action(action_name)
+    for inst in instances(table, [a0]):
+        # Quantifiers instantiated at the Skolem block and the acting block: sound here, since
+        # a guard's quantifier in a positive position becomes weaker (a hypothesis), and in a
+        # negated one it is instantiated at the free Skolem block (a witness if one exists).
+        s, p, _sk, _t, hyps = _pre(table, inst, "inst")
+        solver = _solver(timeout_ms)
+        solver.add(*hyps)
+        solver.add(guard(s, inst, p) != guard(s, Instance(a1, inst.r), p))
+        status = _verdict(solver.check())
+        if status != "proved":
+            return status
+    return "proved"
 
 
 def read_violation_goal(rs: Any) -> Any:

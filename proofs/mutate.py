@@ -84,7 +84,7 @@ class Outcome:
     operator: str
     action: str
     detail: str
-    verdict: str  # killed | survived | equivalent | invalid | unchecked
+    verdict: str  # killed | survived | equivalent | unknown (timed out) | invalid | unchecked
     killed_by: list[str] = field(default_factory=list)  # "obligation: status"
     reason: str = ""  # the table's equivalence argument, or why it is invalid
     seconds: float = 0.0
@@ -393,7 +393,42 @@ def _reads(table: Table, a: Action, c: Conjunct) -> frozenset[str]:
 
 
 # ---- checking ----------------------------------------------------------------------------------
-def check_mutant(table: Table, m: Mutant, timeout_ms: int = 4000) -> Outcome:
+GUARD_ONLY = ("drop-conjunct", "drop-guard", "off-by-one-compare")
+REFUTED = ("violated", "not-inductive", "cti")  # a definite refutation (timeouts are not)
+
+
+def table_edges(table: Table) -> dict[str, dict[tuple[str, int | None], Any]]:
+    """Each lifecycle's phase edges per action instance of ``table`` (computed once, before
+    the workers fork; a mutant's structure check reuses every unchanged action's edges)."""
+    from kvstate.model.graph import action_edges
+    from kvstate.model.symbolic import instances
+
+    out: dict[str, dict[tuple[str, int | None], Any]] = {}
+    for lc in LIFECYCLES:
+        scope = table.var(lc.var).scope
+        d = out.setdefault(lc.component, {})
+        for inst in instances(table):
+            if lc.var not in inst.action.modifies or (scope is Scope.REQ and inst.r != 0):
+                continue
+            d[(inst.action.name, inst.r)] = action_edges(table, lc, inst)
+    return out
+
+
+def check_mutant(
+    table: Table,
+    m: Mutant,
+    timeout_ms: int = 4000,
+    *,
+    liveness: bool = True,
+    edges: dict[str, dict[tuple[str, int | None], Any]] | None = None,
+) -> Outcome:
+    """Run the obligations ``m`` can change, cheapest first, stopping at the first refutation.
+
+    Verdicts: ``killed`` (an obligation refuted it), ``equivalent`` (proved: a guard-only
+    mutant whose guard accepts exactly the same states under the invariants; or argued in
+    ``Table.equivalent``), ``unknown`` (an obligation timed out and none refuted it: not a
+    kill), ``survived``.  ``edges``: :func:`table_edges` of ``table``."""
+    from .engine import check_guard_equivalence
     from .obligations import Config, kill_units, run_unit
 
     t0 = time.perf_counter()
@@ -404,43 +439,59 @@ def check_mutant(table: Table, m: Mutant, timeout_ms: int = 4000) -> Outcome:
         base.verdict, base.reason = "invalid", f"{type(exc).__name__}: {exc}"
         base.seconds = time.perf_counter() - t0
         return base
+    known = (
+        {c: {k: v for k, v in d.items() if k[0] != m.action} for c, d in edges.items()}
+        if edges is not None
+        else None
+    )
     cfg = Config(
         timeout_ms=timeout_ms,
         k_timeout_ms=max(timeout_ms, 30000),
         find_traces=False,
         first_failure=True,
+        known_edges=known,
     )
     undecided: list[str] = []
-    for unit in kill_units(table, mt, m.action):
+    for unit in kill_units(table, mt, m.action, liveness=liveness):
         for r in run_unit(mt, unit, cfg):
             if r.ok:
                 continue
-            # k-induction on a bounded invariant that times out refutes nothing
-            if r.kind == "k-induction" and r.status == "unknown":
-                undecided.append(f"{r.obligation}: {r.status}")
-            else:
+            if r.status in REFUTED:
                 base.killed_by.append(f"{r.obligation}: {r.status}")
+            else:  # unknown (a timeout), error, no answer: refutes nothing
+                undecided.append(f"{r.obligation}: {r.status}")
         if base.killed_by:
             break
     if base.killed_by:
         base.verdict = "killed"
-    elif undecided:
-        base.verdict, base.reason = "unchecked", "timed out: " + "; ".join(undecided)
+    elif m.operator in GUARD_ONLY and (
+        check_guard_equivalence(table, mt, m.action, max(timeout_ms, 10000)) == "proved"
+    ):
+        base.verdict = "equivalent"
+        base.reason = (
+            "proved: under the invariants the guard accepts exactly the same states "
+            "(Z3, any pool size)"
+        )
     elif m.id in table.equivalent:
         base.verdict, base.reason = "equivalent", table.equivalent[m.id]
+    elif undecided:
+        base.verdict, base.reason = "unknown", "timed out: " + "; ".join(undecided)
     base.seconds = time.perf_counter() - t0
     return base
 
 
+VERDICTS = ("killed", "survived", "equivalent", "unknown", "invalid", "unchecked")
 _TABLE: Table | None = None
 _MUTANTS: list[Mutant] = []
 _TMO = 20000
+_LIVENESS = True
+_EDGES: dict[str, dict[tuple[str, int | None], Any]] | None = None
 
 
 def _work(i: int) -> Outcome:
     """Runs in a forked worker: the mutants (closures) are inherited, only indices travel."""
     assert _TABLE is not None
-    return check_mutant(_TABLE, _MUTANTS[i], _TMO)
+    return check_mutant(_TABLE, _MUTANTS[i], _TMO, liveness=_LIVENESS, edges=_EDGES)
 
 
 @dataclass
@@ -450,14 +501,16 @@ class MutationReport:
     seconds: float
     jobs: int
     budget_s: float | None
+    liveness: bool = True
 
     def count(self, verdict: str) -> int:
         return sum(1 for o in self.outcomes if o.verdict == verdict)
 
     @property
     def kill_rate(self) -> float:
-        """Killed among mutants that are neither equivalent, invalid nor unchecked."""
-        judged = self.count("killed") + self.count("survived")
+        """Killed among the mutants checked and not equivalent: a timeout (``unknown``) counts
+        as not killed; invalid and unchecked (past the budget) mutants are left out."""
+        judged = self.count("killed") + self.count("survived") + self.count("unknown")
         return 1.0 if judged == 0 else self.count("killed") / judged
 
     def survivors(self) -> list[Outcome]:
@@ -469,10 +522,8 @@ class MutationReport:
             "seconds": round(self.seconds, 2),
             "jobs": self.jobs,
             "budget_s": self.budget_s,
-            "counts": {
-                v: self.count(v)
-                for v in ("killed", "survived", "equivalent", "invalid", "unchecked")
-            },
+            "liveness": self.liveness,
+            "counts": {v: self.count(v) for v in VERDICTS},
             "kill_rate": round(self.kill_rate, 4),
             "by_operator": self.by_operator(),
             "mutants": [o.to_dict() for o in self.outcomes],
@@ -494,10 +545,13 @@ def mutate(
     jobs: int | None = None,
     budget_s: float | None = None,
     timeout_ms: int = 4000,
+    liveness: bool = True,
     progress: Callable[[Outcome], None] | None = None,
 ) -> MutationReport:
-    """Generate the mutants of ``table`` and check each (forked workers, within ``budget_s``)."""
-    global _TABLE, _TMO, _MUTANTS
+    """Generate the mutants of ``table`` and check each (forked workers, within ``budget_s``:
+    the mutants not finished by then are reported ``unchecked``).  ``liveness=False`` runs the
+    safety obligations alone (no completeness BMC)."""
+    global _TABLE, _TMO, _MUTANTS, _LIVENESS, _EDGES
     ms = mutants(table, operators)
     if only:
         ms = [m for m in ms if any(o in m.id for o in only)]
@@ -507,13 +561,14 @@ def mutate(
     n_jobs = max(1, jobs if jobs is not None else (os.cpu_count() or 1))
     t0 = time.perf_counter()
     done: dict[str, Outcome] = {}
-    _TABLE, _TMO, _MUTANTS = table, timeout_ms, ms
+    _TABLE, _TMO, _MUTANTS, _LIVENESS = table, timeout_ms, ms, liveness
+    _EDGES = table_edges(table) if ms else None
     try:
         if n_jobs == 1:
             for m in ms:
                 if budget_s is not None and time.perf_counter() - t0 > budget_s:
                     break
-                o = check_mutant(table, m, timeout_ms)
+                o = check_mutant(table, m, timeout_ms, liveness=liveness, edges=_EDGES)
                 done[m.id] = o
                 if progress:
                     progress(o)
@@ -537,15 +592,21 @@ def mutate(
                 pool.terminate()
                 pool.join()
     finally:
-        _TABLE, _MUTANTS = None, []
+        _TABLE, _MUTANTS, _EDGES = None, [], None
     outcomes = [
         done.get(m.id) or Outcome(m.id, m.operator, m.action, m.detail, "unchecked") for m in ms
     ]
-    return MutationReport(table.name, outcomes, time.perf_counter() - t0, n_jobs, budget_s)
+    return MutationReport(
+        table.name, outcomes, time.perf_counter() - t0, n_jobs, budget_s, liveness
+    )
 
 
 def render_text(rep: MutationReport, *, verbose: bool = False) -> str:
-    lines = [f"kvstate mutate: {rep.table} ({len(rep.outcomes)} mutants, {rep.jobs} jobs)", ""]
+    what = "safety + liveness (completeness)" if rep.liveness else "safety obligations only"
+    lines = [
+        f"kvstate mutate: {rep.table} ({len(rep.outcomes)} mutants, {rep.jobs} jobs, {what})",
+        "",
+    ]
     for o in rep.outcomes:
         if o.verdict == "killed" and not verbose:
             continue
@@ -562,8 +623,9 @@ def render_text(rep: MutationReport, *, verbose: bool = False) -> str:
     lines.append("")
     lines.append(
         f"summary: killed {rep.count('killed')}, survived {rep.count('survived')}, "
-        f"equivalent {rep.count('equivalent')}, invalid {rep.count('invalid')}, "
-        f"unchecked {rep.count('unchecked')}; kill rate {100 * rep.kill_rate:.1f}% "
-        f"(killed / (killed + survived)); {rep.seconds:.1f} s"
+        f"equivalent {rep.count('equivalent')}, unknown (timed out) {rep.count('unknown')}, "
+        f"invalid {rep.count('invalid')}, unchecked {rep.count('unchecked')}; kill rate "
+        f"{100 * rep.kill_rate:.1f}% (killed / (killed + survived + unknown)); "
+        f"{rep.seconds:.1f} s"
     )
     return "\n".join(lines)

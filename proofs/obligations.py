@@ -20,8 +20,8 @@ than only a counterexample to induction.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import z3
@@ -43,8 +43,11 @@ from .engine import (
     _verdict,
     bmc_find,
     check_completeness,
+    check_enabled,
     check_init,
+    check_local,
     check_read,
+    check_tight,
     fires_goal,
     fires_with_pinned_phase_goal,
     hit_use_goal,
@@ -80,6 +83,11 @@ class Config:
     find_traces: bool = True  # on a failed induction step, search a trace from Init (mutate: off)
     k_timeout_ms: int | None = None  # k-induction's own timeout (mutate: longer than the rest)
     first_failure: bool = False  # stop a unit at its first failed obligation (mutate: on)
+    # mutate: each lifecycle's phase edges per (action, request) instance of the unchanged
+    # actions, reused by the structure check instead of enumerated again
+    known_edges: Mapping[str, Mapping[tuple[str, int | None], Any]] | None = field(
+        default=None, compare=False
+    )
 
 
 def plan(table: Table, cfg: Config, only: str | None = None) -> list[Unit]:
@@ -91,7 +99,17 @@ def plan(table: Table, cfg: Config, only: str | None = None) -> list[Unit]:
     for a in table.actions:
         units.append(Unit("inductive", f"inductive/*/{a.name}", (a.name,)))
     for rs in table.reads:
-        units.append(Unit("action-safety", f"action-safety/{rs.action}.{rs.name}", (rs.name,)))
+        units.append(
+            Unit(
+                "action-safety",
+                f"action-safety/{rs.action}.{rs.name}",
+                (f"{rs.action}.{rs.name}",),
+            )
+        )
+    for loc in table.locality:
+        units.append(Unit("local", f"local/{loc.action}", (loc.action,)))
+    for owner, a_name, c_name in tight_conjuncts(table):
+        units.append(Unit("tight", f"tight/{owner}/{a_name}.{c_name}", (owner, a_name, c_name)))
     if table.completeness is not None:
         for n, d in cfg.completeness_bounds:
             units.append(Unit("completeness", f"completeness/N={n}", (n, d)))
@@ -137,36 +155,69 @@ def plan(table: Table, cfg: Config, only: str | None = None) -> list[Unit]:
     return units
 
 
-def kill_units(original: Table, mutant: Table, action_name: str) -> list[Unit]:
-    """The safety obligations a mutation of one action can change (for ``kvstate mutate``).
+# Cost order of the kinds ``kvstate mutate`` runs (cheapest first: most mutants die early).
+KILL_ORDER = ("enabled", "inductive", "action-safety", "tight", "local", "k-induction",
+              "completeness", "structure")  # fmt: skip
+
+
+def tight_conjuncts(table: Table) -> list[tuple[str, str, str]]:
+    """(invariant or ``read:<action>.<name>``, action, conjunct) for every declared tight conjunct that
+    the table has (a dropped conjunct has nothing left to be tight)."""
+    out = []
+    names = {a.name: {c.name for c in a.guard} for a in table.actions}
+    for inv in table.invariants:
+        for a_name, c_name in inv.tight:
+            if c_name in names.get(a_name, ()):
+                out.append((inv.name, a_name, c_name))
+    for rs in table.reads:
+        for c_name in rs.tight:
+            if c_name in names.get(rs.action, ()):
+                out.append((f"read:{rs.action}.{rs.name}", rs.action, c_name))
+    return out
+
+
+def kill_units(
+    original: Table, mutant: Table, action_name: str, *, liveness: bool = True
+) -> list[Unit]:
+    """The obligations a mutation of one action can change (for ``kvstate mutate``), cheapest
+    first.
 
     Init and every other action's induction step read nothing the mutation changed, so they
-    are skipped; the rest is what ``kvstate prove`` would run on the mutant for that action.
-    """
+    are skipped; the rest is what ``kvstate prove`` would run on the mutant for that action:
+    its induction step, its action-level obligations, the tight conjuncts of its guard, the
+    bounded invariants and the lifecycles whose variables it writes.  ``enabled`` (the guard
+    is satisfiable in some invariant state: the symbolic necessary condition of ``reach``)
+    stands in for the bounded reach witness.  ``liveness`` adds the completeness rule (bounded
+    model checking: the expensive part)."""
     a = mutant.action(action_name)
     touched = set(original.action(action_name).modifies) | set(a.modifies)
-    units: list[Unit] = []
-    later: list[Unit] = []
+    units: list[Unit] = [Unit("enabled", f"enabled/{action_name}", (action_name,))]
     for u in plan(mutant, Config()):
-        if (
-            u.kind == "action-safety"
-            and mutant.reads
-            and any(rs.name == u.args[0] and rs.action == action_name for rs in mutant.reads)
-        ):
+        if u.kind == "action-safety" and u.args[0].split(".")[0] == action_name:
             units.append(u)
-        elif u.kind == "completeness" and mutant.completeness is not None:
+        elif u.kind in ("tight", "local") and u.args[-2 if u.kind == "tight" else 0] == action_name:
+            units.append(u)
+        elif u.kind == "completeness" and liveness and mutant.completeness is not None:
             c = mutant.completeness
             # its BMC fires write-path actions only, and its probe the read path
             if action_name in (*c.write_path, *c.read_path):
-                (units if u.args[0] == 1 else later).append(u)  # the small pool first: cheap
+                units.append(u)
     units.append(Unit("inductive", f"inductive/*/{action_name}", (action_name,)))
     for lc in LIFECYCLES:
-        if lc.var in touched or lc.var in _guard_reads(mutant, a):
+        # a lifecycle's phase graph has edges only from the actions that write its variable
+        if lc.var in touched:
             units.append(Unit("structure", f"structure/{lc.component}", (lc.component,)))
     for inv in mutant.invariants:
         if inv.bounded and invariant_reads(mutant, inv) & touched:
             units.append(Unit("k-induction", f"k-induction/{inv.name}", (inv.name,)))
-    return units + later
+
+    def cost(u: Unit) -> tuple[int, int]:
+        # the small completeness pool is cheap; the larger one goes last of all
+        if u.kind == "completeness" and u.args[0] > 1:
+            return (len(KILL_ORDER), 0)
+        return (KILL_ORDER.index(u.kind), 0)
+
+    return sorted(units, key=cost)
 
 
 def _guard_reads(table: Table, a: Any) -> frozenset[str]:
@@ -201,6 +252,9 @@ def run_unit(table: Table, unit: Unit, cfg: Config, only: str | None = None) -> 
         "anti-vacuity": _antivacuity,
         "action-safety": _action_safety,
         "completeness": _completeness,
+        "enabled": _enabled,
+        "local": _local,
+        "tight": _tight,
     }[unit.kind]
     t0 = time.perf_counter()
     try:
@@ -227,7 +281,8 @@ def run_unit(table: Table, unit: Unit, cfg: Config, only: str | None = None) -> 
 def _structure(table: Table, cfg: Config, component: str) -> list[Result]:
     t0 = time.perf_counter()
     lc = next(lc for lc in LIFECYCLES if lc.component == component)
-    g = phase_graph(table, lc)
+    known = cfg.known_edges.get(component) if cfg.known_edges is not None else None
+    g = phase_graph(table, lc, known=known)
     rep = check_structure(g, lc)
     detail = f"{len(lc.members)} phases, {rep.edges} edges"
     if rep.unreachable:
@@ -342,6 +397,11 @@ def _inductive(table: Table, cfg: Config, action_name: str) -> list[Result]:
                 else:
                     prev.seconds = dt
                 continue
+            if status == "unknown" and not cfg.find_traces:
+                # mutate: real quantifiers gave up; a concrete counterexample to induction on
+                # a small pool (exact) decides it
+                if _cti_trace(table, inv, inst, invs, cfg.timeout_ms) is not None:
+                    status = "cti"
             trace, how = (
                 _find_real_trace(table, inv, inst, invs, cfg) if cfg.find_traces else (None, "")
             )
@@ -562,11 +622,12 @@ def _reach(
     ]
 
 
-def _read(table: Table, name: str) -> Any:
+def _read(table: Table, key: str) -> Any:
+    """A read-safety declaration by ``<action>.<name>`` (or by its name alone when unique)."""
     for rs in table.reads:
-        if rs.name == name:
+        if key in (rs.name, f"{rs.action}.{rs.name}"):
             return rs
-    raise KeyError(name)
+    raise KeyError(key)
 
 
 def _action_safety(table: Table, cfg: Config, name: str) -> list[Result]:
@@ -587,6 +648,71 @@ def _action_safety(table: Table, cfg: Config, name: str) -> list[Result]:
             detail=rs.doc
             if ok
             else f"{label}: the guard allows a read where '{rs.name}' fails (counterexample)",
+        )
+    ]
+
+
+def _enabled(table: Table, cfg: Config, action_name: str) -> list[Result]:
+    t0 = time.perf_counter()
+    status = check_enabled(table, action_name, cfg.timeout_ms)
+    ok = status != "dead"
+    return [
+        Result(
+            f"enabled/{action_name}",
+            "enabled",
+            "Z3: invariants and the guard satisfiable together (instantiated)",
+            UNBOUNDED.format(R=table.consts.R),
+            {"sat": "satisfiable", "dead": "violated"}.get(status, status),
+            ok,
+            time.perf_counter() - t0,
+            action=action_name,
+            detail="" if ok else "no state satisfying the invariants enables it (dead action)",
+        )
+    ]
+
+
+def _local(table: Table, cfg: Config, action_name: str) -> list[Result]:
+    t0 = time.perf_counter()
+    loc = next(x for x in table.locality if x.action == action_name)
+    status, label = check_local(table, loc, cfg.timeout_ms)
+    ok = status == "proved"
+    return [
+        Result(
+            f"local/{action_name}",
+            "local",
+            "Z3: one block outside the scope changed => the same verdict",
+            UNBOUNDED.format(R=table.consts.R),
+            "proved" if ok else ("violated" if status == "cti" else status),
+            ok,
+            time.perf_counter() - t0,
+            action=action_name,
+            detail=loc.doc
+            if ok
+            else f"{label}: the guard's verdict depends on a block outside its scope",
+        )
+    ]
+
+
+def _tight(table: Table, cfg: Config, owner: str, a_name: str, c_name: str) -> list[Result]:
+    t0 = time.perf_counter()
+    status, label = check_tight(table, owner, a_name, c_name, cfg.timeout_ms)
+    ok = status == "proved"
+    what = owner[5:] if owner.startswith("read:") else owner
+    return [
+        Result(
+            f"tight/{owner}/{a_name}.{c_name}",
+            "tight",
+            "Z3: invariants + the other conjuncts + not this one => the property fails",
+            UNBOUNDED.format(R=table.consts.R),
+            "proved" if ok else ("violated" if status == "cti" else status),
+            ok,
+            time.perf_counter() - t0,
+            invariant=what,
+            action=a_name,
+            detail=f"{a_name}.{c_name} refuses only what would break {what}"
+            if ok
+            else f"{label}: {a_name}.{c_name} refuses a step that keeps {what} (stricter "
+            "than it needs to be)",
         )
     ]
 

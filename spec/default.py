@@ -23,6 +23,7 @@ from .table import (
     Completeness,
     Conjunct,
     Invariant,
+    Locality,
     Param,
     ParamKind,
     ReadSafety,
@@ -73,6 +74,12 @@ def unpinned(s: Any, p: Any) -> Any:
 
 def lease_expired(s: Any, p: Any) -> Any:
     return s.lease[p.b] <= s.now
+
+
+def moved_graph(s: Any, p: Any) -> Any:
+    """A captured graph recorded the block's old address: moving the buffer to ``p.a`` makes it
+    stale (shared by every action that may place a block in another device slot)."""
+    return ITE(AND(s.graph == Graph.CAPTURED, p.a != s.addr[p.b]), int(Graph.STALE), s.graph)
 
 
 def release_pins(s: Any, p: Any) -> Any:
@@ -169,9 +176,14 @@ GHOSTS = [
     Var("at", _BL, lambda k, N, b: b, ghost=True, doc="address where the block's bytes are"),
     Var("form", _BL, lambda k, N, b: int(Fmt.PRIMARY), ghost=True, doc="form of the bytes stored"),
     Var("promised", _BL, _z, ghost=True, doc="residency promised to the scheduler until"),
+    Var("copy", _BL, _z, ghost=True, doc="tier holding the block's offloaded copy (COPY_*)"),
     Var("pcid", _RB, _z, ghost=True, doc="content identities the validated hit names"),
     Var("reading", Scope.REQ, _z, ghost=True, doc="tokens the request computes from (0: none)"),
 ]
+
+
+# ``copy``: where the block's offloaded copy really is (what a load reads, what a crash keeps)
+COPY_NONE, COPY_HOST, COPY_DISK = 0, 1, 2
 
 
 def fresh(s: Any) -> Any:
@@ -197,10 +209,12 @@ def _actions(hit_rule: HitRule) -> list[Action]:
         # ---- Compressed KV: write path ---------------------------------------------------
         action(
             "allocate",
-            [B, F],
+            [B, A, F],
             [_c("free", lambda s, p: s.ckv[p.b] == CKV.FREE)],
             {
                 "ckv": lambda s, p: store(s, s.ckv, p.b, int(CKV.WRITING)),
+                "addr": lambda s, p: store(s, s.addr, p.b, p.a),
+                "graph": moved_graph,
                 "gen": lambda s, p: store(s, s.gen, p.b, s.gen[p.b] + 1),
                 "tail": lambda s, p: store(s, s.tail, p.b, int(Tail.OPEN)),
                 "swa": lambda s, p: store(s, s.swa, p.b, int(Swa.NULL)),
@@ -208,9 +222,10 @@ def _actions(hit_rule: HitRule) -> list[Action]:
                 "fmt": lambda s, p: store(s, s.fmt, p.b, p.f),
                 "nfree": lambda s, p: s.nfree - 1,
             },
-            ["ckv", "gen", "tail", "swa", "idx", "fmt", "nfree"],
+            ["ckv", "addr", "graph", "gen", "tail", "swa", "idx", "fmt", "nfree"],
             "Compressed KV",
-            "take a free slot for new tokens in the form the writer produces (f); a new generation",
+            "take a free device slot (any: the allocator chooses, a; a moved buffer makes the "
+            "graph stale) for new tokens in the form the writer produces (f); a new generation",
         ),
         action(
             "commit",
@@ -436,9 +451,7 @@ def _actions(hit_rule: HitRule) -> list[Action]:
             {
                 "ckv": lambda s, p: store(s, s.ckv, p.b, int(CKV.READY)),
                 "addr": lambda s, p: store(s, s.addr, p.b, p.a),
-                "graph": lambda s, p: ITE(
-                    AND(s.graph == Graph.CAPTURED, p.a != s.addr[p.b]), int(Graph.STALE), s.graph
-                ),
+                "graph": moved_graph,
                 "io_inflight": lambda s, p: s.io_inflight - B2I(s.ldpipe[p.b] == Pipe.IO),
                 "ldpipe": lambda s, p: store(s, s.ldpipe, p.b, int(Pipe.NONE)),
                 "idx": lambda s, p: store(
@@ -730,6 +743,7 @@ def _ghost_effects() -> dict[str, dict[str, Fn]]:
     return {
         "allocate": {
             **bump,
+            "at": put("at", lambda s, p: p.a),
             "occ": put("occ", lambda s, p: fresh(s)),
             "cid": put("cid", lambda s, p: 0),
             "form": put("form", lambda s, p: p.f),
@@ -751,6 +765,7 @@ def _ghost_effects() -> dict[str, dict[str, Fn]]:
         "load_start": {"missing": put("missing", lambda s, p: s.k.load_steps)},
         "load_progress": {"missing": put("missing", lambda s, p: s.missing[p.b] - 1)},
         "load_done": {
+            "copy": put("copy", lambda s, p: COPY_NONE),
             "at": put("at", lambda s, p: p.a),
             "form": put("form", lambda s, p: ITE(io(s, p), p.f, s.form[p.b])),
             "icid": put("icid", lambda s, p: ITE(io(s, p), 0, s.icid[p.b])),
@@ -760,7 +775,9 @@ def _ghost_effects() -> dict[str, dict[str, Fn]]:
             ),
         },
         "load_fail": {"missing": put("missing", lambda s, p: 0)},
-        "drop": cleared(*FREED),
+        "offload_done": {"copy": put("copy", lambda s, p: COPY_HOST)},
+        "spill": {"copy": put("copy", lambda s, p: COPY_DISK)},
+        "drop": {**cleared(*FREED), "copy": put("copy", lambda s, p: COPY_NONE)},
         "evict_done": cleared(*FREED),
         "touch": {
             "promised": put("promised", lambda s, p: MAX(s.promised[p.b], s.now + p.t)),
@@ -871,12 +888,29 @@ def _truth_invariants() -> list[Invariant]:
             "the mechanism implies the truth: versions (ver/iver) say when an indexer page was "
             "built from the current content, phases say which derived state belongs to the "
             "slot's live occupant, prog counts the chunks that arrived, addr and fmt are where "
-            "and in which form the bytes are; every identity is one already handed out",
+            "and in which form the bytes are, lease is the residency promised, the phase and "
+            "the load's pipeline say which tier holds the offloaded copy; every identity is "
+            "one already handed out",
             "aux",
             per_block=lambda s, b: AND(
                 s.prog[b] + s.missing[b] == s.k.load_steps,
                 s.addr[b] == s.at[b],
                 s.fmt[b] == s.form[b],
+                s.lease[b] == s.promised[b],
+                s.copy[b]
+                == ITE(
+                    s.ckv[b] == CKV.HOST,
+                    COPY_HOST,
+                    ITE(
+                        s.ckv[b] == CKV.DISK,
+                        COPY_DISK,
+                        ITE(
+                            s.ckv[b] == CKV.LOADING,
+                            ITE(s.ldpipe[b] == Pipe.IO, COPY_DISK, COPY_HOST),
+                            COPY_NONE,
+                        ),
+                    ),
+                ),
                 s.iver[b] <= s.ver[b],
                 IMPLIES(
                     AND(s.idx[b] == Indexer.PRESENT, s.iver[b] == s.ver[b]),
@@ -913,6 +947,7 @@ def _invariants(hit_rule: HitRule) -> list[Invariant]:
                 IMPLIES(IN(s.ckv[b], (CKV.FREE, CKV.EVICTING)), s.ref[b] == 0),
             ),
             protected_by=(("pin", "present"),),
+            tight=(("discard", "unpinned"), ("drop", "unpinned")),
         ),
         Invariant(
             "toctou",
@@ -946,6 +981,7 @@ def _invariants(hit_rule: HitRule) -> list[Invariant]:
                 s.io_inflight <= s.k.io_cap, pinned_blocks_total(s) <= s.k.pin_cap
             ),
             protected_by=(("load_start", "io_cap"), ("pin", "pin_cap")),
+            tight=(("load_start", "io_cap"), ("pin", "pin_cap")),
         ),
         Invariant(
             "separation",
@@ -992,6 +1028,7 @@ def _invariants(hit_rule: HitRule) -> list[Invariant]:
                 s.prog[b] <= s.k.load_steps,
             ),
             protected_by=(("load_done", "complete"),),
+            tight=(("load_progress", "not_done"),),
         ),
         Invariant(
             "request_hygiene",
@@ -1071,6 +1108,17 @@ def _reads() -> list[ReadSafety]:
             ),
             protected_by=("checked",),
         ),
+        *[
+            ReadSafety(
+                a,
+                "promise_kept",
+                f"{a} takes the block's residency away only once the residency promised to the "
+                "scheduler (touch, L1's lease) has run out (over ghost truth)",
+                scalar=lambda s, p: s.promised[p.b] <= s.now,
+                tight=("lease_expired",),
+            )
+            for a in ("evict_start", "offload_done", "drop")
+        ],
     ]
 
 
@@ -1129,6 +1177,16 @@ COMPLETENESS = Completeness(
 )
 
 
+LOCALITY = [
+    Locality(
+        a,
+        f"{a} judges a hit by the hit's own blocks: nothing past it can refuse it",
+        lambda s, p, b: covers(s, b, s.req(p.r).hit),
+    )
+    for a in ("pin", "validate")
+]
+
+
 def sum_pins(s: Any, b: Any) -> Any:
     """Pins on block ``b``: one per request whose pinned range covers it (requests expanded)."""
     total: Any = 0
@@ -1161,6 +1219,7 @@ def default_table(geometry: Geometry | None = None, hit_rule: HitRule | None = N
         EQUIVALENT,
         _reads(),
         COMPLETENESS,
+        LOCALITY,
     )
 
 
@@ -1200,4 +1259,20 @@ EQUIVALENT: dict[str, str] = {
     "pins and forgets an empty hit: the identity",
     "forget-update:abort.phase": "the request keeps its phase with no pins, an empty hit and "
     "nothing read (reading = 0); abort or release returns it to IDLE",
+    "off-by-one-update:commit.ver": "a content version only has to change when the content "
+    "does (the indexer is synced when iver == ver): a bump of 2 is as fresh as a bump of 1",
+    "off-by-one-update:seal.ver": "a content version only has to change when the content does "
+    "(the indexer is synced when iver == ver): a bump of 2 is as fresh as a bump of 1",
+    "off-by-one-update:allocate.gen": "a generation only has to differ from the one a "
+    "validated request recorded (toctou compares for equality): +2 differs as +1 does",
+    "drop-conjunct:slide.valid": "sliding a NULL window writes NULL again and clears the "
+    "ghost wocc, which is read only where the window is VALID",
+    "swap-phase:capture.graph[CAPTURED<->STALE]": "a capture that leaves the graph STALE is "
+    "recaptured (recording the current addresses) before any replay: a wasted capture",
+    "swap-phase:recapture.graph[CAPTURED<->NONE]": "a recapture that leaves no graph is "
+    "followed by a capture (recording the current addresses) before any replay",
+    "swap-phase:release.phase[IDLE<->WAITING]": "the request is left admitted with no pins, "
+    "no hit and nothing read: every later step is one an admitted request may take",
+    "swap-phase:abort.phase[IDLE<->WAITING]": "the request is left admitted with no pins, no "
+    "hit and nothing read: every later step is one an admitted request may take",
 }

@@ -114,11 +114,16 @@ class Invariant:
     per_request: bool = False
     protected_by: tuple[tuple[str, str], ...] = ()
     bounded: bool = False
+    # (action, conjunct) pairs that refuse *only* what would break this invariant: with the
+    # action's other conjuncts holding and this one failing, firing it anyway breaks the
+    # invariant (a cap that is exactly the capacity, not one less).  Proved as ``tight``
+    # obligations; a stricter conjunct (an off-by-one that refuses one step too many) fails.
+    tight: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
 class ReadSafety:
-    """What an action reads, and the property that makes the read safe.
+    """What an action reads (or promises not to take away), and the property that makes it safe.
 
     Proved as an *action-level* obligation: in every state satisfying the invariants where the
     action's guard holds, ``per_block(s, p, b)`` holds at every block (and ``scalar(s, p)``).
@@ -133,6 +138,22 @@ class ReadSafety:
     per_block: Fn | None = None  # per_block(s, p, b)
     scalar: Fn | None = None  # scalar(s, p)
     protected_by: tuple[str, ...] = ()
+    tight: tuple[str, ...] = ()  # the action's conjuncts that refuse only where this fails
+
+
+@dataclass(frozen=True)
+class Locality:
+    """The guard of ``action`` reads the pool's blocks only where ``within(s, p, b)`` holds.
+
+    A hit is judged by the hit's own blocks: a guard that also reads one block past its scope
+    (an off-by-one in a range) refuses hits for reasons outside them.  Proved as a ``local``
+    obligation: changing every block variable at one block outside the scope never changes
+    the guard's verdict (any pool size).
+    """
+
+    action: str
+    doc: str
+    within: Fn  # within(s, p, b) -> bool
 
 
 @dataclass(frozen=True)
@@ -232,6 +253,7 @@ class Table:
     equivalent: Mapping[str, str] = field(default_factory=dict, compare=False)
     reads: tuple[ReadSafety, ...] = field(default=(), compare=False)
     completeness: Completeness | None = field(default=None, compare=False)
+    locality: tuple[Locality, ...] = field(default=(), compare=False)
 
     @staticmethod
     def build(
@@ -244,6 +266,7 @@ class Table:
         equivalent: Mapping[str, str] | None = None,
         reads: Iterable[ReadSafety] = (),
         completeness: Completeness | None = None,
+        locality: Iterable[Locality] = (),
     ) -> Table:
         t = Table(
             name=name,
@@ -261,10 +284,13 @@ class Table:
             equivalent=MappingProxyType(dict(equivalent or {})),
             reads=tuple(reads),
             completeness=completeness,
+            locality=tuple(locality),
         )
         from .validate import validate_table
 
         validate_table(t)
+        for loc in t.locality:
+            t.action(loc.action)  # names a real action (raises SpecError)
         return t
 
     # ---- lookup -------------------------------------------------------------------------
@@ -354,6 +380,7 @@ class Table:
                 a in actions for a in (*self.completeness.write_path, *self.completeness.read_path)
             )
             else None,
+            [x for x in self.locality if x.action in actions],
         )
 
     def with_geometry(self, geometry: Geometry) -> Table:

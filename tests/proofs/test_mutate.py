@@ -97,3 +97,57 @@ def test_fuzz_checks_completeness_on_the_model() -> None:
     assert "validate[L3.indexer_synced]" in found.detail
     ok, _, _ = replay_trace(build_state_machine(TABLE, 1), steps)
     assert ok is None, ok
+
+
+# Killed since the tight, enabled and residency-promise obligations (issue 15, part 2): each a
+# class that survived every safety obligation before, with the kind that must kill it now.
+NEWLY_KILLED = {
+    "off-by-one-compare:pin.pin_cap[k.pin_cap-1]": "tight/admission_cap",
+    "off-by-one-compare:load_start.io_cap[io_inflight+1]": "tight/admission_cap",
+    "off-by-one-compare:load_progress.not_done[prog+1]": "tight/load_integrity",
+    "off-by-one-compare:drop.unpinned[ref+1]": "enabled",
+    "off-by-one-compare:slide.unpinned[ref+1]": "enabled",
+    "off-by-one-compare:evict_start.lease_expired[lease+1]": "tight/read:evict_start",
+    "drop-conjunct:drop.lease_expired": "action-safety/drop.promise_kept",
+    "off-by-one-update:touch.lease": "inductive/mechanism_truth",
+}
+
+
+@pytest.mark.parametrize("mid", sorted(NEWLY_KILLED))
+def test_newly_killed_mutant_is_killed(mid: str) -> None:
+    o = check_mutant(TABLE, MUTANTS[mid], timeout_ms=8000, liveness=False)
+    assert o.verdict == "killed", o
+    assert o.killed_by[0].startswith(NEWLY_KILLED[mid]), o.killed_by
+
+
+def test_without_tight_conjuncts_a_stricter_cap_survives() -> None:
+    invs = tuple(replace(i, tight=()) for i in TABLE.invariants)
+    o = check_mutant(
+        replace(TABLE, invariants=invs),
+        MUTANTS["off-by-one-compare:pin.pin_cap[k.pin_cap-1]"],
+        timeout_ms=8000,
+        liveness=False,
+    )
+    assert o.verdict == "survived", o
+
+
+def test_guard_equivalence_is_proved_not_assumed() -> None:
+    # hit-1 spans the same blocks as hit because L1 makes the hit LCM-aligned: proved
+    mid = "off-by-one-compare:validate.L3.ckv_ready[hit-1]"
+    assert mid not in TABLE.equivalent
+    o = check_mutant(TABLE, MUTANTS[mid], timeout_ms=8000, liveness=False)
+    assert o.verdict == "equivalent" and o.reason.startswith("proved"), o
+    # hit+1 spans one block more: not equivalent (and the proof must not say it is)
+    from kvstate.proofs.engine import check_guard_equivalence
+
+    stricter = MUTANTS["off-by-one-compare:validate.L3.disk_loaded[hit+1]"].make(TABLE)
+    assert check_guard_equivalence(TABLE, stricter, "validate", 8000) != "proved"
+
+
+def test_a_timeout_is_not_a_kill() -> None:
+    # with 1 ms per query every Z3 obligation times out: nothing may count as killed
+    o = check_mutant(
+        TABLE, MUTANTS["off-by-one-compare:pin.pin_cap[hit+1]"], timeout_ms=1, liveness=False
+    )
+    assert o.verdict == "unknown", o
+    assert not o.killed_by
