@@ -210,7 +210,7 @@ class DiskTier:
             offsets.append(offsets[-1] + size)
         nonce = secrets.token_bytes(16)
         # the tensors' own bytes (no copies): MACed and written from the same buffers
-        parts: list[memoryview] = [memoryview(t.numpy()).cast("B") for t in flat]
+        parts: list[memoryview] = [t.numpy().data.cast("B") for t in flat]
         chunks: list[list[Any]] = []
         n = len(units)
         for c in range(self.load_steps):
@@ -221,7 +221,7 @@ class DiskTier:
         swa_section = None
         if swa_data is not None:
             swa_flat = swa_data.reshape(-1).cpu().contiguous()
-            sb = memoryview(swa_flat.numpy()).cast("B")
+            sb = swa_flat.numpy().data.cast("B")
             lo, hi = offsets[-1], offsets[-1] + len(sb)
             swa_section = [lo, hi, self._chunk_mac(key, nonce, -1, lo, hi, sb).hex()]
             parts.append(sb)
