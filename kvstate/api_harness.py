@@ -148,7 +148,7 @@ class ApiHarness:
         self.k = table.consts
         self.L = self.k.L
         self.R = self.k.R
-        self.machine = Machine(table, N)
+        self.machine = Machine(table, N, memo=True)
         self.explainer = _explainer(self.machine)
         self.model = self.machine.init()
         self.tokens = harness_tokens(N * self.L + self.L)  # one block past the pool: appends

@@ -101,10 +101,10 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "disk_checksum_not_verified",
-        "checksum not verified",
+        "MAC never verified",
         "impl/disk.py",
-        "        if checksum(data, self.backend) != expect:",
-        "        if False and checksum(data, self.backend) != expect:",
+        "        if not hmac.compare_digest(tag, mac):",
+        "        if False and not hmac.compare_digest(tag, mac):",
     ),
     Mutant(
         "host_copy_without_indexer",
@@ -131,8 +131,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "offload_cancel_keeps_host_slot",
         "free without reset (leak)",
         "impl/core.py",
-        '            self._check_block("offload_cancel", rid)\n            m = self.meta\n            self.tiers.host_slots.release([m.hslot[rid]])',
-        '            self._check_block("offload_cancel", rid)\n            m = self.meta',
+        "    def _fx_offload_cancel(self, rid: int) -> None:\n        m = self.meta\n        self.tiers.host_slots.release([m.hslot[rid]])\n",
+        "    def _fx_offload_cancel(self, rid: int) -> None:\n        m = self.meta\n",
     ),
     Mutant(
         "drop_leaves_disk_file",
@@ -158,9 +158,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "store_skips_seal",
         "tail never sealed",
-        "impl/cache.py",
-        '            check("seal", rid)  # compression fires at the boundary: a new content version ...\n            core._fx_seal(rid)',
-        '            check("seal", rid)  # compression fires at the boundary: a new content version ...',
+        "impl/core.py",
+        '            self._fx_seal(rid)\n        self._check_run("index_update", rids)',
+        '            pass\n        self._check_run("index_update", rids)',
     ),
     Mutant(
         "snapshot_records_no_generation",
@@ -180,8 +180,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "gather_first_page_only",
         "block table built wrong",
         "impl/cache.py",
-        "            [s * ppl + i for s in self.block_table() for i in range(ppl)],",
-        "            [s * ppl for s in self.block_table() for i in range(ppl)],",
+        "                [s * ppl + i for s in self._block_table() for i in range(ppl)],",
+        "                [s * ppl for s in self._block_table() for i in range(ppl)],",
     ),
     Mutant(
         "block_table_reversed",
@@ -208,8 +208,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "spill_keeps_host_slot",
         "free without reset (leak)",
         "impl/core.py",
-        "            self.tiers.host_slots.release([m.hslot[rid]])\n            m.hslot[rid] = -1\n            m.ckv[rid] = int(CKV.DISK)",
-        "            m.hslot[rid] = -1\n            m.ckv[rid] = int(CKV.DISK)",
+        "        self.tiers.host_slots.release([m.hslot[rid]])\n        m.hslot[rid] = -1\n        m.ckv[rid] = int(CKV.DISK)",
+        "        m.hslot[rid] = -1\n        m.ckv[rid] = int(CKV.DISK)",
     ),
     Mutant(
         "disk_load_wrong_form",

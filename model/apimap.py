@@ -45,8 +45,10 @@ class Nfa:
     def __init__(self) -> None:
         self.eps: list[list[int]] = []
         self.edges: list[list[tuple[str, int]]] = []
+        self._moves: dict[frozenset[int], dict[str, frozenset[int]]] = {}
 
     def new(self) -> int:
+        self._moves.clear()  # still being built
         self.eps.append([])
         self.edges.append([])
         return len(self.eps) - 1
@@ -62,6 +64,14 @@ class Nfa:
         return frozenset(seen)
 
     def moves(self, states: frozenset[int]) -> dict[str, frozenset[int]]:
+        """The labelled moves out of ``states`` (closed); built once per state set (the NFA
+        does not change once its patterns are compiled), so the caller must not edit it."""
+        cached = self._moves.get(states)
+        if cached is None:
+            cached = self._moves[states] = self._moves_uncached(states)
+        return cached
+
+    def _moves_uncached(self, states: frozenset[int]) -> dict[str, frozenset[int]]:
         out: dict[str, set[int]] = {}
         for s in states:
             for name, t in self.edges[s]:
@@ -184,8 +194,21 @@ class Explainer:
         return out
 
     def _distance(self, cur: Mapping[str, Any], goal: dict[tuple[str, Any], Any]) -> int:
-        c = self._cells(cur)
-        return sum(1 for k, v in goal.items() if c.get(k) != v)
+        """Cells of ``cur`` that differ from ``goal`` (a missing cell is ``None``)."""
+        return self._distance_by_var(cur, _by_var(goal))
+
+    @staticmethod
+    def _distance_by_var(cur: Mapping[str, Any], want: list[_VarGoal]) -> int:
+        """:meth:`_distance` over a goal grouped by variable.  A successor state shares every
+        value its action did not write (the same object), so a variable's count is reused while
+        its value is the one last counted: a search step costs the variables it changed."""
+        total = 0
+        for g in want:
+            v = cur.get(g.name, _MISSING)
+            if v is not g.last:
+                g.last, g.count = v, g.mismatches(v)
+            total += g.count
+        return total
 
     def _candidates(
         self,
@@ -281,8 +304,9 @@ class Explainer:
         ban = set(forbid)
         s0 = nfa.closure([start])
         tie = itertools.count()
+        want = _by_var(goal)
         heap: list[tuple[int, int, int, ConcreteState, frozenset[int], list[Step]]] = [
-            (self._distance(before.values, goal), 0, next(tie), before, s0, [])
+            (self._distance_by_var(before.values, want), 0, next(tie), before, s0, [])
         ]
         seen: set[tuple[Any, frozenset[int]]] = set()
         nodes = 0
@@ -299,7 +323,7 @@ class Explainer:
                 a = table.action(name)
                 for p in self._candidates(a, cur, observed, req, ban, ticks, fmts):
                     new = self.m.step(cur, a, p)
-                    d = self._distance(new.values, goal)
+                    d = self._distance_by_var(new.values, want)
                     heapq.heappush(
                         heap, (d, len(path) + 1, next(tie), new, nxt, [*path, (name, p)])
                     )
@@ -307,7 +331,51 @@ class Explainer:
 
 
 def _freeze(v: Any) -> Any:
+    if type(v) is tuple:
+        try:
+            hash(v)  # no list inside: already its own frozen form
+            return v
+        except TypeError:
+            pass
     return tuple(_freeze(x) for x in v) if isinstance(v, (tuple, list)) else v
+
+
+_MISSING = object()
+
+
+class _VarGoal:
+    """One variable's cells of a search goal, and the mismatch count of the value last seen."""
+
+    __slots__ = ("name", "cells", "last", "count")
+
+    def __init__(self, name: str, cells: list[tuple[Any, Any]]) -> None:
+        self.name = name
+        self.cells = cells  # (index as _cells keys it, wanted value)
+        self.last: Any = _MISSING
+        self.count = 0
+
+    def mismatches(self, v: Any) -> int:
+        n = 0
+        for idx, want in self.cells:
+            if v is _MISSING:
+                x = None
+            elif idx is None:
+                x = v
+            elif type(idx) is tuple:
+                r, b = idx
+                x = v[r][b] if r < len(v) and b < len(v[r]) else None
+            else:
+                x = v[idx] if idx < len(v) else None
+            if x != want:
+                n += 1
+        return n
+
+
+def _by_var(goal: Mapping[tuple[str, Any], Any]) -> list[_VarGoal]:
+    groups: dict[str, list[tuple[Any, Any]]] = {}
+    for (name, idx), want in goal.items():
+        groups.setdefault(name, []).append((idx, want))
+    return [_VarGoal(name, cells) for name, cells in groups.items()]
 
 
 def with_ghosts(machine: Machine, observed: Mapping[str, Any]) -> ConcreteState:

@@ -16,7 +16,7 @@ from typing import Any
 
 from kvstate.spec.errors import SpecError
 from kvstate.spec.phases import Fmt
-from kvstate.spec.state import ConcreteState, initial_state, req_var_names
+from kvstate.spec.state import ConcreteState, initial_state, invariant_reads, req_var_names
 from kvstate.spec.table import Action, Invariant, ParamKind, Scope, Table
 
 
@@ -51,10 +51,25 @@ class Violation:
         return f"{self.invariant}" + (f" at {', '.join(where)}" if where else "")
 
 
+_MEMO_CAP = 1 << 16  # read-set values remembered per invariant (then forgotten, re-evaluated)
+
+
+class _Held:
+    """One invariant's memo: its read set, and the values of it the invariant held on."""
+
+    __slots__ = ("inv", "names", "held", "last")
+
+    def __init__(self, inv: Invariant, names: tuple[str, ...]) -> None:
+        self.inv = inv
+        self.names = names
+        self.held: set[tuple[Any, ...]] = set()
+        self.last: tuple[Any, ...] | None = None
+
+
 class Machine:
     """The table over a concrete pool of ``N`` blocks."""
 
-    def __init__(self, table: Table, N: int | None = None) -> None:
+    def __init__(self, table: Table, N: int | None = None, *, memo: bool = False) -> None:
         self.table = table
         self.N = N if N is not None else table.geometry.model_blocks
         if self.N <= 0:
@@ -62,6 +77,14 @@ class Machine:
         self.k = table.consts
         self._req = req_var_names(table)
         self._scope = {v.name: v.scope for v in table.vars}
+        self._spaces: dict[tuple[str, int | None], tuple[dict[str, Any], ...]] = {}
+        # memo=True (the fuzzers): per invariant, its read set and the read-set values it was
+        # seen to hold on (see ``violations``)
+        self._memo: list[_Held] | None = (
+            [_Held(inv, tuple(sorted(invariant_reads(table, inv)))) for inv in table.invariants]
+            if memo
+            else None
+        )
 
     # ---- states -------------------------------------------------------------------------
     def init(self) -> ConcreteState:
@@ -90,14 +113,21 @@ class Machine:
     def param_space(
         self, action: Action, *, tokens_step: int | None = None
     ) -> Iterator[dict[str, Any]]:
-        doms = []
-        for p in action.params:
-            d = self.domain(p.kind)
-            if p.kind is ParamKind.TOKENS and tokens_step:
-                d = range(0, self.N * self.k.L + 1, tokens_step)
-            doms.append(d)
-        for combo in itertools.product(*doms):
-            yield {p.name: v for p, v in zip(action.params, combo, strict=True)}
+        key = (action.name, tokens_step)
+        space = self._spaces.get(key)
+        if space is None:  # the domains are the machine's constants: enumerate them once
+            doms = []
+            for p in action.params:
+                d = self.domain(p.kind)
+                if p.kind is ParamKind.TOKENS and tokens_step:
+                    d = range(0, self.N * self.k.L + 1, tokens_step)
+                doms.append(d)
+            names = [p.name for p in action.params]
+            space = self._spaces[key] = tuple(
+                dict(zip(names, combo, strict=True)) for combo in itertools.product(*doms)
+            )
+        for params in space:
+            yield dict(params)  # a fresh dict each time: callers may keep or edit it
 
     # ---- transitions --------------------------------------------------------------------
     def failed_conjuncts(
@@ -107,8 +137,26 @@ class Machine:
         p = SimpleNamespace(**params)
         return [c.name for c in a.guard if not c.fn(s, p)]
 
+    def failed_upto(
+        self, s: ConcreteState, action: Action, params: Mapping[str, Any], limit: int
+    ) -> list[str]:
+        """The first ``limit`` false conjuncts, in guard order (enough to tell a near miss)."""
+        p = SimpleNamespace(**params)
+        out = []
+        for c in action.guard:
+            if not c.fn(s, p):
+                out.append(c.name)
+                if len(out) >= limit:
+                    break
+        return out
+
     def is_enabled(self, s: ConcreteState, action: Action | str, params: Mapping[str, Any]) -> bool:
-        return not self.failed_conjuncts(s, action, params)
+        a = self.table.action(action) if isinstance(action, str) else action
+        p = SimpleNamespace(**params)
+        for c in a.guard:
+            if not c.fn(s, p):
+                return False
+        return True
 
     def enabled(
         self, s: ConcreteState, *, tokens_step: int | None = None
@@ -164,6 +212,17 @@ class Machine:
     def violations(
         self, s: ConcreteState, invariants: list[Invariant] | None = None
     ) -> list[Violation]:
+        """Every violation of ``invariants`` (default: the table's), in table order.
+
+        With ``memo`` (the fuzzers check every invariant after every step), an invariant is
+        evaluated only on read-set values it has not been seen to hold on.  An invariant is a
+        pure function of the variables it reads (``invariant_reads``, taken from the table's
+        terms: the frame the proofs use to skip an (invariant, action) pair whose action writes
+        nothing the invariant reads), so it holds again on equal values; only passing
+        evaluations are remembered, so the list is the one a full evaluation returns.
+        """
+        if invariants is None and self._memo is not None:
+            return self._memo_violations(s)
         out: list[Violation] = []
         for inv in invariants if invariants is not None else self.table.invariants:
             for r in range(self.k.R) if inv.per_request else [None]:
@@ -175,6 +234,30 @@ class Machine:
                         if not inv.per_block(*args, b):
                             out.append(Violation(inv.name, r, b))
                             break
+        return out
+
+    def _memo_violations(self, s: ConcreteState) -> list[Violation]:
+        assert self._memo is not None
+        values = s._v
+        todo: list[tuple[_Held, tuple[Any, ...]]] = []
+        for h in self._memo:
+            now = tuple([values[n] for n in h.names])
+            # identity first (a model successor shares what its action did not write), then
+            # by value (a target's fresh observe(), an earlier state)
+            if now != h.last and now not in h.held:
+                todo.append((h, now))
+            else:
+                h.last = now
+        if not todo:
+            return []
+        out = self.violations(s, [h.inv for h, _ in todo])
+        broken = {v.invariant for v in out}
+        for h, now in todo:
+            if h.inv.name not in broken:
+                if len(h.held) >= _MEMO_CAP:
+                    h.held.clear()
+                h.held.add(now)
+                h.last = now
         return out
 
     def run(

@@ -23,6 +23,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Protocol
 
 from hypothesis import event, settings, target
@@ -65,6 +66,38 @@ class Target(Protocol):
 TargetFactory = Callable[[Table, int], Any]
 
 
+class _ObservedTarget:
+    """A target whose ``observe()`` is answered from its last observation while nothing but
+    ``observe()`` has called it since (any other call, action or hook, drops it first).
+
+    A refusal check observes before and after the refused call; the next check's "before" is
+    then the previous "after", with no call to the target in between, so it is not asked again.
+    The observation is returned as a read-only snapshot (a copy the target cannot edit).
+    """
+
+    __slots__ = ("_target", "_last")
+
+    def __init__(self, target: Any) -> None:
+        self._target = target
+        self._last: Mapping[str, Any] | None = None
+
+    def observe(self) -> Mapping[str, Any]:
+        if self._last is None:  # a private read-only copy: nobody can edit it behind our back
+            self._last = MappingProxyType(dict(self._target.observe()))
+        return self._last
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._target, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self._last = None
+            return attr(*args, **kwargs)
+
+        return call
+
+
 class ModelTarget:
     """The reference interpreter wrapped as a target (model-only fuzzing, and a self-check)."""
 
@@ -96,8 +129,22 @@ class ModelTarget:
         return self.s.values
 
 
+_canonical_last: list[Any] = [None, None, None]  # (values, table, result) of the last call
+
+
 def canonical(values: Mapping[str, Any], table: Table) -> dict[str, Any]:
     """Addresses renamed by order of first appearance: equal iff equal up to a bijection."""
+    if not isinstance(values, MappingProxyType):
+        return _canonical(values, table)
+    # A read-only snapshot (_ObservedTarget's): the same object is the same observation, and a
+    # refusal check's "before" is the previous check's "after".
+    last = _canonical_last
+    if values is not last[0] or table is not last[1]:
+        last[:] = [values, table, _canonical(values, table)]
+    return dict(last[2])
+
+
+def _canonical(values: Mapping[str, Any], table: Table) -> dict[str, Any]:
     names: dict[int, int] = {}
 
     def rn(x: int) -> int:
@@ -248,8 +295,14 @@ def build_state_machine(
     Hypothesis example that first failed and its length before shrinking.
     """
     n = N if N is not None else table.geometry.model_blocks
-    make = factory or (lambda t, k: ModelTarget(t, k))
-    machine = Machine(table, n)
+    new_target = factory or (lambda t, k: ModelTarget(t, k))
+
+    def make(t: Table, k: int) -> Any:
+        return _ObservedTarget(new_target(t, k))
+
+    # Speed lives outside the class below: Hypothesis derandomizes (the ci profile) with a seed
+    # taken from the class's source, so any edit of its body changes the ci walks.
+    machine = Machine(table, n, memo=True)
     counts = stats if stats is not None else Counter()
 
     class Conformance(RuleBasedStateMachine):

@@ -187,6 +187,20 @@ def test_api_ci_profile_conforms_without_the_open_defect_operations() -> None:
         assert c[k] > 0, (k, dict(c))
 
 
+def test_planted_mutants_apply() -> None:
+    """Every planted bug still edits the current sources: its text occurs exactly once where it
+    says (a refactor of impl/ that moves the code must move the mutant with it, or the kill rate
+    of ``python -m kvstate.api_mutants`` would count patches that no longer plant anything)."""
+    from kvstate.api_mutants import MUTANTS, ROOT
+
+    stale = []
+    for m in MUTANTS:
+        src = (ROOT / m.path).read_text()
+        if src.count(m.old) != 1 or m.old == m.new:
+            stale.append(f"{m.name}: {src.count(m.old)} occurrences in {m.path}")
+    assert not stale, stale
+
+
 def test_planted_mutants_are_killed() -> None:
     """One of the planted bugs, end to end through the runner (python -m kvstate.api_mutants
     runs all of them: minutes, not in the default run)."""

@@ -1,0 +1,106 @@
+"""The fuzzers' shortcuts return what the full checks return.
+
+``Machine(memo=True).violations`` skips an invariant whose read-set values it has seen it hold
+on; that is sound only if ``invariant_reads`` covers every variable an evaluation really reads,
+and only if the memo reports the same list as a full evaluation, violations included.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from kvstate.model.concrete import Machine
+from kvstate.spec.default import default_table
+from kvstate.spec.state import ConcreteState, ReqView, invariant_reads
+
+TABLE = default_table()
+
+
+class _Req(ReqView):
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> Any:
+        self._s.reads.add(name)  # type: ignore[attr-defined]
+        return super().__getattr__(name)
+
+
+class _Recording(ConcreteState):
+    """A plain state (short-circuits like the fuzz's) that records the variables read."""
+
+    __slots__ = ("reads",)
+
+    def __init__(self, s: ConcreteState) -> None:
+        super().__init__(s._v, s.N, s.k, s._req_names)
+        self.reads: set[str] = set()
+
+    def __getattr__(self, name: str) -> Any:
+        self.reads.add(name)
+        return super().__getattr__(name)
+
+    def req(self, r: int) -> ReqView:
+        super().req(r)
+        return _Req(self, r)
+
+
+def _walk(m: Machine, steps: int, seed: int) -> list[ConcreteState]:
+    rng = random.Random(seed)
+    s = m.init()
+    out = [s]
+    for _ in range(steps):
+        moves = list(m.enabled(s, tokens_step=TABLE.consts.L))
+        if not moves:
+            break
+        name, params = rng.choice(moves)
+        s = m.step(s, name, params)
+        out.append(s)
+    return out
+
+
+def _perturb(s: ConcreteState, rng: random.Random) -> ConcreteState:
+    """``s`` with one cell of one variable changed: often a state that breaks an invariant."""
+    vals: dict[str, Any] = dict(s._v)
+    name = rng.choice(sorted(vals))
+    v = vals[name]
+    if isinstance(v, tuple) and v and isinstance(v[0], tuple):
+        r = rng.randrange(len(v))
+        b = rng.randrange(len(v[r]))
+        row = list(v[r])
+        row[b] = int(row[b]) + rng.choice((-1, 1, 2))
+        vals[name] = v[:r] + (tuple(row),) + v[r + 1 :]
+    elif isinstance(v, tuple) and v:
+        b = rng.randrange(len(v))
+        vals[name] = v[:b] + (int(v[b]) + rng.choice((-1, 1, 2)),) + v[b + 1 :]
+    elif isinstance(v, bool):
+        vals[name] = not v
+    elif isinstance(v, int):
+        vals[name] = v + rng.choice((-1, 1, 2))
+    return ConcreteState(vals, s.N, s.k, s._req_names)
+
+
+def test_invariant_reads_cover_what_evaluations_read() -> None:
+    """Every variable an invariant reads on a reached (or damaged) state is in its read set."""
+    m = Machine(TABLE)
+    rng = random.Random(7)
+    states = _walk(m, 60, seed=1)
+    states += [_perturb(s, rng) for s in states]
+    static = {inv.name: invariant_reads(TABLE, inv) for inv in TABLE.invariants}
+    for s in states:
+        for inv in TABLE.invariants:
+            rec = _Recording(s)
+            m.violations(rec, [inv])
+            assert rec.reads, inv.name
+            assert rec.reads <= static[inv.name], (inv.name, rec.reads - static[inv.name])
+
+
+def test_memo_reports_what_a_full_check_reports() -> None:
+    full, memo = Machine(TABLE), Machine(TABLE, memo=True)
+    rng = random.Random(3)
+    broken = 0
+    for seed in range(3):
+        for s in _walk(full, 40, seed=seed):
+            for t in (s, _perturb(s, rng), s):
+                want = full.violations(t)
+                assert memo.violations(t) == want
+                broken += bool(want)
+    assert broken > 0  # the damaged states did break invariants: the comparison saw failures
