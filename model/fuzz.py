@@ -114,8 +114,10 @@ class ModelTarget:
             outs = {}
             for q in action.params:
                 if q.kind in OUTPUT_KINDS and q.name not in params:
+                    # a fresh address each time: a buffer placed anew always moves
+                    self._placed = getattr(self, "_placed", 0) + (q.kind is ParamKind.ADDR)
                     params[q.name] = outs[q.name] = (
-                        0 if q.kind is ParamKind.FMT else 3 * self.m.N + 1
+                        0 if q.kind is ParamKind.FMT else 3 * self.m.N + self._placed
                     )
             try:
                 self.s = self.m.step(self.s, action, params)

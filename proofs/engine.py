@@ -388,6 +388,12 @@ def check_read(table: Table, rs: Any, timeout_ms: int = 20000) -> tuple[str, str
             status = _verdict(solver.check())
             if status == "proved":
                 break
+            if mode == "inst" and status == "cti":
+                # the instantiated counterexample may be spurious: a concrete one on a small
+                # pool (exact) settles it before real quantifiers are tried
+                if _read_cti_concrete(table, rs, inst, timeout_ms):
+                    break
+                status = "unknown"
         if status == "unknown" and _read_cti_concrete(table, rs, inst, timeout_ms):
             status = "cti"  # real quantifiers gave up; a small concrete pool has one
         if status != "proved":

@@ -462,6 +462,20 @@ def check_mutant(
                 undecided.append(f"{r.obligation}: {r.status}")
         if base.killed_by:
             break
+    if not base.killed_by and any(u.startswith("inductive/") for u in undecided):
+        # A step whose counterexample needs more blocks than a small pool holds (a cap of
+        # 48 blocks): the same table with its caps scaled to 1 shows it on a small pool.
+        g = table.geometry
+        scaled = table.with_geometry(g.with_changes(io_cap=1, pin_cap_blocks=1))
+        try:
+            mts = m.make(scaled)
+        except Exception:  # noqa: BLE001 - not buildable there: stays undecided
+            mts = None
+        if mts is not None:
+            unit = next(u for u in kill_units(scaled, mts, m.action) if u.kind == "inductive")
+            for r in run_unit(mts, unit, cfg):
+                if not r.ok and r.status in REFUTED:
+                    base.killed_by.append(f"{r.obligation}: {r.status} (caps scaled to 1)")
     if base.killed_by:
         base.verdict = "killed"
     elif m.operator in GUARD_ONLY and (

@@ -369,7 +369,15 @@ def _inductive(table: Table, cfg: Config, action_name: str) -> list[Result]:
         for inv in invs_to_check:
             t0 = time.perf_counter()
             status, mode = _check_prepared(prepared["inst"], inv, cfg)
-            if status != "proved":
+            tried_concrete = status == "cti" and not cfg.find_traces
+            if tried_concrete:
+                # mutate: a concrete counterexample to induction on a small pool (exact) settles
+                # it before real quantifiers are tried (they mostly time out on a broken step)
+                if _cti_trace(table, inv, inst, invs, cfg.timeout_ms) is not None:
+                    status = "confirmed"
+            if status == "confirmed":
+                status = "cti"
+            elif status != "proved":
                 # Instantiation is incomplete: confirm with real quantifiers (briefly; a trace
                 # search follows anyway if it is still not proved).
                 prep_f = _prepare(table, inst, invs, "forall", cfg)
@@ -397,7 +405,7 @@ def _inductive(table: Table, cfg: Config, action_name: str) -> list[Result]:
                 else:
                     prev.seconds = dt
                 continue
-            if status == "unknown" and not cfg.find_traces:
+            if status == "unknown" and not cfg.find_traces and not tried_concrete:
                 # mutate: real quantifiers gave up; a concrete counterexample to induction on
                 # a small pool (exact) decides it
                 if _cti_trace(table, inv, inst, invs, cfg.timeout_ms) is not None:
@@ -512,6 +520,8 @@ def _kinduction(table: Table, cfg: Config, inv_name: str) -> list[Result]:
         if status != "proved":
             failed.append(f"N={n}: {status}")
             unknown |= status == "unknown"
+            if cfg.first_failure and status != "unknown":
+                break  # mutate: one refuted pool size is enough
     ok = not failed
     return [
         Result(

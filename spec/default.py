@@ -177,6 +177,9 @@ GHOSTS = [
     Var("form", _BL, lambda k, N, b: int(Fmt.PRIMARY), ghost=True, doc="form of the bytes stored"),
     Var("promised", _BL, _z, ghost=True, doc="residency promised to the scheduler until"),
     Var("copy", _BL, _z, ghost=True, doc="tier holding the block's offloaded copy (COPY_*)"),
+    Var(
+        "pending", _BL, _z, ghost=True, doc="uncompressed rows appended since the last compression"
+    ),
     Var("pcid", _RB, _z, ghost=True, doc="content identities the validated hit names"),
     Var("reading", Scope.REQ, _z, ghost=True, doc="tokens the request computes from (0: none)"),
 ]
@@ -201,7 +204,7 @@ def cleared(*names: str) -> dict[str, Fn]:
     return {n: put(n, lambda s, p: 0) for n in names}
 
 
-FREED = ("occ", "cid", "icid", "wocc", "tcid")
+FREED = ("occ", "cid", "icid", "wocc", "tcid", "pending")
 
 
 def _actions(hit_rule: HitRule) -> list[Action]:
@@ -743,6 +746,7 @@ def _ghost_effects() -> dict[str, dict[str, Fn]]:
     return {
         "allocate": {
             **bump,
+            "pending": put("pending", lambda s, p: 1),
             "at": put("at", lambda s, p: p.a),
             "occ": put("occ", lambda s, p: fresh(s)),
             "cid": put("cid", lambda s, p: 0),
@@ -756,6 +760,7 @@ def _ghost_effects() -> dict[str, dict[str, Fn]]:
         "discard": cleared(*FREED),
         "seal": {
             **bump,
+            "pending": put("pending", lambda s, p: 0),
             "cid": put("cid", lambda s, p: fresh(s)),
             "tcid": put("tcid", lambda s, p: fresh(s)),
         },
@@ -888,7 +893,8 @@ def _truth_invariants() -> list[Invariant]:
             "the mechanism implies the truth: versions (ver/iver) say when an indexer page was "
             "built from the current content, phases say which derived state belongs to the "
             "slot's live occupant, prog counts the chunks that arrived, addr and fmt are where "
-            "and in which form the bytes are, lease is the residency promised, the phase and "
+            "and in which form the bytes are, lease is the residency promised, an open tail "
+            "has rows not yet compressed, the phase and "
             "the load's pipeline say which tier holds the offloaded copy; every identity is "
             "one already handed out",
             "aux",
@@ -897,6 +903,7 @@ def _truth_invariants() -> list[Invariant]:
                 s.addr[b] == s.at[b],
                 s.fmt[b] == s.form[b],
                 s.lease[b] == s.promised[b],
+                (s.tail[b] == Tail.OPEN) == (s.pending[b] != 0),
                 s.copy[b]
                 == ITE(
                     s.ckv[b] == CKV.HOST,
@@ -1119,6 +1126,14 @@ def _reads() -> list[ReadSafety]:
             )
             for a in ("evict_start", "offload_done", "drop")
         ],
+        ReadSafety(
+            "seal",
+            "rows_pending",
+            "compression fires on rows that are there: a boundary is compressed once (over "
+            "ghost truth: the rows appended since the last compression)",
+            scalar=lambda s, p: s.pending[p.b] != 0,
+            tight=("open",),
+        ),
     ]
 
 
@@ -1275,4 +1290,10 @@ EQUIVALENT: dict[str, str] = {
     "no hit and nothing read: every later step is one an admitted request may take",
     "swap-phase:abort.phase[IDLE<->WAITING]": "the request is left admitted with no pins, no "
     "hit and nothing read: every later step is one an admitted request may take",
+    "drop-conjunct:offload_done.unpinned": "only an unchecked (PINNED) request can pin an "
+    "OFFLOADING block (validate needs READY): finishing the offload costs it its hit "
+    "(validation fails, it downgrades), never a wrong read; no property promises an unchecked "
+    "pin its hit",
+    "off-by-one-compare:offload_done.unpinned[ref-1]": "as drop-conjunct:offload_done.unpinned "
+    "for a block one unchecked request pins: a lost hit, never a wrong read",
 }

@@ -110,6 +110,12 @@ NEWLY_KILLED = {
     "off-by-one-compare:evict_start.lease_expired[lease+1]": "tight/read:evict_start",
     "drop-conjunct:drop.lease_expired": "action-safety/drop.promise_kept",
     "off-by-one-update:touch.lease": "inductive/mechanism_truth",
+    "drop-conjunct:seal.open": "action-safety/seal.rows_pending",
+    "forget-update:spill.ckv": "inductive/mechanism_truth",
+    "swap-phase:load_fail.ckv[HOST<->DISK]": "inductive/mechanism_truth",
+    "off-by-one-compare:validate.L3.disk_loaded[hit+1]": "local/validate",
+    # needs more pinned blocks than a small pool holds: refuted with the caps scaled to 1
+    "off-by-one-compare:pin.pin_cap[k.pin_cap+1]": "inductive/admission_cap",
 }
 
 
@@ -151,3 +157,29 @@ def test_a_timeout_is_not_a_kill() -> None:
     )
     assert o.verdict == "unknown", o
     assert not o.killed_by
+
+
+def test_a_stricter_layer_is_killed_by_completeness_only() -> None:
+    # refusing a synced indexer page is safe; only the completeness rule (--liveness) sees it
+    m = MUTANTS["off-by-one-compare:validate.L3.indexer_synced[ver+1]"]
+    assert check_mutant(TABLE, m, timeout_ms=8000, liveness=False).verdict == "survived"
+    o = check_mutant(TABLE, m, timeout_ms=8000, liveness=True)
+    assert o.verdict == "killed" and o.killed_by[0].startswith("completeness"), o
+
+
+def test_fuzz_finds_the_spec_mutants_the_implementation_disagrees_with() -> None:
+    # ``kvstate mutate --fuzz``: the capture that leaves the graph STALE is harmless to the
+    # properties (argued equivalent), yet the allocator captures for real: the fuzz tells them
+    # apart; a mutant proved equivalent behaves like the table on every path.
+    from types import SimpleNamespace
+
+    from kvstate.fuzz_cli import fuzz_spec_mutants
+    from kvstate.proofs.mutate import Outcome
+
+    ids = ["swap-phase:capture.graph[CAPTURED<->STALE]", "drop-conjunct:match.in_pool"]
+    rep = SimpleNamespace(
+        outcomes=[Outcome(i, MUTANTS[i].operator, MUTANTS[i].action, "", "equivalent") for i in ids]
+    )
+    out = fuzz_spec_mutants(TABLE, rep, examples=3)
+    assert out[ids[0]].startswith("implementation disagrees"), out
+    assert out[ids[1]].startswith("implementation agrees"), out

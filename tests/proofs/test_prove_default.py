@@ -19,11 +19,28 @@ def test_default_prove_holds_everywhere():
         "anti-vacuity",
         "action-safety",
         "completeness",
+        "tight",
+        "local",
     }
     t = default_table()
-    # what replay and use read is proved safe for any pool size; completeness is bounded
-    assert {r.action for r in report.by_kind("action-safety")} == {"replay", "use"}
+    # what replay and use read is proved safe, and what evict_start, offload_done and drop take
+    # away is no longer promised, for any pool size; completeness is bounded
+    assert {r.action for r in report.by_kind("action-safety")} == {
+        "replay",
+        "use",
+        "evict_start",
+        "offload_done",
+        "drop",
+        "seal",
+    }
     assert all(r.unbounded for r in report.by_kind("action-safety"))
+    # the caps, the load's last chunk and the lease checks refuse no more than they must; pin
+    # and validate judge a hit by its own blocks (any pool size)
+    tight = {r.obligation.split("/", 2)[2] for r in report.by_kind("tight")}
+    assert {"pin.pin_cap", "load_start.io_cap", "load_progress.not_done"} <= tight
+    assert {"evict_start.lease_expired", "offload_done.lease_expired"} <= tight
+    assert {r.action for r in report.by_kind("local")} == {"pin", "validate"}
+    assert all(r.unbounded for r in report.by_kind("tight") + report.by_kind("local"))
     assert report.by_kind("completeness") and not any(
         r.unbounded for r in report.by_kind("completeness")
     )
