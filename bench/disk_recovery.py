@@ -215,6 +215,12 @@ def bench(n: int, args: argparse.Namespace, shm: str | None) -> dict[str, object
             raw.append(nbytes / raw_read(files) / GB)
             methods.update(drop_cache(files))
             ours.append(nbytes / p.recover(prof if rep == 0 else None) / GB)
+            print(  # as it goes: a long run that is stopped still shows what it measured
+                f"  [{B.fmt_length(n)} repeat {rep + 1}: kvstate {ours[-1]:.2f} GB/s, raw "
+                f"{raw[-1]:.2f} GB/s, ratio {ours[-1] / raw[-1]:.2f}; load "
+                f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}]",
+                flush=True,
+            )
             p._settle()
             p.cache.tick()
             p._to_disk(p.nb)
