@@ -84,6 +84,18 @@ def drop_cache(files: list[Path]) -> list[str]:
     return done
 
 
+def _available_ram() -> int:
+    """MemAvailable in bytes (Linux), else the whole RAM."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
 def raw_read(files: list[Path]) -> float:
     """Seconds to read every file sequentially."""
     buf = bytearray(READ_BUF)
@@ -112,6 +124,11 @@ class Prefix:
         )
         d, h = planned_bytes(g, dev, CHUNK_BLOCKS)
         self.cache_dir = Path(tempfile.mkdtemp(prefix="kvstate-disk-bench-", dir=root))
+        if shm is not None and d + h > _available_ram() // 2:
+            # tmpfs pages are RAM and cannot be written back: a 1M-token tier mapped there was
+            # OOM-killed on a 24 GiB machine; a file in the disk tier's folder can be
+            shm = str(root)
+        self.mapped_on = shm or "the temporary folder"
         with B.mapped_tensors(shm):
             self.cache = HeterogeneousKVCache(
                 g,
@@ -215,13 +232,19 @@ def bench(n: int, args: argparse.Namespace, shm: str | None) -> dict[str, object
             raw.append(nbytes / raw_read(files) / GB)
             methods.update(drop_cache(files))
             ours.append(nbytes / p.recover(prof if rep == 0 else None) / GB)
+            print(  # as it goes: a long run that is stopped still shows what it measured
+                f"  [{B.fmt_length(n)} repeat {rep + 1}: kvstate {ours[-1]:.2f} GB/s, raw "
+                f"{raw[-1]:.2f} GB/s, ratio {ours[-1] / raw[-1]:.2f}; load "
+                f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}]",
+                flush=True,
+            )
             p._settle()
             p.cache.tick()
             p._to_disk(p.nb)
             files = p.files()
         out: dict[str, object] = dict(
             n=n, blocks=p.nb, bytes=nbytes, raw=raw, ours=ours, methods=sorted(methods),
-            setup=setup,
+            setup=setup, mapped_on=p.mapped_on,
         )  # fmt: skip
         if prof is not None:
             s = io.StringIO()
@@ -261,7 +284,8 @@ def main() -> None:
         rows.append(r)
         print(
             f"  [{s}: {r['blocks']} blocks, {r['bytes'] / 2**30:.2f} GiB on disk, setup "
-            f"{r['setup']:.0f} s; page cache dropped by: {', '.join(r['methods']) or 'NOTHING'}]",  # type: ignore[arg-type]
+            f"{r['setup']:.0f} s; tier tensors on {r['mapped_on']}; page cache dropped by: "
+            f"{', '.join(r['methods']) or 'NOTHING'}]",  # type: ignore[arg-type]
             flush=True,
         )
     print()
