@@ -36,7 +36,7 @@ import torch
 from mypy_extensions import mypyc_attr
 
 from kvstate.kernels import gather_blocks
-from kvstate.spec.default import ACTIVE, default_table
+from kvstate.spec.default import default_table
 from kvstate.spec.errors import GeometryError
 from kvstate.spec.geometry import Geometry, small
 from kvstate.spec.phases import CKV, Indexer, Pipe, Req, Swa
@@ -44,7 +44,7 @@ from kvstate.spec.table import Table
 
 from . import args
 from .coordinator import HitSearch, RecoveryPlan, Shortening, plan_steps, projection
-from .core import _USING, _WAITING, CacheCore, Slot
+from .core import CacheCore, Slot
 from .errors import (
     AlreadyReleased,
     CacheClosed,
@@ -253,7 +253,7 @@ class Run:
         return (
             s is not None
             and s is self._slot
-            and s.phase == _USING
+            and self.cache.core.in_use(s)
             and req.admission is self._admission
             and not self.cache._closed
         )
@@ -416,8 +416,7 @@ class UseContext:
                 raise AlreadyReleased("use", ("checked",), f"{req!r} holds no slot")
             if req.admission is not self.admission:
                 raise StaleAdmission("use", ("checked",), f"{req!r} was admitted again")
-            core._guard("use", core._req_state("use", slot, ()), {"r": 0})
-            core._fx_use(slot)
+            core.use_locked(slot)
             self.run = run = Run(cache, req)
             addr = core.meta.addr
             core.graph.refill(slot.index, run._block_table(), [addr[r] for r in run.rids])
@@ -637,12 +636,11 @@ class HeterogeneousKVCache:
             # the table's ``admit``: a free slot, its guard on the slot, then its effects
             t = req.lifetime  # checked by ``request``
             s = core.free_slot()
-            core._guard("admit", core._req_state("admit", s, ()), {"r": 0, "t": t})
-            core._fx_admit(s, req, t)
+            core.admit_locked(s, req, t)
             try:
                 return self._admit(req, s, recover)
             except BaseException:
-                if req.slot is s and s.phase in ACTIVE:
+                if req.slot is s and core.abortable(s):
                     core.abort(s)
                 raise
 
@@ -682,13 +680,11 @@ class HeterogeneousKVCache:
                 expl.after_recovery = ext
             else:
                 expl.unrecoverable = ext
-        # the admission's steps: each the table's guard (``_guard``: on the slot or this view,
-        # by what the guard reads) and then the transition's effects
-        core._guard("match", core._req_state("match", s, rids, view), {"r": 0, "h": target})
-        core._fx_match(s, target)
+        # the admission's steps: each the table's guard (on the slot or this view, by what the
+        # guard reads) and then the transition's effects
+        core.match_locked(s, target, rids, view)
         try:
-            core._guard("pin", core._req_state("pin", s, rids, view), {"r": 0})
-            core._fx_pin(s, rids, view)
+            core.pin_locked(s, rids, view)
         except Refused as exc:  # admission cap: give the hit up and recompute
             core.downgrade(s)
             expl.rejection = f"admission cap: {exc}"
@@ -700,7 +696,7 @@ class HeterogeneousKVCache:
         if plan:
             self._start_recovery(adm)
         else:
-            core._validate_checked(s, rids, view, (now, epoch))
+            core.validate_locked(s, rids, view, (now, epoch))
             self._validated(adm)
         return adm
 
@@ -823,7 +819,7 @@ class HeterogeneousKVCache:
     def _give_up(self, adm: Admission, s: Slot, why: str) -> None:
         """Downgrade a re-admitted request to a recompute (hit 0, nothing pinned)."""
         core = self.core
-        if s.phase == _WAITING:
+        if core.waiting(s):
             core.match(s, 0, [])
         core.downgrade(s)
         adm.explanation.rejection = why
@@ -931,20 +927,18 @@ class HeterogeneousKVCache:
             s = req.slot
             if s is None:
                 raise AlreadyReleased("release", ("using",), f"{req!r} was already released")
-            if s.phase != _USING:
+            if not core.in_use(s):
                 raise Refused("release", ("using",), f"{req!r} is {Req(s.phase).name}, not in use")
             if store and req.stored < req.chain.blocks:
                 try:
                     self._store_checked(req)
                 except BaseException:
-                    core._guard("release", core._req_state("release", s, ()), {"r": 0})
-                    core._fx_release(s)
+                    core.release_locked(s)
                     raise
             rids = core.resolve(req.chain)
             if rids != s.rids:  # else releasing the pins moves exactly these blocks, likewise
                 core.used(rids)
-            core._guard("release", core._req_state("release", s, ()), {"r": 0})
-            core._fx_release(s)
+            core.release_locked(s)
 
     def abort(self, request: Any) -> None:
         """Abort at any point; in-flight loads finish in their pipelines (nothing is reused
@@ -967,7 +961,7 @@ class HeterogeneousKVCache:
         n = args.integer("n", n, 0)
         done = 0
         with self.core.lock:
-            while done < n and self.core._evict_one():
+            while done < n and self.core.evict_one():
                 done += 1
         return done
 

@@ -1378,6 +1378,51 @@ class CacheCore:
     def _fx_use(self, s: Slot) -> None:
         s.phase = _USING
 
+    # The request table's steps for a caller that already holds the lock (the library's
+    # admission and release run several as one critical section): the action's guard on the
+    # cheapest state its locality allows, then its effects.  The public methods below are the
+    # same steps, each taking the lock itself.
+    def admit_locked(self, s: Slot, request: Any, t: int) -> None:
+        self._guard("admit", self._req_state("admit", s, ()), {"r": 0, "t": t})
+        self._fx_admit(s, request, t)
+
+    def match_locked(self, s: Slot, h: int, rids: Sequence[int], view: ChainView | None) -> None:
+        self._guard("match", self._req_state("match", s, rids, view), {"r": 0, "h": h})
+        self._fx_match(s, h)
+
+    def pin_locked(self, s: Slot, rids: Sequence[int], view: ChainView | None) -> None:
+        self._guard("pin", self._req_state("pin", s, rids, view), {"r": 0})
+        self._fx_pin(s, rids, view)
+
+    def validate_locked(
+        self, s: Slot, rids: Sequence[int], view: ChainView, proof: tuple[HitSearch, int] | None
+    ) -> None:
+        self._validate_checked(s, rids, view, proof)
+
+    def use_locked(self, s: Slot) -> None:
+        self._guard("use", self._req_state("use", s, ()), {"r": 0})
+        self._fx_use(s)
+
+    def release_locked(self, s: Slot) -> None:
+        self._guard("release", self._req_state("release", s, ()), {"r": 0})
+        self._fx_release(s)
+
+    def abortable(self, s: Slot) -> bool:
+        """Does the table's ``abort`` guard hold for this slot (the table in use decides which
+        phases a request can be aborted from, not a list written here)."""
+        return self.guards.allows("abort", self._req_state("abort", s, ()), {"r": 0}, ())
+
+    def in_use(self, s: Slot) -> bool:
+        return s.phase == _USING
+
+    def waiting(self, s: Slot) -> bool:
+        return s.phase == _WAITING
+
+    def evict_one(self) -> bool:
+        """Evict the least recently used evictable device block; False when none is."""
+        with self.lock:
+            return self._evict_one()
+
     def _fx_release(self, s: Slot) -> None:
         self._unpin(s)
         s.phase = _IDLE
