@@ -39,7 +39,7 @@ from kvstate.kernels import gather_blocks
 from kvstate.spec.default import default_table
 from kvstate.spec.errors import GeometryError
 from kvstate.spec.geometry import Geometry, small
-from kvstate.spec.phases import CKV, Indexer, Pipe, Req, Swa
+from kvstate.spec.phases import CKV, Req, Swa
 from kvstate.spec.table import Table
 
 from . import args
@@ -52,7 +52,6 @@ from .errors import (
     KVStateError,
     LayoutError,
     NotReady,
-    OutOfCapacity,
     Refused,
     RunReleased,
     StaleAdmission,
@@ -701,62 +700,13 @@ class HeterogeneousKVCache:
         return adm
 
     def _start_recovery(self, adm: Admission) -> None:
-        core = self.core
-        m = core.meta
-        k = self.table.consts
-        loads_boundary = False
-        nb = _cdiv(adm.hit_tokens, self.L)
-        for st in adm.recovery.steps:
-            rid = st.rid
-            if st.action == "offload_cancel" and core.can("offload_cancel", rid):
-                core.offload_cancel(rid)
-            elif st.action == "load_start":
-                loads_boundary |= st.block == nb - 1
-                if st.pipeline is Pipe.IO and core.io_inflight >= k.io_cap:
-                    core.io_waiting[rid] = None
-                elif core.can("load_start", rid):
-                    try:
-                        core.load_start(rid)
-                    except OutOfCapacity:  # no device room now: the rest is truncated at use
-                        break
-            elif st.action == "rebuild_start":
-                if m.ckv[rid] == CKV.READY and core.can("rebuild_start", rid):
-                    core.rebuild_start(rid)
-                else:
-                    core.want_rebuild.add(rid)
-        # follow-ups wait only on loads that started or are queued: a load that could not
-        # start (no device room) leaves none behind, and the admission truncates at use
-        for st in adm.recovery.steps:
-            if st.rid in core.want_rebuild and not core.load_pending(st.rid):
-                core.want_rebuild.discard(st.rid)
-        if loads_boundary and nb > 0 and core.load_pending(adm.rids[nb - 1]):
-            tc = TailCheckJob(core, adm.rids[nb - 1], adm.hit_tokens)
-            adm.tail_check = tc
-            core.want_tail_check[tc.rid] = tc
+        tc = self.core.start_recovery(adm.recovery.steps, adm.rids, adm.hit_tokens)
+        adm.tail_check = tc
         if not self._pending(adm):
             self._finalize(adm)
 
     def _pending(self, adm: Admission) -> bool:
-        core = self.core
-        m = core.meta
-        for st in adm.recovery.steps:
-            rid = st.rid
-            # (a wanted rebuild waits on its load: pending exactly while the load is)
-            if (
-                m.ckv[rid] == CKV.LOADING
-                or m.idx[rid] == Indexer.REBUILDING
-                or rid in core.io_waiting
-            ):
-                return True
-        tc = adm.tail_check
-        if tc is not None and tc.ok is None:
-            # queued or running, or its block still loading (the load submits it when it lands)
-            return (
-                tc.key in core.pipes.cpu.jobs
-                or m.ckv[tc.rid] == CKV.LOADING
-                or tc.rid in core.io_waiting
-            )
-        return False
+        return self.core.recovery_pending(adm.recovery.steps, adm.tail_check)
 
     def _finalize(self, adm: Admission, timeout: float | None = None) -> None:
         """A pending admission whose recovery is over: validate, or truncate and re-pin."""

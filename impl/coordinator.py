@@ -22,8 +22,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from mypy_extensions import mypyc_attr
-
 from kvstate.spec.compile import CompiledHitRule
 from kvstate.spec.layers import HitRule, Rule, RuleScope, scope_range
 from kvstate.spec.phases import CKV, Indexer, Pipe, Swa
@@ -301,54 +299,3 @@ def plan_steps(meta: BlockMeta, rids: Sequence[int], blocks: int) -> list[Recove
         elif (c == CKV.READY or c in MOVING) and (from_disk or not synced):
             steps.append(RecoveryStep(b, i, "Indexer State", Pipe.CPU, "rebuild_start"))
     return steps
-
-
-@mypyc_attr(native_class=False)  # attributes made up on read
-class _ProbeReq:
-    def __init__(self, reads: set[str]) -> None:
-        self._reads = reads
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        self._reads.add(name)
-        return 0
-
-
-@mypyc_attr(native_class=False)
-class _Probe:
-    """A state whose every variable reads as zero and is recorded when read."""
-
-    def __init__(self, k: Any, n: int) -> None:
-        self.k = k
-        self.N = n
-        self._reads: set[str] = set()
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        self._reads.add(name)
-        return [0] * self.N
-
-    def req(self, r: int) -> _ProbeReq:
-        return _ProbeReq(self._reads)
-
-    def forall_blocks(self, lo: Any, hi: Any, body: Any) -> bool:
-        return all(bool(body(b)) for b in range(self.N))
-
-
-def rule_reads(hit_rule: HitRule, k: Any) -> frozenset[str] | None:
-    """The state variables the hit rules read (probed by evaluating them); None if a rule
-    could not be probed.  Actions whose frame misses this set cannot change a rule's value,
-    which is what lets ``validate`` reuse a search done under the same lock hold."""
-    probe = _Probe(k, 2)
-    try:
-        for rule in hit_rule.rules:
-            if rule.scope is RuleScope.HIT:
-                for h in (0, k.L):
-                    rule.pred(probe, 0, h)
-            else:
-                rule.pred(probe, 0, 0)
-    except Exception:  # noqa: BLE001 - an unprobeable rule just disables the shortcut
-        return None
-    return frozenset(probe._reads)

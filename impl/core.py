@@ -37,7 +37,7 @@ from kvstate.spec.table import Table
 from .args import MAX_COUNT
 from .args import integer as _int
 from .bugs import Bugs
-from .coordinator import Coordinator, HitSearch, rule_reads
+from .coordinator import Coordinator, HitSearch, RecoveryStep
 from .disk import DiskEntry, DiskTier
 from .errors import (
     AlreadyReleased,
@@ -246,12 +246,12 @@ class CacheCore:
             run = self.guards.run_test(a)
             if run is not None:
                 self._run_tests[a] = run
-        self.coord = Coordinator(
-            table.hit_rule, compile_hit_rule(table.hit_rule, table, self.vk, mapped)
-        )
-        # rule epoch: bumped by every transition whose frame meets what the hit rules read, so a
-        # hit search is still a proof of the rules while the epoch has not moved
-        reads = rule_reads(table.hit_rule, self.k)
+        compiled = compile_hit_rule(table.hit_rule, table, self.vk, mapped)
+        self.coord = Coordinator(table.hit_rule, compiled)
+        # rule epoch: bumped by every transition whose frame meets what the hit rules read (off
+        # their Z3 terms), so a hit search is still a proof of the rules while it has not moved
+        reads = compiled.reads
+        self.rule_reads = reads
         self.epoch = 0
         self._neutral = frozenset(
             a.name for a in table.actions if reads is not None and not (a.modifies & reads)
@@ -362,8 +362,14 @@ class CacheCore:
         ok = None if skip else (self._accept_direct if view._direct else self._accept).get(action)
         if ok is None or not ok(view, params):
             self.guards.check(action, view, params, skip, exc)
+        self._admitted(action, 1)
+
+    def _admitted(self, action: str, n: int) -> None:
+        """The one place the rule epoch moves: ``n`` transitions of ``action`` passed their
+        guard.  Unless the action's frame misses every variable the hit rules read
+        (``_neutral``), a search made before it is no longer a proof of the rules."""
         if action not in self._neutral:
-            self.epoch += 1
+            self.epoch += n
 
     def _block_state(self, action: str, rid: Any) -> tuple[Any, int]:
         """The state a block action's guard reads, and the value of its block parameter."""
@@ -380,8 +386,7 @@ class CacheCore:
         if not skip and action in self._by_record:  # the common case, inline
             params["b"] = rid
             if self._accept[action](self._records, params):
-                if action not in self._neutral:
-                    self.epoch += 1
+                self._admitted(action, 1)
                 return
         state, b = self._block_state(action, rid)
         params["b"] = b
@@ -402,8 +407,7 @@ class CacheCore:
         if bad >= 0:
             self._check_block(action, rids[bad], (), **params)  # raises, naming the conjuncts
             raise InternalError(f"{action}: the run check and the block check disagree")
-        if action not in self._neutral:
-            self.epoch += len(rids)
+        self._admitted(action, len(rids))
 
     def can(self, action: Any, rid: Any) -> bool:
         """Would the block action be allowed now (jobs ask this to choose their next step)."""
@@ -546,8 +550,7 @@ class CacheCore:
                 if not self._evict_one():
                     return
             return
-        if "evict_start" not in self._neutral:
-            self.epoch += count
+        self._admitted("evict_start", count)
         for rid in victims:
             self._fx_evict_start(rid)
         self._check_run("evict_done", victims)
@@ -1078,6 +1081,68 @@ class CacheCore:
                 self.pipes.cpu.forget(rid)
                 self.notify_changed()
 
+    def start_recovery(
+        self, steps: Sequence[RecoveryStep], rids: Sequence[int], hit: int
+    ) -> TailCheckJob | None:
+        """Start a recovery plan's steps as far as the table and the pipelines allow now: a load
+        past the I/O cap queues (``io_waiting``), a rebuild waits on its block's load
+        (``want_rebuild``), a load that cannot find device room ends the plan (the admission
+        truncates at use).  A load of the hit's last block brings the compressor state saved at
+        that boundary with it: the splice check returned runs when the load lands."""
+        with self.lock:
+            m = self.meta
+            loads_boundary = False
+            nb = -(-hit // self.L)
+            for st in steps:
+                rid = st.rid
+                if st.action == "offload_cancel" and self.can("offload_cancel", rid):
+                    self.offload_cancel(rid)
+                elif st.action == "load_start":
+                    loads_boundary |= st.block == nb - 1
+                    if st.pipeline is Pipe.IO and self.io_inflight >= self.k.io_cap:
+                        self.io_waiting[rid] = None
+                    elif self.can("load_start", rid):
+                        try:
+                            self.load_start(rid)
+                        except OutOfCapacity:  # no device room now: truncated at use
+                            break
+                elif st.action == "rebuild_start":
+                    if m.ckv[rid] == CKV.READY and self.can("rebuild_start", rid):
+                        self.rebuild_start(rid)
+                    else:
+                        self.want_rebuild.add(rid)
+            # follow-ups wait only on loads that started or are queued: a load that could not
+            # start (no device room) leaves none behind
+            for st in steps:
+                if st.rid in self.want_rebuild and not self.load_pending(st.rid):
+                    self.want_rebuild.discard(st.rid)
+            if loads_boundary and nb > 0 and self.load_pending(rids[nb - 1]):
+                tc = TailCheckJob(self, rids[nb - 1], hit)
+                self.want_tail_check[tc.rid] = tc
+                return tc
+            return None
+
+    def recovery_pending(self, steps: Sequence[RecoveryStep], tc: TailCheckJob | None) -> bool:
+        """Is any job of a recovery plan still queued or running?"""
+        m = self.meta
+        for st in steps:
+            rid = st.rid
+            # (a wanted rebuild waits on its load: pending exactly while the load is)
+            if (
+                m.ckv[rid] == CKV.LOADING
+                or m.idx[rid] == Indexer.REBUILDING
+                or rid in self.io_waiting
+            ):
+                return True
+        if tc is not None and tc.ok is None:
+            # queued or running, or its block still loading (the load submits it when it lands)
+            return (
+                tc.key in self.pipes.cpu.jobs
+                or m.ckv[tc.rid] == CKV.LOADING
+                or tc.rid in self.io_waiting
+            )
+        return False
+
     def load_pending(self, rid: int) -> bool:
         """Is a load of this record in flight or queued by the I/O cap?"""
         return self.meta.ckv[rid] == _CKV_LOADING or rid in self.io_waiting
@@ -1259,7 +1324,7 @@ class CacheCore:
                 for rid in head[: len(head) if stop < 0 else stop]:
                     if lease[rid] < until:
                         lease[rid] = until
-                self.epoch += "touch" not in self._neutral
+                self._admitted("touch", 1)
                 return
             if "touch" in self._by_record:
                 state: Any = self._records
@@ -1275,7 +1340,7 @@ class CacheCore:
                     break
                 rid = rids[b]
                 lease[rid] = max(lease[rid], now + t)
-            self.epoch += "touch" not in self._neutral
+            self._admitted("touch", 1)
 
     def touch(self, rid: Any, ticks: Any) -> None:
         with self.lock:
@@ -1517,7 +1582,7 @@ class CacheCore:
         s.pgen = tuple([gen[i] for i in rids])
         s.paddr = tuple([addr[i] for i in rids])
         s.phase = _VALIDATED
-        self.epoch += "validate" not in self._neutral
+        self._admitted("validate", 1)
 
     def use(self, slot: Any) -> None:
         with self.lock:
