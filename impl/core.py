@@ -76,6 +76,9 @@ _CKV_LOADING, _CKV_OFFLOADING = int(CKV.LOADING), int(CKV.OFFLOADING)
 _TAIL_NONE, _TAIL_OPEN, _TAIL_SEALED = int(Tail.NONE), int(Tail.OPEN), int(Tail.SEALED)
 _SWA_NULL, _SWA_VALID = int(Swa.NULL), int(Swa.VALID)
 _IDX_ABSENT, _IDX_PRESENT = int(Indexer.ABSENT), int(Indexer.PRESENT)
+# the conjunct of ``load_start`` that is the admission cap on disk loads (named, not restated):
+# a load it alone refuses is queued in ``io_waiting`` instead of dropped
+IO_CAP = "io_cap"
 _IDLE, _WAITING, _MATCHED, _PINNED, _VALIDATED, _USING = (
     int(Req.IDLE), int(Req.WAITING), int(Req.MATCHED), int(Req.PINNED), int(Req.VALIDATED),
     int(Req.USING),
@@ -155,6 +158,7 @@ class CacheCore:
         # version.  Recovery (a rebuild after a disk load) always derives them.
         self.derive_index = writer is not None if derive_index is None else bool(derive_index)
         self.meta = BlockMeta(self.k.load_steps)
+        self.meta.check_columns(table)
         # the CUDA-graph block table (int32 slots + int64 state pointers per entry, a device
         # copy on CUDA) is as much a part of the footprint as the tiers: count it in the limit
         graph_blocks = _cdiv(_int("max_model_len", max_model_len, 1), self.L)
@@ -1090,7 +1094,6 @@ class CacheCore:
         truncates at use).  A load of the hit's last block brings the compressor state saved at
         that boundary with it: the splice check returned runs when the load lands."""
         with self.lock:
-            m = self.meta
             loads_boundary = False
             nb = -(-hit // self.L)
             for st in steps:
@@ -1099,15 +1102,17 @@ class CacheCore:
                     self.offload_cancel(rid)
                 elif st.action == "load_start":
                     loads_boundary |= st.block == nb - 1
-                    if st.pipeline is Pipe.IO and self.io_inflight >= self.k.io_cap:
+                    state, b = self._block_state("load_start", rid)
+                    refused = self.guards.failed("load_start", state, {"b": b})
+                    if refused == [IO_CAP]:  # the table's admission cap: queue, start later
                         self.io_waiting[rid] = None
-                    elif self.can("load_start", rid):
+                    elif not refused:
                         try:
                             self.load_start(rid)
                         except OutOfCapacity:  # no device room now: truncated at use
                             break
                 elif st.action == "rebuild_start":
-                    if m.ckv[rid] == CKV.READY and self.can("rebuild_start", rid):
+                    if self.can("rebuild_start", rid):  # kv_on_device: once its load lands
                         self.rebuild_start(rid)
                     else:
                         self.want_rebuild.add(rid)
