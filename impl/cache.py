@@ -655,13 +655,7 @@ class HeterogeneousKVCache:
         now, epoch = core.coord.search(view, 0, h_max), core.epoch
         expl = Explanation(h_max, now)
         target, plan = now.hit, _NO_RECOVERY
-        proj = (
-            projection(
-                m, rids[:nb_max], disk_drops_swa=not self.table.consts.swa_restored_from_disk
-            )
-            if recover and now.hit < h_max
-            else {}
-        )
+        proj = projection(self.table, m, rids[:nb_max]) if recover and now.hit < h_max else {}
         # an empty projection is the current state, where the search would find ``now`` again
         # (a full hit is cut to whole blocks by L1 alone: nothing to recover)
         if any(proj.values()):
@@ -670,7 +664,7 @@ class HeterogeneousKVCache:
                 for name, vals in proj.items()
                 if name != "swa"
             }
-            if proj["swa"]:
+            if proj.get("swa"):
                 over["swa"] = _overlay(m.swa, proj["swa"], core.tiers.swa.map)
             ext, _ = core.search(s, rids, h_max, over)
             if ext.hit > now.hit:
@@ -919,20 +913,7 @@ class HeterogeneousKVCache:
         """Start offloading up to ``n`` LRU device blocks to host (DMA pipeline)."""
         self._open()
         n = args.integer("n", n, 0)
-        core = self.core
-        done = 0
-        with core.lock:
-            for rid in list(core.lru):
-                if done >= n:
-                    break
-                if (
-                    core.meta.lease[rid] <= core.now
-                    and core.can("offload", rid)
-                    and core.tiers.host_slots.free
-                ):
-                    core.offload(rid)
-                    done += 1
-        return done
+        return self.core.offload_some(n)
 
     def spill(self, n: Any = 1) -> int:
         """Write up to ``n`` LRU host blocks to disk."""
@@ -943,33 +924,10 @@ class HeterogeneousKVCache:
         """Delete up to ``n`` LRU (or corrupt) host/disk entries whose lease expired."""
         self._open()
         n = args.integer("n", n, 0)
-        core = self.core
-        done = 0
-        with core.lock:
-            for rid in [*list(core.disk_lru), *list(core.host_lru)]:
-                if done >= n:
-                    break
-                if core.can("drop", rid):
-                    core.drop(rid)
-                    done += 1
-        return done
+        return self.core.drop_some(n)
 
     def stats(self) -> dict[str, Any]:
-        core = self.core
-        with core.lock:
-            counts = {p.name.lower(): 0 for p in CKV}
-            for rid in core.index.values():
-                counts[CKV(core.meta.ckv[rid]).name.lower()] += 1
-            return {
-                "blocks": counts,
-                "device_free": core.tiers.slots.free,
-                "host_free": core.tiers.host_slots.free,
-                "disk_entries": len(core.disk_entries),
-                "pinned_blocks": core.pinned_blocks,
-                "io_inflight": core.io_inflight,
-                "graph": core.graph.phase,
-                "now": core.now,
-            }
+        return self.core.stats()
 
     def events_of(self, kind: Any) -> list[Any]:
         if not isinstance(kind, EventKind):

@@ -878,6 +878,50 @@ class CacheCore:
         m = self.meta
         return (m.gen[rid], m.ver[rid], m.hslot[rid], m.ckv[rid], m.swa[rid])
 
+    def offload_some(self, n: int) -> int:
+        """Start offloading up to ``n`` LRU device blocks whose lease expired to host."""
+        done = 0
+        with self.lock:
+            for rid in list(self.lru):
+                if done >= n:
+                    break
+                if (
+                    self.meta.lease[rid] <= self.now
+                    and self.can("offload", rid)
+                    and self.tiers.host_slots.free
+                ):
+                    self.offload(rid)
+                    done += 1
+        return done
+
+    def drop_some(self, n: int) -> int:
+        """Delete up to ``n`` LRU (or corrupt) disk, then host, entries the table lets go."""
+        done = 0
+        with self.lock:
+            for rid in [*list(self.disk_lru), *list(self.host_lru)]:
+                if done >= n:
+                    break
+                if self.can("drop", rid):
+                    self.drop(rid)
+                    done += 1
+        return done
+
+    def stats(self) -> dict[str, Any]:
+        with self.lock:
+            counts = {p.name.lower(): 0 for p in CKV}
+            for rid in self.index.values():
+                counts[CKV(self.meta.ckv[rid]).name.lower()] += 1
+            return {
+                "blocks": counts,
+                "device_free": self.tiers.slots.free,
+                "host_free": self.tiers.host_slots.free,
+                "disk_entries": len(self.disk_entries),
+                "pinned_blocks": self.pinned_blocks,
+                "io_inflight": self.io_inflight,
+                "graph": self.graph.phase,
+                "now": self.now,
+            }
+
     def spill_some(self, n: int) -> int:
         """Spill up to ``n`` LRU host blocks, each file written *without* the lock (a slow disk
         blocks no other work): the payload is copied under the lock, written to a private
