@@ -36,15 +36,15 @@ import torch
 from mypy_extensions import mypyc_attr
 
 from kvstate.kernels import gather_blocks
-from kvstate.spec.default import ACTIVE, default_table
+from kvstate.spec.default import default_table
 from kvstate.spec.errors import GeometryError
 from kvstate.spec.geometry import Geometry, small
-from kvstate.spec.phases import CKV, Indexer, Pipe, Req, Swa
+from kvstate.spec.phases import CKV, Req, Swa
 from kvstate.spec.table import Table
 
 from . import args
 from .coordinator import HitSearch, RecoveryPlan, Shortening, plan_steps, projection
-from .core import _USING, _WAITING, CacheCore, Slot
+from .core import CacheCore, Slot
 from .errors import (
     AlreadyReleased,
     CacheClosed,
@@ -52,7 +52,6 @@ from .errors import (
     KVStateError,
     LayoutError,
     NotReady,
-    OutOfCapacity,
     Refused,
     RunReleased,
     StaleAdmission,
@@ -253,7 +252,7 @@ class Run:
         return (
             s is not None
             and s is self._slot
-            and s.phase == _USING
+            and self.cache.core.in_use(s)
             and req.admission is self._admission
             and not self.cache._closed
         )
@@ -416,8 +415,7 @@ class UseContext:
                 raise AlreadyReleased("use", ("checked",), f"{req!r} holds no slot")
             if req.admission is not self.admission:
                 raise StaleAdmission("use", ("checked",), f"{req!r} was admitted again")
-            core._guard("use", core._req_state("use", slot, ()), {"r": 0})
-            core._fx_use(slot)
+            core.use_locked(slot)
             self.run = run = Run(cache, req)
             addr = core.meta.addr
             core.graph.refill(slot.index, run._block_table(), [addr[r] for r in run.rids])
@@ -637,12 +635,11 @@ class HeterogeneousKVCache:
             # the table's ``admit``: a free slot, its guard on the slot, then its effects
             t = req.lifetime  # checked by ``request``
             s = core.free_slot()
-            core._guard("admit", core._req_state("admit", s, ()), {"r": 0, "t": t})
-            core._fx_admit(s, req, t)
+            core.admit_locked(s, req, t)
             try:
                 return self._admit(req, s, recover)
             except BaseException:
-                if req.slot is s and s.phase in ACTIVE:
+                if req.slot is s and core.abortable(s):
                     core.abort(s)
                 raise
 
@@ -658,13 +655,7 @@ class HeterogeneousKVCache:
         now, epoch = core.coord.search(view, 0, h_max), core.epoch
         expl = Explanation(h_max, now)
         target, plan = now.hit, _NO_RECOVERY
-        proj = (
-            projection(
-                m, rids[:nb_max], disk_drops_swa=not self.table.consts.swa_restored_from_disk
-            )
-            if recover and now.hit < h_max
-            else {}
-        )
+        proj = projection(self.table, m, rids[:nb_max]) if recover and now.hit < h_max else {}
         # an empty projection is the current state, where the search would find ``now`` again
         # (a full hit is cut to whole blocks by L1 alone: nothing to recover)
         if any(proj.values()):
@@ -673,7 +664,7 @@ class HeterogeneousKVCache:
                 for name, vals in proj.items()
                 if name != "swa"
             }
-            if proj["swa"]:
+            if proj.get("swa"):
                 over["swa"] = _overlay(m.swa, proj["swa"], core.tiers.swa.map)
             ext, _ = core.search(s, rids, h_max, over)
             if ext.hit > now.hit:
@@ -682,13 +673,11 @@ class HeterogeneousKVCache:
                 expl.after_recovery = ext
             else:
                 expl.unrecoverable = ext
-        # the admission's steps: each the table's guard (``_guard``: on the slot or this view,
-        # by what the guard reads) and then the transition's effects
-        core._guard("match", core._req_state("match", s, rids, view), {"r": 0, "h": target})
-        core._fx_match(s, target)
+        # the admission's steps: each the table's guard (on the slot or this view, by what the
+        # guard reads) and then the transition's effects
+        core.match_locked(s, target, rids, view)
         try:
-            core._guard("pin", core._req_state("pin", s, rids, view), {"r": 0})
-            core._fx_pin(s, rids, view)
+            core.pin_locked(s, rids, view)
         except Refused as exc:  # admission cap: give the hit up and recompute
             core.downgrade(s)
             expl.rejection = f"admission cap: {exc}"
@@ -700,67 +689,18 @@ class HeterogeneousKVCache:
         if plan:
             self._start_recovery(adm)
         else:
-            core._validate_checked(s, rids, view, (now, epoch))
+            core.validate_locked(s, rids, view, (now, epoch))
             self._validated(adm)
         return adm
 
     def _start_recovery(self, adm: Admission) -> None:
-        core = self.core
-        m = core.meta
-        k = self.table.consts
-        loads_boundary = False
-        nb = _cdiv(adm.hit_tokens, self.L)
-        for st in adm.recovery.steps:
-            rid = st.rid
-            if st.action == "offload_cancel" and core.can("offload_cancel", rid):
-                core.offload_cancel(rid)
-            elif st.action == "load_start":
-                loads_boundary |= st.block == nb - 1
-                if st.pipeline is Pipe.IO and core.io_inflight >= k.io_cap:
-                    core.io_waiting[rid] = None
-                elif core.can("load_start", rid):
-                    try:
-                        core.load_start(rid)
-                    except OutOfCapacity:  # no device room now: the rest is truncated at use
-                        break
-            elif st.action == "rebuild_start":
-                if m.ckv[rid] == CKV.READY and core.can("rebuild_start", rid):
-                    core.rebuild_start(rid)
-                else:
-                    core.want_rebuild.add(rid)
-        # follow-ups wait only on loads that started or are queued: a load that could not
-        # start (no device room) leaves none behind, and the admission truncates at use
-        for st in adm.recovery.steps:
-            if st.rid in core.want_rebuild and not core.load_pending(st.rid):
-                core.want_rebuild.discard(st.rid)
-        if loads_boundary and nb > 0 and core.load_pending(adm.rids[nb - 1]):
-            tc = TailCheckJob(core, adm.rids[nb - 1], adm.hit_tokens)
-            adm.tail_check = tc
-            core.want_tail_check[tc.rid] = tc
+        tc = self.core.start_recovery(adm.recovery.steps, adm.rids, adm.hit_tokens)
+        adm.tail_check = tc
         if not self._pending(adm):
             self._finalize(adm)
 
     def _pending(self, adm: Admission) -> bool:
-        core = self.core
-        m = core.meta
-        for st in adm.recovery.steps:
-            rid = st.rid
-            # (a wanted rebuild waits on its load: pending exactly while the load is)
-            if (
-                m.ckv[rid] == CKV.LOADING
-                or m.idx[rid] == Indexer.REBUILDING
-                or rid in core.io_waiting
-            ):
-                return True
-        tc = adm.tail_check
-        if tc is not None and tc.ok is None:
-            # queued or running, or its block still loading (the load submits it when it lands)
-            return (
-                tc.key in core.pipes.cpu.jobs
-                or m.ckv[tc.rid] == CKV.LOADING
-                or tc.rid in core.io_waiting
-            )
-        return False
+        return self.core.recovery_pending(adm.recovery.steps, adm.tail_check)
 
     def _finalize(self, adm: Admission, timeout: float | None = None) -> None:
         """A pending admission whose recovery is over: validate, or truncate and re-pin."""
@@ -823,7 +763,7 @@ class HeterogeneousKVCache:
     def _give_up(self, adm: Admission, s: Slot, why: str) -> None:
         """Downgrade a re-admitted request to a recompute (hit 0, nothing pinned)."""
         core = self.core
-        if s.phase == _WAITING:
+        if core.waiting(s):
             core.match(s, 0, [])
         core.downgrade(s)
         adm.explanation.rejection = why
@@ -931,20 +871,18 @@ class HeterogeneousKVCache:
             s = req.slot
             if s is None:
                 raise AlreadyReleased("release", ("using",), f"{req!r} was already released")
-            if s.phase != _USING:
+            if not core.in_use(s):
                 raise Refused("release", ("using",), f"{req!r} is {Req(s.phase).name}, not in use")
             if store and req.stored < req.chain.blocks:
                 try:
                     self._store_checked(req)
                 except BaseException:
-                    core._guard("release", core._req_state("release", s, ()), {"r": 0})
-                    core._fx_release(s)
+                    core.release_locked(s)
                     raise
             rids = core.resolve(req.chain)
             if rids != s.rids:  # else releasing the pins moves exactly these blocks, likewise
                 core.used(rids)
-            core._guard("release", core._req_state("release", s, ()), {"r": 0})
-            core._fx_release(s)
+            core.release_locked(s)
 
     def abort(self, request: Any) -> None:
         """Abort at any point; in-flight loads finish in their pipelines (nothing is reused
@@ -967,7 +905,7 @@ class HeterogeneousKVCache:
         n = args.integer("n", n, 0)
         done = 0
         with self.core.lock:
-            while done < n and self.core._evict_one():
+            while done < n and self.core.evict_one():
                 done += 1
         return done
 
@@ -975,20 +913,7 @@ class HeterogeneousKVCache:
         """Start offloading up to ``n`` LRU device blocks to host (DMA pipeline)."""
         self._open()
         n = args.integer("n", n, 0)
-        core = self.core
-        done = 0
-        with core.lock:
-            for rid in list(core.lru):
-                if done >= n:
-                    break
-                if (
-                    core.meta.lease[rid] <= core.now
-                    and core.can("offload", rid)
-                    and core.tiers.host_slots.free
-                ):
-                    core.offload(rid)
-                    done += 1
-        return done
+        return self.core.offload_some(n)
 
     def spill(self, n: Any = 1) -> int:
         """Write up to ``n`` LRU host blocks to disk."""
@@ -999,33 +924,10 @@ class HeterogeneousKVCache:
         """Delete up to ``n`` LRU (or corrupt) host/disk entries whose lease expired."""
         self._open()
         n = args.integer("n", n, 0)
-        core = self.core
-        done = 0
-        with core.lock:
-            for rid in [*list(core.disk_lru), *list(core.host_lru)]:
-                if done >= n:
-                    break
-                if core.can("drop", rid):
-                    core.drop(rid)
-                    done += 1
-        return done
+        return self.core.drop_some(n)
 
     def stats(self) -> dict[str, Any]:
-        core = self.core
-        with core.lock:
-            counts = {p.name.lower(): 0 for p in CKV}
-            for rid in core.index.values():
-                counts[CKV(core.meta.ckv[rid]).name.lower()] += 1
-            return {
-                "blocks": counts,
-                "device_free": core.tiers.slots.free,
-                "host_free": core.tiers.host_slots.free,
-                "disk_entries": len(core.disk_entries),
-                "pinned_blocks": core.pinned_blocks,
-                "io_inflight": core.io_inflight,
-                "graph": core.graph.phase,
-                "now": core.now,
-            }
+        return self.core.stats()
 
     def events_of(self, kind: Any) -> list[Any]:
         if not isinstance(kind, EventKind):

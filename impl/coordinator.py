@@ -22,11 +22,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from mypy_extensions import mypyc_attr
-
+from kvstate.spec.apply import apply, holds
 from kvstate.spec.compile import CompiledHitRule
 from kvstate.spec.layers import HitRule, Rule, RuleScope, scope_range
-from kvstate.spec.phases import CKV, Indexer, Pipe, Swa
+from kvstate.spec.phases import CKV, Indexer, Pipe
+from kvstate.spec.state import ConcreteState, initial_values, req_var_names
+from kvstate.spec.table import Scope, Table
 
 from .errors import InternalError
 from .meta import BlockMeta
@@ -231,52 +232,66 @@ class RecoveryPlan:
 
 MOVING = (CKV.HOST, CKV.DISK, CKV.LOADING, CKV.OFFLOADING)
 
+# the recovery pipelines' transitions, tried in this order on each block until none is enabled
+RECOVERY = (
+    "offload_cancel", "load_start", "load_progress", "load_done", "rebuild_start", "rebuild_done",
+)  # fmt: skip
+# the admission cap only delays a load (it queues): the projection is the state once it ran
+IO_CAP = "io_cap"
 
-def projection(
-    meta: BlockMeta, rids: Sequence[int], *, disk_drops_swa: bool, shortcut: bool = True
-) -> dict[str, dict[int, int]]:
-    """The metadata the recovery pipelines will produce for ``rids``: loads make a block READY
-    (a disk load in the file's stored form, without indexer pages and, under the zero-SWA policy,
-    without its window), and a CPU rebuild brings every resident block's indexer in sync.
-    Returns ``field -> {rid: value}`` for the fields that change (empty: nothing changes)."""
+
+def nothing_to_recover(meta: BlockMeta, rids: Sequence[int]) -> bool:
+    """The fast test: no block of ``rids`` is moving between tiers and every resident one's
+    indexer is in sync, so the recovery pipelines would change nothing.  The projection
+    (:func:`projection`, the table's own updates) is its oracle (tests/test_impl_projection.py)."""
     m_ckv, m_idx, m_iver, m_ver, m_corrupt = meta.ckv, meta.idx, meta.iver, meta.ver, meta.corrupt
     ready_p, present = CKV.READY, Indexer.PRESENT
-    if shortcut:  # return at once exactly when the loop below would record no change
-        for i in rids:
-            c = m_ckv[i]
-            if (
-                c in MOVING or (c == ready_p and (m_idx[i] != present or m_iver[i] != m_ver[i]))
-            ) and (not m_corrupt[i]):
-                break
-        else:  # nothing moving, every resident block's indexer in sync: nothing to recover
-            return {}
-    ckv, prog, ldpipe, fmt, idx, iver, swa = ({} for _ in range(7))  # type: ignore[var-annotated]
-    out: dict[str, dict[int, int]] = {
-        "ckv": ckv,
-        "prog": prog,
-        "ldpipe": ldpipe,
-        "fmt": fmt,
-        "idx": idx,
-        "iver": iver,
-        "swa": swa,
-    }
-    steps = meta.load_steps
     for i in rids:
-        c = meta.ckv[i]
+        c = m_ckv[i]
+        if (c in MOVING or (c == ready_p and (m_idx[i] != present or m_iver[i] != m_ver[i]))) and (
+            not m_corrupt[i]
+        ):
+            return False
+    return True
+
+
+def projection(
+    table: Table, meta: BlockMeta, rids: Sequence[int], *, shortcut: bool = True
+) -> dict[str, dict[int, int]]:
+    """The metadata the recovery pipelines will produce for ``rids``: each block (not corrupt)
+    run through the table's own recovery transitions (:data:`RECOVERY`, each applied while its
+    guard holds, the I/O cap aside) on a one-block state -- so a disk load comes back in the
+    file's stored form, without indexer pages and (under the zero-SWA policy) without its
+    window, and a rebuild brings the indexer in sync, exactly as the table says.
+    Returns ``field -> {rid: value}`` for the block columns that change (empty: none)."""
+    if shortcut and nothing_to_recover(meta, rids):
+        return {}
+    base = initial_values(table, 1)
+    req_names = req_var_names(table)
+    actions = [table.action(a) for a in RECOVERY]
+    columns = [v.name for v in table.vars if v.scope is Scope.BLOCK and not v.ghost]
+    limit = meta.load_steps + 2 * len(actions)
+    out: dict[str, dict[int, int]] = {}
+    for i in rids:
         if meta.corrupt[i]:
             continue
-        ready = c == CKV.READY
-        if c in MOVING:
-            ready = True
-            ckv[i], prog[i], ldpipe[i] = int(CKV.READY), steps, int(Pipe.NONE)
-            from_disk = c == CKV.DISK or (c == CKV.LOADING and meta.ldpipe[i] == Pipe.IO)
-            if from_disk:
-                fmt[i] = meta.disk_fmt[i]
-                if disk_drops_swa:
-                    swa[i] = int(Swa.NULL)
-                idx[i], iver[i] = int(Indexer.PRESENT), meta.ver[i]
-        if ready and not (meta.idx[i] == Indexer.PRESENT and meta.iver[i] == meta.ver[i]):
-            idx[i], iver[i] = int(Indexer.PRESENT), meta.ver[i]
+        vals = dict(base)
+        before = {name: getattr(meta, name)[i] for name in columns}
+        for name, v in before.items():
+            vals[name] = (v,)
+        s = ConcreteState(vals, 1, table.consts, req_names)
+        params = {"b": 0, "a": before["addr"], "f": meta.disk_fmt[i]}
+        for _ in range(limit):
+            a = next((a for a in actions if holds(a, s, params, (IO_CAP,))), None)
+            if a is None:
+                break
+            s = apply(a, s, params)
+        else:
+            raise InternalError(f"recovery of record {i} did not settle in {limit} steps")
+        for name in columns:
+            after = getattr(s, name)[0]
+            if after != before[name]:
+                out.setdefault(name, {})[i] = int(after)
     return out
 
 
@@ -301,54 +316,3 @@ def plan_steps(meta: BlockMeta, rids: Sequence[int], blocks: int) -> list[Recove
         elif (c == CKV.READY or c in MOVING) and (from_disk or not synced):
             steps.append(RecoveryStep(b, i, "Indexer State", Pipe.CPU, "rebuild_start"))
     return steps
-
-
-@mypyc_attr(native_class=False)  # attributes made up on read
-class _ProbeReq:
-    def __init__(self, reads: set[str]) -> None:
-        self._reads = reads
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        self._reads.add(name)
-        return 0
-
-
-@mypyc_attr(native_class=False)
-class _Probe:
-    """A state whose every variable reads as zero and is recorded when read."""
-
-    def __init__(self, k: Any, n: int) -> None:
-        self.k = k
-        self.N = n
-        self._reads: set[str] = set()
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        self._reads.add(name)
-        return [0] * self.N
-
-    def req(self, r: int) -> _ProbeReq:
-        return _ProbeReq(self._reads)
-
-    def forall_blocks(self, lo: Any, hi: Any, body: Any) -> bool:
-        return all(bool(body(b)) for b in range(self.N))
-
-
-def rule_reads(hit_rule: HitRule, k: Any) -> frozenset[str] | None:
-    """The state variables the hit rules read (probed by evaluating them); None if a rule
-    could not be probed.  Actions whose frame misses this set cannot change a rule's value,
-    which is what lets ``validate`` reuse a search done under the same lock hold."""
-    probe = _Probe(k, 2)
-    try:
-        for rule in hit_rule.rules:
-            if rule.scope is RuleScope.HIT:
-                for h in (0, k.L):
-                    rule.pred(probe, 0, h)
-            else:
-                rule.pred(probe, 0, 0)
-    except Exception:  # noqa: BLE001 - an unprobeable rule just disables the shortcut
-        return None
-    return frozenset(probe._reads)

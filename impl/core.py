@@ -37,7 +37,7 @@ from kvstate.spec.table import Table
 from .args import MAX_COUNT
 from .args import integer as _int
 from .bugs import Bugs
-from .coordinator import Coordinator, HitSearch, rule_reads
+from .coordinator import Coordinator, HitSearch, RecoveryStep
 from .disk import DiskEntry, DiskTier
 from .errors import (
     AlreadyReleased,
@@ -76,6 +76,9 @@ _CKV_LOADING, _CKV_OFFLOADING = int(CKV.LOADING), int(CKV.OFFLOADING)
 _TAIL_NONE, _TAIL_OPEN, _TAIL_SEALED = int(Tail.NONE), int(Tail.OPEN), int(Tail.SEALED)
 _SWA_NULL, _SWA_VALID = int(Swa.NULL), int(Swa.VALID)
 _IDX_ABSENT, _IDX_PRESENT = int(Indexer.ABSENT), int(Indexer.PRESENT)
+# the conjunct of ``load_start`` that is the admission cap on disk loads (named, not restated):
+# a load it alone refuses is queued in ``io_waiting`` instead of dropped
+IO_CAP = "io_cap"
 _IDLE, _WAITING, _MATCHED, _PINNED, _VALIDATED, _USING = (
     int(Req.IDLE), int(Req.WAITING), int(Req.MATCHED), int(Req.PINNED), int(Req.VALIDATED),
     int(Req.USING),
@@ -155,6 +158,7 @@ class CacheCore:
         # version.  Recovery (a rebuild after a disk load) always derives them.
         self.derive_index = writer is not None if derive_index is None else bool(derive_index)
         self.meta = BlockMeta(self.k.load_steps)
+        self.meta.check_columns(table)
         # the CUDA-graph block table (int32 slots + int64 state pointers per entry, a device
         # copy on CUDA) is as much a part of the footprint as the tiers: count it in the limit
         graph_blocks = _cdiv(_int("max_model_len", max_model_len, 1), self.L)
@@ -247,12 +251,12 @@ class CacheCore:
             run = self.guards.run_test(a)
             if run is not None:
                 self._run_tests[a] = run
-        self.coord = Coordinator(
-            table.hit_rule, compile_hit_rule(table.hit_rule, table, self.vk, mapped)
-        )
-        # rule epoch: bumped by every transition whose frame meets what the hit rules read, so a
-        # hit search is still a proof of the rules while the epoch has not moved
-        reads = rule_reads(table.hit_rule, self.k)
+        compiled = compile_hit_rule(table.hit_rule, table, self.vk, mapped)
+        self.coord = Coordinator(table.hit_rule, compiled)
+        # rule epoch: bumped by every transition whose frame meets what the hit rules read (off
+        # their Z3 terms), so a hit search is still a proof of the rules while it has not moved
+        reads = compiled.reads
+        self.rule_reads = reads
         self.epoch = 0
         self._neutral = frozenset(
             a.name for a in table.actions if reads is not None and not (a.modifies & reads)
@@ -363,8 +367,14 @@ class CacheCore:
         ok = None if skip else (self._accept_direct if view._direct else self._accept).get(action)
         if ok is None or not ok(view, params):
             self.guards.check(action, view, params, skip, exc)
+        self._admitted(action, 1)
+
+    def _admitted(self, action: str, n: int) -> None:
+        """The one place the rule epoch moves: ``n`` transitions of ``action`` passed their
+        guard.  Unless the action's frame misses every variable the hit rules read
+        (``_neutral``), a search made before it is no longer a proof of the rules."""
         if action not in self._neutral:
-            self.epoch += 1
+            self.epoch += n
 
     def _block_state(self, action: str, rid: Any) -> tuple[Any, int]:
         """The state a block action's guard reads, and the value of its block parameter."""
@@ -381,8 +391,7 @@ class CacheCore:
         if not skip and action in self._by_record:  # the common case, inline
             params["b"] = rid
             if self._accept[action](self._records, params):
-                if action not in self._neutral:
-                    self.epoch += 1
+                self._admitted(action, 1)
                 return
         state, b = self._block_state(action, rid)
         params["b"] = b
@@ -403,8 +412,7 @@ class CacheCore:
         if bad >= 0:
             self._check_block(action, rids[bad], (), **params)  # raises, naming the conjuncts
             raise InternalError(f"{action}: the run check and the block check disagree")
-        if action not in self._neutral:
-            self.epoch += len(rids)
+        self._admitted(action, len(rids))
 
     def can(self, action: Any, rid: Any) -> bool:
         """Would the block action be allowed now (jobs ask this to choose their next step)."""
@@ -547,8 +555,7 @@ class CacheCore:
                 if not self._evict_one():
                     return
             return
-        if "evict_start" not in self._neutral:
-            self.epoch += count
+        self._admitted("evict_start", count)
         for rid in victims:
             self._fx_evict_start(rid)
         self._check_run("evict_done", victims)
@@ -872,6 +879,50 @@ class CacheCore:
         m = self.meta
         return (m.gen[rid], m.ver[rid], m.hslot[rid], m.ckv[rid], m.swa[rid])
 
+    def offload_some(self, n: int) -> int:
+        """Start offloading up to ``n`` LRU device blocks whose lease expired to host."""
+        done = 0
+        with self.lock:
+            for rid in list(self.lru):
+                if done >= n:
+                    break
+                if (
+                    self.meta.lease[rid] <= self.now
+                    and self.can("offload", rid)
+                    and self.tiers.host_slots.free
+                ):
+                    self.offload(rid)
+                    done += 1
+        return done
+
+    def drop_some(self, n: int) -> int:
+        """Delete up to ``n`` LRU (or corrupt) disk, then host, entries the table lets go."""
+        done = 0
+        with self.lock:
+            for rid in [*list(self.disk_lru), *list(self.host_lru)]:
+                if done >= n:
+                    break
+                if self.can("drop", rid):
+                    self.drop(rid)
+                    done += 1
+        return done
+
+    def stats(self) -> dict[str, Any]:
+        with self.lock:
+            counts = {p.name.lower(): 0 for p in CKV}
+            for rid in self.index.values():
+                counts[CKV(self.meta.ckv[rid]).name.lower()] += 1
+            return {
+                "blocks": counts,
+                "device_free": self.tiers.slots.free,
+                "host_free": self.tiers.host_slots.free,
+                "disk_entries": len(self.disk_entries),
+                "pinned_blocks": self.pinned_blocks,
+                "io_inflight": self.io_inflight,
+                "graph": self.graph.phase,
+                "now": self.now,
+            }
+
     def spill_some(self, n: int) -> int:
         """Spill up to ``n`` LRU host blocks, each file written *without* the lock (a slow disk
         blocks no other work): the payload is copied under the lock, written to a private
@@ -1074,6 +1125,69 @@ class CacheCore:
                 self.pipes.cpu.forget(rid)
                 self.notify_changed()
 
+    def start_recovery(
+        self, steps: Sequence[RecoveryStep], rids: Sequence[int], hit: int
+    ) -> TailCheckJob | None:
+        """Start a recovery plan's steps as far as the table and the pipelines allow now: a load
+        past the I/O cap queues (``io_waiting``), a rebuild waits on its block's load
+        (``want_rebuild``), a load that cannot find device room ends the plan (the admission
+        truncates at use).  A load of the hit's last block brings the compressor state saved at
+        that boundary with it: the splice check returned runs when the load lands."""
+        with self.lock:
+            loads_boundary = False
+            nb = -(-hit // self.L)
+            for st in steps:
+                rid = st.rid
+                if st.action == "offload_cancel" and self.can("offload_cancel", rid):
+                    self.offload_cancel(rid)
+                elif st.action == "load_start":
+                    loads_boundary |= st.block == nb - 1
+                    state, b = self._block_state("load_start", rid)
+                    refused = self.guards.failed("load_start", state, {"b": b})
+                    if refused == [IO_CAP]:  # the table's admission cap: queue, start later
+                        self.io_waiting[rid] = None
+                    elif not refused:
+                        try:
+                            self.load_start(rid)
+                        except OutOfCapacity:  # no device room now: truncated at use
+                            break
+                elif st.action == "rebuild_start":
+                    if self.can("rebuild_start", rid):  # kv_on_device: once its load lands
+                        self.rebuild_start(rid)
+                    else:
+                        self.want_rebuild.add(rid)
+            # follow-ups wait only on loads that started or are queued: a load that could not
+            # start (no device room) leaves none behind
+            for st in steps:
+                if st.rid in self.want_rebuild and not self.load_pending(st.rid):
+                    self.want_rebuild.discard(st.rid)
+            if loads_boundary and nb > 0 and self.load_pending(rids[nb - 1]):
+                tc = TailCheckJob(self, rids[nb - 1], hit)
+                self.want_tail_check[tc.rid] = tc
+                return tc
+            return None
+
+    def recovery_pending(self, steps: Sequence[RecoveryStep], tc: TailCheckJob | None) -> bool:
+        """Is any job of a recovery plan still queued or running?"""
+        m = self.meta
+        for st in steps:
+            rid = st.rid
+            # (a wanted rebuild waits on its load: pending exactly while the load is)
+            if (
+                m.ckv[rid] == CKV.LOADING
+                or m.idx[rid] == Indexer.REBUILDING
+                or rid in self.io_waiting
+            ):
+                return True
+        if tc is not None and tc.ok is None:
+            # queued or running, or its block still loading (the load submits it when it lands)
+            return (
+                tc.key in self.pipes.cpu.jobs
+                or m.ckv[tc.rid] == CKV.LOADING
+                or tc.rid in self.io_waiting
+            )
+        return False
+
     def load_pending(self, rid: int) -> bool:
         """Is a load of this record in flight or queued by the I/O cap?"""
         return self.meta.ckv[rid] == _CKV_LOADING or rid in self.io_waiting
@@ -1255,7 +1369,7 @@ class CacheCore:
                 for rid in head[: len(head) if stop < 0 else stop]:
                     if lease[rid] < until:
                         lease[rid] = until
-                self.epoch += "touch" not in self._neutral
+                self._admitted("touch", 1)
                 return
             if "touch" in self._by_record:
                 state: Any = self._records
@@ -1271,7 +1385,7 @@ class CacheCore:
                     break
                 rid = rids[b]
                 lease[rid] = max(lease[rid], now + t)
-            self.epoch += "touch" not in self._neutral
+            self._admitted("touch", 1)
 
     def touch(self, rid: Any, ticks: Any) -> None:
         with self.lock:
@@ -1374,6 +1488,51 @@ class CacheCore:
     def _fx_use(self, s: Slot) -> None:
         s.phase = _USING
 
+    # The request table's steps for a caller that already holds the lock (the library's
+    # admission and release run several as one critical section): the action's guard on the
+    # cheapest state its locality allows, then its effects.  The public methods below are the
+    # same steps, each taking the lock itself.
+    def admit_locked(self, s: Slot, request: Any, t: int) -> None:
+        self._guard("admit", self._req_state("admit", s, ()), {"r": 0, "t": t})
+        self._fx_admit(s, request, t)
+
+    def match_locked(self, s: Slot, h: int, rids: Sequence[int], view: ChainView | None) -> None:
+        self._guard("match", self._req_state("match", s, rids, view), {"r": 0, "h": h})
+        self._fx_match(s, h)
+
+    def pin_locked(self, s: Slot, rids: Sequence[int], view: ChainView | None) -> None:
+        self._guard("pin", self._req_state("pin", s, rids, view), {"r": 0})
+        self._fx_pin(s, rids, view)
+
+    def validate_locked(
+        self, s: Slot, rids: Sequence[int], view: ChainView, proof: tuple[HitSearch, int] | None
+    ) -> None:
+        self._validate_checked(s, rids, view, proof)
+
+    def use_locked(self, s: Slot) -> None:
+        self._guard("use", self._req_state("use", s, ()), {"r": 0})
+        self._fx_use(s)
+
+    def release_locked(self, s: Slot) -> None:
+        self._guard("release", self._req_state("release", s, ()), {"r": 0})
+        self._fx_release(s)
+
+    def abortable(self, s: Slot) -> bool:
+        """Does the table's ``abort`` guard hold for this slot (the table in use decides which
+        phases a request can be aborted from, not a list written here)."""
+        return self.guards.allows("abort", self._req_state("abort", s, ()), {"r": 0}, ())
+
+    def in_use(self, s: Slot) -> bool:
+        return s.phase == _USING
+
+    def waiting(self, s: Slot) -> bool:
+        return s.phase == _WAITING
+
+    def evict_one(self) -> bool:
+        """Evict the least recently used evictable device block; False when none is."""
+        with self.lock:
+            return self._evict_one()
+
     def _fx_release(self, s: Slot) -> None:
         self._unpin(s)
         s.phase = _IDLE
@@ -1468,7 +1627,7 @@ class CacheCore:
         s.pgen = tuple([gen[i] for i in rids])
         s.paddr = tuple([addr[i] for i in rids])
         s.phase = _VALIDATED
-        self.epoch += "validate" not in self._neutral
+        self._admitted("validate", 1)
 
     def use(self, slot: Any) -> None:
         with self.lock:

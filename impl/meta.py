@@ -70,6 +70,34 @@ class BlockMeta:
         self._free: list[int] = []
         self.new(None, None, -1)  # the null record
 
+    def check_columns(self, table: Any) -> None:
+        """The columns are spelled out above for speed (typed attributes, one append each), so
+        they are bound to the table here: exactly its non-ghost block variables, and a new
+        record starts in each phase variable's initial phase.  (Numbers such as ``addr`` are
+        the implementation's own: a new record has no slot yet.)"""
+        from kvstate.spec.state import initial_state
+        from kvstate.spec.table import Scope
+
+        from .errors import InvalidArgument
+
+        block = [v for v in table.vars if v.scope is Scope.BLOCK and not v.ghost]
+        names = {v.name for v in block}
+        if names != set(VIEW_FIELDS):
+            raise InvalidArgument(
+                f"table {table.name!r}: block variables {sorted(names ^ set(VIEW_FIELDS))} differ "
+                "from the implementation's block metadata"
+            )
+        init = initial_state(table, 2)
+        probe = BlockMeta(self.load_steps)
+        rid = probe.new(None, None, 0)
+        for v in block:
+            want, got = getattr(init, v.name)[1], getattr(probe, v.name)[rid]
+            if v.domain is not None and want != got:
+                raise InvalidArgument(
+                    f"table {table.name!r}: {v.name} starts at {v.domain(want).name}, the "
+                    f"implementation's new record at {got}"
+                )
+
     def __len__(self) -> int:
         return len(self.ckv)
 

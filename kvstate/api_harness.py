@@ -314,7 +314,7 @@ class ApiHarness:
 
     # -- bytes ------------------------------------------------------------------------------
     def check_bytes(self, run: Any, want: np.ndarray, who: str) -> None:
-        from kvstate.impl.datacheck import verify_run
+        from kvstate.testing.datacheck import verify_run
 
         problems = verify_run(run, want)
         n = run.hit_tokens
@@ -354,7 +354,7 @@ class ApiHarness:
                 [type(exc).__name__],
                 f"a read after release raised {type(exc).__name__}: {exc} (not a KVStateError)",
             ) from exc
-        from kvstate.impl.datacheck import verify_run
+        from kvstate.testing.datacheck import verify_run
 
         wrong = verify_run(run, want)
         raise self.fail(
@@ -810,7 +810,7 @@ def _do_abort_in_use(h: ApiHarness, o: Op) -> int | None:
 def _do_foreign(h: ApiHarness, o: Op) -> int | None:
     """A whole request over the same tokens in another namespace: no hit (namespaces share no
     block), its own bytes right, its blocks stored next to the chain's (evicting some)."""
-    from kvstate.impl.datacheck import verify_run
+    from kvstate.testing.datacheck import verify_run
 
     n, ns = o.arg("n"), o.arg("ns")
     want = np.array(h.tokens[:n], dtype=np.int64)

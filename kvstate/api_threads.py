@@ -150,8 +150,8 @@ def run_threads(
     tamper: Any = None,
 ) -> ThreadResult:
     """One threaded run; the problems found (empty: the history conforms)."""
-    from kvstate.impl.datacheck import verify_run
     from kvstate.impl.errors import KVStateError
+    from kvstate.testing.datacheck import verify_run
 
     res = ThreadResult(seed=seed)
     started = time.monotonic()

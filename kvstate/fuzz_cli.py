@@ -2,7 +2,7 @@
 
 Targets: ``kvstate-api`` (the library's public API, bytes and faults:
 :mod:`kvstate.api_harness`), ``kvstate`` (the built-in allocator, one action at a time,
-``kvstate.impl.adapter:make_target``), ``model``
+``kvstate.testing.adapter:make_target``), ``model``
 (the reference interpreter, a self-check), or ``module:factory`` -- any callable
 ``factory(table, N)`` returning an object with one method per spec action plus ``observe()``.
 
@@ -55,8 +55,8 @@ _STEP = re.compile(r"^\s*(?:\d+[.)]\s*)?([A-Za-z_]\w*)\s*\(([^()]*)\)\s*$")
 
 def resolve_target(spec: str, bugs: list[str]) -> Any:
     if spec == "kvstate":
-        from kvstate.impl.adapter import make_target
         from kvstate.impl.bugs import check_names
+        from kvstate.testing.adapter import make_target
 
         planted = check_names(bugs)
         return lambda table, n: make_target(table, n, bugs=planted)
@@ -391,8 +391,8 @@ def fuzz_spec_mutants(table: Table, report: Any, *, examples: int = 20) -> dict[
     witness); one it agrees with behaves like the table on the paths the fuzz reached."""
     from hypothesis.stateful import run_state_machine_as_test
 
-    from kvstate.impl.adapter import make_target
     from kvstate.proofs.mutate import mutants
+    from kvstate.testing.adapter import make_target
 
     by_id = {m.id: m for m in mutants(table)}
     out: dict[str, str] = {}

@@ -227,6 +227,34 @@ class CompiledHitRule:
     search: Callable[[Any, int, int], Any] | None = None
     search_direct: Callable[[Any, int, int], Any] | None = None
     search_sources: tuple[str, str] = ("", "")
+    # the table variables the rules read (request fields by field name), off their Z3 terms;
+    # None when a rule did not compile (its reads are unknown).  An action whose frame misses
+    # this set cannot change any rule's value.
+    reads: frozenset[str] | None = None
+
+
+def term_reads(t: z3.ExprRef) -> frozenset[str]:
+    """The table variables a traced term reads: block columns and scalars by name, request
+    fields (of any request) by field name.  Parameters, bound variables and ``N`` are not
+    variables of the table.  The one read-set analysis: guards and rules alike."""
+    out: set[str] = set()
+    todo = [t]
+    seen: set[int] = set()
+    while todo:
+        e = todo.pop()
+        if e.get_id() in seen:
+            continue
+        seen.add(e.get_id())
+        if z3.is_const(e) and e.decl().kind() == z3.Z3_OP_UNINTERPRETED:
+            n = e.decl().name()
+            name = _table_name(n)
+            if name is not None:
+                out.add(name)
+            elif (m := _REQ_NAME.match(n)) is not None:
+                out.add(n[m.end() :])
+            continue
+        todo.extend(e.children())
+    return frozenset(out)
 
 
 def _trace(
@@ -416,6 +444,7 @@ def _compile_hit_rule(hit_rule: HitRule, table: Table, km: tuple[Any, Any]) -> C
     rules_direct: dict[str, Callable[[Any, int, int], bool]] = {}
     skipped: dict[str, str] = {}
     traced: dict[str, _Traced] = {}
+    reads: set[str] = set()
     acting = lambda i: "r" if i == 0 else str(i)  # noqa: E731 - r0 is the request asked about
     for rule in hit_rule.rules:
         x = "h" if rule.scope is RuleScope.HIT else "b"
@@ -430,6 +459,7 @@ def _compile_hit_rule(hit_rule: HitRule, table: Table, km: tuple[Any, Any]) -> C
             skipped[rule.qualname] = str(exc)
             continue
         traced[rule.qualname] = tr
+        reads |= term_reads(tr.term)
         pre = _prelude(tr.names, {x}, acting)
         fname = "pred_" + rule.qualname.replace(".", "_")
         body = "".join(f"    {ln}\n" for ln in pre)
@@ -511,6 +541,7 @@ def _compile_hit_rule(hit_rule: HitRule, table: Table, km: tuple[Any, Any]) -> C
         search=searches.get(False, none)[0],
         search_direct=searches.get(True, none)[0],
         search_sources=(searches.get(False, none)[1], searches.get(True, none)[1]),
+        reads=None if any(r.qualname in skipped for r in hit_rule.rules) else frozenset(reads),
     )
 
 

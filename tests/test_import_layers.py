@@ -21,10 +21,15 @@ ALLOWED: dict[str, frozenset[str]] = {
     "proofs": frozenset({"spec", "model"}),
     "impl": frozenset({"spec", "kernels"}),
     "numerics": frozenset({"spec", "impl", "kernels"}),
+    # kvstate/testing/ (the conformance adapter, byte checks): on top of the allocator, below the
+    # command line; nothing of the production path imports it
+    "testing": frozenset({"spec", "impl", "kernels"}),
     # the command line and integrations sit on top of everything
-    "kvstate": frozenset({"spec", "kernels", "model", "proofs", "impl", "numerics"}),
+    "kvstate": frozenset({"spec", "kernels", "model", "proofs", "impl", "numerics", "testing"}),
 }
 PACKAGES = frozenset(ALLOWED)
+# packages that live under kvstate/ rather than at the top level
+NESTED = {"testing": Path("kvstate") / "testing"}
 
 
 def imported_packages(path: Path, package: str) -> dict[str, int]:
@@ -40,6 +45,8 @@ def imported_packages(path: Path, package: str) -> dict[str, int]:
             if node.level >= 2:
                 mod = (node.module or "").split(".")[0]
                 names = [f"kvstate.{mod}"] if mod else [f"kvstate.{a.name}" for a in node.names]
+                if package in NESTED and node.level == 2:  # kvstate/testing/x.py: ``..`` is kvstate
+                    names = [f"kvstate.{mod}" if mod else "kvstate"]
             else:
                 names = [node.module or ""]
         for name in names:
@@ -47,13 +54,22 @@ def imported_packages(path: Path, package: str) -> dict[str, int]:
             if parts[0] != "kvstate":
                 continue
             target = parts[1] if len(parts) > 1 and parts[1] in PACKAGES else "kvstate"
+            if len(parts) == 1 and isinstance(node, ast.ImportFrom):  # from kvstate import spec
+                target = next((a.name for a in node.names if a.name in PACKAGES), target)
             if target != package:
                 out.setdefault(target, node.lineno)
     return out
 
 
 def modules() -> list[tuple[str, Path]]:
-    return [(pkg, f) for pkg in sorted(ALLOWED) for f in sorted((ROOT / pkg).rglob("*.py"))]
+    out = []
+    for pkg in sorted(ALLOWED):
+        root = ROOT / NESTED.get(pkg, Path(pkg))
+        for f in sorted(root.rglob("*.py")):
+            inner = next((n for n, sub in NESTED.items() if (ROOT / sub) in f.parents), None)
+            if inner is None or inner == pkg:
+                out.append((pkg, f))
+    return out
 
 
 @pytest.mark.parametrize("package,path", modules(), ids=lambda x: str(x))
@@ -66,6 +82,18 @@ def test_imports_follow_the_layers(package: str, path: Path) -> None:
         + ", ".join(f"kvstate.{p} (line {line})" for p, line in sorted(bad.items()))
         + f"; {package}/ may import only {sorted(ALLOWED[package]) or 'nothing of kvstate'}"
     )
+
+
+def test_testing_is_walked_and_nothing_below_imports_it(tmp_path: Path) -> None:
+    """kvstate/testing/ is its own layer: walked as ``testing`` (not as the command line), and
+    an import of it from the production path is refused."""
+    walked = {str(f.relative_to(ROOT)): pkg for pkg, f in modules()}
+    assert walked.get("kvstate/testing/adapter.py") == "testing"
+    assert "testing" not in ALLOWED["impl"] | ALLOWED["spec"] | ALLOWED["kernels"]
+    f = tmp_path / "m.py"
+    f.write_text("from kvstate.testing.datacheck import verify_run\nfrom kvstate import testing\n")
+    assert set(imported_packages(f, "impl")) == {"testing"}
+    assert set(imported_packages(f, "testing")) == set()
 
 
 def test_the_walk_sees_a_violation(tmp_path: Path) -> None:

@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-from kvstate.impl.adapter import NAMESPACE, make_target
 from kvstate.impl.errors import KVStateError
 from kvstate.impl.testdata import harness_tokens
 from kvstate.model.concrete import Machine
@@ -24,6 +23,7 @@ from kvstate.model.fuzz import canonical
 from kvstate.spec import default_table
 from kvstate.spec.state import ConcreteState, initial_state, invariant_reads
 from kvstate.spec.table import Scope
+from kvstate.testing.adapter import NAMESPACE, make_target
 
 TABLE = default_table()
 N = 4

@@ -1,6 +1,6 @@
 """Lockstep conformance of the implementation (through its adapter) with the reference model.
 
-The model (``kvstate.model.concrete.Machine``) and ``kvstate.impl.adapter`` run the same action
+The model (``kvstate.model.concrete.Machine``) and ``kvstate.testing.adapter`` run the same action
 sequences; after every step the observed state must equal the model's (addresses compared
 relationally), and an action must be refused by the implementation exactly when the model's
 guard is false.  Walks are built from *macros* (store a block, offload and load it back, take a
@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 
-from kvstate.impl.adapter import make_target
 from kvstate.impl.bugs import BUGS, witness
 from kvstate.model.concrete import Machine
 from kvstate.spec import default_table
 from kvstate.spec.errors import ActionRefused
 from kvstate.spec.table import ParamKind
+from kvstate.testing.adapter import make_target
 
 OUTPUT_KINDS = (ParamKind.ADDR, ParamKind.FMT)
 TABLE = default_table()

@@ -17,11 +17,11 @@ from kvstate.impl import (
     Refused,
     UnknownRequest,
 )
-from kvstate.impl.adapter import make_target
 from kvstate.impl.bugs import planted
 from kvstate.impl.testdata import harness_tokens
 from kvstate.spec import deepseek_v4_flash, default_table, small
 from kvstate.spec.errors import ActionRefused, GeometryError
+from kvstate.testing.adapter import make_target
 
 L = small().lcm_tokens
 

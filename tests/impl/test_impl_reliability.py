@@ -27,11 +27,11 @@ from kvstate.impl import (
     LayoutError,
     UnknownRequest,
 )
-from kvstate.impl.datacheck import verify_run
 from kvstate.impl.errors import CacheClosed, RunReleased, StaleAdmission, WriterFailed
 from kvstate.impl.testdata import DeterministicWriter, harness_tokens
 from kvstate.spec import small
 from kvstate.spec.phases import Req
+from kvstate.testing.datacheck import verify_run
 
 G = small()
 L = G.lcm_tokens

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from .testdata import expected_rows, expected_state_rows
+from kvstate.impl.testdata import expected_rows, expected_state_rows
 
 if TYPE_CHECKING:
-    from .cache import Run
+    from kvstate.impl.cache import Run
 
 
 def verify_run(run: Run, tokens: np.ndarray) -> list[str]:

@@ -1,6 +1,6 @@
 """Conformance-harness target: the real cache driven one spec action at a time.
 
-``make_target(table, N)`` (also reachable as ``kvstate.impl.adapter:make_target``) builds a
+``make_target(table, N)`` (also reachable as ``kvstate.testing.adapter:make_target``) builds a
 :class:`HeterogeneousKVCache` over real tensors and a temporary disk directory, with manual
 pipelines so every job step is one harness action, and one prefix chain of ``N`` LCM blocks
 (deterministic tokens) whose records are registered up front.  Each method forwards one action
@@ -22,13 +22,13 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from kvstate.impl.cache import HeterogeneousKVCache, Request, UseContext
+from kvstate.impl.errors import AlreadyReleased
+from kvstate.impl.testdata import harness_tokens
 from kvstate.spec.phases import CKV
 from kvstate.spec.table import Scope, Table
 
-from .cache import HeterogeneousKVCache, Request, UseContext
 from .datacheck import verify_run
-from .errors import AlreadyReleased
-from .testdata import harness_tokens
 
 NAMESPACE = "kvstate-harness"
 
