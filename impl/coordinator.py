@@ -243,7 +243,7 @@ IO_CAP = "io_cap"
 def nothing_to_recover(meta: BlockMeta, rids: Sequence[int]) -> bool:
     """The fast test: no block of ``rids`` is moving between tiers and every resident one's
     indexer is in sync, so the recovery pipelines would change nothing.  The projection
-    (:func:`projection`, the table's own updates) is its oracle (tests/test_impl_projection.py)."""
+    (:func:`projection`, the table's own updates) is its oracle (tests/impl/test_impl_projection.py)."""
     m_ckv, m_idx, m_iver, m_ver, m_corrupt = meta.ckv, meta.idx, meta.iver, meta.ver, meta.corrupt
     ready_p, present = CKV.READY, Indexer.PRESENT
     for i in rids:

@@ -235,5 +235,5 @@ class Target:
 
 
 def make_target(table: Table, N: int, bugs: Iterable[str] = ()) -> Target:
-    """Factory for ``kvstate fuzz --target kvstate.impl.adapter:make_target``."""
+    """Factory for ``kvstate fuzz --target kvstate.testing.adapter:make_target``."""
     return Target(table, N, bugs=bugs)
