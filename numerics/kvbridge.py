@@ -54,7 +54,7 @@ from torch import Tensor
 
 from kvstate.impl.cache import HeterogeneousKVCache, Request, Run
 from kvstate.spec.geometry import Geometry, SwaDiskPolicy
-from kvstate.spec.phases import CKV, Indexer, Pipe, Swa
+from kvstate.spec.phases import Swa
 
 from .model import HybridModel
 from .state import DTYPE, LayerPieces, StateError, StatePieces, export_pieces, ratio_of
@@ -431,28 +431,24 @@ class StorageReader:
         idx = torch.tensor([q % grp.ring for q in want], dtype=torch.long)
         return state.index_select(0, idx), want
 
-    def loaded_blocks(self) -> int:
-        m, steps = self.core.meta, self.core.k.load_steps
-        n = 0
-        for rid in self.rids:
-            if not (
-                rid >= 0
-                and m.ckv[rid] == CKV.READY
-                and m.prog[rid] == steps
-                and m.ldpipe[rid] == Pipe.NONE
-            ):
-                break
-            n += 1
+    def _rule_prefix(self, *names: str) -> int:
+        """Blocks from the start on which the table's own hit rules ``names`` hold (evaluated on
+        the cache's state through the table, not restated here)."""
+        hr = self.cache.table.hit_rule
+        rules = [hr.rule(n) for n in names]
+        L = self.cache.L
+        with self.core.lock:
+            view = self.core.chain_view(self.rids)
+            n = 0
+            while n < len(self.rids) and all(hr.rule_holds(r, view, 0, (n + 1) * L) for r in rules):
+                n += 1
         return n
 
+    def loaded_blocks(self) -> int:
+        return self._rule_prefix("L3.ckv_ready", "L3.disk_loaded")
+
     def synced_blocks(self) -> int:
-        m = self.core.meta
-        n = 0
-        for rid in self.rids:
-            if not (rid >= 0 and m.idx[rid] == Indexer.PRESENT and m.iver[rid] == m.ver[rid]):
-                break
-            n += 1
-        return n
+        return self._rule_prefix("L3.indexer_synced")
 
 
 def pieces_from(g: Geometry, src: Source) -> StatePieces:
