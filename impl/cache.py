@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import itertools
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from operator import itemgetter
 from os import PathLike
@@ -43,8 +43,8 @@ from kvstate.spec.phases import CKV, Req, Swa
 from kvstate.spec.table import Table
 
 from . import args
-from .coordinator import HitSearch, RecoveryPlan, Shortening, plan_steps, projection
-from .core import CacheCore, Slot
+from .coordinator import HitSearch, RecoveryPlan, Shortening
+from .core import CacheCore
 from .errors import (
     AlreadyReleased,
     CacheClosed,
@@ -62,6 +62,7 @@ from .events import EventKind, EventLog
 from .hashing import Chain, as_tokens
 from .meta import NULL_RID
 from .pipelines import TailCheckJob
+from .requests import Admitted, Slot
 from .testdata import DeterministicWriter
 
 _ids = itertools.count(1)
@@ -252,7 +253,7 @@ class Run:
         return (
             s is not None
             and s is self._slot
-            and self.cache.core.in_use(s)
+            and self.cache.req_table.in_use(s)
             and req.admission is self._admission
             and not self.cache._closed
         )
@@ -415,7 +416,7 @@ class UseContext:
                 raise AlreadyReleased("use", ("checked",), f"{req!r} holds no slot")
             if req.admission is not self.admission:
                 raise StaleAdmission("use", ("checked",), f"{req!r} was admitted again")
-            core.use_locked(slot)
+            cache.req_table.use_locked(slot)
             self.run = run = Run(cache, req)
             addr = core.meta.addr
             core.graph.refill(slot.index, run._block_table(), [addr[r] for r in run.rids])
@@ -547,6 +548,10 @@ class HeterogeneousKVCache:
         )
         self.events: EventLog = self.core.events
         self.pipelines = self.core.pipes
+        # the core's parts the request path calls directly (no hop through the core)
+        self.store = self.core.store
+        self.recovery = self.core.recovery
+        self.req_table = self.core.requests
         # weak: a request the caller dropped (after finishing it) is forgotten by itself
         self._requests: weakref.WeakValueDictionary[int, Request] = weakref.WeakValueDictionary()
         self._closed = False
@@ -628,79 +633,50 @@ class HeterogeneousKVCache:
         """Longest valid hit for ``request``: pinned, validated (or recovering), explained."""
         req = self._own(request)
         recover = args.flag("recover", recover)
-        core = self.core
-        with core.lock:
+        requests = self.req_table
+        with self.core.lock:
             if req.slot is not None:
                 raise Refused("admit", ("idle",), f"{req!r} is already admitted")
-            # the table's ``admit``: a free slot, its guard on the slot, then its effects
-            t = req.lifetime  # checked by ``request``
-            s = core.free_slot()
-            core.admit_locked(s, req, t)
+            h_max = self.max_hit(req)
+            # the admission, one transaction of the request table (``t``: checked by request())
+            got = requests.admit(
+                req, req.lifetime, h_max, min(req.lifetime, self.table.consts.lease_max), recover
+            )
+            s = got.slot
             try:
-                return self._admit(req, s, recover)
+                return self._admitted(req, h_max, got)
             except BaseException:
-                if req.slot is s and core.abortable(s):
-                    core.abort(s)
+                if req.slot is s and requests.abortable(s):
+                    requests.abort(s)
                 raise
 
-    def _admit(self, req: Request, s: Slot, recover: bool) -> Admission:
-        core = self.core
-        m = core.meta
-        L = self.L
-        rids = core.resolve(req.chain)
-        h_max = self.max_hit(req)
-        nb_max = _cdiv(h_max, L)
-        core.touch_prefix(rids, nb_max, min(req.lifetime, self.table.consts.lease_max))
-        view = core.chain_view(rids, s)  # one direct view for the steps of this admission
-        now, epoch = core.coord.search(view, 0, h_max), core.epoch
-        expl = Explanation(h_max, now)
-        target, plan = now.hit, _NO_RECOVERY
-        proj = projection(self.table, m, rids[:nb_max]) if recover and now.hit < h_max else {}
-        # an empty projection is the current state, where the search would find ``now`` again
-        # (a full hit is cut to whole blocks by L1 alone: nothing to recover)
-        if any(proj.values()):
-            over = {
-                name: _overlay(getattr(m, name), vals)
-                for name, vals in proj.items()
-                if name != "swa"
-            }
-            if proj.get("swa"):
-                over["swa"] = _overlay(m.swa, proj["swa"], core.tiers.swa.map)
-            ext, _ = core.search(s, rids, h_max, over)
-            if ext.hit > now.hit:
-                plan = RecoveryPlan(tuple(plan_steps(m, rids, _cdiv(ext.hit, L))), ext.hit, ext)
-                target = ext.hit
+    def _admitted(self, req: Request, h_max: int, got: Admitted) -> Admission:
+        """The façade's side of an admission: the explanation, the Admission, and (with a
+        recovery plan) the wait for it set up."""
+        expl = Explanation(h_max, got.immediate)
+        ext = got.projected
+        if ext is not None:
+            if got.plan:
                 expl.after_recovery = ext
             else:
                 expl.unrecoverable = ext
-        # the admission's steps: each the table's guard (on the slot or this view, by what the
-        # guard reads) and then the transition's effects
-        core.match_locked(s, target, rids, view)
-        try:
-            core.pin_locked(s, rids, view)
-        except Refused as exc:  # admission cap: give the hit up and recompute
-            core.downgrade(s)
-            expl.rejection = f"admission cap: {exc}"
+        if got.rejection is not None:
+            expl.rejection = got.rejection
             adm = Admission(req, h_max, 0, "downgraded", expl)
             req.admission = adm
             return adm
-        adm = Admission(req, h_max, target, "pending", expl, plan, rids=rids)
+        adm = Admission(req, h_max, got.target, "pending", expl, got.plan, rids=got.rids)
         req.admission = adm
-        if plan:
-            self._start_recovery(adm)
+        if got.plan:
+            adm.tail_check = got.tail_check
+            if not self._pending(adm):
+                self._finalize(adm)
         else:
-            core.validate_locked(s, rids, view, (now, epoch))
             self._validated(adm)
         return adm
 
-    def _start_recovery(self, adm: Admission) -> None:
-        tc = self.core.start_recovery(adm.recovery.steps, adm.rids, adm.hit_tokens)
-        adm.tail_check = tc
-        if not self._pending(adm):
-            self._finalize(adm)
-
     def _pending(self, adm: Admission) -> bool:
-        return self.core.recovery_pending(adm.recovery.steps, adm.tail_check)
+        return self.recovery.recovery_pending(adm.recovery.steps, adm.tail_check)
 
     def _finalize(self, adm: Admission, timeout: float | None = None) -> None:
         """A pending admission whose recovery is over: validate, or truncate and re-pin."""
@@ -720,7 +696,7 @@ class HeterogeneousKVCache:
             tc = adm.tail_check
             if tc is None or tc.ok is not False:
                 try:
-                    core.validate(s, rids)
+                    self.req_table.validate(s, rids)
                     self._validated(adm)
                     return
                 except Refused:
@@ -728,7 +704,8 @@ class HeterogeneousKVCache:
             cap = adm.hit_tokens
             if tc is not None and tc.ok is False:
                 cap = min(cap, (_cdiv(adm.hit_tokens, self.L) - 1) * self.L)
-            found = core.coord.search(core.chain_view(rids, s), 0, cap)
+            # the truncation, one transaction: the longest valid hit within ``cap``, re-pinned
+            found, why = self.req_table.truncate(s, cap, rids)
             adm.explanation.truncations.append(
                 Shortening(
                     "recovery",
@@ -742,30 +719,18 @@ class HeterogeneousKVCache:
                 )
             )
             adm.explanation.truncations.extend(found.shortenings)
-            ticks = max(1, s.deadline - core.now)
-            req = adm.request
-            core.abort(s)
-            s = core.begin(req, ticks, slot=s.index)
-            try:
-                core.match(s, found.hit, rids)
-                core.pin(s, rids)
-                core.validate(s, rids)
-            except Refused as exc:
+            if why is not None:
                 # not even the truncated hit passes now (e.g. the request's deadline ran out
-                # while it waited, so no lease covers it: L1.lease_covers): recompute it all,
-                # as the table's ``downgrade`` allows for a failed load, instead of refusing
-                # with the request left pinned
-                self._give_up(adm, s, f"after a failed recovery: {exc}")
+                # while it waited, so no lease covers it: L1.lease_covers): the request table
+                # downgraded it to a recompute, as the table's ``downgrade`` allows for a
+                # failed load, instead of refusing with the request left pinned
+                self._gave_up(adm, f"after a failed recovery: {why}")
                 return
             adm.hit_tokens = found.hit
             self._validated(adm)
 
-    def _give_up(self, adm: Admission, s: Slot, why: str) -> None:
-        """Downgrade a re-admitted request to a recompute (hit 0, nothing pinned)."""
-        core = self.core
-        if core.waiting(s):
-            core.match(s, 0, [])
-        core.downgrade(s)
+    def _gave_up(self, adm: Admission, why: str) -> None:
+        """A re-admitted request was downgraded to a recompute (hit 0, nothing pinned)."""
         adm.explanation.rejection = why
         adm.hit_tokens = 0
         adm.state = "downgraded"
@@ -846,7 +811,7 @@ class HeterogeneousKVCache:
             (chain.keys[k], chain.block_tokens_of(k), k * L)
             for k in range(req.stored, chain.blocks)
         ]
-        self.core.store_run(run, ticks)
+        self.store.store_run(run, ticks)
         req.stored = chain.blocks
 
     def _store_checked(self, req: Request) -> None:
@@ -866,23 +831,23 @@ class HeterogeneousKVCache:
         (:class:`WriterFailed`, or no device room left) the pins are released all the same."""
         req = self._own(request)
         store = args.flag("store", store)
-        core = self.core
-        with core.lock:
+        requests = self.req_table
+        with self.core.lock:
             s = req.slot
             if s is None:
                 raise AlreadyReleased("release", ("using",), f"{req!r} was already released")
-            if not core.in_use(s):
+            if not requests.in_use(s):
                 raise Refused("release", ("using",), f"{req!r} is {Req(s.phase).name}, not in use")
             if store and req.stored < req.chain.blocks:
                 try:
                     self._store_checked(req)
                 except BaseException:
-                    core.release_locked(s)
+                    requests.release_locked(s)
                     raise
-            rids = core.resolve(req.chain)
+            rids = self.store.resolve(req.chain)
             if rids != s.rids:  # else releasing the pins moves exactly these blocks, likewise
-                core.used(rids)
-            core.release_locked(s)
+                self.store.used(rids)
+            requests.release_locked(s)
 
     def abort(self, request: Any) -> None:
         """Abort at any point; in-flight loads finish in their pipelines (nothing is reused
@@ -892,7 +857,7 @@ class HeterogeneousKVCache:
             s = req.slot
             if s is None:
                 raise AlreadyReleased("abort", ("active",), f"{req!r} was already released")
-            self.core.abort(s)
+            self.req_table.abort(s)
 
     # ---- time, maintenance ----------------------------------------------------------------
     def tick(self, ticks: Any = 1) -> None:
@@ -944,13 +909,3 @@ class HeterogeneousKVCache:
             raise Refused("forget", (), f"{req!r} still holds a slot")
         del self._requests[req.id]
         req.owned = False
-
-
-def _overlay(base: list[int], changed: dict[int, int], mapping: Any = None) -> Any:
-    """A view column builder: ``base`` with projected values, read through a group's mapping."""
-
-    def build(rids: Sequence[int]) -> list[int]:
-        src = mapping(rids) if mapping is not None else rids
-        return [changed.get(i, base[i]) for i in src]
-
-    return build

@@ -37,7 +37,7 @@ from kvstate.spec.phases import Pipe
 from .errors import CorruptEntry, KVStateError, Refused
 
 if TYPE_CHECKING:
-    from .core import CacheCore
+    from .recovery import Recovery
 
 MODES = ("manual", "threads")
 
@@ -48,7 +48,7 @@ class Job:
     pipe = Pipe.NONE
     kind = "job"
 
-    def __init__(self, core: CacheCore, rid: int) -> None:
+    def __init__(self, core: Recovery, rid: int) -> None:
         self.core = core
         self.rid = rid
         self.key = rid  # executors hold one job per key
@@ -70,7 +70,7 @@ class LoadJob(Job):
     kind = "load"
 
     def __init__(
-        self, core: CacheCore, rid: int, pipe: Pipe, dst: int, src: Any, swa_pages: tuple[int, ...]
+        self, core: Recovery, rid: int, pipe: Pipe, dst: int, src: Any, swa_pages: tuple[int, ...]
     ) -> None:
         super().__init__(core, rid)
         self.pipe = pipe
@@ -106,7 +106,7 @@ class OffloadJob(Job):
     kind = "offload"
     pipe = Pipe.DMA
 
-    def __init__(self, core: CacheCore, rid: int, hslot: int) -> None:
+    def __init__(self, core: Recovery, rid: int, hslot: int) -> None:
         super().__init__(core, rid)
         self.hslot = hslot
 
@@ -145,7 +145,7 @@ class TailCheckJob(Job):
     kind = "tail_check"
     pipe = Pipe.CPU
 
-    def __init__(self, core: CacheCore, rid: int, boundary: int) -> None:
+    def __init__(self, core: Recovery, rid: int, boundary: int) -> None:
         super().__init__(core, rid)
         self.key = -rid  # may run beside the record's rebuild job
         self.boundary = boundary

@@ -446,7 +446,7 @@ class E2E:
             req = self.request(c)
             adm = c.admit(req)
             c.pipelines.io.step(last)  # chunk 1 of load_steps landed
-            job = c.core._load_job(last)
+            job = c.core.recovery.load_job(last)
             raw = read_unvalidated(self.model, c, req, self.h, slots={last: job.dst})
             try:
                 with c.use(adm, store=False):

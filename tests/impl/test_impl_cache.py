@@ -342,7 +342,7 @@ def test_abort_during_load_neither_leaks_nor_reuses(cache: HeterogeneousKVCache)
     a = cache.admit(cache.request(toks))
     rids = cache.core.resolve(a.request.chain)
     cache.pipelines.dma.step(rids[0])  # first chunk of block 0 landed
-    dst = cache.core._load_job(rids[0]).dst
+    dst = cache.core.recovery.load_job(rids[0]).dst
     cache.abort(a.request)
     assert cache.core.meta.ref[rids[0]] == 0 and cache.core.meta.ckv[rids[0]] == CKV.LOADING
     # the in-flight destination is not handed out while the load writes into it
@@ -526,9 +526,9 @@ def test_bug_abort_during_load_double_frees() -> None:
         rids = c.core.resolve(a.request.chain)
         c.abort(a.request)
         assert c.core.meta.ckv[rids[0]] == CKV.FREE  # freed while its load is still in flight
-        job = c.core._load_job(rids[0])
+        job = c.core.recovery.load_job(rids[0])
         with pytest.raises(InternalError):  # ... and the load frees its destination again
-            c.core._fail_load(rids[0], job, "late failure", corrupt=False)
+            c.core.recovery.fail_load(rids[0], job, "late failure", corrupt=False)
     finally:
         c.close()
 

@@ -34,11 +34,11 @@ def test_run_form_refuses_at_the_first_refused_block(cache: HeterogeneousKVCache
     rids = core.register(cache.chain(np.arange(4 * L)))
     run = core.guards.run_test("allocate")
     assert run is not None
-    assert run(core._records, {"b": 0, "f": 0}, rids) == -1  # every block FREE
+    assert run(core.gate.records, {"b": 0, "f": 0}, rids) == -1  # every block FREE
     core.meta.ckv[rids[2]] = int(CKV.READY)
-    assert run(core._records, {"b": 0, "f": 0}, rids) == 2
+    assert run(core.gate.records, {"b": 0, "f": 0}, rids) == 2
     with pytest.raises(Refused) as err:  # named by the per-block check, nothing moved
-        core._check_run("allocate", rids, f=0)
+        core.gate.check_run("allocate", rids, f=0)
     assert err.value.failed == ("free",)
     assert [core.meta.ckv[r] for r in rids] == [CKV.FREE, CKV.FREE, CKV.READY, CKV.FREE]
 

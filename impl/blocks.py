@@ -1,0 +1,469 @@
+"""The block store: records, the key index, tombstones, the device LRU and eviction, and the
+write path (the table's Compressed KV, Uncompressed Tail, SWA Window and indexer-stamp actions).
+
+Each public method is one transition: its guard through the :class:`~kvstate.impl.gate.GuardGate`
+under the gate's lock, then its effects on the records (:class:`~kvstate.impl.meta.BlockMeta`)
+and the storage (:class:`~kvstate.impl.tiers.Tiers`).  The ``fx_*`` methods are those effects
+alone, for a caller that holds the lock and has checked the guard (a store run, an eviction).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from kvstate.kernels import KernelError
+from kvstate.spec.phases import CKV, Fmt, Indexer, Swa, Tail
+from kvstate.spec.table import Table
+
+from .args import integer as _int
+from .bugs import Bugs
+from .errors import InternalError, InvalidArgument, OutOfCapacity, Refused
+from .events import EventKind, EventLog
+from .gate import GuardGate
+from .hashing import Chain
+from .meta import NULL_RID
+from .pipelines import LoadJob, Pipelines
+from .testdata import Writer
+from .tiers import Tiers
+
+# phases as plain ints (the metadata holds ints; int(IntEnum) is a call)
+_CKV_FREE, _CKV_WRITING, _CKV_READY, _CKV_EVICTING = (
+    int(CKV.FREE), int(CKV.WRITING), int(CKV.READY), int(CKV.EVICTING),
+)  # fmt: skip
+_TAIL_NONE, _TAIL_OPEN, _TAIL_SEALED = int(Tail.NONE), int(Tail.OPEN), int(Tail.SEALED)
+_SWA_NULL, _SWA_VALID = int(Swa.NULL), int(Swa.VALID)
+_IDX_ABSENT, _IDX_PRESENT = int(Indexer.ABSENT), int(Indexer.PRESENT)
+
+
+class BlockStore:
+    def __init__(
+        self,
+        table: Table,
+        gate: GuardGate,
+        tiers: Tiers,
+        pipes: Pipelines,
+        events: EventLog,
+        bugs: Bugs,
+        *,
+        writer: Writer | None,
+        derive_index: bool,
+        device_blocks: int,
+        max_records: int,
+        backend: str | None,
+    ) -> None:
+        self.table = table
+        self.gate = gate
+        self.meta = gate.meta
+        self.tiers = tiers
+        self.pipes = pipes
+        self.events = events
+        self.bugs = bugs
+        self.k = table.consts
+        self.L = self.k.L
+        self.writer = writer
+        self.derive_index = derive_index
+        self.device_blocks = device_blocks
+        self.max_records = max_records
+        self.backend = backend
+        self.lock = gate.lock
+        self.index: dict[bytes, int] = {}
+        self.lru: OrderedDict[int, None] = OrderedDict()  # READY on device, least recent first
+        self.tombstones: OrderedDict[int, None] = OrderedDict()  # FREE records still indexed
+
+    # ---- records ----------------------------------------------------------------------------
+    def record(self, key: bytes, tokens: np.ndarray | None, start: int) -> int:
+        """The record of a block key (a FREE one is created for an unknown key)."""
+        rid = self.index.get(key)
+        if rid is None:
+            self.purge_tombstones()
+            rid = self.meta.new(key, tokens, start)
+            self.index[key] = rid
+            self.tombstones[rid] = None
+        elif tokens is not None:
+            self.meta.tokens[rid] = tokens
+            self.meta.start[rid] = start
+        return rid
+
+    def register(self, chain: Chain) -> list[int]:
+        """Records for every block of ``chain``, each with a preferred device slot reserved, so
+        their device addresses are distinct and stable from the start."""
+        with self.lock:
+            rids = []
+            for k, key in enumerate(chain.keys):
+                rid = self.record(key, chain.block_tokens_of(k), k * self.L)
+                if self.meta.addr[rid] < 0:
+                    home = self.tiers.slots.claim_free(rid)
+                    self.meta.addr[rid] = home
+                    self.meta.gaddr[rid] = home
+                rids.append(rid)
+            return rids
+
+    def resolve(self, chain: Chain) -> list[int]:
+        get = self.index.get
+        return [get(k, NULL_RID) for k in chain.keys]
+
+    def purge_tombstones(self) -> None:
+        while len(self.index) >= self.max_records and self.tombstones:
+            rid, _ = self.tombstones.popitem(last=False)
+            key = self.meta.key[rid]
+            if key is not None:
+                self.index.pop(key, None)
+            self.tiers.slots.unclaim(self.meta.addr[rid], rid)
+            self.meta.addr[rid] = -1
+            self.meta.gaddr[rid] = -1
+            self.meta.retire(rid)
+
+    # ---- capacity -------------------------------------------------------------------------
+    def take_slot(self, rid: int, prefer: int) -> int:
+        slot = self.tiers.slots.take(rid, prefer)
+        while slot < 0:
+            if not self.evict_lru():
+                raise OutOfCapacity(
+                    "allocate", (), f"all {self.device_blocks} device slots are pinned or leased"
+                )
+            slot = self.tiers.slots.take(rid, prefer)
+        return slot
+
+    def take_swa(self) -> list[int]:
+        n = self.tiers.swa_pages_per_block
+        pages = self.tiers.swa_pool.take(n)
+        while pages is None:
+            if not self.evict_lru():
+                raise OutOfCapacity("allocate", (), "no free SWA pages and nothing evictable")
+            pages = self.tiers.swa_pool.take(n)
+        return pages
+
+    def _evict_skip(self) -> tuple[str, ...]:
+        return ("unpinned",) if self.bugs.on("evict_ignores_pins") else ()
+
+    def evict_lru(self) -> bool:
+        """Evict the least recently used block the table allows to be evicted: evict_start then
+        evict_done, each its guard and then its effects (the lock is held)."""
+        skip = self._evict_skip()
+        gate = self.gate
+        for rid in self.lru:
+            try:  # the head of the LRU is usually evictable: its guard is evaluated once
+                gate.check_block("evict_start", rid, skip)
+            except Refused:
+                continue
+            self.fx_evict_start(rid)
+            gate.check_block("evict_done", rid)
+            self.fx_evict_done(rid)
+            return True
+        return False
+
+    def evict_one(self) -> bool:
+        """Evict the least recently used evictable device block; False when none is."""
+        with self.lock:
+            return self.evict_lru()
+
+    def _evict_run(self, count: int) -> None:
+        """Evict ``count`` blocks at once (fewer if fewer are evictable): the LRU's first
+        ``count`` blocks when the table lets every one of them go (one evict_start check over
+        them, their effects, one evict_done check, its effects); otherwise one by one."""
+        if count <= 0:
+            return
+        lru = self.lru
+        gate = self.gate
+        victims = [rid for rid, _ in zip(lru, range(count), strict=False)]
+        run = gate.run_tests.get("evict_start")
+        if (
+            len(victims) < count
+            or run is None
+            or self._evict_skip()
+            or run(gate.records, {"b": NULL_RID}, victims) >= 0
+        ):
+            for _ in range(count):
+                if not self.evict_lru():
+                    return
+            return
+        gate.admitted("evict_start", count)
+        for rid in victims:
+            self.fx_evict_start(rid)
+        gate.check_run("evict_done", victims)
+        for rid in victims:
+            self.fx_evict_done(rid)
+
+    def free_device(self, rid: int) -> None:
+        m = self.meta
+        if m.slot[rid] >= 0:
+            self.tiers.slots.release(m.slot[rid])
+            m.slot[rid] = -1
+        if m.swa_pages[rid]:
+            self.tiers.swa_pool.release(m.swa_pages[rid])
+            m.swa_pages[rid] = ()
+
+    def moved(self, rid: int, new: int) -> None:
+        """The record's state buffer is now at device slot ``new`` (a graph may go stale)."""
+        m = self.meta
+        old = m.addr[rid]
+        if new != old:
+            if old >= 0:
+                self.tiers.slots.unclaim(old, rid)
+            if self.gate.graph.moved(rid, old, new):
+                self.events.emit(
+                    EventKind.STALE_GRAPH, m.key[rid], "device", f"slot {old} -> {new}"
+                )
+            m.addr[rid] = new
+
+    def freed(self, rid: int) -> None:
+        """Common effects of a block becoming FREE."""
+        m = self.meta
+        m.ckv[rid] = _CKV_FREE
+        m.tail[rid] = _TAIL_NONE
+        m.swa[rid] = _SWA_NULL
+        m.idx[rid] = _IDX_ABSENT
+        self.lru.pop(rid, None)
+        self.tombstones[rid] = None
+
+    # ---- Compressed KV: write path ----------------------------------------------------------
+    @property
+    def write_fmt(self) -> int:
+        """The stored form (``Fmt``) of the blocks the writer produces (read at each store: a
+        writer may change it)."""
+        return int(getattr(self.writer, "fmt", Fmt.PRIMARY))
+
+    def allocate(self, rid: Any) -> int:
+        """Take a device slot for the block's new content; returns the stored form (``Fmt``)
+        the writer produces, which the kernel-ABI rule later checks."""
+        with self.lock:
+            fmt = self.write_fmt
+            self.gate.check_block("allocate", rid, f=fmt)
+            return self.fx_allocate(rid, fmt)
+
+    def fx_allocate(self, rid: int, fmt: int) -> int:
+        """Effects: a device slot and SWA pages (evicting the LRU blocks the table lets go)."""
+        m = self.meta
+        slot = self.take_slot(rid, m.addr[rid])
+        try:
+            pages = self.take_swa()
+        except OutOfCapacity:
+            self.tiers.slots.release(slot)
+            raise
+        self.moved(rid, slot)
+        m.slot[rid], m.swa_pages[rid] = slot, tuple(pages)
+        m.ckv[rid] = _CKV_WRITING
+        m.gen[rid] += 1
+        m.tail[rid] = _TAIL_OPEN
+        m.swa[rid] = _SWA_NULL
+        m.idx[rid] = _IDX_ABSENT
+        m.fmt[rid] = fmt
+        self.tombstones.pop(rid, None)
+        return fmt
+
+    def store_run(self, blocks: Sequence[tuple[bytes, np.ndarray | None, int]], ticks: int) -> int:
+        """Store a run of a chain's blocks, ``(key, tokens, start)`` each, skipping those already
+        cached (dedup); returns how many were stored.  The caller holds the lock.
+
+        The table's write path for each block is allocate, commit, seal, index_update and touch
+        (and, to make room, evict_start and evict_done of other blocks).  Each of these guards
+        reads a block only at its own block, and each transition writes only its own block, so
+        every block's sequence is independent of the others': here each action's guard is
+        checked once over the whole run and then its effects applied to every block, in table
+        order.  The eviction of the blocks to make room happens up front, the least recently
+        used first, as the allocations one by one would have chosen them (the run's own blocks
+        are never candidates: WRITING is not evictable).  Where capacity runs out, the first
+        blocks of the run are stored and the rest left to be recomputed."""
+        m = self.meta
+        gate = self.gate
+        todo: list[int] = []
+        for key, tokens, start in blocks:
+            rid = self.record(key, tokens, start)
+            if m.ckv[rid] == _CKV_FREE and rid not in todo[-1:]:
+                todo.append(rid)
+                self.tombstones.pop(rid, None)  # not purged by a later record() of the run
+        if not todo:
+            return 0
+        fmt = self.write_fmt
+        gate.check_run("allocate", todo, f=fmt)
+        self._evict_run(len(todo) - self.tiers.slots.free)
+        got = 0
+        for rid in todo:
+            try:
+                self.fx_allocate(rid, fmt)
+            except OutOfCapacity:
+                break  # the rest is recomputed next time; the cache is full of pinned blocks
+            got += 1
+        for rid in todo[got:]:
+            self.tombstones[rid] = None
+        todo = todo[:got]
+        done = 0
+        try:
+            gate.check_run("commit", todo)
+            for rid in todo:
+                self.fx_commit(rid)
+                done += 1
+        except Exception:
+            for rid in todo[done:]:
+                self.discard(rid)
+            self._seal_run(todo[:done], ticks)
+            raise
+        self._seal_run(todo, ticks)
+        return len(todo)
+
+    def _seal_run(self, rids: list[int], ticks: int) -> None:
+        """seal, index_update and touch of committed blocks: each guard once over the run."""
+        gate = self.gate
+        gate.check_run("seal", rids)
+        for rid in rids:
+            self.fx_seal(rid)
+        gate.check_run("index_update", rids)
+        if self.derive_index:
+            self.tiers.build_index_run([self.meta.slot[rid] for rid in rids])
+        for rid in rids:
+            self.stamp_index(rid, False)
+        gate.check_run("touch", rids, t=ticks)
+        lease, until = self.meta.lease, gate.now + ticks
+        for rid in rids:
+            if lease[rid] < until:
+                lease[rid] = until
+
+    def commit(self, rid: Any) -> None:
+        with self.lock:
+            self.gate.check_block("commit", rid)
+            self.fx_commit(rid)
+
+    def fx_commit(self, rid: int) -> None:
+        """Effects (the caller holds the lock and has checked the guard)."""
+        m = self.meta
+        if self.writer is not None:
+            tokens = m.tokens[rid]
+            if tokens is None or len(tokens) != self.L:
+                raise InvalidArgument(f"record {rid} has no token block to write")
+            self.tiers.write_block(m.slot[rid], m.swa_pages[rid], m.start[rid], tokens, self.writer)
+        m.ckv[rid] = _CKV_READY
+        m.ver[rid] += 1
+        m.swa[rid] = _SWA_VALID
+        self.lru[rid] = None
+        self.events.emit(EventKind.STORED, m.key[rid], "device")
+
+    def discard(self, rid: Any) -> None:
+        with self.lock:
+            self.gate.check_block("discard", rid)
+            m = self.meta
+            self.free_device(rid)
+            m.ckv[rid] = _CKV_FREE
+            m.tail[rid] = _TAIL_NONE
+            self.tombstones[rid] = None
+
+    def seal(self, rid: Any) -> None:
+        with self.lock:
+            self.gate.check_block("seal", rid)
+            self.fx_seal(rid)
+
+    def fx_seal(self, rid: int) -> None:
+        """Effects (the caller holds the lock and has checked the guard)."""
+        m = self.meta
+        if self.writer is not None:
+            tokens = m.tokens[rid]
+            if tokens is None:
+                raise InvalidArgument(f"record {rid} has no token block to write")
+            try:
+                self.tiers.write_tail(m.slot[rid], m.start[rid], tokens, self.writer, self.backend)
+            except KernelError as exc:
+                raise InternalError(
+                    f"compressor state at block {rid} does not splice: {exc}"
+                ) from exc
+        m.tail[rid] = _TAIL_SEALED
+        m.ver[rid] += 1  # the tail's rows became compressed entries: the indexer must follow
+
+    def slide(self, rid: Any) -> None:
+        with self.lock:
+            self.gate.check_block("slide", rid)
+            m = self.meta
+            if m.swa_pages[rid]:
+                self.tiers.swa_pool.release(m.swa_pages[rid])
+                m.swa_pages[rid] = ()
+            job = self.pipes.dma.get(rid) or self.pipes.io.get(rid)
+            if isinstance(job, LoadJob) and job.swa_pages:
+                self.tiers.swa_pool.release(job.swa_pages)
+                job.swa_pages = ()
+            m.swa[rid] = _SWA_NULL
+
+    # ---- Indexer State ----------------------------------------------------------------------
+    def stamp_index(self, rid: int, build: bool = True) -> None:
+        m = self.meta
+        if build:
+            self.tiers.build_index(m.slot[rid])
+        m.idx[rid] = _IDX_PRESENT
+        if not self.bugs.on("skip_indexer_version"):  # seeded bug: the version stamp is skipped
+            m.iver[rid] = m.ver[rid]
+
+    def index_update(self, rid: Any) -> None:
+        with self.lock:
+            self.gate.check_block("index_update", rid)
+            self.stamp_index(rid, self.derive_index)
+
+    # ---- eviction and residency -------------------------------------------------------------
+    def evict_start(self, rid: Any) -> None:
+        with self.lock:
+            self.gate.check_block("evict_start", rid, self._evict_skip())
+            self.fx_evict_start(rid)
+
+    def fx_evict_start(self, rid: int) -> None:
+        self.meta.ckv[rid] = _CKV_EVICTING
+        self.lru.pop(rid, None)
+
+    def evict_done(self, rid: Any) -> None:
+        with self.lock:
+            self.gate.check_block("evict_done", rid)
+            self.fx_evict_done(rid)
+
+    def fx_evict_done(self, rid: int) -> None:
+        self.free_device(rid)
+        self.freed(rid)
+        self.events.emit(EventKind.EVICTED, self.meta.key[rid], "device")
+
+    def touch_prefix(self, rids: Sequence[int], blocks: int, ticks: int) -> None:
+        """``touch`` the first ``blocks`` blocks of a chain up to the first absent one: the
+        table's guard over the whole prefix in one call where it allows that (a touch changes no
+        input of another block's touch guard), else per block on one view."""
+        with self.lock:
+            gate = self.gate
+            t = _int("ticks", ticks, 1, self.k.lease_max)
+            lease, now = self.meta.lease, gate.now
+            run = gate.run_tests.get("touch")
+            if run is not None:  # one guard call over the prefix: touching moves no guard input
+                head = rids[: min(blocks, len(rids))]
+                stop = run(gate.records, {"b": NULL_RID, "t": t}, head)
+                until = now + t
+                for rid in head[: len(head) if stop < 0 else stop]:
+                    if lease[rid] < until:
+                        lease[rid] = until
+                gate.admitted("touch", 1)
+                return
+            if "touch" in gate.by_record:
+                state: Any = gate.records
+                at: Any = rids
+            else:
+                state, at = gate.chain_view(rids), range(len(rids))
+            ok = (gate.accept_direct if state._direct else gate.accept).get("touch")
+            allows = gate.guards.allows
+            p = {"b": 0, "t": t}
+            for b in range(min(blocks, len(rids))):
+                p["b"] = at[b]
+                if not (ok(state, p) if ok is not None else allows("touch", state, p)):
+                    break
+                rid = rids[b]
+                lease[rid] = max(lease[rid], now + t)
+            gate.admitted("touch", 1)
+
+    def touch(self, rid: Any, ticks: Any) -> None:
+        with self.lock:
+            t = _int("ticks", ticks, 1, self.k.lease_max)
+            self.gate.check_block("touch", rid, t=t)
+            lease = self.meta.lease
+            lease[rid] = max(lease[rid], self.gate.now + t)
+
+    def used(self, rids: Sequence[int]) -> None:
+        """A request is done with these blocks (chain order): they become the most recently used,
+        in reverse order, so the deepest is evicted first and the shared head of the prefix last."""
+        with self.lock:
+            lru = self.lru
+            for rid in reversed(rids):
+                if rid in lru:
+                    lru.move_to_end(rid)

@@ -1,0 +1,689 @@
+"""Recovery: the table's On-disk Prefix actions (offload, spill, load, drop) and the indexer
+rebuild, with the jobs that run them on the pipelines.
+
+A block leaves the device by ``offload`` (DMA to host) and ``spill`` (host to disk), and comes
+back by ``load_start`` / ``load_progress`` / ``load_done`` (DMA from host, I/O from disk), after
+which a disk-loaded block's indexer is rebuilt on the CPU pipeline.  Each step is a guarded
+transition through the :class:`~kvstate.impl.gate.GuardGate`; the jobs
+(:mod:`kvstate.impl.pipelines`) call back into this object, under the gate's lock.  Slow disk
+reads and writes run without the lock and are published only if the block did not change.
+
+The admission cap on disk loads is enforced in one place, :meth:`Recovery.admit_load`: the
+table's ``load_start`` guard decides, and a load that its ``io_cap`` conjunct alone refuses
+waits in ``io_waiting`` until a running load finishes.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from kvstate.kernels import KernelError
+from kvstate.spec.phases import CKV, Indexer, Pipe, Swa
+from kvstate.spec.table import Table
+
+from .blocks import BlockStore
+from .coordinator import IO_CAP, RecoveryStep
+from .disk import DiskEntry, DiskTier
+from .errors import CorruptEntry, DiskWriteError, InternalError, OutOfCapacity, Refused
+from .events import EventKind, EventLog
+from .gate import GuardGate
+from .pipelines import LoadJob, OffloadJob, Pipelines, RebuildJob, TailCheckJob
+from .tiers import Tiers
+
+_CKV_READY, _CKV_LOADING, _CKV_OFFLOADING = int(CKV.READY), int(CKV.LOADING), int(CKV.OFFLOADING)
+_SWA_NULL = int(Swa.NULL)
+_IDX_ABSENT = int(Indexer.ABSENT)
+# what :meth:`Recovery.admit_load` did with a load
+STARTED, QUEUED, REFUSED, NO_ROOM = 0, 1, 2, 3
+
+
+def _why(exc: BaseException) -> str:
+    return str(exc) if isinstance(exc, CorruptEntry) else f"{type(exc).__name__}: {exc}"
+
+
+class Recovery:
+    def __init__(
+        self,
+        table: Table,
+        gate: GuardGate,
+        store: BlockStore,
+        tiers: Tiers,
+        disk: DiskTier,
+        pipes: Pipelines,
+        events: EventLog,
+        *,
+        host_blocks: int,
+        disk_blocks: int,
+        backend: str | None,
+    ) -> None:
+        self.gate = gate
+        self.store = store
+        self.meta = gate.meta
+        self.tiers = tiers
+        self.disk = disk
+        self.pipes = pipes
+        self.events = events
+        self.k = table.consts
+        self.lock = gate.lock
+        self.host_blocks = host_blocks
+        self.disk_blocks = disk_blocks
+        self.backend = backend
+        self.host_lru: OrderedDict[int, None] = OrderedDict()
+        self.disk_lru: OrderedDict[int, None] = OrderedDict()
+        self.disk_entries: dict[int, DiskEntry] = {}
+        self.want_rebuild: set[int] = set()  # start an indexer rebuild when this load lands
+        # verify the restored tail when this load lands
+        self.want_tail_check: dict[int, TailCheckJob] = {}
+        self.io_waiting: OrderedDict[int, None] = OrderedDict()  # disk loads queued by io_cap
+
+    # ---- what the jobs ask ------------------------------------------------------------------
+    def can(self, action: Any, rid: Any) -> bool:
+        return self.gate.can(action, rid)
+
+    def notify_changed(self) -> None:
+        self.gate.notify_changed()
+
+    def scan_disk(self) -> None:
+        """Adopt the entries a previous process left in the cache directory (valid ones only)."""
+        good, bad = self.disk.scan()
+        for path, why in bad:
+            self.events.emit(EventKind.REMOVED, None, "disk", f"rejected {path.name}: {why}")
+        m = self.meta
+        for e in good[: self.disk_blocks]:
+            rid = self.store.record(e.key, None, -1)
+            self.store.tombstones.pop(rid, None)
+            m.ckv[rid], m.ver[rid], m.gen[rid] = int(CKV.DISK), e.ver, e.gen
+            m.fmt[rid] = m.disk_fmt[rid] = e.fmt
+            m.tail[rid], m.swa[rid], m.idx[rid] = e.tail, e.swa, _IDX_ABSENT
+            m.on_disk[rid] = True
+            self.disk_entries[rid] = e
+            self.disk_lru[rid] = None
+        for e in good[self.disk_blocks :]:
+            self.disk.delete(e)
+
+    # ---- capacity of the host and disk tiers ------------------------------------------------
+    def _take_host(self) -> int:
+        got = self.tiers.host_slots.take(1)
+        while got is None:
+            victim = next((r for r in self.host_lru if self.gate.can("spill", r)), None)
+            if victim is None:
+                raise OutOfCapacity("offload", (), f"all {self.host_blocks} host slots are busy")
+            self.spill(victim)
+            got = self.tiers.host_slots.take(1)
+        return got[0]
+
+    def _make_disk_room(self) -> None:
+        while len(self.disk_entries) >= self.disk_blocks:
+            victim = next((r for r in self.disk_lru if self.gate.can("drop", r)), None)
+            if victim is None:
+                raise OutOfCapacity("spill", (), f"all {self.disk_blocks} disk entries are in use")
+            self.drop(victim)
+
+    # ---- Indexer State: the rebuild ---------------------------------------------------------
+    def rebuild_start(self, rid: Any) -> None:
+        with self.lock:
+            self.gate.check_block("rebuild_start", rid)
+            m = self.meta
+            m.idx[rid] = int(Indexer.REBUILDING)
+            m.ixpipe[rid] = int(Pipe.CPU)
+            self.pipes.cpu.submit(RebuildJob(self, rid))
+
+    def rebuild_done(self, rid: Any) -> None:
+        with self.lock:
+            self.gate.check_block("rebuild_done", rid)
+            m = self.meta
+            self.store.stamp_index(rid)
+            m.ixpipe[rid] = int(Pipe.NONE)
+            self.pipes.cpu.forget(rid)
+            self.gate.notify_changed()
+
+    def abandon_rebuild(self, job: RebuildJob) -> None:
+        """A rebuild job raised: the indexer is absent again (a later admission rebuilds it;
+        a waiting one truncates)."""
+        with self.lock:
+            rid = job.rid
+            m = self.meta
+            if m.idx[rid] == int(Indexer.REBUILDING) and self.pipes.cpu.get(rid) is job:
+                m.idx[rid] = _IDX_ABSENT
+                m.ixpipe[rid] = int(Pipe.NONE)
+                self.pipes.cpu.forget(rid)
+                self.gate.notify_changed()
+
+    # ---- offload: device -> host -> disk ----------------------------------------------------
+    def offload(self, rid: Any) -> None:
+        with self.lock:
+            self.gate.check_block("offload", rid)
+            m = self.meta
+            hslot = self._take_host()
+            m.hslot[rid] = hslot
+            m.ckv[rid] = int(CKV.OFFLOADING)
+            m.ldpipe[rid] = int(Pipe.DMA)
+            self.store.lru.pop(rid, None)
+            self.pipes.dma.submit(OffloadJob(self, rid, hslot))
+
+    def offload_done(self, rid: Any) -> None:
+        with self.lock:
+            self.gate.check_block("offload_done", rid)
+            m = self.meta
+            pages = m.swa_pages[rid] if m.swa[rid] == Swa.VALID else ()
+            self.tiers.to_host(m.slot[rid], pages, m.hslot[rid])
+            self.store.free_device(rid)
+            m.ckv[rid] = int(CKV.HOST)
+            m.ldpipe[rid] = int(Pipe.NONE)
+            self.host_lru[rid] = None
+            self.pipes.dma.forget(rid)
+            self.events.emit(EventKind.EVICTED, m.key[rid], "device", "offloaded to host")
+            self.events.emit(EventKind.STORED, m.key[rid], "host")
+            self.gate.notify_changed()
+
+    def offload_cancel(self, rid: Any) -> None:
+        with self.lock:
+            self.gate.check_block("offload_cancel", rid)
+            self._fx_offload_cancel(rid)
+
+    def _fx_offload_cancel(self, rid: int) -> None:
+        m = self.meta
+        self.tiers.host_slots.release([m.hslot[rid]])
+        m.hslot[rid] = -1
+        m.ckv[rid] = _CKV_READY
+        m.ldpipe[rid] = int(Pipe.NONE)
+        self.store.lru[rid] = None
+        self.pipes.dma.forget(rid)
+        self.gate.notify_changed()
+
+    def spill(self, rid: Any) -> None:
+        """The table's ``spill`` in one step, the file written under the lock (the conformance
+        adapter and ``_take_host``); :meth:`spill_some` writes without it."""
+        with self.lock:
+            self.gate.check_block("spill", rid)
+            self._make_disk_room()
+            snap = self._spill_snapshot(rid)
+            self._fx_spill(rid, self.disk.write(snap[0], **snap[1]))
+
+    def _spill_snapshot(self, rid: int) -> tuple[bytes, dict[str, Any], tuple[int, ...]]:
+        """What a spill writes (copies of the host pages), and the record's state it was taken
+        at: (key, the entry's fields, (gen, ver, hslot, ckv))."""
+        m = self.meta
+        key = m.key[rid]
+        if key is None:
+            raise InternalError(f"record {rid} has no key to name its disk entry")
+        with_swa = m.swa[rid] == Swa.VALID and self.k.swa_restored_from_disk
+        units, swa = self.tiers.host_payload(m.hslot[rid], with_swa)
+        fields: dict[str, Any] = {
+            "ver": m.ver[rid],
+            "gen": m.gen[rid],
+            "fmt": m.fmt[rid],
+            "tail": m.tail[rid],
+            "swa": m.swa[rid],
+            "units": units,
+            "swa_data": swa,
+        }
+        return key, fields, self._spill_state(rid)
+
+    def _spill_state(self, rid: int) -> tuple[int, ...]:
+        m = self.meta
+        return (m.gen[rid], m.ver[rid], m.hslot[rid], m.ckv[rid], m.swa[rid])
+
+    def offload_some(self, n: int) -> int:
+        """Start offloading up to ``n`` LRU device blocks whose lease expired to host."""
+        done = 0
+        with self.lock:
+            for rid in list(self.store.lru):
+                if done >= n:
+                    break
+                if (
+                    self.meta.lease[rid] <= self.gate.now
+                    and self.gate.can("offload", rid)
+                    and self.tiers.host_slots.free
+                ):
+                    self.offload(rid)
+                    done += 1
+        return done
+
+    def drop_some(self, n: int) -> int:
+        """Delete up to ``n`` LRU (or corrupt) disk, then host, entries the table lets go."""
+        done = 0
+        with self.lock:
+            for rid in [*list(self.disk_lru), *list(self.host_lru)]:
+                if done >= n:
+                    break
+                if self.gate.can("drop", rid):
+                    self.drop(rid)
+                    done += 1
+        return done
+
+    def spill_some(self, n: int) -> int:
+        """Spill up to ``n`` LRU host blocks, each file written *without* the lock (a slow disk
+        blocks no other work): the payload is copied under the lock, written to a private
+        temporary, and published only if the block is still the same host copy (generation,
+        version, host slot, phase) and the table still allows the spill; else discarded."""
+        done = 0
+        tried: set[int] = set()
+        while done < n:
+            snap = self._next_spill(tried)
+            if snap is None:
+                break
+            rid, key, fields, state = snap
+            try:
+                prepared = self.disk.prepare(key, **fields)  # the write: no lock held
+            except OSError as exc:  # a full disk: the temporary is gone, nothing published
+                if done:
+                    return done
+                err = DiskWriteError(f"spill of record {rid}: {exc}")
+                err.__cause__ = exc  # set by hand: compiled code drops `raise ... from`
+                raise err from exc
+            done += self._publish_spill(rid, key, state, prepared)
+        return done
+
+    def _next_spill(
+        self, tried: set[int]
+    ) -> tuple[int, bytes, dict[str, Any], tuple[int, ...]] | None:
+        """The next LRU host block the table lets spill, and its snapshot (under the lock)."""
+        with self.lock:
+            rid = next(
+                (r for r in self.host_lru if r not in tried and self.gate.can("spill", r)), None
+            )
+            if rid is None:
+                return None
+            tried.add(rid)
+            key, fields, state = self._spill_snapshot(rid)
+            return rid, key, fields, state
+
+    def _publish_spill(
+        self, rid: int, key: bytes, state: tuple[int, ...], prepared: tuple[Path, DiskEntry]
+    ) -> int:
+        """Publish a spill written without the lock if its block is still the same host copy
+        and the table still allows it (1); else throw the file away (0)."""
+        with self.lock:
+            still = self.meta.key[rid] == key and self._spill_state(rid) == state
+            if still:
+                try:
+                    self.gate.check_block("spill", rid)
+                    self._make_disk_room()
+                except Refused:
+                    still = False
+            if not still:
+                self.disk.discard(prepared)
+                return 0
+            self._fx_spill(rid, self.disk.publish(prepared))
+            return 1
+
+    def _fx_spill(self, rid: int, entry: DiskEntry) -> None:
+        m = self.meta
+        self.tiers.host_slots.release([m.hslot[rid]])
+        m.hslot[rid] = -1
+        m.ckv[rid] = int(CKV.DISK)
+        m.on_disk[rid] = True
+        m.disk_fmt[rid] = m.fmt[rid]
+        self.disk_entries[rid] = entry
+        self.host_lru.pop(rid, None)
+        self.disk_lru[rid] = None
+        self.events.emit(EventKind.STORED, entry.key, "disk")
+
+    # ---- recovery: loads --------------------------------------------------------------------
+    def load_start(self, rid: Any) -> None:
+        with self.lock:
+            self.gate.check_block("load_start", rid)
+            m = self.meta
+            from_disk = m.ckv[rid] == CKV.DISK
+            src: Any
+            if from_disk:
+                src = self.disk_entries.get(rid)
+                if src is None:
+                    raise InternalError(f"record {rid} is on disk without an entry")
+            else:
+                src = m.hslot[rid]
+            restore_swa = m.swa[rid] == Swa.VALID and (
+                not from_disk or self.k.swa_restored_from_disk
+            )
+            dst = self.store.take_slot(rid, -1)
+            swa_pages: tuple[int, ...] = ()
+            if restore_swa:
+                try:
+                    swa_pages = tuple(self.store.take_swa())
+                except OutOfCapacity:
+                    self.tiers.slots.release(dst)
+                    raise
+            pipe = Pipe.IO if from_disk else Pipe.DMA
+            m.ckv[rid] = int(CKV.LOADING)
+            m.ldpipe[rid] = int(pipe)
+            m.prog[rid] = 0
+            self.gate.io_inflight += int(from_disk)
+            (self.disk_lru if from_disk else self.host_lru).pop(rid, None)
+            self.io_waiting.pop(rid, None)
+            self.pipes.for_pipe(pipe).submit(LoadJob(self, rid, pipe, dst, src, swa_pages))
+
+    def admit_load(self, rid: int) -> int:
+        """The admission cap on disk loads, in one place: start the load if the table's
+        ``load_start`` guard holds (:data:`STARTED`, or :data:`NO_ROOM` when no device slot can
+        be made), queue it in ``io_waiting`` when the guard's ``io_cap`` conjunct alone refuses
+        (:data:`QUEUED`: it starts when a running load ends), else :data:`REFUSED`."""
+        refused = self.gate.refused("load_start", rid)
+        if refused == [IO_CAP]:
+            self.io_waiting[rid] = None
+            return QUEUED
+        if refused:
+            return REFUSED
+        try:
+            self.load_start(rid)
+        except OutOfCapacity:
+            return NO_ROOM
+        return STARTED
+
+    def load_job(self, rid: int) -> LoadJob:
+        job = self.pipes.io.get(rid) or self.pipes.dma.get(rid)
+        if not isinstance(job, LoadJob):
+            raise InternalError(f"record {rid} is LOADING without a load job")
+        return job
+
+    def _chunk(self, job: LoadJob, k: int, data: torch.Tensor | None) -> None:
+        """Land chunk ``k`` of the load (``data``: its bytes, already read and authenticated
+        without the lock; else a disk source is read here)."""
+        if job.fault:
+            job.fault = False
+            raise CorruptEntry(f"injected I/O fault while loading record {job.rid}")
+        if job.pipe is Pipe.IO:
+            entry: DiskEntry = job.src
+            ulo, uhi = entry.chunks[k][0], entry.chunks[k][1]
+            if data is None:
+                data = self.disk.read_chunk(entry, k)
+            self.tiers.land_bytes(self.tiers.units(False)[ulo:uhi], data, job.dst)
+        else:
+            units = self.tiers.units(True)
+            n = len(units)
+            chunk = units[k * n // self.k.load_steps : (k + 1) * n // self.k.load_steps]
+            self.tiers.land_host(chunk, job.src, job.dst)
+
+    def load_progress(self, rid: Any, data: torch.Tensor | None = None) -> None:
+        with self.lock:
+            self.gate.check_block("load_progress", rid)
+            job = self.load_job(rid)
+            try:
+                self._chunk(job, self.meta.prog[rid], data)
+            except Exception as exc:  # any failure is a failed load: nothing stays LOADING
+                self.fail_load(rid, job, _why(exc), corrupt=True)
+                if isinstance(exc, CorruptEntry):
+                    raise
+                raise CorruptEntry(f"loading record {rid}: {_why(exc)}") from exc
+            self.meta.prog[rid] += 1
+
+    def owns(self, job: LoadJob) -> bool:
+        """Is ``job`` still the load of its record (the lock held)?"""
+        rid = job.rid
+        return self.meta.ckv[rid] == _CKV_LOADING and self.pipes.for_pipe(job.pipe).get(rid) is job
+
+    def disk_load_step(self, job: LoadJob) -> bool:
+        """One step of a disk load, its read and verification *without* the lock (a stalled
+        disk blocks nothing else): decide under the lock, read, then land the bytes only if the
+        job still owns its record at the same progress.  True when the job is over."""
+        rid = job.rid
+        with self.lock:
+            if not self.owns(job):
+                return True
+            entry: DiskEntry = job.src
+            if self.gate.can("load_done", rid):
+                if not job.swa_pages or job.swa_data is not None or job.fault:
+                    self.load_done(rid)
+                    return True
+                k = -1  # the window's section, read before load_done
+            elif job.fault:
+                self.load_progress(rid)  # fails the load (CorruptEntry)
+                return False
+            else:
+                k = self.meta.prog[rid]
+        try:
+            data = self.disk.read_swa(entry) if k < 0 else self.disk.read_chunk(entry, k)
+        except Exception as exc:
+            with self.lock:
+                if self.owns(job):
+                    self.fail_load(rid, job, _why(exc), corrupt=True)
+            return True
+        with self.lock:
+            if not self.owns(job):
+                return True
+            if k < 0:
+                job.swa_data = data
+            elif self.meta.prog[rid] == k:
+                self.load_progress(rid, data)
+            return False
+
+    def abandon_load(self, job: LoadJob, why: str) -> None:
+        """A load job raised: fail its load (the table's ``load_fail`` effects) if it still
+        owns its record, so nothing stays LOADING, no slot or page leaks."""
+        with self.lock:
+            if self.owns(job):
+                self.fail_load(job.rid, job, why, corrupt=True)
+
+    def abandon_offload(self, job: OffloadJob) -> None:
+        """An offload job raised: cancel it (the device copy stays, the host slot is freed)."""
+        with self.lock:
+            rid = job.rid
+            if self.meta.ckv[rid] == _CKV_OFFLOADING and self.pipes.dma.get(rid) is job:
+                self._fx_offload_cancel(rid)
+
+    def start_recovery(
+        self, steps: Sequence[RecoveryStep], rids: Sequence[int], hit: int
+    ) -> TailCheckJob | None:
+        """Start a recovery plan's steps as far as the table and the pipelines allow now: a load
+        past the I/O cap queues (:meth:`admit_load`), a rebuild waits on its block's load
+        (``want_rebuild``), a load that cannot find device room ends the plan (the admission
+        truncates at use).  A load of the hit's last block brings the compressor state saved at
+        that boundary with it: the splice check returned runs when the load lands."""
+        with self.lock:
+            loads_boundary = False
+            nb = -(-hit // self.k.L)
+            can = self.gate.can
+            for st in steps:
+                rid = st.rid
+                if st.action == "offload_cancel" and can("offload_cancel", rid):
+                    self.offload_cancel(rid)
+                elif st.action == "load_start":
+                    loads_boundary |= st.block == nb - 1
+                    if self.admit_load(rid) == NO_ROOM:  # no device room now: truncated at use
+                        break
+                elif st.action == "rebuild_start":
+                    if can("rebuild_start", rid):  # kv_on_device: once its load lands
+                        self.rebuild_start(rid)
+                    else:
+                        self.want_rebuild.add(rid)
+            # follow-ups wait only on loads that started or are queued: a load that could not
+            # start (no device room) leaves none behind
+            for st in steps:
+                if st.rid in self.want_rebuild and not self.load_pending(st.rid):
+                    self.want_rebuild.discard(st.rid)
+            if loads_boundary and nb > 0 and self.load_pending(rids[nb - 1]):
+                tc = TailCheckJob(self, rids[nb - 1], hit)
+                self.want_tail_check[tc.rid] = tc
+                return tc
+            return None
+
+    def recovery_pending(self, steps: Sequence[RecoveryStep], tc: TailCheckJob | None) -> bool:
+        """Is any job of a recovery plan still queued or running?"""
+        m = self.meta
+        for st in steps:
+            rid = st.rid
+            # (a wanted rebuild waits on its load: pending exactly while the load is)
+            if (
+                m.ckv[rid] == CKV.LOADING
+                or m.idx[rid] == Indexer.REBUILDING
+                or rid in self.io_waiting
+            ):
+                return True
+        if tc is not None and tc.ok is None:
+            # queued or running, or its block still loading (the load submits it when it lands)
+            return (
+                tc.key in self.pipes.cpu.jobs
+                or m.ckv[tc.rid] == CKV.LOADING
+                or tc.rid in self.io_waiting
+            )
+        return False
+
+    def load_pending(self, rid: int) -> bool:
+        """Is a load of this record in flight or queued by the I/O cap?"""
+        return self.meta.ckv[rid] == _CKV_LOADING or rid in self.io_waiting
+
+    def drop_wants(self, rid: int) -> None:
+        """Follow-ups (rebuild, tail check) of a load that will not happen: an admission
+        waiting for them validates what is there and truncates instead of waiting forever."""
+        self.want_rebuild.discard(rid)
+        self.want_tail_check.pop(rid, None)
+        self.gate.notify_changed()
+
+    def load_done(self, rid: Any) -> tuple[int, int]:
+        """Install the loaded block; returns (device address, stored form) it came back in.
+        (A disk load's window section is read here unless its job read it without the lock.)"""
+        with self.lock:
+            self.gate.check_block("load_done", rid, self.gate.load_done_skip())
+            m = self.meta
+            job = self.load_job(rid)
+            from_disk = job.pipe is Pipe.IO
+            if job.fault:
+                job.fault = False
+                self.fail_load(rid, job, "injected I/O fault at completion", corrupt=False)
+                raise CorruptEntry(f"injected I/O fault while completing record {rid}")
+            if job.swa_pages:
+                try:
+                    if from_disk:
+                        data = job.swa_data
+                        if data is None:
+                            data = self.disk.read_swa(job.src)
+                        self.tiers.swa_from_bytes(data, job.swa_pages)
+                    else:
+                        self.tiers.swa_from_host(job.src, job.swa_pages)
+                except Exception as exc:  # any failure is a failed load
+                    self.fail_load(rid, job, _why(exc), corrupt=True)
+                    if isinstance(exc, CorruptEntry):
+                        raise
+                    raise CorruptEntry(f"loading record {rid}: {_why(exc)}") from exc
+            self.store.moved(rid, job.dst)
+            m.slot[rid] = job.dst
+            m.swa_pages[rid] = job.swa_pages
+            m.ckv[rid] = _CKV_READY
+            m.ldpipe[rid] = int(Pipe.NONE)
+            if from_disk:
+                self.gate.io_inflight -= 1
+                m.idx[rid] = _IDX_ABSENT
+                if not self.k.swa_restored_from_disk:
+                    m.swa[rid] = _SWA_NULL
+                m.fmt[rid] = job.src.fmt
+                self.disk.delete(job.src)
+                self.disk_entries.pop(rid, None)
+                m.on_disk[rid] = False
+            else:
+                self.tiers.host_slots.release([job.src])
+                m.hslot[rid] = -1
+            self.store.lru[rid] = None
+            self.pipes.for_pipe(job.pipe).forget(rid)
+            self.events.emit(EventKind.LOADED, m.key[rid], "disk" if from_disk else "host")
+            self._after_load(rid, from_disk)
+            self.gate.notify_changed()
+            return m.addr[rid], m.fmt[rid]
+
+    def _after_load(self, rid: int, from_disk: bool) -> None:
+        check = self.want_tail_check.pop(rid, None)
+        if check is not None:
+            self.pipes.cpu.submit(check)
+        if rid in self.want_rebuild:
+            self.want_rebuild.discard(rid)
+            if self.gate.can("rebuild_start", rid):
+                self.rebuild_start(rid)
+        if from_disk:
+            self._start_waiting_io()
+
+    def _start_waiting_io(self) -> None:
+        """Disk loads queued by the I/O cap start as earlier ones finish, in order, until the
+        cap (the table's ``io_cap`` conjunct, through :meth:`admit_load`) queues one again."""
+        for rid in list(self.io_waiting):
+            got = self.admit_load(rid)
+            if got == QUEUED:
+                break
+            if got != STARTED:  # refused, or no device room now: its admission truncates
+                self.io_waiting.pop(rid, None)
+                self.drop_wants(rid)
+
+    def load_fail(self, rid: Any) -> None:
+        with self.lock:
+            self.gate.check_block("load_fail", rid)
+            self.fail_load(rid, self.load_job(rid), "load failed", corrupt=False)
+
+    def fail_load(self, rid: int, job: LoadJob, why: str, *, corrupt: bool) -> None:
+        m = self.meta
+        self.tiers.slots.release(job.dst)
+        self.tiers.slots.unclaim(job.dst, rid)
+        if job.swa_pages:
+            self.tiers.swa_pool.release(job.swa_pages)
+            job.swa_pages = ()
+        from_disk = job.pipe is Pipe.IO
+        m.ckv[rid] = int(CKV.DISK if from_disk else CKV.HOST)
+        m.ldpipe[rid] = int(Pipe.NONE)
+        m.prog[rid] = self.k.load_steps
+        if from_disk:
+            self.gate.io_inflight -= 1
+            self.disk_lru[rid] = None
+        else:
+            self.host_lru[rid] = None
+        if corrupt:
+            m.corrupt[rid] = True
+        self.want_rebuild.discard(rid)
+        self.want_tail_check.pop(rid, None)
+        self.pipes.for_pipe(job.pipe).forget(rid)
+        self.events.emit(EventKind.LOAD_FAILED, m.key[rid], "disk" if from_disk else "host", why)
+        if from_disk:
+            self._start_waiting_io()
+        self.gate.notify_changed()
+
+    def inject_load_fault(self, rid: Any) -> None:
+        """Test hook: the next step of this block's load fails as an I/O error would."""
+        with self.lock:
+            self.load_job(self.gate.rid(rid)).fault = True
+
+    def drop(self, rid: Any) -> None:
+        with self.lock:
+            self.gate.check_block("drop", rid)
+            m = self.meta
+            tier = "host" if m.ckv[rid] == CKV.HOST else "disk"
+            if tier == "host":
+                self.tiers.host_slots.release([m.hslot[rid]])
+                m.hslot[rid] = -1
+                self.host_lru.pop(rid, None)
+            else:
+                entry = self.disk_entries.pop(rid, None)
+                if entry is not None:
+                    self.disk.delete(entry)
+                m.on_disk[rid] = False
+                self.disk_lru.pop(rid, None)
+            m.corrupt[rid] = False
+            self.store.freed(rid)
+            self.events.emit(EventKind.REMOVED, m.key[rid], tier)
+
+    def forget_unwanted(self) -> None:
+        """Queued loads nobody is waiting for any more (no request pins their block) leave
+        the I/O queue."""
+        ref = self.meta.ref
+        for rid in list(self.io_waiting):
+            if ref[rid] == 0:
+                self.io_waiting.pop(rid, None)
+
+    # ---- verification -----------------------------------------------------------------------
+    def check_tail(self, rid: Any, boundary: Any) -> bool:
+        """Does the compressor state saved at ``boundary`` (the end of record ``rid``) splice?
+        A failure marks the record corrupt (it is not served at that boundary again)."""
+        with self.lock:
+            m = self.meta
+            grp = self.tiers.compressor
+            if m.slot[rid] < 0:
+                return False
+            pages = grp.device_data[:, grp.dev_index(m.slot[rid])]
+            try:
+                for li in range(grp.nl):
+                    state, pos = grp.decode(pages[li])
+                    grp.check(state, pos, boundary, self.backend)
+            except KernelError:
+                m.corrupt[rid] = True
+                return False
+            return True

@@ -1,0 +1,464 @@
+"""The request table: slots, pins, validation, use and release (the table's Request actions).
+
+Each request occupies a :class:`Slot` holding the table's per-request variables.  The pins (a
+reference count on each block of the hit) are what keeps a validated hit's blocks from being
+evicted, and ``validate`` records each block's generation and address (its ``state_data_ptrs``)
+under them; :meth:`RequestTable.validate_checked` is the one place that snapshot is taken.
+
+:meth:`RequestTable.admit` is a whole admission as one transaction under one hold of the lock:
+admit, the hit search (and the search on the state recovery would produce), match, pin,
+validate or start the recovery.  The façade calls it once and only dresses the result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from kvstate.spec.phases import CKV, Req
+from kvstate.spec.table import Table
+
+from .args import MAX_COUNT
+from .args import integer as _int
+from .blocks import BlockStore
+from .bugs import Bugs
+from .coordinator import HitSearch, RecoveryPlan, plan_steps, projection
+from .errors import (
+    AlreadyReleased,
+    InternalError,
+    InvalidArgument,
+    OutOfCapacity,
+    Refused,
+    UnknownRequest,
+)
+from .events import EventKind, EventLog
+from .gate import GuardGate
+from .meta import ChainView, SlotState
+from .pipelines import TailCheckJob
+from .recovery import Recovery
+from .tiers import Tiers
+
+_IDLE, _WAITING, _MATCHED, _PINNED, _VALIDATED, _USING = (
+    int(Req.IDLE), int(Req.WAITING), int(Req.MATCHED), int(Req.PINNED), int(Req.VALIDATED),
+    int(Req.USING),
+)  # fmt: skip
+_NO_RECOVERY = RecoveryPlan()  # immutable: one shared empty plan for every hit that needs none
+
+
+class Slot:
+    """One request slot: the table's per-request variables, and the request occupying it."""
+
+    __slots__ = (
+        "index", "phase", "hit", "pinned", "deadline", "pgen", "paddr", "request", "rids", "state",
+    )  # fmt: skip
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.phase = int(Req.IDLE)
+        self.hit = 0
+        self.pinned = 0
+        self.deadline = 0
+        self.pgen: tuple[int, ...] = ()
+        self.paddr: tuple[int, ...] = ()
+        self.request: Any = None  # the Request in this slot (None when free)
+        self.rids: list[int] = []  # records this slot pins, in chain order
+        self.state = SlotState(self)  # this request alone, for guards of "slot" locality
+
+
+class Admitted(NamedTuple):
+    """What one admission transaction did (:meth:`RequestTable.admit`)."""
+
+    slot: Slot
+    rids: list[int]
+    immediate: HitSearch  # the search on the state as it is
+    projected: HitSearch | None  # the search on the state recovery would produce (if run)
+    plan: RecoveryPlan  # empty: the hit needs no recovery
+    target: int  # the hit matched and pinned (0 when downgraded)
+    rejection: str | None  # why the hit was given up (the pin refused: the admission cap)
+    tail_check: TailCheckJob | None  # the splice check of a recovered boundary
+
+
+def overlay(base: list[int], changed: dict[int, int], mapping: Any = None) -> Any:
+    """A view column builder: ``base`` with projected values, read through a group's mapping."""
+
+    def build(rids: Sequence[int]) -> list[int]:
+        src = mapping(rids) if mapping is not None else rids
+        return [changed.get(i, base[i]) for i in src]
+
+    return build
+
+
+class RequestTable:
+    def __init__(
+        self,
+        table: Table,
+        gate: GuardGate,
+        store: BlockStore,
+        recovery: Recovery,
+        tiers: Tiers,
+        events: EventLog,
+        bugs: Bugs,
+        max_requests: int,
+    ) -> None:
+        self.table = table
+        self.gate = gate
+        self.store = store
+        self.recovery = recovery
+        self.meta = gate.meta
+        self.tiers = tiers
+        self.events = events
+        self.bugs = bugs
+        self.L = table.consts.L
+        self.lock = gate.lock
+        self.slots = [Slot(i) for i in range(max_requests)]
+        guards = gate.guards
+        qualnames = {r.qualname for r in table.hit_rule.rules}
+        self._rule_conjuncts = (
+            frozenset(c.name for c in table.action("validate").guard if c.name in qualnames)
+            if guards.has("validate")
+            else frozenset()
+        )
+        # validate under a search's proof evaluates only its non-rule conjuncts: on the slot
+        # alone when those read nothing but the request (the default table: its phase)
+        self._validate_rest_by_slot = (
+            guards.locality_without("validate", self._rule_conjuncts) == "slot"
+        )
+        # ... and that remainder as one compiled accept test (None: evaluated conjunct-wise)
+        self._validate_rest = (
+            guards.fused_without("validate", self._rule_conjuncts)
+            if self._validate_rest_by_slot
+            else None
+        )
+
+    def slot(self, slot: Any) -> Slot:
+        if isinstance(slot, Slot):
+            return slot
+        if not isinstance(slot, int) or isinstance(slot, bool) or not 0 <= slot < len(self.slots):
+            raise UnknownRequest(f"no request slot {slot!r} (slots 0..{len(self.slots) - 1})")
+        return self.slots[slot]
+
+    def free_slot(self) -> Slot:
+        for s in self.slots:
+            if s.phase == Req.IDLE and s.request is None:
+                return s
+        raise OutOfCapacity("admit", (), f"all {len(self.slots)} request slots are busy")
+
+    def _check(
+        self,
+        action: str,
+        slot: Slot,
+        rids: Sequence[int],
+        view: ChainView | None = None,
+        **params: int,
+    ) -> None:
+        gate = self.gate
+        gate.guard(action, gate.req_state(action, slot, rids, view), {"r": 0, **params})
+
+    # ---- the admission, one transaction -----------------------------------------------------
+    def admit(self, request: Any, ticks: int, h_max: int, lease: int, recover: bool) -> Admitted:
+        """A whole admission under one hold of the lock: the table's ``admit`` (a free slot),
+        ``touch`` of the prefix, the longest valid hit now and (``recover``) on the state the
+        recovery pipelines would produce, ``match`` of the longer, ``pin`` (refused by the
+        admission cap: ``downgrade``, the hit given up), then ``validate`` under the search's
+        proof, or the recovery started.  Each step is the table's guard on the cheapest state
+        it reads, then its effects; on an exception the request is aborted where the table
+        allows it, and the exception propagates."""
+        with self.lock:
+            s = self.free_slot()
+            self._check("admit", s, (), t=ticks)
+            self._fx_admit(s, request, ticks)
+            try:
+                return self._admit(s, request, h_max, lease, recover)
+            except BaseException:
+                if request.slot is s and self.abortable(s):
+                    self.abort(s)
+                raise
+
+    def _admit(self, s: Slot, request: Any, h_max: int, lease: int, recover: bool) -> Admitted:
+        gate, store, m, L = self.gate, self.store, self.meta, self.L
+        rids = store.resolve(request.chain)
+        nb_max = -(-h_max // L)
+        store.touch_prefix(rids, nb_max, lease)
+        view = gate.chain_view(rids, s)  # one direct view for the steps of this admission
+        now, epoch = gate.coord.search(view, 0, h_max), gate.epoch
+        target, plan = now.hit, _NO_RECOVERY
+        ext: HitSearch | None = None
+        proj = projection(self.table, m, rids[:nb_max]) if recover and now.hit < h_max else {}
+        # an empty projection is the current state, where the search would find ``now`` again
+        # (a full hit is cut to whole blocks by L1 alone: nothing to recover)
+        if any(proj.values()):
+            over = {
+                name: overlay(getattr(m, name), vals)
+                for name, vals in proj.items()
+                if name != "swa"
+            }
+            if proj.get("swa"):
+                over["swa"] = overlay(m.swa, proj["swa"], self.tiers.swa.map)
+            ext = gate.coord.search(gate.chain_view(rids, s, over), 0, h_max)
+            if ext.hit > now.hit:
+                plan = RecoveryPlan(tuple(plan_steps(m, rids, -(-ext.hit // L))), ext.hit, ext)
+                target = ext.hit
+        self._check("match", s, rids, view, h=target)
+        self._fx_match(s, target)
+        try:
+            self._check("pin", s, rids, view)
+        except Refused as exc:  # admission cap: give the hit up and recompute
+            self.downgrade(s)
+            return Admitted(s, rids, now, ext, _NO_RECOVERY, 0, f"admission cap: {exc}", None)
+        self._fx_pin(s, rids, view)
+        tc: TailCheckJob | None = None
+        if plan:
+            tc = self.recovery.start_recovery(plan.steps, rids, target)
+        else:
+            self.validate_checked(s, rids, view, (now, epoch))
+        return Admitted(s, rids, now, ext, plan, target, None, tc)
+
+    def truncate(self, s: Slot, cap: int, rids: Sequence[int]) -> tuple[HitSearch, str | None]:
+        """Cut a pending admission whose recovery failed, in one transaction: the longest valid
+        hit within ``cap`` tokens, then abort, admit again in the same slot (the deadline it had
+        left), match, pin and validate it.  When not even the shorter hit passes, the request
+        is downgraded to a recompute instead, and the refusal returned (None: validated)."""
+        with self.lock:
+            gate = self.gate
+            found = gate.coord.search(gate.chain_view(rids, s), 0, cap)
+            ticks = max(1, s.deadline - gate.now)
+            req = s.request
+            self.abort(s)
+            s = self.begin(req, ticks, slot=s.index)
+            try:
+                self.match(s, found.hit, rids)
+                self.pin(s, rids)
+                self.validate(s, rids)
+            except Refused as exc:
+                self.give_up(s)
+                return found, str(exc)
+            return found, None
+
+    def give_up(self, s: Slot) -> None:
+        """Downgrade a request to a recompute (hit 0, nothing pinned)."""
+        with self.lock:
+            if s.phase == _WAITING:
+                self.match(s, 0, [])
+            self.downgrade(s)
+
+    # ---- the table's request actions --------------------------------------------------------
+    def begin(self, request: Any, ticks: Any, slot: Any = None) -> Slot:
+        """The table's ``admit``: the request takes a slot and a deadline ``now + ticks``."""
+        with self.lock:
+            t = _int("ticks", ticks, 1, MAX_COUNT)
+            s = self.free_slot() if slot is None else self.slot(slot)
+            if s.request is not None and s.phase != Req.IDLE:
+                raise Refused("admit", ("idle",), f"slot {s.index} is busy")
+            self._check("admit", s, (), t=t)
+            self._fx_admit(s, request, t)
+            return s
+
+    # Each request transition's effects, for a caller that holds the lock and has checked the
+    # action's guard.
+    def _fx_admit(self, s: Slot, request: Any, t: int) -> None:
+        s.request = request
+        s.phase = _WAITING
+        s.deadline = self.gate.now + t
+        s.hit = 0
+        request.slot = s
+
+    def _fx_match(self, s: Slot, h: int) -> None:
+        s.hit = h
+        s.phase = _MATCHED
+
+    def _fx_pin(self, s: Slot, rids: Sequence[int], view: ChainView | None) -> None:
+        held = list(rids[: -(-s.hit // self.L)])
+        ref, lru = self.meta.ref, self.store.lru
+        for rid in held:
+            ref[rid] += 1
+            if rid in lru:
+                lru.move_to_end(rid)
+        s.rids = held
+        s.pinned = s.hit
+        self.gate.pinned_blocks += len(held)
+        s.phase = _PINNED
+        if view is not None:
+            view.refresh()
+
+    def use_locked(self, s: Slot) -> None:
+        """``use`` for a caller that holds the lock (``cache.use``'s enter, which refills the
+        CUDA graph's buffers in the same critical section)."""
+        self._check("use", s, ())
+        s.phase = _USING
+
+    def release_locked(self, s: Slot) -> None:
+        self._check("release", s, ())
+        self._fx_release(s)
+
+    def abortable(self, s: Slot) -> bool:
+        """Does the table's ``abort`` guard hold for this slot (the table in use decides which
+        phases a request can be aborted from, not a list written here)."""
+        gate = self.gate
+        return gate.guards.allows("abort", gate.req_state("abort", s, ()), {"r": 0}, ())
+
+    def in_use(self, s: Slot) -> bool:
+        return s.phase == _USING
+
+    def waiting(self, s: Slot) -> bool:
+        return s.phase == _WAITING
+
+    def _fx_release(self, s: Slot) -> None:
+        self._unpin(s)
+        s.phase = _IDLE
+        self._detach(s)
+
+    def match(
+        self,
+        slot: Any,
+        h: Any,
+        rids: Sequence[int] | None = None,
+        view: ChainView | None = None,
+    ) -> None:
+        with self.lock:
+            s = self.slot(slot)
+            h = _int("hit tokens", h, 0)
+            req = s.request
+            if req is None:
+                raise Refused("match", ("waiting",), f"slot {s.index} holds no request")
+            if h > len(req.chain.tokens):
+                raise InvalidArgument(
+                    f"hit of {h} tokens is longer than the request ({len(req.chain.tokens)})"
+                )
+            rids = self.store.resolve(req.chain) if rids is None else rids
+            self._check("match", s, rids, view, h=h)
+            self._fx_match(s, h)
+
+    def pin(
+        self, slot: Any, rids: Sequence[int] | None = None, view: ChainView | None = None
+    ) -> None:
+        with self.lock:
+            s = self.slot(slot)
+            if s.request is None:
+                raise Refused("pin", ("matched",), f"slot {s.index} holds no request")
+            rids = self.store.resolve(s.request.chain) if rids is None else rids
+            self._check("pin", s, rids, view)
+            self._fx_pin(s, rids, view)
+
+    def search(
+        self, slot: Slot, rids: Sequence[int], h_max: int, overrides: dict[str, Any] | None = None
+    ) -> tuple[HitSearch, int]:
+        """Longest valid hit (the coordinator on this cache's view) and the rule epoch it holds at."""
+        with self.lock:
+            gate = self.gate
+            return gate.coord.search(gate.chain_view(rids, slot, overrides), 0, h_max), gate.epoch
+
+    def validate(
+        self,
+        slot: Any,
+        rids: Sequence[int] | None = None,
+        proof: tuple[HitSearch, int] | None = None,
+        view: ChainView | None = None,
+    ) -> None:
+        """The table's ``validate``.  ``proof`` is a search from :meth:`search`: while no
+        transition since then could change what the rules read (same rule epoch) and it found
+        this very hit, the rule conjuncts are known to hold and only the others are evaluated."""
+        with self.lock:
+            s = self.slot(slot)
+            if s.request is None:
+                raise Refused("validate", ("pinned",), f"slot {s.index} holds no request")
+            rids = self.store.resolve(s.request.chain) if rids is None else rids
+            self.validate_checked(s, rids, view or self.gate.chain_view(rids, s), proof)
+
+    def validate_checked(
+        self,
+        s: Slot,
+        rids: Sequence[int],
+        view: ChainView,
+        proof: tuple[HitSearch, int] | None,
+    ) -> None:
+        """The TOCTOU safeguard's check: ``validate``'s guard (all of it, or under a current
+        proof only the conjuncts that are not hit rules) and its effects, the state_data_ptrs
+        snapshot (each pinned block's generation and address) that the table's ``toctou``
+        invariant holds the pinned blocks to."""
+        gate = self.gate
+        skip: frozenset[str] = frozenset()
+        if (
+            proof is not None
+            and proof[1] == gate.epoch
+            and proof[0].hit == s.hit
+            and proof[0].rejected is None
+        ):
+            skip = self._rule_conjuncts
+        state = s.state if skip and self._validate_rest_by_slot else view
+        rest = self._validate_rest if skip and state is s.state else None
+        bad: list[str] | None = [] if rest is not None and rest(state, {"r": 0}) else None
+        if bad is None:
+            bad = gate.guards.failed("validate", state, {"r": 0}, skip)
+        if bad:
+            why = (
+                "; ".join(str(x) for x in gate.coord.failures(view, 0, s.hit))
+                if s.phase == Req.PINNED
+                else ""
+            )
+            raise Refused("validate", bad, why)
+        gen, addr = self.meta.gen, self.meta.addr
+        s.pgen = tuple([gen[i] for i in rids])
+        s.paddr = tuple([addr[i] for i in rids])
+        s.phase = _VALIDATED
+        gate.admitted("validate", 1)
+
+    def use(self, slot: Any) -> None:
+        with self.lock:
+            s = self.slot(slot)
+            self.use_locked(s)
+
+    def _unpin(self, s: Slot) -> None:
+        """Drop a slot's pins, freeing in reverse order: the deepest block of the prefix returns
+        to the LRU first, so it is evicted before the blocks the prefix depends on."""
+        ref, lru = self.meta.ref, self.store.lru
+        for rid in reversed(s.rids):
+            ref[rid] -= 1
+            if ref[rid] < 0:
+                raise InternalError(f"reference count of record {rid} went negative")
+            if rid in lru:
+                lru.move_to_end(rid)
+        self.gate.pinned_blocks -= len(s.rids)
+        s.rids = []
+        s.pinned = 0
+        s.hit = 0
+
+    def release(self, slot: Any) -> None:
+        with self.lock:
+            s = self.slot(slot)
+            exc = AlreadyReleased if s.phase == Req.IDLE else Refused
+            gate = self.gate
+            gate.guard("release", gate.req_state("release", s, ()), {"r": 0}, exc=exc)
+            self._fx_release(s)
+
+    def abort(self, slot: Any) -> None:
+        with self.lock:
+            s = self.slot(slot)
+            exc = AlreadyReleased if s.phase == Req.IDLE else Refused
+            gate = self.gate
+            gate.guard("abort", gate.req_state("abort", s, ()), {"r": 0}, exc=exc)
+            if self.bugs.on("abort_during_load_double_free"):
+                # seeded bug: the request's blocks still being loaded are freed with it
+                for rid in s.rids:
+                    if self.meta.ckv[rid] == CKV.LOADING:
+                        self.tiers.slots.release(self.recovery.load_job(rid).dst)
+                        self.store.freed(rid)
+            self._unpin(s)
+            s.phase = int(Req.IDLE)
+            self._detach(s)
+
+    def downgrade(self, slot: Any) -> None:
+        with self.lock:
+            s = self.slot(slot)
+            self._check("downgrade", s, ())
+            self._unpin(s)
+            s.phase = int(Req.RECOMPUTE)
+            req = s.request
+            self.events.emit(EventKind.DOWNGRADED, None, "", "", getattr(req, "id", None))
+
+    def _detach(self, s: Slot) -> None:
+        req = s.request
+        s.request = None
+        if req is not None:
+            req.slot = None
+            self.recovery.forget_unwanted()  # queued loads nobody is waiting for any more
+        self.gate.notify_changed()
