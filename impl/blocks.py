@@ -441,7 +441,7 @@ class BlockStore:
                 at: Any = rids
             else:
                 state, at = gate.chain_view(rids), range(len(rids))
-            ok = (gate.accept_direct if state._direct else gate.accept).get("touch")
+            ok = gate.accept_tests(state).get("touch")
             allows = gate.guards.allows
             p = {"b": 0, "t": t}
             for b in range(min(blocks, len(rids))):

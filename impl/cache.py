@@ -366,21 +366,24 @@ class Run:
         return grp.check(state, pos, h, core.backend)
 
     def verify_pins(self) -> list[str]:
-        """TOCTOU check: every pinned block still has the generation and address validated
-        (a diagnostic: it reads metadata only, and works on a released run too)."""
+        """TOCTOU check: every pinned block still holds as the table's ``toctou`` invariant says
+        of a validated request -- pinned, READY, the generation and address validated (a
+        diagnostic: it reads metadata only, and works on a released run too, whose blocks no
+        pin holds any more)."""
         core = self.cache.core
         m = core.meta
-        bad = []
+        pins = self.pins
         with core.lock:
-            pins = [
-                (p, m.gen[p.rid], m.addr[p.rid], m.slot[p.rid], m.ckv[p.rid]) for p in self.pins
+            bad = self.cache.req_table.stale_pins(
+                [p.rid for p in pins], [p.gen for p in pins], [p.addr for p in pins]
+            )
+            now = [
+                (pins[b], m.gen[pins[b].rid], m.addr[pins[b].rid], m.ckv[pins[b].rid]) for b in bad
             ]
-        for p, gen, addr, slot, ckv in pins:
-            if gen != p.gen or addr != p.addr or slot != p.addr or ckv != CKV.READY:
-                bad.append(
-                    f"block {p.block}: gen {p.gen}->{gen}, addr {p.addr}->{slot}, phase {CKV(ckv).name}"
-                )
-        return bad
+        return [
+            f"block {p.block}: gen {p.gen}->{gen}, addr {p.addr}->{addr}, phase {CKV(ckv).name}"
+            for p, gen, addr, ckv in now
+        ]
 
     def append(self, tokens: Any) -> None:
         with self.cache.core.lock:

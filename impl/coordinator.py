@@ -256,14 +256,21 @@ def nothing_to_recover(meta: BlockMeta, rids: Sequence[int]) -> bool:
 
 
 def projection(
-    table: Table, meta: BlockMeta, rids: Sequence[int], *, shortcut: bool = True
+    table: Table,
+    meta: BlockMeta,
+    rids: Sequence[int],
+    *,
+    shortcut: bool = True,
+    trace: dict[int, list[tuple[str, int, int]]] | None = None,
 ) -> dict[str, dict[int, int]]:
     """The metadata the recovery pipelines will produce for ``rids``: each block (not corrupt)
     run through the table's own recovery transitions (:data:`RECOVERY`, each applied while its
     guard holds, the I/O cap aside) on a one-block state -- so a disk load comes back in the
     file's stored form, without indexer pages and (under the zero-SWA policy) without its
     window, and a rebuild brings the indexer in sync, exactly as the table says.
-    Returns ``field -> {rid: value}`` for the block columns that change (empty: none)."""
+    Returns ``field -> {rid: value}`` for the block columns that change (empty: none); into
+    ``trace`` (when given), per block the transitions applied, each with the load and indexer
+    pipelines the table's updates leave (``(action, ldpipe, ixpipe)``): the recovery plan."""
     if shortcut and nothing_to_recover(meta, rids):
         return {}
     base = initial_values(table, 1)
@@ -286,6 +293,8 @@ def projection(
             if a is None:
                 break
             s = apply(a, s, params)
+            if trace is not None:
+                trace.setdefault(i, []).append((a.name, int(s.ldpipe[0]), int(s.ixpipe[0])))
         else:
             raise InternalError(f"recovery of record {i} did not settle in {limit} steps")
         for name in columns:
@@ -295,24 +304,37 @@ def projection(
     return out
 
 
-def plan_steps(meta: BlockMeta, rids: Sequence[int], blocks: int) -> list[RecoveryStep]:
-    """The jobs that bring the first ``blocks`` chain blocks to the projected state."""
+def plan_steps(
+    meta: BlockMeta,
+    rids: Sequence[int],
+    blocks: int,
+    trace: dict[int, list[tuple[str, int, int]]],
+) -> list[RecoveryStep]:
+    """The jobs that bring the first ``blocks`` chain blocks to the projected state: the
+    transitions :func:`projection` applied that start a job (``offload_cancel``,
+    ``load_start``, ``rebuild_start``, on the pipeline the table's update records), and a wait
+    for a job already running (the block's first transition ends a load or a rebuild that
+    started before).  Each is labelled with the state it brings back: a load from the I/O
+    pipeline the On-disk Prefix, any other load or a cancelled offload the Compressed KV, a
+    rebuild the Indexer State."""
     steps: list[RecoveryStep] = []
     for b in range(min(blocks, len(rids))):
         i = rids[b]
-        c = meta.ckv[i]
-        if c == CKV.HOST:
-            steps.append(RecoveryStep(b, i, "Compressed KV", Pipe.DMA, "load_start"))
-        elif c == CKV.DISK:
-            steps.append(RecoveryStep(b, i, "On-disk Prefix", Pipe.IO, "load_start"))
-        elif c == CKV.OFFLOADING:
-            steps.append(RecoveryStep(b, i, "Compressed KV", Pipe.DMA, "offload_cancel"))
-        elif c == CKV.LOADING:
-            steps.append(RecoveryStep(b, i, "On-disk Prefix", Pipe(meta.ldpipe[i]), "wait_load"))
-        from_disk = c == CKV.DISK or (c == CKV.LOADING and meta.ldpipe[i] == Pipe.IO)
-        synced = meta.idx[i] == Indexer.PRESENT and meta.iver[i] == meta.ver[i]
-        if meta.idx[i] == Indexer.REBUILDING:
-            steps.append(RecoveryStep(b, i, "Indexer State", Pipe.CPU, "wait_rebuild"))
-        elif (c == CKV.READY or c in MOVING) and (from_disk or not synced):
-            steps.append(RecoveryStep(b, i, "Indexer State", Pipe.CPU, "rebuild_start"))
+        started: set[str] = set()
+        for n, (a, ldpipe, ixpipe) in enumerate(trace.get(i, ())):
+            if a == "offload_cancel":
+                pipe = Pipe(meta.ldpipe[i])
+                steps.append(RecoveryStep(b, i, "Compressed KV", pipe, a))
+            elif a == "load_start":
+                state = "On-disk Prefix" if ldpipe == Pipe.IO else "Compressed KV"
+                steps.append(RecoveryStep(b, i, state, Pipe(ldpipe), a))
+            elif a == "rebuild_start":
+                steps.append(RecoveryStep(b, i, "Indexer State", Pipe(ixpipe), a))
+            elif n == 0 and a in ("load_progress", "load_done"):
+                pipe = Pipe(meta.ldpipe[i])
+                steps.append(RecoveryStep(b, i, "On-disk Prefix", pipe, "wait_load"))
+            elif a == "rebuild_done" and "rebuild_start" not in started:
+                pipe = Pipe(meta.ixpipe[i])
+                steps.append(RecoveryStep(b, i, "Indexer State", pipe, "wait_rebuild"))
+            started.add(a)
     return steps

@@ -62,6 +62,31 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def _graph_blocks(
+    g: Any,
+    L: int,
+    caps: dict[str, int],
+    device: torch.device,
+    max_model_len: int,
+    memory_limit: int,
+) -> int:
+    """Blocks per request in the CUDA-graph block table (a request is at most
+    ``max_model_len`` tokens).  The table (int32 slots + int64 state pointers per entry, a
+    device copy on CUDA) is as much a part of the footprint as the tiers: it counts in the
+    memory limit (a tier plan over the limit by itself is refused by ``Tiers``)."""
+    graph_blocks = _cdiv(max_model_len, L)
+    graph_bytes = caps["max_requests"] * graph_blocks * 12 * (2 if device.type == "cuda" else 1)
+    dev_b, host_b = planned_bytes(g, caps["device_blocks"], caps["host_blocks"])
+    if dev_b + host_b <= memory_limit < dev_b + host_b + graph_bytes:
+        raise LayoutError(
+            f"{caps['max_requests']} requests x {graph_blocks} blocks of CUDA-graph block "
+            f"table need {graph_bytes / 2**30:.1f} GiB beside {(dev_b + host_b) / 2**30:.1f} "
+            f"GiB of tiers (> memory_limit {memory_limit / 2**30:.1f} GiB); lower "
+            "max_requests or max_model_len, or raise memory_limit"
+        )
+    return graph_blocks
+
+
 class CacheCore:
     def __init__(
         self,
@@ -116,20 +141,9 @@ class CacheCore:
         self.derive_index = writer is not None if derive_index is None else bool(derive_index)
         self.meta = BlockMeta(self.k.load_steps)
         self.meta.check_columns(table)
-        # the CUDA-graph block table (int32 slots + int64 state pointers per entry, a device
-        # copy on CUDA) is as much a part of the footprint as the tiers: count it in the limit
-        graph_blocks = _cdiv(_int("max_model_len", max_model_len, 1), self.L)
-        graph_bytes = (
-            caps["max_requests"] * graph_blocks * 12 * (2 if self.device.type == "cuda" else 1)
+        graph_blocks = _graph_blocks(
+            g, self.L, caps, self.device, _int("max_model_len", max_model_len, 1), memory_limit
         )
-        dev_b, host_b = planned_bytes(g, self.device_blocks, self.host_blocks)
-        if dev_b + host_b <= memory_limit < dev_b + host_b + graph_bytes:  # (else Tiers says)
-            raise LayoutError(
-                f"{caps['max_requests']} requests x {graph_blocks} blocks of CUDA-graph block "
-                f"table need {graph_bytes / 2**30:.1f} GiB beside {(dev_b + host_b) / 2**30:.1f} "
-                f"GiB of tiers (> memory_limit {memory_limit / 2**30:.1f} GiB); lower "
-                "max_requests or max_model_len, or raise memory_limit"
-            )
         self.tiers = Tiers(
             g,
             device_slots=self.device_blocks,

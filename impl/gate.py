@@ -151,6 +151,12 @@ class GuardGate:
         return view if view is not None else self.chain_view(rids, slot)
 
     # ---- guard dispatch -------------------------------------------------------------------
+    def accept_tests(self, state: Any) -> dict[str, Any]:
+        """Each action's whole guard as one accept test, in the form that reads ``state``: the
+        direct form for a direct view (live lists through the chain's record ids), the plain
+        form for record-indexed, slot and gathered states."""
+        return self.accept_direct if state._direct else self.accept
+
     def guard(
         self,
         action: str,

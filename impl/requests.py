@@ -13,7 +13,7 @@ validate or start the recovery.  The façade calls it once and only dresses the 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 from kvstate.spec.phases import CKV, Req
 from kvstate.spec.table import Table
@@ -65,17 +65,30 @@ class Slot:
         self.state = SlotState(self)  # this request alone, for guards of "slot" locality
 
 
-class Admitted(NamedTuple):
-    """What one admission transaction did (:meth:`RequestTable.admit`)."""
+class Admitted:
+    """What one admission transaction did (:meth:`RequestTable.admit`).  (A native class, not
+    a named tuple: one is built per admission, and the compiled build makes a named tuple
+    through interpreted code.)"""
 
-    slot: Slot
-    rids: list[int]
-    immediate: HitSearch  # the search on the state as it is
-    projected: HitSearch | None  # the search on the state recovery would produce (if run)
-    plan: RecoveryPlan  # empty: the hit needs no recovery
-    target: int  # the hit matched and pinned (0 when downgraded)
-    rejection: str | None  # why the hit was given up (the pin refused: the admission cap)
-    tail_check: TailCheckJob | None  # the splice check of a recovered boundary
+    def __init__(
+        self,
+        slot: Slot,
+        rids: list[int],
+        immediate: HitSearch,
+        projected: HitSearch | None,
+        plan: RecoveryPlan,
+        target: int,
+        rejection: str | None,
+        tail_check: TailCheckJob | None,
+    ) -> None:
+        self.slot = slot
+        self.rids = rids
+        self.immediate = immediate  # the search on the state as it is
+        self.projected = projected  # the search on the state recovery would produce (if run)
+        self.plan = plan  # empty: the hit needs no recovery
+        self.target = target  # the hit matched and pinned (0 when downgraded)
+        self.rejection = rejection  # why the hit was given up (the pin refused: the admission cap)
+        self.tail_check = tail_check  # the splice check of a recovered boundary
 
 
 def overlay(base: list[int], changed: dict[int, int], mapping: Any = None) -> Any:
@@ -123,6 +136,9 @@ class RequestTable:
         self._validate_rest_by_slot = (
             guards.locality_without("validate", self._rule_conjuncts) == "slot"
         )
+        # the TOCTOU safeguard as the table states it (a table without it: nothing to check)
+        names = {inv.name for inv in table.invariants}
+        self._toctou = table.invariant("toctou").per_block if "toctou" in names else None
         # ... and that remainder as one compiled accept test (None: evaluated conjunct-wise)
         self._validate_rest = (
             guards.fused_without("validate", self._rule_conjuncts)
@@ -163,9 +179,10 @@ class RequestTable:
         proof, or the recovery started.  Each step is the table's guard on the cheapest state
         it reads, then its effects; on an exception the request is aborted where the table
         allows it, and the exception propagates."""
+        gate = self.gate
         with self.lock:
             s = self.free_slot()
-            self._check("admit", s, (), t=ticks)
+            gate.guard("admit", gate.req_state("admit", s, ()), {"r": 0, "t": ticks})
             self._fx_admit(s, request, ticks)
             try:
                 return self._admit(s, request, h_max, lease, recover)
@@ -183,7 +200,12 @@ class RequestTable:
         now, epoch = gate.coord.search(view, 0, h_max), gate.epoch
         target, plan = now.hit, _NO_RECOVERY
         ext: HitSearch | None = None
-        proj = projection(self.table, m, rids[:nb_max]) if recover and now.hit < h_max else {}
+        trace: dict[int, list[tuple[str, int, int]]] = {}
+        proj = (
+            projection(self.table, m, rids[:nb_max], trace=trace)
+            if recover and now.hit < h_max
+            else {}
+        )
         # an empty projection is the current state, where the search would find ``now`` again
         # (a full hit is cut to whole blocks by L1 alone: nothing to recover)
         if any(proj.values()):
@@ -196,12 +218,13 @@ class RequestTable:
                 over["swa"] = overlay(m.swa, proj["swa"], self.tiers.swa.map)
             ext = gate.coord.search(gate.chain_view(rids, s, over), 0, h_max)
             if ext.hit > now.hit:
-                plan = RecoveryPlan(tuple(plan_steps(m, rids, -(-ext.hit // L))), ext.hit, ext)
+                steps = plan_steps(m, rids, -(-ext.hit // L), trace)
+                plan = RecoveryPlan(tuple(steps), ext.hit, ext)
                 target = ext.hit
-        self._check("match", s, rids, view, h=target)
+        gate.guard("match", gate.req_state("match", s, rids, view), {"r": 0, "h": target})
         self._fx_match(s, target)
         try:
-            self._check("pin", s, rids, view)
+            gate.guard("pin", gate.req_state("pin", s, rids, view), {"r": 0})
         except Refused as exc:  # admission cap: give the hit up and recompute
             self.downgrade(s)
             return Admitted(s, rids, now, ext, _NO_RECOVERY, 0, f"admission cap: {exc}", None)
@@ -283,11 +306,13 @@ class RequestTable:
     def use_locked(self, s: Slot) -> None:
         """``use`` for a caller that holds the lock (``cache.use``'s enter, which refills the
         CUDA graph's buffers in the same critical section)."""
-        self._check("use", s, ())
+        gate = self.gate
+        gate.guard("use", gate.req_state("use", s, ()), {"r": 0})
         s.phase = _USING
 
     def release_locked(self, s: Slot) -> None:
-        self._check("release", s, ())
+        gate = self.gate
+        gate.guard("release", gate.req_state("release", s, ()), {"r": 0})
         self._fx_release(s)
 
     def abortable(self, s: Slot) -> bool:
@@ -402,6 +427,22 @@ class RequestTable:
         s.phase = _VALIDATED
         gate.admitted("validate", 1)
 
+    def stale_pins(
+        self, rids: Sequence[int], pgen: Sequence[int], paddr: Sequence[int]
+    ) -> list[int]:
+        """The TOCTOU safeguard on a snapshot (a diagnostic): the positions of the blocks at
+        which the table's ``toctou`` invariant fails for a request validated with these
+        state_data_ptrs (generations ``pgen``, addresses ``paddr``) over the chain ``rids`` --
+        a block no longer pinned, not READY, reallocated or moved since.  The lock held."""
+        check = self._toctou
+        if check is None or not rids:
+            return []
+        probe = Slot(-1)  # a validated request holding exactly this snapshot
+        probe.phase, probe.hit = _VALIDATED, len(rids) * self.L
+        probe.pgen, probe.paddr = tuple(pgen), tuple(paddr)
+        view = self.gate.chain_view(rids, probe)
+        return [b for b in range(len(rids)) if not check(view, 0, b)]
+
     def use(self, slot: Any) -> None:
         with self.lock:
             s = self.slot(slot)
@@ -460,5 +501,6 @@ class RequestTable:
         s.request = None
         if req is not None:
             req.slot = None
-            self.recovery.forget_unwanted()  # queued loads nobody is waiting for any more
+            if self.recovery.io_waiting:  # queued loads nobody is waiting for any more
+                self.recovery.forget_unwanted()
         self.gate.notify_changed()
