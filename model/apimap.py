@@ -222,7 +222,7 @@ class Explainer:
     ) -> list[dict[str, int]]:
         """Parameters worth trying: the ones that change something the library shows."""
         doms: list[list[int]] = []
-        vals = cur.values
+        vals = cur.mapping
         # ghost truth is not observable: only what the library shows steers the search
         blocks_mod = [n for n in a.modifies if self.scope[n] is Scope.BLOCK and n in obs]
         req_mod = [
@@ -306,13 +306,15 @@ class Explainer:
         tie = itertools.count()
         want = _by_var(goal)
         heap: list[tuple[int, int, int, ConcreteState, frozenset[int], list[Step]]] = [
-            (self._distance_by_var(before.values, want), 0, next(tie), before, s0, [])
+            (self._distance_by_var(before.mapping, want), 0, next(tie), before, s0, [])
         ]
         seen: set[tuple[Any, frozenset[int]]] = set()
         nodes = 0
         while heap and nodes < max_nodes:
             dist, _, _, cur, states, path = heapq.heappop(heap)
-            key = (tuple(sorted((k, _freeze(v)) for k, v in cur.values.items())), states)
+            # states of one search share their variables' order (a step copies the dict), so
+            # no sort: a state seen in another order is only searched twice, never missed
+            key = (tuple([(k, _freeze(v)) for k, v in cur.mapping.items()]), states)
             if key in seen:
                 continue
             seen.add(key)
@@ -323,7 +325,7 @@ class Explainer:
                 a = table.action(name)
                 for p in self._candidates(a, cur, observed, req, ban, ticks, fmts):
                     new = self.m.step(cur, a, p)
-                    d = self._distance_by_var(new.values, want)
+                    d = self._distance_by_var(new.mapping, want)
                     heapq.heappush(
                         heap, (d, len(path) + 1, next(tie), new, nxt, [*path, (name, p)])
                     )
