@@ -9,34 +9,51 @@ harness and the implementation's own hit search all evaluate the table's callabl
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 from .errors import SpecError
 
 
 class ReqView:
-    """Attribute access to one request's variables."""
+    """Attribute access to one request's variables.
 
-    __slots__ = ("_s", "_r")
+    On a :class:`ConcreteState` the first read copies the request's values into the instance
+    dictionary (later reads run at C speed: the model evaluates tens of guards per state);
+    ``__getattr__`` then only answers names that are not there, with the error that says why.
+    """
+
+    __slots__ = ("_s", "_r", "__dict__")
 
     def __init__(self, s: ConcreteState, r: int) -> None:
         self._s = s
         self._r = r
 
     def __getattr__(self, name: str) -> Any:
+        s = self._s
         try:
-            v = self._s._v[name]
+            v = s._v[name]
         except KeyError:
             raise AttributeError(f"unknown request variable {name!r}") from None
-        if name not in self._s._req_names:
+        if name not in s._req_names:
             raise AttributeError(f"{name!r} is not a per-request variable")
+        if s._direct:  # the first read fills the dictionary: later reads never come here
+            d = self.__dict__
+            for n in s._req_names:
+                if n in s._v:
+                    d[n] = s._v[n][self._r]
         return v[self._r]
 
 
 class ConcreteState:
     """A read-only state mapping with the quantifier hooks :mod:`kvstate.spec.expr` needs."""
 
-    __slots__ = ("_v", "N", "k", "_req_names")
+    __slots__ = ("_v", "N", "k", "_req_names", "_reqs", "__dict__")
+
+    #: Whether variables are copied into the instance dictionary at the first read, so that
+    #: later reads of ``s.ckv`` are plain attribute reads instead of ``__getattr__`` calls.  The probe states below keep every read
+    #: going through ``__getattr__``: that is how they see what a callable reads.
+    _direct = True
 
     def __init__(
         self, values: Mapping[str, Any], N: int, k: Any, req_names: frozenset[str]
@@ -45,6 +62,7 @@ class ConcreteState:
         self.N = N
         self.k = k
         self._req_names = req_names
+        self._reqs: list[ReqView | None] = [None] * k.R
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -53,16 +71,32 @@ class ConcreteState:
             raise AttributeError(f"unknown state variable {name!r}") from None
         if name in self._req_names:
             raise AttributeError(f"{name!r} is per-request: read it as s.req(r).{name}")
+        if self._direct:  # the first read fills the dictionary (names cannot shadow methods:
+            d = self.__dict__  # spec/validate reserves them); a state never read costs nothing
+            for n, x in self._v.items():
+                if n not in self._req_names:
+                    d[n] = x
         return v
 
     def req(self, r: int) -> ReqView:
-        if not isinstance(r, int) or not 0 <= r < self.k.R:
-            raise SpecError(f"request index {r!r} out of range 0..{self.k.R - 1}")
-        return ReqView(self, r)
+        try:
+            view = self._reqs[r] if r >= 0 and type(r) is int else None
+        except (IndexError, TypeError):
+            view = None
+        if view is None:
+            if not isinstance(r, int) or not 0 <= r < self.k.R:
+                raise SpecError(f"request index {r!r} out of range 0..{self.k.R - 1}")
+            view = self._reqs[r] = ReqView(self, r)
+        return view
 
     @property
     def values(self) -> dict[str, Any]:
         return dict(self._v)
+
+    @property
+    def mapping(self) -> Mapping[str, Any]:
+        """The values, read-only and not copied (a search reads thousands of states)."""
+        return MappingProxyType(self._v)
 
     def forall_blocks(self, lo: Any, hi: Any, body: Callable[[Any], Any]) -> Any:
         for b in range(max(lo, 0), min(hi, self.N)):
@@ -99,6 +133,7 @@ class ProbeState(ConcreteState):
     """Evaluates every per-block body (even over empty ranges) so validation sees every name."""
 
     __slots__ = ()
+    _direct = False
 
     def forall_blocks(self, lo: Any, hi: Any, body: Callable[[Any], Any]) -> Any:
         results = [body(b) for b in range(self.N)]
