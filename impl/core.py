@@ -185,8 +185,6 @@ class CacheCore:
             grp.state_var: grp.map for grp in (self.tiers.swa, self.tiers.compressor) if grp.remaps
         }
         self.gate = gate = GuardGate(table, self.meta, self.graph, self.bugs, maps)
-        self.lock = gate.lock
-        self.changed = gate.changed
         self.guards = gate.guards
         self.coord = gate.coord
         self.rule_reads = gate.rule_reads
@@ -248,7 +246,25 @@ class CacheCore:
             "load_steps": self.k.load_steps,
         }
 
-    # ---- the table's global scalars and the states guards read (the gate's) ---------------
+    # ---- the lock, the table's global scalars and the states guards read (the gate's) -----
+    @property
+    def lock(self) -> Any:
+        return self.gate.lock
+
+    @lock.setter
+    def lock(self, lock: Any) -> None:
+        """Every part takes the same lock: one replaced here is replaced in all of them (the
+        thread harness records the critical sections through its own)."""
+        self.gate.lock = self.store.lock = self.recovery.lock = self.requests.lock = lock
+
+    @property
+    def changed(self) -> Any:
+        return self.gate.changed
+
+    @changed.setter
+    def changed(self, changed: Any) -> None:
+        self.gate.changed = changed
+
     @property
     def now(self) -> int:
         return self.gate.now
