@@ -36,7 +36,6 @@ from kvstate.spec.table import Table
 
 from .args import MAX_COUNT
 from .args import integer as _int
-from .bugs import Bugs
 from .coordinator import Coordinator, HitSearch, RecoveryStep
 from .disk import DiskEntry, DiskTier
 from .errors import (
@@ -118,7 +117,6 @@ class CacheCore:
         mode: str = "threads",
         max_requests: int | None = None,
         writer: Writer | None = None,
-        bugs: Sequence[str] | frozenset[str] = (),
         kernel_backend: str | None = None,
         memory_limit: int = 8 * 2**30,
         durable: bool = False,
@@ -131,7 +129,6 @@ class CacheCore:
         self.g = g
         self.k = table.consts
         self.L = self.k.L
-        self.bugs = Bugs(bugs)
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.device = torch.device(device)
@@ -179,7 +176,6 @@ class CacheCore:
             host_slots=self.host_blocks,
             device=self.device,
             hit_rule=table.hit_rule,
-            bugs=self.bugs,
             memory_limit=memory_limit,
             backend=self.backend,
         )
@@ -230,7 +226,7 @@ class CacheCore:
         self.pinned_blocks = 0
         self.vk = replace(self.k, R=2)  # views: the acting request + the aggregate of the others
         # the SWA and compressor groups read their state through their own block mapping (the
-        # identity unless a seeded bug shifts it: only non-identity mappings are applied)
+        # identity unless a seeded bug's edit shifts it: only non-identity mappings are applied)
         self._maps: dict[str, Any] = {
             grp.state_var: grp.map for grp in (self.tiers.swa, self.tiers.compressor) if grp.remaps
         }
@@ -421,9 +417,8 @@ class CacheCore:
         if rid.__class__ is not int or not 0 <= rid < len(self.meta):  # 0: the null record
             raise InvalidArgument(f"no block record {rid!r}")
         with self.lock:
-            skip = self._load_done_skip() if action == "load_done" else ()
             state, b = self._block_state(action, rid)
-            return self.guards.allows(action, state, {"b": b}, skip)
+            return self.guards.allows(action, state, {"b": b})
 
     def _rid(self, rid: Any) -> int:
         if rid.__class__ is not int or not 0 < rid < len(self.meta):
@@ -518,16 +513,12 @@ class CacheCore:
             pages = self.tiers.swa_pool.take(n)
         return pages
 
-    def _evict_skip(self) -> tuple[str, ...]:
-        return ("unpinned",) if self.bugs.on("evict_ignores_pins") else ()
-
     def _evict_one(self) -> bool:
         """Evict the least recently used block the table allows to be evicted: evict_start then
         evict_done, each its guard and then its effects (the lock is held)."""
-        skip = self._evict_skip()
         for rid in self.lru:
             try:  # the head of the LRU is usually evictable: its guard is evaluated once
-                self._check_block("evict_start", rid, skip)
+                self._check_block("evict_start", rid)
             except Refused:
                 continue
             self._fx_evict_start(rid)
@@ -545,12 +536,7 @@ class CacheCore:
         lru = self.lru
         victims = [rid for rid, _ in zip(lru, range(count), strict=False)]
         run = self._run_tests.get("evict_start")
-        if (
-            len(victims) < count
-            or run is None
-            or self._evict_skip()
-            or run(self._records, {"b": NULL_RID}, victims) >= 0
-        ):
+        if len(victims) < count or run is None or run(self._records, {"b": NULL_RID}, victims) >= 0:
             for _ in range(count):
                 if not self._evict_one():
                     return
@@ -779,8 +765,7 @@ class CacheCore:
         if build:
             self.tiers.build_index(m.slot[rid])
         m.idx[rid] = _IDX_PRESENT
-        if not self.bugs.on("skip_indexer_version"):  # seeded bug: the version stamp is skipped
-            m.iver[rid] = m.ver[rid]
+        m.iver[rid] = m.ver[rid]
 
     def index_update(self, rid: Any) -> None:
         with self.lock:
@@ -1199,14 +1184,11 @@ class CacheCore:
         self.want_tail_check.pop(rid, None)
         self.notify_changed()
 
-    def _load_done_skip(self) -> tuple[str, ...]:
-        return ("complete",) if self.bugs.on("use_before_load_complete") else ()
-
     def load_done(self, rid: Any) -> tuple[int, int]:
         """Install the loaded block; returns (device address, stored form) it came back in.
         (A disk load's window section is read here unless its job read it without the lock.)"""
         with self.lock:
-            self._check_block("load_done", rid, self._load_done_skip())
+            self._check_block("load_done", rid)
             m = self.meta
             job = self._load_job(rid)
             from_disk = job.pipe is Pipe.IO
@@ -1337,7 +1319,7 @@ class CacheCore:
     # ---- eviction and residency -------------------------------------------------------------
     def evict_start(self, rid: Any) -> None:
         with self.lock:
-            self._check_block("evict_start", rid, self._evict_skip())
+            self._check_block("evict_start", rid)
             self._fx_evict_start(rid)
 
     def _fx_evict_start(self, rid: int) -> None:
@@ -1671,12 +1653,6 @@ class CacheCore:
             s = self._slot(slot)
             exc = AlreadyReleased if s.phase == Req.IDLE else Refused
             self._guard("abort", self._req_state("abort", s, ()), {"r": 0}, exc=exc)
-            if self.bugs.on("abort_during_load_double_free"):
-                # seeded bug: the request's blocks still being loaded are freed with it
-                for rid in s.rids:
-                    if self.meta.ckv[rid] == CKV.LOADING:
-                        self.tiers.slots.release(self._load_job(rid).dst)
-                        self._freed(rid)
             self._unpin(s)
             s.phase = int(Req.IDLE)
             self._detach(s)
