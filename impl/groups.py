@@ -5,8 +5,9 @@ hit rules: the spec rules whose ``group`` field names it (``"csa+hca"`` belongs 
 compressed groups, ``"all"`` to every group).  A manager owns its device and host page tensors,
 knows how to lay a block's content out in pages, and maps a chain of records to the records its
 pages come from (``map``); that mapping is what a group's view column and its data reads share,
-so a mapping off by one block (two of the seeded bugs of ``kvstate.testing.seeded`` plant one by
-a source edit) corrupts both consistently, like the real bugs did.
+so a mapping off by one block (the window and compressor-state defects that
+``kvstate.testing.seeded`` plants by a source edit) corrupts both consistently, like the engines'
+defects of those classes did.
 
 * :class:`CompressedGroup` (CSA, HCA): full history, one page per compressed block per layer.
 * :class:`IndexerGroup`: lightning-indexer keys over the CSA entries, rebuilt from them on CPU.

@@ -148,7 +148,7 @@ def test_the_staged_package_shares_identity_and_is_cached() -> None:
     assert seeded.package((bug,)) is pkg and pkg.__name__ == seeded.package_name(frozenset([bug]))
     for mod in ("core", "groups", "tiers", "cache"):
         m = sys.modules[f"{pkg.__name__}.{mod}"]
-        assert m.__name__ == f"{pkg.__name__}.{mod}" and m.__file__.endswith(".py"), mod
+        assert m.__name__ == f"{pkg.__name__}.{mod}" and str(m.__file__).endswith(".py"), mod
     for mod in ("errors", "events", "hashing", "meta", "coordinator", "testdata", "args"):
         assert sys.modules[f"{pkg.__name__}.{mod}"] is sys.modules[f"kvstate.impl.{mod}"], mod
     real = HeterogeneousKVCache(small(), executors="manual")
