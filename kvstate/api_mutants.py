@@ -307,7 +307,9 @@ def child(profile: str, coverage: bool = True) -> None:
     """In the mutated interpreter: one harness run, the outcome as one JSON line."""
     from kvstate.api_harness import OPS, run_api
     from kvstate.spec import default_table
+    from kvstate.testing.threads import single_intraop_thread
 
+    single_intraop_thread()
     t0 = time.monotonic()
     try:
         res = run_api(

@@ -112,6 +112,9 @@ def _cmd_graphs(args: argparse.Namespace) -> int:
 
 def _cmd_fuzz(args: argparse.Namespace) -> int:
     from kvstate.fuzz_cli import run_fuzz_cli
+    from kvstate.testing.threads import single_intraop_thread
+
+    single_intraop_thread()
 
     return run_fuzz_cli(args, _load_table(args.spec))
 

@@ -15,13 +15,23 @@ from .errors import SpecError
 
 
 class ReqView:
-    """Attribute access to one request's variables."""
+    """Attribute access to one request's variables.
 
-    __slots__ = ("_s", "_r")
+    On a :class:`ConcreteState` the values sit in the instance dictionary (read at C speed: the
+    model evaluates tens of guards per state); ``__getattr__`` only answers names that are not
+    there, with the error that says why.
+    """
+
+    __slots__ = ("_s", "_r", "__dict__")
 
     def __init__(self, s: ConcreteState, r: int) -> None:
         self._s = s
         self._r = r
+        if s._direct:
+            d = self.__dict__
+            for name in s._req_names:
+                if name in s._v:
+                    d[name] = s._v[name][r]
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -36,7 +46,12 @@ class ReqView:
 class ConcreteState:
     """A read-only state mapping with the quantifier hooks :mod:`kvstate.spec.expr` needs."""
 
-    __slots__ = ("_v", "N", "k", "_req_names")
+    __slots__ = ("_v", "N", "k", "_req_names", "_reqs", "__dict__")
+
+    #: Whether variables are copied into the instance dictionary, so that ``s.ckv`` is a plain
+    #: attribute read instead of a ``__getattr__`` call.  The probe states below keep every read
+    #: going through ``__getattr__``: that is how they see what a callable reads.
+    _direct = True
 
     def __init__(
         self, values: Mapping[str, Any], N: int, k: Any, req_names: frozenset[str]
@@ -45,6 +60,12 @@ class ConcreteState:
         self.N = N
         self.k = k
         self._req_names = req_names
+        self._reqs: list[ReqView | None] = [None] * k.R
+        if self._direct:  # names cannot shadow the methods: spec/validate reserves them
+            d = self.__dict__
+            for name, v in self._v.items():
+                if name not in req_names:
+                    d[name] = v
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -56,9 +77,15 @@ class ConcreteState:
         return v
 
     def req(self, r: int) -> ReqView:
-        if not isinstance(r, int) or not 0 <= r < self.k.R:
-            raise SpecError(f"request index {r!r} out of range 0..{self.k.R - 1}")
-        return ReqView(self, r)
+        try:
+            view = self._reqs[r] if r >= 0 and type(r) is int else None
+        except (IndexError, TypeError):
+            view = None
+        if view is None:
+            if not isinstance(r, int) or not 0 <= r < self.k.R:
+                raise SpecError(f"request index {r!r} out of range 0..{self.k.R - 1}")
+            view = self._reqs[r] = ReqView(self, r)
+        return view
 
     @property
     def values(self) -> dict[str, Any]:
@@ -99,6 +126,7 @@ class ProbeState(ConcreteState):
     """Evaluates every per-block body (even over empty ranges) so validation sees every name."""
 
     __slots__ = ()
+    _direct = False
 
     def forall_blocks(self, lo: Any, hi: Any, body: Callable[[Any], Any]) -> Any:
         results = [body(b) for b in range(self.N)]

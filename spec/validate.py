@@ -12,7 +12,7 @@ import keyword
 from typing import Any
 
 from .errors import SpecError
-from .state import ProbeState, RecordingState, initial_state
+from .state import ConcreteState, ProbeState, RecordingState, initial_state
 from .table import Action, ParamKind, Scope, Table, Var
 
 
@@ -61,8 +61,9 @@ def _check_value(var: Var, value: Any, N: int, where: str) -> None:
 
 
 # What the state mapping itself answers (``s.N``, ``s.k``, ``s.req(r)``, ...): a variable of that
-# name could never be read.
-RESERVED_NAMES = frozenset({"N", "k", "req", "forall_blocks", "array", "store", "values", "key"})
+# name could never be read (and would shadow the method in the state's instance dictionary).
+# Read off the class, so a new method reserves its name without a second list to keep.
+RESERVED_NAMES = frozenset(n for n in dir(ConcreteState) if not n.startswith("_"))
 
 
 def _check_name(what: str, name: Any, *, dotted: bool = False) -> None:

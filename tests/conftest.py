@@ -1,4 +1,4 @@
-"""Test-wide set-up: the kernel simulator and the Hypothesis profile.
+"""Test-wide set-up: the kernel simulator, the Hypothesis profile and torch's thread pool.
 
 NUMBA_ENABLE_CUDASIM must be set before numba is first imported (kernel tests run under the
 Numba CUDA simulator on machines without a GPU).  The Hypothesis profile comes from
@@ -15,3 +15,7 @@ from hypothesis import settings  # noqa: E402
 import kvstate.model.fuzz  # noqa: E402,F401  (registers the ci/dev/nightly profiles)
 
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+from kvstate.testing.threads import single_intraop_thread  # noqa: E402
+
+single_intraop_thread()  # the targets' tensors are tiny: see kvstate/testing/threads.py

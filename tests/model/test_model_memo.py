@@ -29,6 +29,7 @@ class _Recording(ConcreteState):
     """A plain state (short-circuits like the fuzz's) that records the variables read."""
 
     __slots__ = ("reads",)
+    _direct = False  # every read goes through __getattr__, where it is recorded
 
     def __init__(self, s: ConcreteState) -> None:
         super().__init__(s._v, s.N, s.k, s._req_names)
