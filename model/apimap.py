@@ -177,6 +177,23 @@ class Explainer:
         for call, extra in SECTIONS.items():  # one critical section of a multi-section call
             self.nfas[f"{call}/section"] = compile_patterns((*API[call].patterns, *extra), names)
         self.scope = {v.name: v.scope for v in self.table.vars}
+        self.rewritten = {call: self._rewritten(nfa) for call, (nfa, _, _) in self.nfas.items()}
+
+    def _rewritten(self, nfa: Nfa) -> frozenset[str]:
+        """The actions of one call whose request variables another step of the same call may
+        write again (``admit ... abort admit``): the observed end state need not show their
+        write, so the search must not skip a request that looks untouched there."""
+        req = {n for n, sc in self.scope.items() if sc in (Scope.REQ, Scope.REQ_BLOCK)}
+        writes: dict[str, int] = {}
+        steps = [tok for edges in nfa.edges for tok, _ in edges]
+        for tok in steps:
+            for var in self.table.action(tok).modifies & req:
+                writes[var] = writes.get(var, 0) + 1
+        return frozenset(
+            tok
+            for tok in steps
+            if any(writes[v] > 1 for v in self.table.action(tok).modifies & req)
+        )
 
     def _cells(self, values: Mapping[str, Any]) -> dict[tuple[str, Any], Any]:
         out: dict[tuple[str, Any], Any] = {}
@@ -219,10 +236,11 @@ class Explainer:
         forbid: set[tuple[str, int]],
         ticks: int | None = None,
         fmts: Mapping[tuple[str, int], int] | None = None,
+        rewritten: frozenset[str] = frozenset(),
     ) -> list[dict[str, int]]:
         """Parameters worth trying: the ones that change something the library shows."""
         doms: list[list[int]] = []
-        vals = cur.values
+        vals = cur.mapping
         # ghost truth is not observable: only what the library shows steers the search
         blocks_mod = [n for n in a.modifies if self.scope[n] is Scope.BLOCK and n in obs]
         req_mod = [
@@ -243,7 +261,7 @@ class Explainer:
                     r
                     for r in dom
                     if not req_mod
-                    or a.name in ("admit", "match", "pin", "validate")
+                    or a.name in rewritten
                     or any(vals[n][r] != obs[n][r] for n in req_mod)
                 ]
             elif q.kind is ParamKind.TOKENS:
@@ -297,6 +315,7 @@ class Explainer:
         the ones the library shows.  States are compared exactly (addresses are the library's slots).
         """
         nfa, start, accept = self.nfas[call]
+        rewritten = self.rewritten[call]
         table = self.table
         goal = self._cells(observed)
         for cell in ignore:
@@ -306,13 +325,15 @@ class Explainer:
         tie = itertools.count()
         want = _by_var(goal)
         heap: list[tuple[int, int, int, ConcreteState, frozenset[int], list[Step]]] = [
-            (self._distance_by_var(before.values, want), 0, next(tie), before, s0, [])
+            (self._distance_by_var(before.mapping, want), 0, next(tie), before, s0, [])
         ]
         seen: set[tuple[Any, frozenset[int]]] = set()
         nodes = 0
         while heap and nodes < max_nodes:
             dist, _, _, cur, states, path = heapq.heappop(heap)
-            key = (tuple(sorted((k, _freeze(v)) for k, v in cur.values.items())), states)
+            # states of one search share their variables' order (a step copies the dict), so
+            # no sort: a state seen in another order is only searched twice, never missed
+            key = (tuple([(k, _freeze(v)) for k, v in cur.mapping.items()]), states)
             if key in seen:
                 continue
             seen.add(key)
@@ -321,9 +342,9 @@ class Explainer:
                 return Explanation(path, nodes, False)
             for name, nxt in nfa.moves(states).items():
                 a = table.action(name)
-                for p in self._candidates(a, cur, observed, req, ban, ticks, fmts):
+                for p in self._candidates(a, cur, observed, req, ban, ticks, fmts, rewritten):
                     new = self.m.step(cur, a, p)
-                    d = self._distance_by_var(new.values, want)
+                    d = self._distance_by_var(new.mapping, want)
                     heapq.heappush(
                         heap, (d, len(path) + 1, next(tie), new, nxt, [*path, (name, p)])
                     )

@@ -9,6 +9,7 @@ harness and the implementation's own hit search all evaluate the table's callabl
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 from .errors import SpecError
@@ -17,9 +18,9 @@ from .errors import SpecError
 class ReqView:
     """Attribute access to one request's variables.
 
-    On a :class:`ConcreteState` the values sit in the instance dictionary (read at C speed: the
-    model evaluates tens of guards per state); ``__getattr__`` only answers names that are not
-    there, with the error that says why.
+    On a :class:`ConcreteState` the first read copies the request's values into the instance
+    dictionary (later reads run at C speed: the model evaluates tens of guards per state);
+    ``__getattr__`` then only answers names that are not there, with the error that says why.
     """
 
     __slots__ = ("_s", "_r", "__dict__")
@@ -27,19 +28,20 @@ class ReqView:
     def __init__(self, s: ConcreteState, r: int) -> None:
         self._s = s
         self._r = r
-        if s._direct:
-            d = self.__dict__
-            for name in s._req_names:
-                if name in s._v:
-                    d[name] = s._v[name][r]
 
     def __getattr__(self, name: str) -> Any:
+        s = self._s
         try:
-            v = self._s._v[name]
+            v = s._v[name]
         except KeyError:
             raise AttributeError(f"unknown request variable {name!r}") from None
-        if name not in self._s._req_names:
+        if name not in s._req_names:
             raise AttributeError(f"{name!r} is not a per-request variable")
+        if s._direct:  # the first read fills the dictionary: later reads never come here
+            d = self.__dict__
+            for n in s._req_names:
+                if n in s._v:
+                    d[n] = s._v[n][self._r]
         return v[self._r]
 
 
@@ -48,8 +50,8 @@ class ConcreteState:
 
     __slots__ = ("_v", "N", "k", "_req_names", "_reqs", "__dict__")
 
-    #: Whether variables are copied into the instance dictionary, so that ``s.ckv`` is a plain
-    #: attribute read instead of a ``__getattr__`` call.  The probe states below keep every read
+    #: Whether variables are copied into the instance dictionary at the first read, so that
+    #: later reads of ``s.ckv`` are plain attribute reads instead of ``__getattr__`` calls.  The probe states below keep every read
     #: going through ``__getattr__``: that is how they see what a callable reads.
     _direct = True
 
@@ -61,11 +63,6 @@ class ConcreteState:
         self.k = k
         self._req_names = req_names
         self._reqs: list[ReqView | None] = [None] * k.R
-        if self._direct:  # names cannot shadow the methods: spec/validate reserves them
-            d = self.__dict__
-            for name, v in self._v.items():
-                if name not in req_names:
-                    d[name] = v
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -74,6 +71,11 @@ class ConcreteState:
             raise AttributeError(f"unknown state variable {name!r}") from None
         if name in self._req_names:
             raise AttributeError(f"{name!r} is per-request: read it as s.req(r).{name}")
+        if self._direct:  # the first read fills the dictionary (names cannot shadow methods:
+            d = self.__dict__  # spec/validate reserves them); a state never read costs nothing
+            for n, x in self._v.items():
+                if n not in self._req_names:
+                    d[n] = x
         return v
 
     def req(self, r: int) -> ReqView:
@@ -90,6 +92,11 @@ class ConcreteState:
     @property
     def values(self) -> dict[str, Any]:
         return dict(self._v)
+
+    @property
+    def mapping(self) -> Mapping[str, Any]:
+        """The values, read-only and not copied (a search reads thousands of states)."""
+        return MappingProxyType(self._v)
 
     def forall_blocks(self, lo: Any, hi: Any, body: Callable[[Any], Any]) -> Any:
         for b in range(max(lo, 0), min(hi, self.N)):

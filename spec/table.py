@@ -10,6 +10,7 @@ is how seeded-bug variants and users' own tables are built without editing the d
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
@@ -294,16 +295,25 @@ class Table:
         return t
 
     # ---- lookup -------------------------------------------------------------------------
+    @functools.cached_property
+    def _vars_by_name(self) -> dict[str, Var]:
+        # the fuzzers look variables and actions up per step; a frozen table never changes
+        return {v.name: v for v in reversed(self.vars)}  # the first of a name, as before
+
+    @functools.cached_property
+    def _actions_by_name(self) -> dict[str, Action]:
+        return {a.name: a for a in reversed(self.actions)}
+
     def var(self, name: str) -> Var:
-        for v in self.vars:
-            if v.name == name:
-                return v
+        v = self._vars_by_name.get(name)
+        if v is not None:
+            return v
         raise SpecError(f"table {self.name!r}: unknown variable {name!r}")
 
     def action(self, name: str) -> Action:
-        for a in self.actions:
-            if a.name == name:
-                return a
+        a = self._actions_by_name.get(name)
+        if a is not None:
+            return a
         raise SpecError(
             f"table {self.name!r}: unknown action {name!r}; actions: {', '.join(a.name for a in self.actions)}"
         )

@@ -19,7 +19,8 @@ bugs: the cache then comes from the staged copy of ``impl/`` with their edits
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import operator
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,12 @@ class Target:
         self.core = self.cache.core
         self.chain = self.cache.chain(harness_tokens(N * k.L), NAMESPACE)
         self.rids = self.cache.register(self.chain)
+        # one C call gathers a column over the chain (observe() runs after every fuzz step)
+        pick = operator.itemgetter(*self.rids)
+        self._gather: Callable[[list[Any]], tuple[Any, ...]] = (
+            pick if len(self.rids) > 1 else (lambda col: (pick(col),))
+        )
+        self._observed_vars = [(v.name, v.scope) for v in table.vars if not v.ghost]
         self._reqs: list[Request | None] = [None] * self.R
         self._ctx: list[UseContext | None] = [None] * self.R
 
@@ -211,25 +218,21 @@ class Target:
     def observe(self) -> dict[str, Any]:
         core = self.core
         m = core.meta
-        rids = self.rids
+        gather = self._gather
         slots = core.slots[: self.R]
         zeros = (0,) * self.N
         out: dict[str, Any] = {}
-        for v in self.table.vars:
-            if v.ghost:  # the truth the harness tracks from the operations: nothing to observe
-                continue
-            name = v.name
-            if v.scope is Scope.BLOCK:
-                col = getattr(m, name)
-                out[name] = tuple(col[i] for i in rids)
-            elif v.scope is Scope.GLOBAL:
+        for name, scope in self._observed_vars:  # ghosts: the harness tracks them
+            if scope is Scope.BLOCK:
+                out[name] = gather(getattr(m, name))
+            elif scope is Scope.GLOBAL:
                 if name == "nfree":
-                    out[name] = sum(1 for i in rids if m.ckv[i] == CKV.FREE)
+                    out[name] = gather(m.ckv).count(CKV.FREE)
                 elif name == "graph":
                     out[name] = core.graph.phase
                 else:
                     out[name] = getattr(core, name)
-            elif v.scope is Scope.REQ:
+            elif scope is Scope.REQ:
                 out[name] = tuple(getattr(s, name) for s in slots)
             else:
                 out[name] = tuple(tuple(getattr(s, name)) or zeros for s in slots)

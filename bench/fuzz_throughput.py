@@ -1,0 +1,122 @@
+"""Lockstep steps per second of ``kvstate fuzz`` in the ``ci`` profile, paired across builds.
+
+Runs the two conformance targets the issue tracker measures, each as its own ``kvstate fuzz``
+process (Python's start is excluded by the command's own clock):
+
+* ``block``: ``kvstate fuzz --profile ci`` (the table's actions one at a time on a real cache);
+  the figure is *lockstep steps/s* (actions performed by model and target, then checked).
+* ``api``: ``kvstate fuzz --target kvstate-api --profile ci`` (the public API, bytes and faults);
+  the figure is *API operations/s*.
+
+``--python`` adds other interpreters (for instance a baseline worktree's venv), and every round
+runs each interpreter once per target, the order rotating, so each round's ratio compares runs
+that saw the same machine load.  Each run's counts (steps, refusals, examples; operations) are
+printed too: a speed-up that changed them changed what the fuzzer checks, and the bench says so.
+
+    .venv/bin/python bench/fuzz_throughput.py [--rounds 3] [--python ../base/.venv/bin/python]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+TARGETS = {
+    "block": (["fuzz", "--profile", "ci"], r"throughput: ([\d.]+) lockstep steps/s"),
+    "api": (
+        ["fuzz", "--target", "kvstate-api", "--profile", "ci"],
+        r"\(([\d.]+) operations/s\)",
+    ),
+}
+COUNTS = {
+    "block": r"ok, (\d+) lockstep steps and (\d+) refused actions checked in (\d+) examples",
+    "api": r"(\d+) API operations in (\d+) Hypothesis examples",
+}
+
+
+def _load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def run_once(python: str, target: str) -> tuple[float, tuple[int, ...]]:
+    args, pat = TARGETS[target]
+    cli = "import sys; from kvstate.cli import main; sys.exit(main())"
+    proc = subprocess.run(
+        [python, "-c", cli, *args],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    out = proc.stdout + proc.stderr
+    rate = re.search(pat, out)
+    counts = re.search(COUNTS[target], out)
+    if proc.returncode != 0 or rate is None or counts is None:
+        raise SystemExit(f"{python} {' '.join(args)} failed (rc {proc.returncode}):\n{out[-3000:]}")
+    return float(rate.group(1)), tuple(int(x) for x in counts.groups())
+
+
+def _compiled(python: str) -> str:
+    code = "from kvstate.impl import native_modules; print(' '.join(sorted(native_modules())))"
+    got = subprocess.run([python, "-c", code], capture_output=True, text=True, check=False)
+    return got.stdout.strip() or "none (pure Python)"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--targets", nargs="+", choices=list(TARGETS), default=list(TARGETS))
+    ap.add_argument(
+        "--python",
+        action="append",
+        default=[],
+        help="another interpreter to run side by side (repeatable); this one always runs",
+    )
+    a = ap.parse_args(argv)
+    if a.rounds < 1:
+        ap.error("--rounds must be at least 1")
+    pythons = [sys.executable, *a.python]
+    print(f"machine load (1/5/15 min): {_load()}, {os.cpu_count()} CPUs")
+    for i, py in enumerate(pythons):
+        print(f"  [{i}] {py}: compiled request path: {_compiled(py)}")
+    for target in a.targets:
+        rates: dict[int, list[float]] = {i: [] for i in range(len(pythons))}
+        counts: dict[int, set[tuple[int, ...]]] = {i: set() for i in range(len(pythons))}
+        for rnd in range(a.rounds):
+            order = list(range(len(pythons)))
+            order = order[rnd % len(order) :] + order[: rnd % len(order)]
+            for i in order:
+                rate, cnt = run_once(pythons[i], target)
+                rates[i].append(rate)
+                counts[i].add(cnt)
+        unit = "steps/s" if target == "block" else "operations/s"
+        print(f"\n{target} ({' '.join(TARGETS[target][0])}), {unit}, {a.rounds} rounds:")
+        for i in rates:
+            r = rates[i]
+            print(
+                f"  [{i}] min {min(r):8.1f}  median {statistics.median(r):8.1f}  "
+                f"max {max(r):8.1f}   counts {sorted(counts[i])}"
+            )
+        for i in list(rates)[1:]:
+            ratios = [x / y for x, y in zip(rates[0], rates[i], strict=True)]
+            print(
+                f"  ratio [0]/[{i}] per round: min {min(ratios):.2f}  "
+                f"median {statistics.median(ratios):.2f}  max {max(ratios):.2f}"
+            )
+            if counts[0] != counts[i]:
+                print(
+                    f"  NOTE: the counts differ between [0] and [{i}]: they checked different runs"
+                )
+    print(f"\nmachine load at the end: {_load()}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
