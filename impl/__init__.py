@@ -12,7 +12,6 @@ from .native import install_guard, native_modules
 
 install_guard()  # before the compiled modules are imported: a stale build runs its sources
 
-from .bugs import BUGS, planted  # noqa: E402
 from .cache import Admission, Explanation, HeterogeneousKVCache, Pin, Request, Run, UseContext  # noqa: E402
 from .coordinator import HitSearch, RecoveryPlan, RecoveryStep, Shortening  # noqa: E402
 from .errors import (  # noqa: E402
@@ -32,9 +31,9 @@ from .events import Event, EventKind, EventLog  # noqa: E402
 from .testdata import DeterministicWriter, Writer  # noqa: E402
 
 __all__ = [
-    "BUGS", "Admission", "AlreadyReleased", "CorruptEntry", "DiskWriteError", "DeterministicWriter", "Event",
+    "Admission", "AlreadyReleased", "CorruptEntry", "DiskWriteError", "DeterministicWriter", "Event",
     "EventKind", "EventLog", "Explanation", "HeterogeneousKVCache", "HitSearch", "InternalError",
     "InvalidArgument", "KVStateError", "LayoutError", "NotReady", "OutOfCapacity", "Pin",
     "RecoveryPlan", "RecoveryStep", "Refused", "Request", "Run", "Shortening", "UnknownRequest",
-    "UseContext", "Writer", "native_modules", "planted",
+    "UseContext", "Writer", "native_modules",
 ]  # fmt: skip

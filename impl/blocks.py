@@ -20,7 +20,6 @@ from kvstate.spec.phases import CKV, Fmt, Indexer, Swa, Tail
 from kvstate.spec.table import Table
 
 from .args import integer as _int
-from .bugs import Bugs
 from .errors import InternalError, InvalidArgument, OutOfCapacity, Refused
 from .events import EventKind, EventLog
 from .gate import GuardGate
@@ -47,7 +46,6 @@ class BlockStore:
         tiers: Tiers,
         pipes: Pipelines,
         events: EventLog,
-        bugs: Bugs,
         *,
         writer: Writer | None,
         derive_index: bool,
@@ -61,7 +59,6 @@ class BlockStore:
         self.tiers = tiers
         self.pipes = pipes
         self.events = events
-        self.bugs = bugs
         self.k = table.consts
         self.L = self.k.L
         self.writer = writer
@@ -137,17 +134,13 @@ class BlockStore:
             pages = self.tiers.swa_pool.take(n)
         return pages
 
-    def _evict_skip(self) -> tuple[str, ...]:
-        return ("unpinned",) if self.bugs.on("evict_ignores_pins") else ()
-
     def evict_lru(self) -> bool:
         """Evict the least recently used block the table allows to be evicted: evict_start then
         evict_done, each its guard and then its effects (the lock is held)."""
-        skip = self._evict_skip()
         gate = self.gate
         for rid in self.lru:
             try:  # the head of the LRU is usually evictable: its guard is evaluated once
-                gate.check_block("evict_start", rid, skip)
+                gate.check_block("evict_start", rid)
             except Refused:
                 continue
             self.fx_evict_start(rid)
@@ -171,12 +164,7 @@ class BlockStore:
         gate = self.gate
         victims = [rid for rid, _ in zip(lru, range(count), strict=False)]
         run = gate.run_tests.get("evict_start")
-        if (
-            len(victims) < count
-            or run is None
-            or self._evict_skip()
-            or run(gate.records, {"b": NULL_RID}, victims) >= 0
-        ):
+        if len(victims) < count or run is None or run(gate.records, {"b": NULL_RID}, victims) >= 0:
             for _ in range(count):
                 if not self.evict_lru():
                     return
@@ -390,8 +378,7 @@ class BlockStore:
         if build:
             self.tiers.build_index(m.slot[rid])
         m.idx[rid] = _IDX_PRESENT
-        if not self.bugs.on("skip_indexer_version"):  # seeded bug: the version stamp is skipped
-            m.iver[rid] = m.ver[rid]
+        m.iver[rid] = m.ver[rid]
 
     def index_update(self, rid: Any) -> None:
         with self.lock:
@@ -401,7 +388,7 @@ class BlockStore:
     # ---- eviction and residency -------------------------------------------------------------
     def evict_start(self, rid: Any) -> None:
         with self.lock:
-            self.gate.check_block("evict_start", rid, self._evict_skip())
+            self.gate.check_block("evict_start", rid)
             self.fx_evict_start(rid)
 
     def fx_evict_start(self, rid: int) -> None:

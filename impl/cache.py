@@ -474,7 +474,6 @@ class HeterogeneousKVCache:
         host_blocks: Any = None,
         disk_blocks: Any = None,
         writer: Any = _DEFAULT_WRITER,
-        bugs: Any = (),
         kernel_backend: Any = None,
         memory_limit: Any = 8 * 2**30,
         max_model_len: Any = 1 << 20,
@@ -507,10 +506,6 @@ class HeterogeneousKVCache:
             and not callable(getattr(writer, "rows", None))
         ):
             raise InvalidArgument(f"writer must be a Writer or None, got {type(writer).__name__}")
-        if not isinstance(bugs, (tuple, list, set, frozenset)) or not all(
-            isinstance(b, str) for b in bugs
-        ):
-            raise InvalidArgument(f"bugs must be a collection of bug names, got {bugs!r}")
         backend = args.kernel_backend(kernel_backend)
         memory_limit = args.integer("memory_limit", memory_limit, 1, args.MAX_COUNT)
         max_model_len = args.integer("max_model_len", max_model_len, 1, MAX_MODEL_LEN)
@@ -541,7 +536,6 @@ class HeterogeneousKVCache:
             mode=executors,
             max_requests=caps["max_requests"],
             writer=DeterministicWriter() if writer is _DEFAULT_WRITER else writer,
-            bugs=frozenset(bugs),
             kernel_backend=backend,
             memory_limit=memory_limit,
             durable=durable,

@@ -40,7 +40,6 @@ from kvstate.spec.table import Table
 from .args import MAX_COUNT
 from .args import integer as _int
 from .blocks import BlockStore
-from .bugs import Bugs
 from .coordinator import HitSearch, RecoveryStep
 from .disk import DiskTier
 from .errors import LayoutError
@@ -100,7 +99,6 @@ class CacheCore:
         mode: str = "threads",
         max_requests: int | None = None,
         writer: Writer | None = None,
-        bugs: Sequence[str] | frozenset[str] = (),
         kernel_backend: str | None = None,
         memory_limit: int = 8 * 2**30,
         durable: bool = False,
@@ -113,7 +111,6 @@ class CacheCore:
         self.g = g
         self.k = table.consts
         self.L = self.k.L
-        self.bugs = Bugs(bugs)
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.device = torch.device(device)
@@ -150,7 +147,6 @@ class CacheCore:
             host_slots=self.host_blocks,
             device=self.device,
             hit_rule=table.hit_rule,
-            bugs=self.bugs,
             memory_limit=memory_limit,
             backend=self.backend,
         )
@@ -184,7 +180,7 @@ class CacheCore:
         maps: dict[str, Any] = {
             grp.state_var: grp.map for grp in (self.tiers.swa, self.tiers.compressor) if grp.remaps
         }
-        self.gate = gate = GuardGate(table, self.meta, self.graph, self.bugs, maps)
+        self.gate = gate = GuardGate(table, self.meta, self.graph, maps)
         self.guards = gate.guards
         self.coord = gate.coord
         self.rule_reads = gate.rule_reads
@@ -194,7 +190,6 @@ class CacheCore:
             self.tiers,
             self.pipes,
             self.events,
-            self.bugs,
             writer=writer,
             derive_index=self.derive_index,
             device_blocks=self.device_blocks,
@@ -219,7 +214,7 @@ class CacheCore:
         self.want_rebuild = recovery.want_rebuild
         self.want_tail_check = recovery.want_tail_check
         self.requests = requests = RequestTable(
-            table, gate, store, recovery, self.tiers, self.events, self.bugs, caps["max_requests"]
+            table, gate, store, recovery, self.tiers, self.events, caps["max_requests"]
         )
         self.slots = requests.slots
         recovery.scan_disk()

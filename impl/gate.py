@@ -21,7 +21,6 @@ from typing import Any
 from kvstate.spec.compile import compile_hit_rule
 from kvstate.spec.table import Table
 
-from .bugs import Bugs
 from .coordinator import Coordinator
 from .errors import InternalError, InvalidArgument, Refused
 from .graphs import GraphRegistry
@@ -35,13 +34,11 @@ class GuardGate:
         table: Table,
         meta: BlockMeta,
         graph: GraphRegistry,
-        bugs: Bugs,
         maps: dict[str, Any],
     ) -> None:
         self.table = table
         self.meta = meta
         self.graph = graph
-        self.bugs = bugs
         self.L = table.consts.L
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)
@@ -52,7 +49,7 @@ class GuardGate:
         self.pinned_blocks = 0
         self.vk = replace(table.consts, R=2)  # views: the acting request + the others' aggregate
         # the SWA and compressor groups read their state through their own block mapping (the
-        # identity unless a seeded bug shifts it: only non-identity mappings are applied)
+        # identity unless a seeded bug's edit shifts it: only non-identity mappings are applied)
         self.maps = maps
         mapped = frozenset(maps)
         self.guards = Guards(table, self.vk, mapped)
@@ -221,12 +218,8 @@ class GuardGate:
         if rid.__class__ is not int or not 0 <= rid < len(self.meta):  # 0: the null record
             raise InvalidArgument(f"no block record {rid!r}")
         with self.lock:
-            skip = self.load_done_skip() if action == "load_done" else ()
             state, b = self.block_state(action, rid)
-            return self.guards.allows(action, state, {"b": b}, skip)
-
-    def load_done_skip(self) -> tuple[str, ...]:
-        return ("complete",) if self.bugs.on("use_before_load_complete") else ()
+            return self.guards.allows(action, state, {"b": b})
 
     def rid(self, rid: Any) -> int:
         if rid.__class__ is not int or not 0 < rid < len(self.meta):

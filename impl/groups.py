@@ -5,8 +5,9 @@ hit rules: the spec rules whose ``group`` field names it (``"csa+hca"`` belongs 
 compressed groups, ``"all"`` to every group).  A manager owns its device and host page tensors,
 knows how to lay a block's content out in pages, and maps a chain of records to the records its
 pages come from (``map``); that mapping is what a group's view column and its data reads share,
-so the SWA and compressor seeded bugs (a mapping off by one block) corrupt both consistently,
-like the real bugs did.
+so a mapping off by one block (the window and compressor-state defects that
+``kvstate.testing.seeded`` plants by a source edit) corrupts both consistently, like the engines'
+defects of those classes did.
 
 * :class:`CompressedGroup` (CSA, HCA): full history, one page per compressed block per layer.
 * :class:`IndexerGroup`: lightning-indexer keys over the CSA entries, rebuilt from them on CPU.
@@ -28,9 +29,7 @@ from kvstate.kernels import Backend, select_backend, splice_tail
 from kvstate.spec.geometry import Geometry
 from kvstate.spec.layers import HitRule, Rule
 
-from .bugs import Bugs
 from .errors import InternalError, LayoutError
-from .meta import NULL_RID
 from .testdata import Writer
 
 
@@ -48,7 +47,7 @@ class Group:
 
     name = ""
     state_var = ""  # the table variable that carries this group's readiness
-    remaps = False  # whether map() is not the identity (only under a seeded bug)
+    remaps = False  # whether map() is not the identity (never here; a seeded bug's edit)
 
     def __init__(
         self,
@@ -224,11 +223,8 @@ class SWAGroup(Group):
         host_slots: int,
         device: torch.device,
         hit_rule: HitRule,
-        bugs: Bugs,
     ) -> None:
         self.entry_bytes = g.entry_bytes
-        self._late = bugs.on("swa_offset_by_one_block")
-        self.remaps = self._late  # map() is not the identity
         ppl = g.lcm_tokens // g.swa_block_tokens
         super().__init__(
             g,
@@ -240,11 +236,6 @@ class SWAGroup(Group):
             device,
             hit_rule,
         )
-
-    def map(self, rids: Sequence[int]) -> Sequence[int]:
-        if self._late:  # seeded bug: the window's block table starts one block late
-            return list(rids[1:]) + [NULL_RID]
-        return rids
 
     def make_pages(self, start: int, tokens: np.ndarray, writer: Writer) -> torch.Tensor:
         pos = torch.arange(start, start + self.L, dtype=torch.int64)
@@ -263,14 +254,11 @@ class CompressorGroup(SlotGroup):
         host_slots: int,
         device: torch.device,
         hit_rule: HitRule,
-        bugs: Bugs,
     ) -> None:
         self.ratio = g.csa_ratio
         self.ring = g.csa_tail_rows
         self.width = 2 * g.head_dim  # kv | score
         self.state_bytes = self.ring * self.width * 4
-        self._wrong_boundary = bugs.on("tail_splice_off_by_one")
-        self.remaps = self._wrong_boundary  # map() is not the identity
         layers = [i for i, k in enumerate(g.layers) if k == "csa"]
         super().__init__(
             g,
@@ -282,11 +270,6 @@ class CompressorGroup(SlotGroup):
             device,
             hit_rule,
         )
-
-    def map(self, rids: Sequence[int]) -> Sequence[int]:
-        if self._wrong_boundary:  # seeded bug: the state of boundary nb is read for nb - 1
-            return list(rids[1:]) + [NULL_RID]
-        return rids
 
     def make_pages(self, start: int, tokens: np.ndarray, writer: Writer) -> torch.Tensor:
         """The ring at boundary ``h = start + L``: positions ``[h - m, h)`` in slots ``q % 2m``."""

@@ -3,8 +3,9 @@
 The implementation never restates a guard.  Before it performs a transition it evaluates that
 action's named conjuncts (``table.action(name).guard``) on a :class:`~kvstate.impl.meta.ChainView`
 of its own metadata and refuses with the names of the false ones, so a refusal matches the
-model's by construction.  A seeded bug that "forgets a check" is planted by passing that
-conjunct's name in ``skip`` at the one call site where the bug would live.
+model's by construction.  ``skip`` leaves named conjuncts out (the validate path checks the hit
+rules' conjuncts separately); a seeded bug that "forgets a check" (``kvstate.testing.seeded``)
+is a source edit that passes that conjunct's name at the one call site where the bug would live.
 """
 
 from __future__ import annotations

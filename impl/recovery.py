@@ -538,7 +538,7 @@ class Recovery:
         """Install the loaded block; returns (device address, stored form) it came back in.
         (A disk load's window section is read here unless its job read it without the lock.)"""
         with self.lock:
-            self.gate.check_block("load_done", rid, self.gate.load_done_skip())
+            self.gate.check_block("load_done", rid)
             m = self.meta
             job = self.load_job(rid)
             from_disk = job.pipe is Pipe.IO

@@ -15,13 +15,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kvstate.spec.phases import CKV, Req
+from kvstate.spec.phases import Req
 from kvstate.spec.table import Table
 
 from .args import MAX_COUNT
 from .args import integer as _int
 from .blocks import BlockStore
-from .bugs import Bugs
 from .coordinator import HitSearch, RecoveryPlan, plan_steps, projection
 from .errors import (
     AlreadyReleased,
@@ -110,7 +109,6 @@ class RequestTable:
         recovery: Recovery,
         tiers: Tiers,
         events: EventLog,
-        bugs: Bugs,
         max_requests: int,
     ) -> None:
         self.table = table
@@ -120,7 +118,6 @@ class RequestTable:
         self.meta = gate.meta
         self.tiers = tiers
         self.events = events
-        self.bugs = bugs
         self.L = table.consts.L
         self.lock = gate.lock
         self.slots = [Slot(i) for i in range(max_requests)]
@@ -477,12 +474,6 @@ class RequestTable:
             exc = AlreadyReleased if s.phase == Req.IDLE else Refused
             gate = self.gate
             gate.guard("abort", gate.req_state("abort", s, ()), {"r": 0}, exc=exc)
-            if self.bugs.on("abort_during_load_double_free"):
-                # seeded bug: the request's blocks still being loaded are freed with it
-                for rid in s.rids:
-                    if self.meta.ckv[rid] == CKV.LOADING:
-                        self.tiers.slots.release(self.recovery.load_job(rid).dst)
-                        self.store.freed(rid)
             self._unpin(s)
             s.phase = int(Req.IDLE)
             self._detach(s)

@@ -25,7 +25,6 @@ from kvstate.kernels.forms import unsupported
 from kvstate.spec.geometry import Geometry
 from kvstate.spec.layers import HitRule
 
-from .bugs import Bugs
 from .errors import LayoutError
 from .groups import CompressedGroup, CompressorGroup, Group, IndexerGroup, SlotGroup, SWAGroup
 from .storage import PagePool, SlotPool
@@ -58,7 +57,6 @@ class Tiers:
         host_slots: int,
         device: torch.device,
         hit_rule: HitRule,
-        bugs: Bugs,
         memory_limit: int,
         backend: str | None = None,
     ) -> None:
@@ -82,8 +80,8 @@ class Tiers:
         self.csa = CompressedGroup("csa", g.csa_ratio, g, *args)
         self.hca = CompressedGroup("hca", g.hca_ratio, g, *args)
         self.indexer = IndexerGroup(g, *args)
-        self.swa = SWAGroup(g, *args, bugs)
-        self.compressor = CompressorGroup(g, *args, bugs)
+        self.swa = SWAGroup(g, *args)
+        self.compressor = CompressorGroup(g, *args)
         self.groups: tuple[Group, ...] = (
             self.csa,
             self.hca,

@@ -6,8 +6,9 @@ at a time, restored afterwards; the working tree is never edited), runs the API 
 the median minimized trace length.  Each mutant is one edit at the spot a real engine bug of its
 class lives (a missing pin, a reference count off by one, a slot freed without reset, a stale
 indexer version, a load marked complete early, a checksum never verified, a host copy without the
-indexer pages, a window read at the wrong offset, ...), none of them one of the six switches in
-``impl/bugs.py``.
+indexer pages, a window read at the wrong offset, ...), none of them one of the six seeded bugs
+of :mod:`kvstate.testing.seeded` (source edits too, loaded in-process for the lockstep tests and
+``kvstate fuzz --bug``).
 
 The harness runs with the operations that expose the two open wrong-byte defects of the library
 left out (``read_released``, ``mutate_tokens``, ``abort_in_use``), without ``disk_full`` (an
@@ -82,8 +83,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "index_stamp_reads_old_version",
         "stale indexer version",
         "impl/blocks.py",
-        "            m.iver[rid] = m.ver[rid]",
-        "            m.iver[rid] = m.ver[rid] - 1",
+        "        m.iver[rid] = m.ver[rid]",
+        "        m.iver[rid] = m.ver[rid] - 1",
     ),
     Mutant(
         "disk_load_keeps_indexer",

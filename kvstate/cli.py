@@ -285,7 +285,10 @@ def build_parser() -> argparse.ArgumentParser:
     fz.add_argument("--profile", choices=["ci", "dev", "nightly"], default="ci")
     fz.add_argument("--pool", type=int, default=None, help="blocks in the fuzzed prefix chain")
     fz.add_argument(
-        "--bug", action="append", default=[], help="plant a seeded bug in the built-in target"
+        "--bug",
+        action="append",
+        default=[],
+        help="plant a seeded bug (kvstate.testing.seeded) in the built-in target",
     )
     fz.add_argument(
         "--no-coverage",

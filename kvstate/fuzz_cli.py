@@ -55,8 +55,8 @@ _STEP = re.compile(r"^\s*(?:\d+[.)]\s*)?([A-Za-z_]\w*)\s*\(([^()]*)\)\s*$")
 
 def resolve_target(spec: str, bugs: list[str]) -> Any:
     if spec == "kvstate":
-        from kvstate.impl.bugs import check_names
         from kvstate.testing.adapter import make_target
+        from kvstate.testing.seeded import check_names
 
         planted = check_names(bugs)
         return lambda table, n: make_target(table, n, bugs=planted)

@@ -26,7 +26,7 @@ tail removed               block 8 stored without ``seal``: the compressor state
 window slid                ``slide`` on block 8: its window pages go back to the pool and its
                            block table entry becomes the null block
 window offset (bug)        seeded bug ``swa_offset_by_one_block``: the SWA block table is one
-                           LCM block late
+                           LCM block late (the staged copy of ``kvstate.testing.seeded``)
 indexer version stale      block 8 indexed before it was sealed (``index_update`` before
                            ``seal``): its indexer page is one content version behind
 compressed block corrupt   block 8's disk file tampered with (an HCA entry negated in place):
@@ -143,7 +143,11 @@ class E2E:
     ) -> tuple[HeterogeneousKVCache, ModelWriter]:
         cg = storage_geometry(self.model.geometry, policy)
         writer = ModelWriter(self.model, cg)
-        return HeterogeneousKVCache(cg, writer=writer, executors="manual", bugs=bugs), writer
+        if not bugs:
+            return HeterogeneousKVCache(cg, writer=writer, executors="manual"), writer
+        from kvstate.testing import seeded  # the bug cases only: a staged copy of impl/
+
+        return seeded.cache(cg, bugs=bugs, writer=writer, executors="manual"), writer
 
     def diff(self, pieces: StatePieces) -> float:
         """max |logit diff| of resuming (unchecked) from ``pieces`` vs the full prefill."""

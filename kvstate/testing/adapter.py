@@ -13,7 +13,8 @@ actions with output parameters return the values the cache chose: ``allocate(b)`
 slot it took and the stored form of the writer, ``load_done(b)`` the address and stored form the
 load came back in (``{"a": ..., "f": ...}`` both);
 addresses are device slot numbers (block ``b`` starts at slot ``b``).  ``bugs`` plants seeded
-bugs (:mod:`kvstate.impl.bugs`).
+bugs: the cache then comes from the staged copy of ``impl/`` with their edits
+(:mod:`kvstate.testing.seeded`, plain Python), otherwise it is ``kvstate.impl``'s own.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from kvstate.impl.testdata import harness_tokens
 from kvstate.spec.phases import CKV
 from kvstate.spec.table import Scope, Table
 
+from . import seeded
 from .datacheck import verify_run
 
 NAMESPACE = "kvstate-harness"
@@ -48,14 +50,14 @@ class Target:
         self.table = table
         self.N = N
         self.R = k.R
-        self.cache = HeterogeneousKVCache(
+        self.cache: HeterogeneousKVCache = seeded.cache(
+            bugs=bugs,
             table=table,
             executors="manual",
             max_requests=k.R,
             device_blocks=2 * N + 8,
             host_blocks=N + 4,
             disk_blocks=N + 4,
-            bugs=frozenset(bugs),
             cache_dir=cache_dir,
             device=device,
         )

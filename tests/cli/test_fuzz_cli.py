@@ -7,10 +7,10 @@ import shlex
 import pytest
 
 from kvstate.cli import main
-from kvstate.impl.bugs import BUGS, witness
 from kvstate.model.fuzz import Nonconformance, build_state_machine, minimize, replay_trace
 from kvstate.spec import default_table
 from kvstate.testing.adapter import make_target
+from kvstate.testing.seeded import BUGS, witness
 
 # The action each planted bug lives in: the minimized trace must still contain it (the trace
 # stays about the bug), and the failure must be of this kind.

@@ -19,6 +19,7 @@ from kvstate.impl.testdata import expected_rows, expected_state_rows, harness_to
 from kvstate.kernels import TailDiscontinuityError
 from kvstate.spec import small
 from kvstate.spec.phases import CKV, Graph, Indexer, Pipe, Req, Swa
+from kvstate.testing import seeded
 
 G = small()
 L = G.lcm_tokens
@@ -27,6 +28,12 @@ L = G.lcm_tokens
 def make(**kw: Any) -> HeterogeneousKVCache:
     kw.setdefault("executors", "manual")
     return HeterogeneousKVCache(G, **kw)
+
+
+def planted(*bugs: str, **kw: Any) -> HeterogeneousKVCache:
+    """``make``, from the staged copy of ``impl/`` with ``bugs`` planted."""
+    kw.setdefault("executors", "manual")
+    return seeded.cache(G, bugs=bugs, **kw)
 
 
 @pytest.fixture
@@ -453,7 +460,7 @@ def test_threaded_recovery_same_jobs() -> None:
 
 # ---- seeded bugs at the library level (data and pins, not only the abstract state) ------------
 def test_bug_swa_offset_reads_the_wrong_window() -> None:
-    c = make(bugs=("swa_offset_by_one_block",))
+    c = planted("swa_offset_by_one_block")
     try:
         toks = harness_tokens(4 * L + 1)
         store(c, toks)
@@ -467,7 +474,7 @@ def test_bug_swa_offset_reads_the_wrong_window() -> None:
 
 
 def test_bug_tail_off_by_one_breaks_the_splice() -> None:
-    c = make(bugs=("tail_splice_off_by_one",))
+    c = planted("tail_splice_off_by_one")
     try:
         toks = harness_tokens(4 * L + 1)
         store(c, toks)
@@ -480,7 +487,7 @@ def test_bug_tail_off_by_one_breaks_the_splice() -> None:
 
 
 def test_bug_skip_indexer_version_kills_every_hit() -> None:
-    c = make(bugs=("skip_indexer_version",))
+    c = planted("skip_indexer_version")
     try:
         toks = harness_tokens(3 * L + 1)
         store(c, toks)
@@ -491,7 +498,7 @@ def test_bug_skip_indexer_version_kills_every_hit() -> None:
 
 
 def test_bug_use_before_load_complete_lands_garbage() -> None:
-    c = make(bugs=("use_before_load_complete",))
+    c = planted("use_before_load_complete")
     try:
         toks = harness_tokens(2 * L + 1)
         store(c, toks)
@@ -517,7 +524,7 @@ def test_bug_use_before_load_complete_lands_garbage() -> None:
 def test_bug_abort_during_load_double_frees() -> None:
     from kvstate.impl import InternalError
 
-    c = make(bugs=("abort_during_load_double_free",))
+    c = planted("abort_during_load_double_free")
     try:
         toks = harness_tokens(2 * L + 1)
         store(c, toks)
@@ -534,7 +541,7 @@ def test_bug_abort_during_load_double_frees() -> None:
 
 
 def test_bug_evict_ignores_pins_breaks_toctou() -> None:
-    c = make(bugs=("evict_ignores_pins",))
+    c = planted("evict_ignores_pins")
     try:
         toks = harness_tokens(2 * L + 1)
         store(c, toks)

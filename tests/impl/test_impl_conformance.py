@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 
-from kvstate.impl.bugs import BUGS, witness
 from kvstate.model.concrete import Machine
 from kvstate.spec import default_table
 from kvstate.spec.errors import ActionRefused
 from kvstate.spec.table import ParamKind
 from kvstate.testing.adapter import make_target
+from kvstate.testing.seeded import BUGS, witness
 
 OUTPUT_KINDS = (ParamKind.ADDR, ParamKind.FMT)
 TABLE = default_table()

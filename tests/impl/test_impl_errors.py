@@ -17,10 +17,10 @@ from kvstate.impl import (
     Refused,
     UnknownRequest,
 )
-from kvstate.impl.bugs import planted
 from kvstate.impl.testdata import harness_tokens
 from kvstate.spec import deepseek_v4_flash, default_table, small
 from kvstate.spec.errors import ActionRefused, GeometryError
+from kvstate.testing import seeded
 from kvstate.testing.adapter import make_target
 
 L = small().lcm_tokens
@@ -209,11 +209,11 @@ def test_flash_geometry_with_small_capacity() -> None:
 
 
 def test_unknown_seeded_bug() -> None:
+    """A typo cannot plant nothing: the seeded API refuses it (the cache itself has no bugs)."""
     with pytest.raises(InvalidArgument):
-        HeterogeneousKVCache(small(), executors="manual", bugs=("no_such_bug",))
+        seeded.cache(small(), bugs=("no_such_bug",), executors="manual")
     with pytest.raises(InvalidArgument):
-        with planted("typo"):
-            pass
+        make_target(default_table(), 2, bugs=["typo"])
 
 
 def test_adapter_refusals_are_action_refused() -> None:

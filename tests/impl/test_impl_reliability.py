@@ -226,7 +226,6 @@ def test_constructor_arguments() -> None:
         {"kernel_backend": 1},
         {"durable": "no"},
         {"derive_index": 1},
-        {"bugs": None},
         {"writer": 5},
         {"table": "default"},
         {"cache_dir": 5},

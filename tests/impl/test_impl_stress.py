@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 import torch
 
-from kvstate.impl import EventKind, HeterogeneousKVCache, KVStateError, NotReady
+from kvstate.impl import EventKind, KVStateError, NotReady
 from kvstate.impl.testdata import harness_tokens
 from kvstate.spec import small
+from kvstate.testing import seeded
 
 G = small()
 L = G.lcm_tokens
@@ -24,8 +25,8 @@ L = G.lcm_tokens
 def stress(
     bugs: tuple[str, ...], seconds: float, stop_on_violation: bool = False
 ) -> dict[str, Any]:
-    c = HeterogeneousKVCache(
-        G, executors="threads", device_blocks=24, host_blocks=12, disk_blocks=40, bugs=bugs
+    c = seeded.cache(
+        G, bugs=bugs, executors="threads", device_blocks=24, host_blocks=12, disk_blocks=40
     )
     # prompts sharing prefixes, so requests hit each other's blocks
     base = harness_tokens(8 * L, seed=11)
