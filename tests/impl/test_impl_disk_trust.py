@@ -442,6 +442,59 @@ def test_entries_written_under_another_key_are_misses(tmp_path: Path) -> None:
         HeterogeneousKVCache(G, cache_dir=tmp_path, executors="manual", disk_key=b"short")
 
 
+def _as_format_2(path: Path, key: bytes = KEY) -> None:
+    """Rewrite an entry as kvstate's format 2 wrote it, every MAC valid under the directory's
+    key: keyed BLAKE2b (personalised per domain) over the header and each chunk."""
+    raw = path.read_bytes()
+    pre = struct.Struct("<8sI32s")
+    _, hlen, _ = pre.unpack(raw[: pre.size])
+    header = json.loads(raw[pre.size : pre.size + hlen])
+    payload = raw[pre.size + hlen :]
+    blockkey = bytes.fromhex(path.name[: -len(SUFFIX)])
+    nonce = bytes.fromhex(header["nonce"])
+
+    def chunk_mac(index: int, lo: int, hi: int) -> str:
+        h = hashlib.blake2b(key=key, digest_size=32, person=b"kvstate/chunk")
+        for part in (blockkey, nonce, struct.pack("<qqq", index, lo, hi), payload[lo:hi]):
+            h.update(part)
+        return h.hexdigest()
+
+    header["format"] = 2
+    header["chunks"] = [[*c[:4], chunk_mac(i, c[2], c[3])] for i, c in enumerate(header["chunks"])]
+    if header["swa_section"] is not None:
+        lo, hi, _ = header["swa_section"]
+        header["swa_section"] = [lo, hi, chunk_mac(-1, lo, hi)]
+    hb = json.dumps(header, sort_keys=True).encode()
+    h = hashlib.blake2b(key=key, digest_size=32, person=b"kvstate/header")
+    h.update(blockkey)
+    h.update(hb)
+    path.write_bytes(pre.pack(b"KVSTATE\x02", len(hb), h.digest()) + hb + payload)
+
+
+def test_entries_of_the_previous_format_are_stale_never_read(tmp_path: Path) -> None:
+    """Format 3 moved the MACs to HMAC-SHA256: a format-2 file, valid under this directory's
+    key, is kvstate's but stale (another magic): deleted at open, never loaded."""
+    toks = harness_tokens(2 * L + 1)
+    persist_keyed(tmp_path, toks)
+    old = files(tmp_path)
+    assert old and MAGIC == b"KVSTATE\x03"
+    for f in old:
+        _as_format_2(f)
+    c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors="manual", disk_key=KEY)
+    try:
+        removed = c.events.of(EventKind.REMOVED)
+        assert len(removed) == len(old)
+        assert all("bad magic" in e.detail for e in removed)
+        assert c.stats()["disk_entries"] == 0 and files(tmp_path) == []
+        a = c.admit(c.request(toks))
+        c.pipelines.drain()
+        with c.use(a) as run:
+            assert run.hit_tokens == 0
+        assert c.events.of(EventKind.LOADED) == []
+    finally:
+        c.close()
+
+
 # ---- item 10: temporaries never follow a planted symlink ------------------------------------
 def test_spill_never_follows_a_planted_symlink(tmp_path: Path) -> None:
     d, outside = tmp_path / "cache", tmp_path / "outside"
