@@ -48,6 +48,7 @@ import torch  # noqa: E402
 
 from kvstate.impl import native_modules  # noqa: E402
 from kvstate.impl.cache import HeterogeneousKVCache  # noqa: E402
+from kvstate.impl.disk import FILE_FORMAT  # noqa: E402
 from kvstate.impl.tiers import planned_bytes  # noqa: E402
 from kvstate.spec.geometry import deepseek_v4_flash  # noqa: E402
 
@@ -226,25 +227,38 @@ def bench(n: int, args: argparse.Namespace, shm: str | None) -> dict[str, object
         nbytes = sum(f.stat().st_size for f in files)
         setup = time.perf_counter() - t0
         raw, ours, methods = [], [], set()
+        cpu_raw: list[float] = []
+        cpu_ours: list[float] = []
+        loads: list[float] = []
         prof = cProfile.Profile() if args.profile else None
         for rep in range(args.repeats):
+            loads.append(os.getloadavg()[0])
             methods.update(drop_cache(files))
+            c0 = os.times()
             raw.append(nbytes / raw_read(files) / GB)
+            c1 = os.times()
             methods.update(drop_cache(files))
+            c2 = os.times()
             ours.append(nbytes / p.recover(prof if rep == 0 else None) / GB)
+            c3 = os.times()
+            cpu_raw.append(c1.user + c1.system - c0.user - c0.system)
+            cpu_ours.append(c3.user + c3.system - c2.user - c2.system)
+            loads.append(os.getloadavg()[0])
             print(  # as it goes: a long run that is stopped still shows what it measured
                 f"  [{B.fmt_length(n)} repeat {rep + 1}: kvstate {ours[-1]:.2f} GB/s, raw "
-                f"{raw[-1]:.2f} GB/s, ratio {ours[-1] / raw[-1]:.2f}; load "
+                f"{raw[-1]:.2f} GB/s, ratio {ours[-1] / raw[-1]:.2f}; process CPU (user+sys) "
+                f"kvstate {cpu_ours[-1]:.2f} s, raw {cpu_raw[-1]:.2f} s; load "
                 f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}]",
                 flush=True,
             )
-            p._settle()
-            p.cache.tick()
-            p._to_disk(p.nb)
-            files = p.files()
+            if rep + 1 < args.repeats:  # back to disk for the next repeat (untimed)
+                p._settle()
+                p.cache.tick()
+                p._to_disk(p.nb)
+                files = p.files()
         out: dict[str, object] = dict(
             n=n, blocks=p.nb, bytes=nbytes, raw=raw, ours=ours, methods=sorted(methods),
-            setup=setup, mapped_on=p.mapped_on,
+            setup=setup, mapped_on=p.mapped_on, cpu_raw=cpu_raw, cpu_ours=cpu_ours, loads=loads,
         )  # fmt: skip
         if prof is not None:
             s = io.StringIO()
@@ -289,24 +303,35 @@ def main() -> None:
             flush=True,
         )
     print()
+    build = "compiled" if "cache" in compiled else "pure Python"
     hdr = (
-        f"{'prefix':>7} {'GiB':>6} {'kvstate GB/s':>22} {'raw GB/s':>22} "
-        f"{'kvstate/raw (paired)':>24}"
+        f"{'prefix':>7} {'GiB':>5} {'kvstate GB/s':>16} {'raw GB/s':>16} {'ratio (paired)':>16} "
+        f"{'CPU s kvstate/raw':>18} {'load 1-min':>11}  {'cache drop':<20} build"
     )
-    print(f"{args.repeats} repeats each: median (min-max)")
+    print(
+        f"{args.repeats} repeats each, min/median/max; MAC HMAC-SHA256 (disk format {FILE_FORMAT})"
+    )
     print(hdr)
     print("-" * len(hdr))
 
     def mmm(xs: list[float], d: int = 2) -> str:
-        return f"{statistics.median(xs):.{d}f} ({min(xs):.{d}f}-{max(xs):.{d}f})"
+        return "/".join(f"{x:.{d}f}" for x in (min(xs), statistics.median(xs), max(xs)))
 
     for r in rows:
         ours, raw = r["ours"], r["raw"]
         ratio = [a / b for a, b in zip(ours, raw, strict=True)]  # type: ignore[call-overload]
+        cpu = f"{statistics.median(r['cpu_ours']):.2f}/{statistics.median(r['cpu_raw']):.2f}"  # type: ignore[arg-type]
+        load = f"{min(r['loads']):.1f}-{max(r['loads']):.1f}"  # type: ignore[type-var]
         print(
-            f"{B.fmt_length(r['n']):>7} {r['bytes'] / 2**30:>6.2f} {mmm(ours):>22} "  # type: ignore[arg-type, operator]
-            f"{mmm(raw):>22} {mmm(ratio):>24}"
+            f"{B.fmt_length(r['n']):>7} {r['bytes'] / 2**30:>5.2f} {mmm(ours):>16} "  # type: ignore[arg-type, operator]
+            f"{mmm(raw):>16} {mmm(ratio):>16} {cpu:>18} {load:>11}  "
+            f"{'+'.join(r['methods']) or 'NOT DROPPED':<20} {build}"  # type: ignore[arg-type]
         )
+    print(
+        "(CPU s: this process's user+sys seconds over the timed interval, median; load: the "
+        "1-minute load average before and after each timed pair, on "
+        f"{os.cpu_count()} CPUs)"
+    )
     for r in rows:
         if "profile" in r:
             print(f"\ncProfile of the first {B.fmt_length(r['n'])} recovery (main thread):")  # type: ignore[arg-type]
