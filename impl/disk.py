@@ -152,9 +152,7 @@ class DiskTier:
             raise InvalidArgument("cache_dir must name a directory, got '' (use '.' explicitly)")
         if not isinstance(root, (str, os.PathLike)):
             raise InvalidArgument(f"cache_dir must be a path, got {type(root).__name__}")
-        if key is not None and (
-            not isinstance(key, bytes) or not KEY_MIN <= len(key) <= KEY_MAX
-        ):
+        if key is not None and (not isinstance(key, bytes) or not KEY_MIN <= len(key) <= KEY_MAX):
             raise InvalidArgument("disk_key must be 16 to 64 bytes")
         self.root = Path(root)
         try:
