@@ -15,7 +15,11 @@ offloaded to host and spilled to disk as they go.  Then, per repeat:
    ``use`` returning, from a cold page cache;
 3. untimed: the request finishes and the prefix goes back to disk (a load deletes the disk copy).
 
-GB/s are the entry files' bytes (10^9) over the wall time.  The page cache is emptied before
+GB/s are the entry files' bytes (10^9) over the wall time.  Next to them: this process's CPU
+seconds (user+sys) over each timed interval (on a shared machine a recovery that needs more CPU
+than it gets is CPU-bound, whatever its overlap), and the overlap itself: how long after the
+last disk read ``use`` returned, and how much MAC time ran after it (the disk tier's ``_pread``
+and ``_chunk_mac`` are timed by wrappers on its instance).  The page cache is emptied before
 each timed read with ``os.sync()`` and ``posix_fadvise(POSIX_FADV_DONTNEED)`` on every file, and
 ``echo 3 > /proc/sys/vm/drop_caches`` where this process may write it; the header says which
 worked.  Tier tensors are sparse shared mappings (``impl_bench.mapped_tensors``, on /dev/shm when
@@ -41,6 +45,7 @@ import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
 
 import impl_bench as B  # noqa: E402
 import numpy as np  # noqa: E402
@@ -198,16 +203,23 @@ class Prefix:
             raise RuntimeError(f"{len(out)} of {self.nb} blocks are on disk")
         return out
 
-    def recover(self, profile: cProfile.Profile | None = None) -> float:
-        """Seconds from admit to use returning, for the whole prefix from disk."""
+    def recover(self, profile: cProfile.Profile | None = None) -> tuple[float, Overlap]:
+        """Seconds from admit to use returning, for the whole prefix from disk, and when its
+        reads and MACs ran."""
         cache = self.cache
         req = cache.request(self.tokens, lifetime=1)
         if profile is not None:
             profile.enable()
+        ov = Overlap(cache.core.disk)
         t0 = time.perf_counter()
-        adm = cache.admit(req)
-        with cache.use(adm, timeout=900):
-            dt = time.perf_counter() - t0
+        with ov:
+            adm = cache.admit(req)
+            ctx = cache.use(adm, timeout=900)
+            ctx.__enter__()
+        try:
+            t1 = time.perf_counter()
+            dt = t1 - t0
+            ov.end = t1
             if profile is not None:
                 profile.disable()
             if adm.hit_tokens != self.n or adm.state != "validated":
@@ -215,10 +227,58 @@ class Prefix:
                     f"recovered {adm.hit_tokens} of {self.n} tokens ({adm.state})\n"
                     f"{adm.explanation}"
                 )
-        return dt
+        finally:
+            ctx.__exit__(None, None, None)
+        return dt, ov
 
 
-def bench(n: int, args: argparse.Namespace, shm: str | None) -> dict[str, object]:
+class Overlap:
+    """When a recovery's disk reads and chunk MACs ran: wrappers on the disk tier's instance
+    (``_pread``, ``_chunk_mac``: plain Python, the tests replace them the same way), a few
+    microseconds a call.  ``after_io``: from the last read's end to ``use`` returning (what
+    still ran after the disk was done: the last MACs, landings, rebuilds, the validation);
+    ``mac_after_io``: the MAC seconds that ran after the last read (about one chunk's MAC per
+    I/O worker when verification overlaps the reads; all of it if it followed them)."""
+
+    def __init__(self, disk: Any) -> None:
+        self.disk = disk
+        self.spans: list[tuple[str, float, float]] = []
+        self.end = 0.0
+
+    def __enter__(self) -> Overlap:
+        disk, spans = self.disk, self.spans
+        pread, mac = disk._pread, disk._chunk_mac
+
+        def timed(kind: str, f: Any) -> Any:
+            def call(*args: Any) -> Any:
+                t = time.perf_counter()
+                try:
+                    return f(*args)
+                finally:
+                    spans.append((kind, t, time.perf_counter()))  # (list.append is atomic)
+
+            return call
+
+        disk._pread = timed("read", pread)
+        disk._chunk_mac = timed("mac", mac)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        del self.disk._pread, self.disk._chunk_mac
+
+    def after_io(self) -> float:
+        last = max((e for k, _, e in self.spans if k == "read"), default=self.end)
+        return self.end - last
+
+    def mac_after_io(self) -> float:
+        last = max((e for k, _, e in self.spans if k == "read"), default=self.end)
+        return sum(e - max(b, last) for k, b, e in self.spans if k == "mac" and e > last)
+
+    def mac_seconds(self) -> float:
+        return sum(e - b for k, b, e in self.spans if k == "mac")
+
+
+def bench(n: int, args: argparse.Namespace, shm: str | None) -> dict[str, Any]:
     t0 = time.perf_counter()
     p = Prefix(n, Path(args.dir), shm)
     try:
@@ -230,6 +290,9 @@ def bench(n: int, args: argparse.Namespace, shm: str | None) -> dict[str, object
         cpu_raw: list[float] = []
         cpu_ours: list[float] = []
         loads: list[float] = []
+        after: list[float] = []
+        mac_after: list[float] = []
+        mac_s: list[float] = []
         prof = cProfile.Profile() if args.profile else None
         for rep in range(args.repeats):
             loads.append(os.getloadavg()[0])
@@ -239,15 +302,21 @@ def bench(n: int, args: argparse.Namespace, shm: str | None) -> dict[str, object
             c1 = os.times()
             methods.update(drop_cache(files))
             c2 = os.times()
-            ours.append(nbytes / p.recover(prof if rep == 0 else None) / GB)
+            dt, ov = p.recover(prof if rep == 0 else None)
+            ours.append(nbytes / dt / GB)
             c3 = os.times()
+            after.append(ov.after_io())
+            mac_after.append(ov.mac_after_io())
+            mac_s.append(ov.mac_seconds())
             cpu_raw.append(c1.user + c1.system - c0.user - c0.system)
             cpu_ours.append(c3.user + c3.system - c2.user - c2.system)
             loads.append(os.getloadavg()[0])
             print(  # as it goes: a long run that is stopped still shows what it measured
                 f"  [{B.fmt_length(n)} repeat {rep + 1}: kvstate {ours[-1]:.2f} GB/s, raw "
                 f"{raw[-1]:.2f} GB/s, ratio {ours[-1] / raw[-1]:.2f}; process CPU (user+sys) "
-                f"kvstate {cpu_ours[-1]:.2f} s, raw {cpu_raw[-1]:.2f} s; load "
+                f"kvstate {cpu_ours[-1]:.2f} s, raw {cpu_raw[-1]:.2f} s; MACs {mac_s[-1]:.2f} "
+                f"thread-s, {mac_after[-1] * 1e3:.0f} ms of them after the last read; use "
+                f"returned {after[-1] * 1e3:.0f} ms after the last read; load "
                 f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}]",
                 flush=True,
             )
@@ -256,9 +325,10 @@ def bench(n: int, args: argparse.Namespace, shm: str | None) -> dict[str, object
                 p.cache.tick()
                 p._to_disk(p.nb)
                 files = p.files()
-        out: dict[str, object] = dict(
+        out: dict[str, Any] = dict(
             n=n, blocks=p.nb, bytes=nbytes, raw=raw, ours=ours, methods=sorted(methods),
             setup=setup, mapped_on=p.mapped_on, cpu_raw=cpu_raw, cpu_ours=cpu_ours, loads=loads,
+            after=after, mac_after=mac_after,
         )  # fmt: skip
         if prof is not None:
             s = io.StringIO()
@@ -299,14 +369,14 @@ def main() -> None:
         print(
             f"  [{s}: {r['blocks']} blocks, {r['bytes'] / 2**30:.2f} GiB on disk, setup "
             f"{r['setup']:.0f} s; tier tensors on {r['mapped_on']}; page cache dropped by: "
-            f"{', '.join(r['methods']) or 'NOTHING'}]",  # type: ignore[arg-type]
+            f"{', '.join(r['methods']) or 'NOTHING'}]",
             flush=True,
         )
     print()
     build = "compiled" if "cache" in compiled else "pure Python"
     hdr = (
         f"{'prefix':>7} {'GiB':>5} {'kvstate GB/s':>16} {'raw GB/s':>16} {'ratio (paired)':>16} "
-        f"{'CPU s kvstate/raw':>18} {'load 1-min':>11}  {'cache drop':<20} build"
+        f"{'CPU s kvstate/raw':>18} {'after I/O ms':>13} {'load 1-min':>11}  {'cache drop':<20} build"
     )
     print(
         f"{args.repeats} repeats each, min/median/max; MAC HMAC-SHA256 (disk format {FILE_FORMAT})"
@@ -319,22 +389,23 @@ def main() -> None:
 
     for r in rows:
         ours, raw = r["ours"], r["raw"]
-        ratio = [a / b for a, b in zip(ours, raw, strict=True)]  # type: ignore[call-overload]
-        cpu = f"{statistics.median(r['cpu_ours']):.2f}/{statistics.median(r['cpu_raw']):.2f}"  # type: ignore[arg-type]
-        load = f"{min(r['loads']):.1f}-{max(r['loads']):.1f}"  # type: ignore[type-var]
+        ratio = [a / b for a, b in zip(ours, raw, strict=True)]
+        cpu = f"{statistics.median(r['cpu_ours']):.2f}/{statistics.median(r['cpu_raw']):.2f}"
+        load = f"{min(r['loads']):.1f}-{max(r['loads']):.1f}"
+        tail = f"{statistics.median(r['after']) * 1e3:.0f}/{statistics.median(r['mac_after']) * 1e3:.0f}"
         print(
-            f"{B.fmt_length(r['n']):>7} {r['bytes'] / 2**30:>5.2f} {mmm(ours):>16} "  # type: ignore[arg-type, operator]
-            f"{mmm(raw):>16} {mmm(ratio):>16} {cpu:>18} {load:>11}  "
-            f"{'+'.join(r['methods']) or 'NOT DROPPED':<20} {build}"  # type: ignore[arg-type]
+            f"{B.fmt_length(r['n']):>7} {r['bytes'] / 2**30:>5.2f} {mmm(ours):>16} "
+            f"{mmm(raw):>16} {mmm(ratio):>16} {cpu:>18} {tail:>13} {load:>11}  "
+            f"{'+'.join(r['methods']) or 'NOT DROPPED':<20} {build}"
         )
     print(
-        "(CPU s: this process's user+sys seconds over the timed interval, median; load: the "
-        "1-minute load average before and after each timed pair, on "
-        f"{os.cpu_count()} CPUs)"
+        "(CPU s: this process's user+sys seconds over the timed interval, median; after I/O: "
+        "from the last disk read's end to use returning / the MAC time in it, median; load: "
+        f"the 1-minute load average before and after each timed pair, on {os.cpu_count()} CPUs)"
     )
     for r in rows:
         if "profile" in r:
-            print(f"\ncProfile of the first {B.fmt_length(r['n'])} recovery (main thread):")  # type: ignore[arg-type]
+            print(f"\ncProfile of the first {B.fmt_length(r['n'])} recovery (main thread):")
             text = str(r["profile"])
             print(text[text.find("   ncalls") :].rstrip())
     print(f"\nmachine load at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")

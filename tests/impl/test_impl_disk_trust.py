@@ -412,6 +412,45 @@ def test_payload_edit_is_not_served(tmp_path: Path) -> None:
         c.close()
 
 
+@pytest.mark.parametrize("section", ["chunk", "window"])
+def test_a_mac_failure_in_a_concurrent_load_fails_it_cleanly(tmp_path: Path, section: str) -> None:
+    """Loads verify their chunks on the I/O workers, concurrently with the other loads' reads: a
+    MAC mismatch found there (a middle chunk, or the window's section) fails that load alone,
+    serves none of its bytes, and leaves no block loading and no slot or page taken."""
+    toks = harness_tokens(4 * L + 1)
+    persist_keyed(tmp_path, toks)
+    c0 = HeterogeneousKVCache(G, cache_dir=tmp_path / "keys", executors="manual", disk_key=KEY)
+    keys = c0.chain(toks).keys
+    c0.close()
+    pre = struct.Struct("<8sI32s")
+    victim = 2 if section == "chunk" else 3  # the last block carries the window's section
+    path = tmp_path / (keys[victim].hex() + SUFFIX)
+    raw = bytearray(path.read_bytes())
+    _, hlen, _ = pre.unpack(bytes(raw[: pre.size]))
+    header = json.loads(raw[pre.size : pre.size + hlen])
+    lo, hi = header["chunks"][1][2:4] if section == "chunk" else header["swa_section"][:2]
+    raw[pre.size + hlen + (lo + hi) // 2] ^= 0x01
+    path.write_bytes(bytes(raw))
+    c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors="threads", disk_key=KEY)
+    try:
+        free, swa_free = c.core.tiers.slots.free, c.core.tiers.swa_pool.free
+        a = c.admit(c.request(toks))
+        with c.use(a, timeout=20) as run:
+            assert run.hit_tokens == victim * L  # truncated at the damaged block
+            check_compressed(run, toks)
+        failed = c.events.of(EventKind.LOAD_FAILED)
+        assert len(failed) == 1 and "MAC" in failed[0].detail
+        assert c.pipelines.errors() == []  # a verification failure is a failed load, not a bug
+        assert c.core.io_inflight == 0
+        assert not any(c.core.meta.ckv[r] == CKV.LOADING for r in c.core.index.values())
+        c.tick(100)
+        c.evict(100)
+        assert c.core.tiers.slots.free == free  # every slot came back, the failed load's too
+        assert c.core.tiers.swa_pool.free == swa_free  # and every window page
+    finally:
+        c.close()
+
+
 def test_directory_key_is_private_and_checked(tmp_path: Path) -> None:
     c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors="manual")
     c.close()
