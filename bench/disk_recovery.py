@@ -51,9 +51,9 @@ import impl_bench as B  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+import kvstate.impl.disk as D  # noqa: E402
 from kvstate.impl import native_modules  # noqa: E402
 from kvstate.impl.cache import HeterogeneousKVCache  # noqa: E402
-from kvstate.impl.disk import FILE_FORMAT  # noqa: E402
 from kvstate.impl.tiers import planned_bytes  # noqa: E402
 from kvstate.spec.geometry import deepseek_v4_flash  # noqa: E402
 
@@ -378,9 +378,8 @@ def main() -> None:
         f"{'prefix':>7} {'GiB':>5} {'kvstate GB/s':>16} {'raw GB/s':>16} {'ratio (paired)':>16} "
         f"{'CPU s kvstate/raw':>18} {'after I/O ms':>13} {'load 1-min':>11}  {'cache drop':<20} build"
     )
-    print(
-        f"{args.repeats} repeats each, min/median/max; MAC HMAC-SHA256 (disk format {FILE_FORMAT})"
-    )
+    mac = f"HMAC-{D.MAC_DIGEST.upper()}" if hasattr(D, "MAC_DIGEST") else "keyed BLAKE2b"
+    print(f"{args.repeats} repeats each, min/median/max; MAC {mac} (disk format {D.FILE_FORMAT})")
     print(hdr)
     print("-" * len(hdr))
 
