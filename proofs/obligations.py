@@ -33,8 +33,8 @@ from kvstate.model.symbolic import (
     inv_violated,
     step_query,
 )
+from kvstate.spec.compile import invariant_reads
 from kvstate.spec.phases import CKV, LIFECYCLES
-from kvstate.spec.state import invariant_reads
 from kvstate.spec.table import Invariant, Table
 
 from . import witnesses

@@ -2,7 +2,7 @@
 
 from kvstate.proofs import prove
 from kvstate.spec import default_table
-from kvstate.spec.state import invariant_reads
+from kvstate.spec.compile import invariant_reads
 
 
 def test_default_prove_holds_everywhere():
