@@ -57,6 +57,14 @@ class Var:
     nonneg: bool = False
     ghost: bool = False
     doc: str = ""
+    # an address (a buffer's location): its values are names, not quantities; a target chooses
+    # its own, so a fuzzer compares them up to renaming and translates the model's ghost ones
+    address: bool = False
+
+
+def address_vars(table: Table) -> tuple[str, ...]:
+    """The table's address variables (``Var.address``), in declaration order."""
+    return tuple(v.name for v in table.vars if v.address)
 
 
 @dataclass(frozen=True)
@@ -158,6 +166,21 @@ class Locality:
 
 
 @dataclass(frozen=True)
+class PinnedCoverage:
+    """A coverage goal: each of ``actions`` (which give up a request's pins) fires while the
+    request holds a pin on a block whose phase variable ``var`` is in each of ``phases``.
+
+    Proved as ``reach`` obligations (a witness trace per action and phase, replayed
+    concretely); the fuzzer replays the witnesses, so an action's effects on a pinned block in
+    each of those phases are exercised."""
+
+    actions: tuple[str, ...]
+    var: str  # a block phase variable (one with a ``domain``)
+    phases: tuple[int, ...]
+    doc: str = ""
+
+
+@dataclass(frozen=True)
 class Completeness:
     """The write path enables the read path (a liveness rule, stated once for every reader).
 
@@ -255,6 +278,7 @@ class Table:
     reads: tuple[ReadSafety, ...] = field(default=(), compare=False)
     completeness: Completeness | None = field(default=None, compare=False)
     locality: tuple[Locality, ...] = field(default=(), compare=False)
+    coverage: tuple[PinnedCoverage, ...] = field(default=(), compare=False)
 
     @staticmethod
     def build(
@@ -268,6 +292,7 @@ class Table:
         reads: Iterable[ReadSafety] = (),
         completeness: Completeness | None = None,
         locality: Iterable[Locality] = (),
+        coverage: Iterable[PinnedCoverage] = (),
     ) -> Table:
         t = Table(
             name=name,
@@ -286,12 +311,21 @@ class Table:
             reads=tuple(reads),
             completeness=completeness,
             locality=tuple(locality),
+            coverage=tuple(coverage),
         )
         from .validate import validate_table
 
         validate_table(t)
         for loc in t.locality:
             t.action(loc.action)  # names a real action (raises SpecError)
+        for cov in t.coverage:  # real actions, a block phase variable, phases of its domain
+            for a_name in cov.actions:
+                t.action(a_name)
+            v = t.var(cov.var)
+            if v.scope is not Scope.BLOCK or v.domain is None:
+                raise SpecError(f"coverage: {cov.var!r} is not a block phase variable")
+            for ph in cov.phases:
+                v.domain(ph)  # raises ValueError for a value outside the domain
         return t
 
     # ---- lookup -------------------------------------------------------------------------
@@ -391,6 +425,10 @@ class Table:
             )
             else None,
             [x for x in self.locality if x.action in actions],
+            [
+                replace(x, actions=tuple(a for a in x.actions if a in actions))
+                for x in self.coverage
+            ],
         )
 
     def with_geometry(self, geometry: Geometry) -> Table:
