@@ -324,8 +324,9 @@ class Table:
             v = t.var(cov.var)
             if v.scope is not Scope.BLOCK or v.domain is None:
                 raise SpecError(f"coverage: {cov.var!r} is not a block phase variable")
-            for ph in cov.phases:
-                v.domain(ph)  # raises ValueError for a value outside the domain
+            bad = [ph for ph in cov.phases if ph not in set(v.domain)]
+            if bad:
+                raise SpecError(f"coverage: {bad} are not phases of {cov.var!r}")
         return t
 
     # ---- lookup -------------------------------------------------------------------------
