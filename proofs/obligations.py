@@ -224,20 +224,6 @@ def kill_units(
     return sorted(units, key=cost)
 
 
-def _guard_reads(table: Table, a: Any) -> frozenset[str]:
-    from kvstate.spec.state import RecordingState, initial_state
-    from kvstate.spec.validate import _P
-
-    s = initial_state(table, 2, RecordingState)
-    assert isinstance(s, RecordingState)
-    for c in a.guard:
-        try:
-            c.fn(s, _P(a, table.consts.L))
-        except Exception:  # noqa: BLE001, S112 - unreadable: no reads recorded
-            continue
-    return frozenset(s._reads)
-
-
 def _matches(u: Unit, only: str, table: Table) -> bool:
     if only in u.name.split("/") or u.name.startswith(only) or u.kind == only:
         return True
