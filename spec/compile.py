@@ -44,10 +44,11 @@ class CompileError(ValueError):
 # table -- whatever its variables are called -- can shadow a generated local, a builtin the code
 # calls (``all``, ``range``, ``max``, ``min``) or another table name:
 #   t_<var>    a block or global variable of the table (``TABLE_PREFIX``)
-#   r<n>_<var> a field of request n;   p_<param> an action parameter
-#   R, R_t_<var>, Rb, M, N             the chain's record ids, a group's own ids, columns, pool size
-#   anything else (h, b, v, r, p, fail, cuts, q0, ...) is the generator's own
-# (names are checked to be identifiers that are no keyword when a table is validated).
+#   r<n>_<var> a field of request n;   p_<param> an action parameter;   N the pool size
+#   anything else (v, r, p, h, b, q0, forall0, ...) is a generator's own local (the
+#   implementation's generators, ``kvstate.impl.fastforms``, add R, R_t_<var>, Rb, M, P, fail, ...)
+# (names are checked to be identifiers that are no keyword when a table is validated, and a
+# generated function's name is checked by :func:`define`).
 TABLE_PREFIX = "t_"
 
 
@@ -330,7 +331,7 @@ def prelude(names: set[str], bound: set[str], req: Callable[[int], str]) -> list
 
 
 _MEMO: dict[tuple[Any, ...], tuple[tuple[Any, ...], Any]] = {}
-_MEMO_SIZE = 16
+_MEMO_SIZE = 32
 
 
 def memo(kind: str, args: tuple[Any, ...], build: Callable[..., Any]) -> Any:
