@@ -13,7 +13,7 @@ from .native import install_guard, native_modules
 install_guard()  # before the compiled modules are imported: a stale build runs its sources
 
 from .cache import Admission, Explanation, HeterogeneousKVCache, Pin, Request, Run, UseContext  # noqa: E402
-from .coordinator import HitSearch, RecoveryPlan, RecoveryStep, Shortening  # noqa: E402
+from .coordinator import HitSearch, Shortening  # noqa: E402
 from .errors import (  # noqa: E402
     AlreadyReleased,
     CorruptEntry,
@@ -28,6 +28,7 @@ from .errors import (  # noqa: E402
     UnknownRequest,
 )
 from .events import Event, EventKind, EventLog  # noqa: E402
+from .projection import RecoveryPlan, RecoveryStep  # noqa: E402
 from .testdata import DeterministicWriter, Writer  # noqa: E402
 
 __all__ = [

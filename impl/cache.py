@@ -43,7 +43,7 @@ from kvstate.spec.phases import CKV, Req, Swa
 from kvstate.spec.table import Table
 
 from . import args
-from .coordinator import HitSearch, RecoveryPlan, Shortening
+from .coordinator import HitSearch, Shortening
 from .core import CacheCore
 from .errors import (
     AlreadyReleased,
@@ -62,6 +62,7 @@ from .events import EventKind, EventLog
 from .hashing import Chain, as_tokens
 from .meta import NULL_RID
 from .pipelines import TailCheckJob
+from .projection import RecoveryPlan
 from .requests import Admitted, Slot
 from .testdata import DeterministicWriter
 

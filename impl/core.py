@@ -40,7 +40,7 @@ from kvstate.spec.table import Table
 from .args import MAX_COUNT
 from .args import integer as _int
 from .blocks import BlockStore
-from .coordinator import HitSearch, RecoveryStep
+from .coordinator import HitSearch
 from .disk import DiskTier
 from .errors import LayoutError
 from .events import EventLog
@@ -49,6 +49,7 @@ from .graphs import GraphRegistry
 from .hashing import Chain
 from .meta import BlockMeta, ChainView
 from .pipelines import LoadJob, OffloadJob, Pipelines, RebuildJob, TailCheckJob
+from .projection import RecoveryStep
 from .recovery import Recovery
 from .requests import RequestTable, Slot
 from .testdata import Writer
@@ -146,7 +147,6 @@ class CacheCore:
             device_slots=self.device_blocks,
             host_slots=self.host_blocks,
             device=self.device,
-            hit_rule=table.hit_rule,
             memory_limit=memory_limit,
             backend=self.backend,
         )

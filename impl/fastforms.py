@@ -24,7 +24,7 @@ no table name can shadow them.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -220,6 +220,39 @@ class FastGuards:
                     fn = define(fname, src)
             self._subsets[key] = fn
         run: Callable[..., int] | None = self._subsets[key]
+        return run
+
+    def enabled_run(
+        self, parts: tuple[tuple[str, frozenset[str]], ...]
+    ) -> Callable[[Any, Sequence[int]], int] | None:
+        """Is any of several guards enabled (each without its ``skip`` conjuncts), over a run
+        of blocks in one call: ``fn(v, bs) -> int``, the position of the first block of ``bs``
+        at which one of them holds with ``p['b']`` = that block (-1: none), on the
+        record-indexed state ``v``.  None unless every conjunct compiled, each guard reads
+        block variables at its own block only and no parameter but ``b``."""
+        key = (repr(parts), frozenset({"<any>"}), False)
+        if key not in self._subsets:
+            fn: Callable[[Any, Sequence[int]], int] | None = None
+            conds: list[str] = []
+            names: set[str] = set()
+            for action, skip in parts:
+                trs = self._traced(action, skip) if action in self.compiled.conjuncts else None
+                if trs is None or self.locality_without(action, skip) not in ("block", "global"):
+                    break
+                conds.append(" and ".join(f"({tr.expr})" for tr in trs) or "True")
+                names.update(*(tr.names for tr in trs))
+            else:
+                if not any(n.startswith("p_") and n != "p_b" for n in names):
+                    body = "".join(f"    {ln}\n" for ln in prelude(names - {"p_b"}, set(), str))
+                    cond = " or ".join(f"({c})" for c in conds) or "False"
+                    src = (
+                        f"def guards_enabled_run(v, bs):\n{body}"
+                        f"    for i, p_b in enumerate(bs):\n"
+                        f"        if {cond}:\n            return i\n    return -1\n"
+                    )
+                    fn = define("guards_enabled_run", src)
+            self._subsets[key] = fn
+        run: Callable[[Any, Sequence[int]], int] | None = self._subsets[key]
         return run
 
 

@@ -27,15 +27,9 @@ import torch
 
 from kvstate.kernels import Backend, select_backend, splice_tail
 from kvstate.spec.geometry import Geometry
-from kvstate.spec.layers import HitRule, Rule
 
 from .errors import InternalError, LayoutError
 from .testdata import Writer
-
-
-def rules_for(hit_rule: HitRule, name: str) -> tuple[Rule, ...]:
-    """The hit rules a group owns: those whose group field lists it (or says "all")."""
-    return tuple(r for r in hit_rule.rules if name in r.group.split("+") or r.group == "all")
 
 
 def _tok(a: np.ndarray) -> torch.Tensor:
@@ -58,7 +52,6 @@ class Group:
         device_pages: int,
         host_pages: int,
         device: torch.device,
-        hit_rule: HitRule,
     ) -> None:
         L = g.lcm_tokens
         if L % block_tokens:
@@ -71,7 +64,6 @@ class Group:
         self.page_bytes = page_bytes
         self.layers = tuple(layers)
         self.layer_ids = torch.tensor(self.layers, dtype=torch.int64)
-        self.rules = rules_for(hit_rule, self.name)
         pin = device.type == "cuda"
         self.device_data = torch.zeros(
             len(layers), device_pages, page_bytes, dtype=torch.uint8, device=device
@@ -113,7 +105,6 @@ class CompressedGroup(SlotGroup):
         device_slots: int,
         host_slots: int,
         device: torch.device,
-        hit_rule: HitRule,
     ) -> None:
         self.name = name
         self.ratio = ratio
@@ -129,7 +120,6 @@ class CompressedGroup(SlotGroup):
             device_slots * ppl,
             host_slots * ppl,
             device,
-            hit_rule,
         )
 
     def make_pages(self, start: int, tokens: np.ndarray, writer: Writer) -> torch.Tensor:
@@ -156,7 +146,6 @@ class IndexerGroup(SlotGroup):
         device_slots: int,
         host_slots: int,
         device: torch.device,
-        hit_rule: HitRule,
     ) -> None:
         if g.indexer_entry_bytes > g.entry_bytes:
             raise LayoutError(
@@ -176,7 +165,6 @@ class IndexerGroup(SlotGroup):
             device_slots * ppl,
             host_slots * ppl,
             device,
-            hit_rule,
         )
 
     def build(self, csa_pages: torch.Tensor) -> torch.Tensor:
@@ -222,7 +210,6 @@ class SWAGroup(Group):
         device_slots: int,
         host_slots: int,
         device: torch.device,
-        hit_rule: HitRule,
     ) -> None:
         self.entry_bytes = g.entry_bytes
         ppl = g.lcm_tokens // g.swa_block_tokens
@@ -234,7 +221,6 @@ class SWAGroup(Group):
             1 + device_slots * ppl,
             host_slots * ppl,
             device,
-            hit_rule,
         )
 
     def make_pages(self, start: int, tokens: np.ndarray, writer: Writer) -> torch.Tensor:
@@ -253,7 +239,6 @@ class CompressorGroup(SlotGroup):
         device_slots: int,
         host_slots: int,
         device: torch.device,
-        hit_rule: HitRule,
     ) -> None:
         self.ratio = g.csa_ratio
         self.ring = g.csa_tail_rows
@@ -268,7 +253,6 @@ class CompressorGroup(SlotGroup):
             device_slots,
             host_slots,
             device,
-            hit_rule,
         )
 
     def make_pages(self, start: int, tokens: np.ndarray, writer: Writer) -> torch.Tensor:

@@ -68,6 +68,15 @@ class Guards:
             return None
         return self._compiled.fused_run(action, frozenset(a.modifies))
 
+    def enabled_test(self, parts: tuple[tuple[str, frozenset[str]], ...]) -> Any:
+        """Is any of the guards of ``parts`` (each ``(action, conjuncts to skip)``) enabled at
+        a run of blocks, ``fn(state, rids) -> int`` (position of the first record where one
+        is, -1: none) on the record-indexed state; None where they did not compile to one
+        such test (see :meth:`~kvstate.impl.fastforms.FastGuards.enabled_run`)."""
+        if self._compiled is None or not all(a in self._actions for a, _ in parts):
+            return None
+        return self._compiled.enabled_run(parts)
+
     def locality_without(self, action: str, skip: frozenset[str]) -> str | None:
         if self._compiled is None or action not in self._compiled.compiled.conjuncts:
             return None

@@ -27,12 +27,12 @@ from kvstate.spec.phases import CKV, Indexer, Pipe, Swa
 from kvstate.spec.table import Table
 
 from .blocks import BlockStore
-from .coordinator import IO_CAP, RecoveryStep
 from .disk import DiskEntry, DiskTier
 from .errors import CorruptEntry, DiskWriteError, InternalError, OutOfCapacity, Refused
 from .events import EventKind, EventLog
 from .gate import GuardGate
 from .pipelines import LoadJob, OffloadJob, Pipelines, RebuildJob, TailCheckJob
+from .projection import RecoveryStep
 from .tiers import Tiers
 
 _CKV_READY, _CKV_LOADING, _CKV_OFFLOADING = int(CKV.READY), int(CKV.LOADING), int(CKV.OFFLOADING)
@@ -70,6 +70,10 @@ class Recovery:
         self.events = events
         self.k = table.consts
         self.lock = gate.lock
+        # the load_start conjuncts that only delay a load (the table's ``recovery.deferred``:
+        # the I/O cap): refused by them alone, a load queues instead of failing
+        deferred = table.recovery.deferred if table.recovery is not None else ()
+        self._queues = frozenset(c for a, c in deferred if a == "load_start")
         self.host_blocks = host_blocks
         self.disk_blocks = disk_blocks
         self.backend = backend
@@ -364,7 +368,7 @@ class Recovery:
         be made), queue it in ``io_waiting`` when the guard's ``io_cap`` conjunct alone refuses
         (:data:`QUEUED`: it starts when a running load ends), else :data:`REFUSED`."""
         refused = self.gate.refused("load_start", rid)
-        if refused == [IO_CAP]:
+        if refused and self._queues.issuperset(refused):
             self.io_waiting[rid] = None
             return QUEUED
         if refused:

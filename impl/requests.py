@@ -21,7 +21,7 @@ from kvstate.spec.table import Table
 from .args import MAX_COUNT
 from .args import integer as _int
 from .blocks import BlockStore
-from .coordinator import HitSearch, RecoveryPlan, plan_steps, projection
+from .coordinator import HitSearch
 from .errors import (
     AlreadyReleased,
     InternalError,
@@ -34,6 +34,7 @@ from .events import EventKind, EventLog
 from .gate import GuardGate
 from .meta import ChainView, SlotState
 from .pipelines import TailCheckJob
+from .projection import Projector, RecoveryPlan, Trace
 from .recovery import Recovery
 from .tiers import Tiers
 
@@ -122,6 +123,7 @@ class RequestTable:
         self.lock = gate.lock
         self.slots = [Slot(i) for i in range(max_requests)]
         guards = gate.guards
+        self.projector = Projector(table, guards, gate.records)
         qualnames = {r.qualname for r in table.hit_rule.rules}
         self._rule_conjuncts = (
             frozenset(c.name for c in table.action("validate").guard if c.name in qualnames)
@@ -197,9 +199,9 @@ class RequestTable:
         now, epoch = gate.coord.search(view, 0, h_max), gate.epoch
         target, plan = now.hit, _NO_RECOVERY
         ext: HitSearch | None = None
-        trace: dict[int, list[tuple[str, int, int]]] = {}
+        trace: Trace = {}
         proj = (
-            projection(self.table, m, rids[:nb_max], trace=trace)
+            self.projector.project(m, rids[:nb_max], trace=trace)
             if recover and now.hit < h_max
             else {}
         )
@@ -215,7 +217,7 @@ class RequestTable:
                 over["swa"] = overlay(m.swa, proj["swa"], self.tiers.swa.map)
             ext = gate.coord.search(gate.chain_view(rids, s, over), 0, h_max)
             if ext.hit > now.hit:
-                steps = plan_steps(m, rids, -(-ext.hit // L), trace)
+                steps = self.projector.plan(m, rids, -(-ext.hit // L), trace)
                 plan = RecoveryPlan(tuple(steps), ext.hit, ext)
                 target = ext.hit
         gate.guard("match", gate.req_state("match", s, rids, view), {"r": 0, "h": target})

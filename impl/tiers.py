@@ -23,7 +23,6 @@ import torch
 from kvstate.kernels import gather_blocks, scatter_blocks
 from kvstate.kernels.forms import unsupported
 from kvstate.spec.geometry import Geometry
-from kvstate.spec.layers import HitRule
 
 from .errors import LayoutError
 from .groups import CompressedGroup, CompressorGroup, Group, IndexerGroup, SlotGroup, SWAGroup
@@ -56,7 +55,6 @@ class Tiers:
         device_slots: int,
         host_slots: int,
         device: torch.device,
-        hit_rule: HitRule,
         memory_limit: int,
         backend: str | None = None,
     ) -> None:
@@ -76,7 +74,7 @@ class Tiers:
         self.g = g
         self.L = g.lcm_tokens
         self.device = device
-        args = (device_slots, host_slots, device, hit_rule)
+        args = (device_slots, host_slots, device)
         self.csa = CompressedGroup("csa", g.csa_ratio, g, *args)
         self.hca = CompressedGroup("hca", g.hca_ratio, g, *args)
         self.indexer = IndexerGroup(g, *args)

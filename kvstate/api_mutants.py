@@ -307,9 +307,11 @@ def child(profile: str, coverage: bool = True) -> None:
     """In the mutated interpreter: one harness run, the outcome as one JSON line."""
     from kvstate.api_harness import OPS, run_api
     from kvstate.spec import default_table
+    from kvstate.testing.scratch import ram_scratch
     from kvstate.testing.threads import single_intraop_thread
 
     single_intraop_thread()
+    ram_scratch()  # per-example disk tiers on tmpfs: see kvstate/testing/scratch.py
     t0 = time.monotonic()
     try:
         res = run_api(

@@ -112,9 +112,11 @@ def _cmd_graphs(args: argparse.Namespace) -> int:
 
 def _cmd_fuzz(args: argparse.Namespace) -> int:
     from kvstate.fuzz_cli import run_fuzz_cli
+    from kvstate.testing.scratch import ram_scratch
     from kvstate.testing.threads import single_intraop_thread
 
     single_intraop_thread()
+    ram_scratch()  # per-example disk tiers on tmpfs: see kvstate/testing/scratch.py
 
     return run_fuzz_cli(args, _load_table(args.spec))
 

@@ -28,6 +28,7 @@ from .table import (
     ParamKind,
     PinnedCoverage,
     ReadSafety,
+    RecoveryPipelines,
     Scope,
     Table,
     Var,
@@ -1212,6 +1213,22 @@ COMPLETENESS = Completeness(
 )
 
 
+RECOVERY = RecoveryPipelines(
+    transitions=(
+        "offload_cancel",  # a pinned block stays on device: cancel its offload
+        "load_start",
+        "load_progress",
+        "load_done",
+        "rebuild_start",
+        "rebuild_done",
+    ),
+    deferred=(("load_start", "io_cap"),),  # past the cap a disk load queues; it still runs
+    fired=("offload_cancel", "load_start", "rebuild_start"),
+    pipes=("ldpipe", "ixpipe"),
+    restores={Pipe.IO: "On-disk Prefix", Pipe.DMA: "Compressed KV", Pipe.CPU: "Indexer State"},
+)
+
+
 LOCALITY = [
     Locality(
         a,
@@ -1270,6 +1287,7 @@ def default_table(geometry: Geometry | None = None, hit_rule: HitRule | None = N
         _reads(),
         COMPLETENESS,
         LOCALITY,
+        RECOVERY,
         COVERAGE,
     )
 

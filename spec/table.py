@@ -218,6 +218,55 @@ class Completeness:
 
 
 @dataclass(frozen=True)
+class RecoveryPipelines:
+    """How the recovery pipelines drive the table's own transitions (five-state separation).
+
+    An implementation's recovery projection (the state once the pipelines have run) and its
+    plan (the jobs to start and wait for) read these instead of restating them:
+
+    * ``transitions`` are tried in this order on each block until none is enabled;
+    * ``deferred`` guard conjuncts only delay a transition (a load past the I/O cap queues):
+      the projection treats them as holding;
+    * ``fired`` transitions are the ones the recovery starts itself; the others are its jobs'
+      own steps, which a plan waits for;
+    * ``pipes`` are the block variables naming the pipeline a block's job runs in (0: none);
+    * ``restores`` maps a pipeline value to the cache state a job on it brings back.
+
+    A block where none of the ``transitions`` is enabled (``deferred`` aside) has nothing to
+    recover: that test is compiled from the guards themselves, never written again.
+    """
+
+    transitions: tuple[str, ...]
+    deferred: tuple[tuple[str, str], ...] = ()
+    fired: tuple[str, ...] = ()
+    pipes: tuple[str, ...] = ()
+    restores: Mapping[int, str] = field(default_factory=dict)
+
+    def check(self, table: Table) -> None:
+        """Every name resolves (raises :class:`SpecError` naming the first that does not)."""
+        for a in self.transitions:
+            table.action(a)
+        for a, c in self.deferred:
+            table.action(a).conjunct(c)
+        for a in self.fired:
+            if a not in self.transitions:
+                raise SpecError(f"recovery: fired action {a!r} is not one of the transitions")
+        for v in self.pipes:
+            var = table.var(v)
+            if var.scope is not Scope.BLOCK or var.domain is None:
+                raise SpecError(f"recovery: pipe {v!r} is not an enumerated block variable")
+            for value in self.restores:
+                var.domain(value)  # a value of the pipe's domain (raises ValueError)
+
+    def within(self, actions: Mapping[str, Action]) -> RecoveryPipelines | None:
+        """This description for a derived table with ``actions`` (None: a transition is gone)."""
+        if not all(a in actions for a in self.transitions):
+            return None
+        kept = {(a.name, c.name) for a in actions.values() for c in a.guard}
+        return replace(self, deferred=tuple(d for d in self.deferred if d in kept))
+
+
+@dataclass(frozen=True)
 class Consts:
     """Geometry-derived constants the callables read as ``s.k``."""
 
@@ -278,6 +327,7 @@ class Table:
     reads: tuple[ReadSafety, ...] = field(default=(), compare=False)
     completeness: Completeness | None = field(default=None, compare=False)
     locality: tuple[Locality, ...] = field(default=(), compare=False)
+    recovery: RecoveryPipelines | None = field(default=None, compare=False)
     coverage: tuple[PinnedCoverage, ...] = field(default=(), compare=False)
 
     @staticmethod
@@ -292,6 +342,7 @@ class Table:
         reads: Iterable[ReadSafety] = (),
         completeness: Completeness | None = None,
         locality: Iterable[Locality] = (),
+        recovery: RecoveryPipelines | None = None,
         coverage: Iterable[PinnedCoverage] = (),
     ) -> Table:
         t = Table(
@@ -311,6 +362,7 @@ class Table:
             reads=tuple(reads),
             completeness=completeness,
             locality=tuple(locality),
+            recovery=recovery,
             coverage=tuple(coverage),
         )
         from .validate import validate_table
@@ -318,6 +370,11 @@ class Table:
         validate_table(t)
         for loc in t.locality:
             t.action(loc.action)  # names a real action (raises SpecError)
+        if recovery is not None:
+            try:
+                recovery.check(t)
+            except ValueError as exc:
+                raise SpecError(f"table {name!r}: recovery: {exc}") from exc
         for cov in t.coverage:  # real actions, a block phase variable, phases of its domain
             for a_name in cov.actions:
                 t.action(a_name)
@@ -426,6 +483,7 @@ class Table:
             )
             else None,
             [x for x in self.locality if x.action in actions],
+            self.recovery.within(actions) if self.recovery is not None else None,
             [
                 replace(x, actions=tuple(a for a in x.actions if a in actions))
                 for x in self.coverage
