@@ -157,6 +157,7 @@ class FastGuards:
     fused_sources: dict[str, str]
     fused_direct: dict[str, Callable[[Any, dict[str, int]], bool]]
     locality: dict[str, str]
+    conjunct_locality: dict[tuple[str, str], str]  # (action, conjunct) -> its locality
     columns: frozenset[str]
     mapped: frozenset[str]
     _subsets: dict[tuple[str, frozenset[str], bool], Any] = field(default_factory=dict)
@@ -174,8 +175,14 @@ class FastGuards:
 
     def locality_without(self, action: str, skip: frozenset[str]) -> str | None:
         """The locality of ``action``'s conjuncts not in ``skip`` (None: one did not compile)."""
-        trs = self._traced(action, skip)
-        return None if trs is None else combine({locality(tr) for tr in trs})
+        kinds = set()
+        for n, _ in self.compiled.conjuncts[action]:
+            if n not in skip:
+                kind = self.conjunct_locality.get((action, n))
+                if kind is None:
+                    return None
+                kinds.add(kind)
+        return combine(kinds)
 
     def fused_without(
         self, action: str, skip: frozenset[str], direct: bool = False
@@ -280,6 +287,7 @@ def _fast_guards(table: Table, km: tuple[Any, frozenset[str]]) -> FastGuards:
     sources: dict[str, str] = {}
     fused_direct: dict[str, Callable[[Any, dict[str, int]], bool]] = {}
     loc: dict[str, str] = {}
+    each = {key: locality(tr) for key, tr in compiled.traced.items()}
     for a in table.actions:
         trs = [compiled.traced.get((a.name, c.name)) for c in a.guard]
         if any(tr is None for tr in trs):
@@ -288,8 +296,8 @@ def _fast_guards(table: Table, km: tuple[Any, frozenset[str]]) -> FastGuards:
         fname = f"guard_{a.name}".replace(".", "_")
         fused[a.name], sources[a.name] = fuse(fname, done, None, mapped)
         fused_direct[a.name], _ = fuse(fname + "_direct", done, columns, mapped)
-        loc[a.name] = combine({locality(tr) for tr in done})
-    return FastGuards(compiled, fused, sources, fused_direct, loc, columns, mapped)
+        loc[a.name] = combine({each[(a.name, c.name)] for c in a.guard})
+    return FastGuards(compiled, fused, sources, fused_direct, loc, each, columns, mapped)
 
 
 # ---- the hit search -------------------------------------------------------------------------
