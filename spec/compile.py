@@ -250,10 +250,25 @@ def term_reads(t: z3.ExprRef, quants: Quants | None = None) -> frozenset[str]:
     return frozenset(out)
 
 
+_INV_READS: dict[tuple[int, int], tuple[Table, Invariant, frozenset[str]]] = {}
+
+
 def invariant_reads(table: Table, inv: Invariant) -> frozenset[str]:
     """Variables an invariant reads, off its Z3 terms (:func:`term_reads`): the invariant
     evaluated on a symbolic state of two blocks (a bounded invariant counts over a concrete
-    pool), for every request when it is per request, at a symbolic block."""
+    pool), for every request when it is per request, at a symbolic block.  Kept per (table,
+    invariant): every model machine asks (the fuzzer makes one per example)."""
+    hit = _INV_READS.get((id(table), id(inv)))
+    if hit is not None and hit[0] is table and hit[1] is inv:
+        return hit[2]
+    out = _invariant_reads(table, inv)
+    if len(_INV_READS) >= 1024:
+        _INV_READS.clear()
+    _INV_READS[(id(table), id(inv))] = (table, inv, out)
+    return out
+
+
+def _invariant_reads(table: Table, inv: Invariant) -> frozenset[str]:
     s = _TraceState(table, table.consts, N=2)
     terms: list[Any] = []
     for r in range(table.consts.R) if inv.per_request else [None]:
