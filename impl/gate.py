@@ -18,11 +18,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from kvstate.spec.compile import compile_hit_rule
 from kvstate.spec.table import Table
 
 from .coordinator import Coordinator
 from .errors import InternalError, InvalidArgument, Refused
+from .fastforms import compile_search
 from .graphs import GraphRegistry
 from .guards import Guards
 from .meta import NULL_RID, BlockMeta, ChainView, Others, RecordState
@@ -68,7 +68,7 @@ class GuardGate:
             run = self.guards.run_test(a)
             if run is not None:
                 self.run_tests[a] = run
-        compiled = compile_hit_rule(table.hit_rule, table, self.vk, mapped)
+        compiled = compile_search(table.hit_rule, table, self.vk, mapped)
         self.coord = Coordinator(table.hit_rule, compiled)
         # rule epoch: bumped by every transition whose frame meets what the hit rules read (off
         # their Z3 terms), so a hit search is still a proof of the rules while it has not moved

@@ -14,10 +14,10 @@ from collections.abc import Iterable
 from types import SimpleNamespace
 from typing import Any
 
-from kvstate.spec.compile import CompiledGuards, compile_guards
 from kvstate.spec.table import Action, Table
 
 from .errors import Refused
+from .fastforms import FastGuards, fast_guards
 
 
 class Guards:
@@ -27,18 +27,19 @@ class Guards:
         self._conj: dict[str, tuple[tuple[str, Any], ...]] = {
             a.name: tuple((c.name, c.fn) for c in a.guard) for a in table.actions
         }
-        # the same conjuncts compiled from their Z3 terms (kvstate.spec.compile) for views whose
+        # the same conjuncts compiled from their Z3 terms (kvstate.spec.compile; the fused and
+        # direct forms: .fastforms) for views whose
         # acting request is r = 0, which is how the implementation lays its views out; they
         # take the parameters as a dict.  ``_fused`` is each action's whole guard in one
         # function: the accept path costs one call, and only a refusal names its conjuncts.
         self._fast: dict[str, tuple[tuple[str, Any], ...]] = {}
         self._fused: dict[str, Any] = {}
         self._fused_direct: dict[str, Any] = {}
-        self._compiled: CompiledGuards | None = None
-        self.locality: dict[str, str] = {}  # what each compiled guard reads (spec.compile)
+        self._compiled: FastGuards | None = None
+        self.locality: dict[str, str] = {}  # what each compiled guard reads (.fastforms)
         if k is not None:
-            self._compiled = compiled = compile_guards(table, k, mapped)
-            self._fast = dict(compiled.conjuncts)
+            self._compiled = compiled = fast_guards(table, k, mapped)
+            self._fast = dict(compiled.compiled.conjuncts)
             self._fused = dict(compiled.fused)
             self._fused_direct = dict(compiled.fused_direct)
             self.locality = dict(compiled.locality)
@@ -53,7 +54,7 @@ class Guards:
     def fused_without(self, action: str, skip: frozenset[str]) -> Any:
         """``action``'s guard without the conjuncts in ``skip``, as one accept test for
         record-indexed / slot / gathered states (None if one did not compile)."""
-        if self._compiled is None or action not in self._compiled.conjuncts:
+        if self._compiled is None or action not in self._compiled.compiled.conjuncts:
             return None
         return self._compiled.fused_without(action, skip)
 
@@ -61,7 +62,7 @@ class Guards:
         """``action``'s guard over a run of blocks in one call, ``fn(state, params, rids) -> int``
         (position of the first refused block, -1: none) on the record-indexed state, or None
         where one check up front would not equal a check per block (see
-        :meth:`~kvstate.spec.compile.CompiledGuards.fused_run`)."""
+        :meth:`~kvstate.impl.fastforms.FastGuards.fused_run`)."""
         a = self._actions.get(action)
         if self._compiled is None or a is None:
             return None
@@ -71,13 +72,13 @@ class Guards:
         """Is any of the guards of ``parts`` (each ``(action, conjuncts to skip)``) enabled at
         a run of blocks, ``fn(state, rids) -> int`` (position of the first record where one
         is, -1: none) on the record-indexed state; None where they did not compile to one
-        such test (see :meth:`~kvstate.spec.compile.CompiledGuards.enabled_run`)."""
+        such test (see :meth:`~kvstate.impl.fastforms.FastGuards.enabled_run`)."""
         if self._compiled is None or not all(a in self._actions for a, _ in parts):
             return None
         return self._compiled.enabled_run(parts)
 
     def locality_without(self, action: str, skip: frozenset[str]) -> str | None:
-        if self._compiled is None or action not in self._compiled.conjuncts:
+        if self._compiled is None or action not in self._compiled.compiled.conjuncts:
             return None
         return self._compiled.locality_without(action, skip)
 

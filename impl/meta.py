@@ -150,7 +150,7 @@ class BlockMeta:
 class RecordState:
     """The whole metadata in the table's state shape, indexed by *record id*: every column is
     the live list itself.  A guard whose compiled term reads block variables only at its block
-    parameter (``"block"``/``"global"`` locality, :mod:`kvstate.spec.compile`) evaluates on it
+    parameter (``"block"``/``"global"`` locality, :mod:`kvstate.impl.fastforms`) evaluates on it
     with ``b`` = the record id exactly as on a one-block view, without building one; the
     scalars are read from ``source`` (the cache core) when the guard asks."""
 
@@ -254,7 +254,7 @@ class ChainView:
     manager reads through its own block mapping (``rids -> rids``: the SWA window's and the
     compressor's), ``overrides`` replaces a column with a builder ``rids -> list`` (a projected
     recovery state).  A view without overrides is *direct*: the compiled direct forms
-    (:mod:`kvstate.spec.compile`) read the live lists ``_m.X`` through ``_rids`` /
+    (:mod:`kvstate.impl.fastforms`) read the live lists ``_m.X`` through ``_rids`` /
     ``rids_of(X)`` instead of gathering columns.
     """
 

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
+from kvstate.spec.compile import invariant_reads
 from kvstate.spec.errors import SpecError
 from kvstate.spec.phases import Fmt
-from kvstate.spec.state import ConcreteState, initial_state, invariant_reads, req_var_names
+from kvstate.spec.state import ConcreteState, initial_state, req_var_names
 from kvstate.spec.table import Action, Invariant, ParamKind, Scope, Table
 
 

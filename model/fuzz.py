@@ -33,12 +33,11 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from kvstate.spec.errors import ActionRefused
 from kvstate.spec.phases import Req
 from kvstate.spec.state import ConcreteState
-from kvstate.spec.table import Action, ParamKind, Scope, Table
+from kvstate.spec.table import Action, ParamKind, Scope, Table, address_vars
 
 from .concrete import GuardError, Machine
 
 OUTPUT_KINDS = (ParamKind.ADDR, ParamKind.FMT)  # chosen by the target, fed to the model
-ADDRESS_VARS = ("addr", "gaddr", "paddr", "at")  # "at": the ghost address of the bytes
 
 settings.register_profile(
     "ci", derandomize=True, max_examples=60, stateful_step_count=40, deadline=None, print_blob=True
@@ -182,7 +181,7 @@ def _facts(table: Table) -> tuple[tuple[tuple[str, Scope], ...], frozenset[str]]
         names = {v.name for v in table.vars}
         hit = _facts_memo[id(table)] = (
             table,
-            tuple((var, table.var(var).scope) for var in ADDRESS_VARS if var in names),
+            tuple((var, table.var(var).scope) for var in address_vars(table) if var in names),
             frozenset(v.name for v in table.vars if not v.ghost),
         )
     return hit[1], hit[2]
@@ -240,7 +239,8 @@ def with_ghosts(
     if not ghosts:
         return out
     to_target: dict[int, int] = {}
-    for var in ADDRESS_VARS:
+    addresses = address_vars(table)
+    for var in addresses:
         if var in observed and not table.var(var).ghost:
             a, b = model[var], observed[var]
             if table.var(var).scope is Scope.REQ_BLOCK:
@@ -250,7 +250,7 @@ def with_ghosts(
                 to_target.setdefault(x, y)
     for v in ghosts:
         val = model[v.name]
-        if v.name in ADDRESS_VARS and v.scope is Scope.BLOCK:
+        if v.name in addresses and v.scope is Scope.BLOCK:
             val = tuple(to_target.get(x, x) for x in val)
         out[v.name] = val
     return out

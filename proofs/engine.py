@@ -266,8 +266,9 @@ def hit_use_goal() -> Any:
     return goal
 
 
-def fires_with_pinned_phase_goal(action: str, phase: int) -> Any:
-    """``action`` fires for a request that holds a pin on a block in compressed-KV ``phase``."""
+def fires_with_pinned_phase_goal(action: str, phase: int, var: str = "ckv") -> Any:
+    """``action`` fires for a request that holds a pin on a block whose phase variable ``var``
+    is ``phase``."""
 
     def goal(u: Unrolling) -> Any:
         parts = []
@@ -277,7 +278,8 @@ def fires_with_pinned_phase_goal(action: str, phase: int) -> Any:
             for i, inst in enumerate(u.insts):
                 if inst.action.name == action and inst.r is not None:
                     pinned = s.req(inst.r).pinned
-                    held = [z3.And(b * L < pinned, s.ckv[b] == phase) for b in range(u.N)]
+                    col = getattr(s, var)
+                    held = [z3.And(b * L < pinned, col[b] == phase) for b in range(u.N)]
                     parts.append(z3.And(sel == i, z3.Or(*held)))
         return z3.Or(*parts)
 

@@ -33,8 +33,8 @@ from kvstate.model.symbolic import (
     inv_violated,
     step_query,
 )
-from kvstate.spec.phases import CKV, LIFECYCLES
-from kvstate.spec.state import invariant_reads
+from kvstate.spec.compile import invariant_reads
+from kvstate.spec.phases import LIFECYCLES
 from kvstate.spec.table import Invariant, Table
 
 from . import witnesses
@@ -60,7 +60,6 @@ from .engine import (
 )
 from .results import Result, Trace
 
-PINNED_PHASES = (CKV.WRITING, CKV.READY, CKV.OFFLOADING, CKV.HOST, CKV.DISK, CKV.LOADING)
 UNBOUNDED = "unbounded: any pool size, any depth (requests expanded: R={R})"
 
 
@@ -122,12 +121,17 @@ def plan(table: Table, cfg: Config, only: str | None = None) -> list[Unit]:
         units.append(Unit("reach", f"reach/{a.name}", (a.name,)))
     if any(a.name == "use" for a in table.actions) and any(v.name == "hit" for v in table.vars):
         units.append(Unit("reach", "reach/use+hit", ("use", True)))
-    # Phase coverage: a request gives up its pins while a pinned block is in each recovery phase
-    # (the fuzzer replays these, so effects of abort/downgrade mid-recovery are exercised).
-    for a_name in ("abort", "downgrade"):
-        if any(a.name == a_name for a in table.actions):
-            for ph in PINNED_PHASES:
-                units.append(Unit("reach", f"reach/{a_name}@{ph.name}", (a_name, False, int(ph))))
+    # Phase coverage (the table's ``coverage`` goals): an action fires while its request holds a
+    # pin on a block in each phase (the fuzzer replays these witnesses, so effects of
+    # abort/downgrade mid-recovery are exercised).
+    for cov in table.coverage:
+        domain = table.var(cov.var).domain
+        for a_name in cov.actions:
+            if any(a.name == a_name for a in table.actions):
+                for ph in cov.phases:
+                    label = domain(ph).name if domain is not None else str(ph)
+                    args = (a_name, False, int(ph), cov.var)
+                    units.append(Unit("reach", f"reach/{a_name}@{label}", args))
     for inv in table.invariants:
         for a_name, c_name in inv.protected_by:
             if any(
@@ -218,20 +222,6 @@ def kill_units(
         return (KILL_ORDER.index(u.kind), 0)
 
     return sorted(units, key=cost)
-
-
-def _guard_reads(table: Table, a: Any) -> frozenset[str]:
-    from kvstate.spec.state import RecordingState, initial_state
-    from kvstate.spec.validate import _P
-
-    s = initial_state(table, 2, RecordingState)
-    assert isinstance(s, RecordingState)
-    for c in a.guard:
-        try:
-            c.fn(s, _P(a, table.consts.L))
-        except Exception:  # noqa: BLE001, S112 - unreadable: no reads recorded
-            continue
-    return frozenset(s._reads)
 
 
 def _matches(u: Unit, only: str, table: Table) -> bool:
@@ -564,12 +554,14 @@ def _reach(
     action_name: str,
     with_hit: bool = False,
     pinned_phase: int | None = None,
+    pinned_var: str = "ckv",
 ) -> list[Result]:
     t0 = time.perf_counter()
     table.action(action_name)
     name = f"reach/{action_name}" + ("+hit" if with_hit else "")
     if pinned_phase is not None:
-        name += f"@{CKV(pinned_phase).name}"
+        domain = table.var(pinned_var).domain
+        name += f"@{domain(pinned_phase).name if domain is not None else pinned_phase}"
 
     def check(tr: Trace) -> bool:
         if not (tr.replayed and bool(tr.steps) and tr.steps[-1].action == action_name):
@@ -584,14 +576,15 @@ def _reach(
             r = tr.steps[-1].params["r"]
             pinned = before.req(r).pinned
             return any(
-                b * table.consts.L < pinned and before.ckv[b] == pinned_phase for b in range(m.N)
+                b * table.consts.L < pinned and getattr(before, pinned_var)[b] == pinned_phase
+                for b in range(m.N)
             )
         return True
 
     if with_hit:
         goal = hit_use_goal()
     elif pinned_phase is not None:
-        goal = fires_with_pinned_phase_goal(action_name, pinned_phase)
+        goal = fires_with_pinned_phase_goal(action_name, pinned_phase, pinned_var)
     else:
         goal = fires_goal(action_name)
     found = witnesses.witness(

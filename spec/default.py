@@ -26,6 +26,7 @@ from .table import (
     Locality,
     Param,
     ParamKind,
+    PinnedCoverage,
     ReadSafety,
     RecoveryPipelines,
     Scope,
@@ -131,8 +132,20 @@ def _vars() -> list[Var]:
         ),
         Var("swa", BL, lambda k, N, b: int(Swa.NULL), Swa, doc="SWA Window block"),
         Var("lease", BL, z, doc="residency lease: resident until this tick"),
-        Var("addr", BL, lambda k, N, b: b, doc="device address of the block's state buffer"),
-        Var("gaddr", BL, lambda k, N, b: b, doc="address the captured graph recorded"),
+        Var(
+            "addr",
+            BL,
+            lambda k, N, b: b,
+            address=True,
+            doc="device address of the block's state buffer",
+        ),  # fmt: skip
+        Var(
+            "gaddr",
+            BL,
+            lambda k, N, b: b,
+            address=True,
+            doc="address the captured graph recorded",
+        ),  # fmt: skip
         Var("prog", BL, lambda k, N, b: k.load_steps, doc="load progress; load_steps = complete"),
         Var("fmt", BL, lambda k, N, b: int(Fmt.PRIMARY), Fmt, doc="stored block form (kernel ABI)"),
         Var(
@@ -154,7 +167,7 @@ def _vars() -> list[Var]:
         Var("pinned", RQ, z, doc="tokens whose blocks this request pins ([0, pinned))"),
         Var("deadline", RQ, z, doc="tick by which the request finishes"),
         Var("pgen", RB, z, doc="state_data_ptrs: generation recorded at validation"),
-        Var("paddr", RB, z, doc="state_data_ptrs: address recorded at validation"),
+        Var("paddr", RB, z, address=True, doc="state_data_ptrs: address recorded at validation"),
         *GHOSTS,
     ]
 
@@ -174,7 +187,14 @@ GHOSTS = [
     Var("wocc", _BL, _z, ghost=True, doc="occupant the SWA window rows were built from"),
     Var("tcid", _BL, _z, ghost=True, doc="content the saved compressor state belongs to"),
     Var("missing", _BL, _z, ghost=True, doc="chunks of the block's copy not yet transferred"),
-    Var("at", _BL, lambda k, N, b: b, ghost=True, doc="address where the block's bytes are"),
+    Var(
+        "at",
+        _BL,
+        lambda k, N, b: b,
+        ghost=True,
+        address=True,
+        doc="address where the block's bytes are",
+    ),  # fmt: skip
     Var("form", _BL, lambda k, N, b: int(Fmt.PRIMARY), ghost=True, doc="form of the bytes stored"),
     Var("promised", _BL, _z, ghost=True, doc="residency promised to the scheduler until"),
     Var("copy", _BL, _z, ghost=True, doc="tier holding the block's offloaded copy (COPY_*)"),
@@ -1219,6 +1239,21 @@ LOCALITY = [
 ]
 
 
+# A request gives up its pins (abort, downgrade) while a pinned block is in each phase it can
+# hold one in: written, resident, and each recovery phase.
+COVERAGE = [
+    PinnedCoverage(
+        ("abort", "downgrade"),
+        "ckv",
+        tuple(
+            int(x)
+            for x in (CKV.WRITING, CKV.READY, CKV.OFFLOADING, CKV.HOST, CKV.DISK, CKV.LOADING)
+        ),
+        "a request gives up its pins while a pinned block is in each phase it can be pinned in",
+    )
+]
+
+
 def sum_pins(s: Any, b: Any) -> Any:
     """Pins on block ``b``: one per request whose pinned range covers it (requests expanded)."""
     total: Any = 0
@@ -1253,6 +1288,7 @@ def default_table(geometry: Geometry | None = None, hit_rule: HitRule | None = N
         COMPLETENESS,
         LOCALITY,
         RECOVERY,
+        COVERAGE,
     )
 
 

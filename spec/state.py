@@ -197,21 +197,3 @@ class RecordingState(ProbeState):
         if not isinstance(r, int) or not 0 <= r < self.k.R:
             raise SpecError(f"request index {r!r} out of range 0..{self.k.R - 1}")
         return _RecordingReq(self, r)
-
-
-def invariant_reads(table: Any, inv: Any) -> frozenset[str]:
-    """Variables an invariant reads, found by evaluating it on every block of a probe state.
-
-    Callables are written with eager connectives (AND/OR/ITE evaluate every argument) and
-    ProbeState evaluates every per-block body, so every variable the formula mentions is read.
-    """
-    s = initial_state(table, 2, RecordingState)
-    assert isinstance(s, RecordingState)
-    for r in range(table.consts.R) if inv.per_request else [None]:
-        args: tuple[Any, ...] = (s,) if r is None else (s, r)
-        if inv.scalar is not None:
-            inv.scalar(*args)
-        if inv.per_block is not None:
-            for b in range(2):
-                inv.per_block(*args, b)
-    return frozenset(s._reads)

@@ -57,6 +57,14 @@ class Var:
     nonneg: bool = False
     ghost: bool = False
     doc: str = ""
+    # an address (a buffer's location): its values are names, not quantities; a target chooses
+    # its own, so a fuzzer compares them up to renaming and translates the model's ghost ones
+    address: bool = False
+
+
+def address_vars(table: Table) -> tuple[str, ...]:
+    """The table's address variables (``Var.address``), in declaration order."""
+    return tuple(v.name for v in table.vars if v.address)
 
 
 @dataclass(frozen=True)
@@ -155,6 +163,21 @@ class Locality:
     action: str
     doc: str
     within: Fn  # within(s, p, b) -> bool
+
+
+@dataclass(frozen=True)
+class PinnedCoverage:
+    """A coverage goal: each of ``actions`` (which give up a request's pins) fires while the
+    request holds a pin on a block whose phase variable ``var`` is in each of ``phases``.
+
+    Proved as ``reach`` obligations (a witness trace per action and phase, replayed
+    concretely); the fuzzer replays the witnesses, so an action's effects on a pinned block in
+    each of those phases are exercised."""
+
+    actions: tuple[str, ...]
+    var: str  # a block phase variable (one with a ``domain``)
+    phases: tuple[int, ...]
+    doc: str = ""
 
 
 @dataclass(frozen=True)
@@ -305,6 +328,7 @@ class Table:
     completeness: Completeness | None = field(default=None, compare=False)
     locality: tuple[Locality, ...] = field(default=(), compare=False)
     recovery: RecoveryPipelines | None = field(default=None, compare=False)
+    coverage: tuple[PinnedCoverage, ...] = field(default=(), compare=False)
 
     @staticmethod
     def build(
@@ -319,6 +343,7 @@ class Table:
         completeness: Completeness | None = None,
         locality: Iterable[Locality] = (),
         recovery: RecoveryPipelines | None = None,
+        coverage: Iterable[PinnedCoverage] = (),
     ) -> Table:
         t = Table(
             name=name,
@@ -338,6 +363,7 @@ class Table:
             completeness=completeness,
             locality=tuple(locality),
             recovery=recovery,
+            coverage=tuple(coverage),
         )
         from .validate import validate_table
 
@@ -349,6 +375,15 @@ class Table:
                 recovery.check(t)
             except ValueError as exc:
                 raise SpecError(f"table {name!r}: recovery: {exc}") from exc
+        for cov in t.coverage:  # real actions, a block phase variable, phases of its domain
+            for a_name in cov.actions:
+                t.action(a_name)
+            v = t.var(cov.var)
+            if v.scope is not Scope.BLOCK or v.domain is None:
+                raise SpecError(f"coverage: {cov.var!r} is not a block phase variable")
+            bad = [ph for ph in cov.phases if ph not in set(v.domain)]
+            if bad:
+                raise SpecError(f"coverage: {bad} are not phases of {cov.var!r}")
         return t
 
     # ---- lookup -------------------------------------------------------------------------
@@ -449,6 +484,10 @@ class Table:
             else None,
             [x for x in self.locality if x.action in actions],
             self.recovery.within(actions) if self.recovery is not None else None,
+            [
+                replace(x, actions=tuple(a for a in x.actions if a in actions))
+                for x in self.coverage
+            ],
         )
 
     def with_geometry(self, geometry: Geometry) -> Table:

@@ -21,7 +21,8 @@ from kvstate.impl.testdata import harness_tokens
 from kvstate.model.concrete import Machine
 from kvstate.model.fuzz import canonical
 from kvstate.spec import default_table
-from kvstate.spec.state import ConcreteState, initial_state, invariant_reads
+from kvstate.spec.compile import invariant_reads
+from kvstate.spec.state import ConcreteState, initial_state
 from kvstate.spec.table import Scope
 from kvstate.testing.adapter import NAMESPACE, make_target
 

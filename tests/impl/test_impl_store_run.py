@@ -1,6 +1,6 @@
 """A store is one run: each write-path guard checked once over the run's blocks.
 
-The run form of a guard (``CompiledGuards.fused_run``) must refuse exactly where a check per
+The run form of a guard (``FastGuards.fused_run``, impl/fastforms.py) must refuse exactly where a check per
 block would, must not exist where one check up front would differ from a check per block, and a
 run store must leave every block as the per-block sequence allocate, commit, seal,
 index_update, touch would.

@@ -11,8 +11,9 @@ import random
 from typing import Any
 
 from kvstate.model.concrete import Machine
+from kvstate.spec.compile import invariant_reads
 from kvstate.spec.default import default_table
-from kvstate.spec.state import ConcreteState, ReqView, invariant_reads
+from kvstate.spec.state import ConcreteState, ReqView
 
 TABLE = default_table()
 

@@ -1,8 +1,8 @@
 """The main job: `kvstate prove` on the default spec proves every obligation."""
 
 from kvstate.proofs import prove
-from kvstate.spec import default_table
-from kvstate.spec.state import invariant_reads
+from kvstate.spec import CKV, default_table
+from kvstate.spec.compile import invariant_reads
 
 
 def test_default_prove_holds_everywhere():
@@ -61,3 +61,17 @@ def test_default_prove_holds_everywhere():
 def test_frame_rule_uses_the_read_set():
     t = default_table()
     assert invariant_reads(t, t.invariant("graph_topology")) == {"addr", "gaddr", "graph"}
+
+
+def test_the_pinned_phase_units_come_from_the_table_s_coverage_goals() -> None:
+    from dataclasses import replace
+
+    from kvstate.proofs.obligations import Config, plan
+
+    t = default_table()
+    names = {u.name for u in plan(t, Config()) if "@" in u.name}
+    (cov,) = t.coverage
+    assert names == {
+        f"reach/{a}@{CKV(ph).name}" for a in ("abort", "downgrade") for ph in cov.phases
+    }
+    assert not any("@" in u.name for u in plan(replace(t, coverage=()), Config()))

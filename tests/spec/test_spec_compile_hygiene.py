@@ -1,7 +1,8 @@
 """Generated code is hygienic: a table may name its variables anything a Python identifier allows
 -- the generator's own locals (``fail``, ``cuts``, ``h``, ``R``, ...), builtins it calls
 (``all``, ``range``, ``max``, ``min``) or the shapes of its derived names (``p_b``, ``r0_x``,
-``R_swa``, ``t_ckv``) -- and the compiled search and guards still mean what the table says."""
+``R_swa``, ``t_ckv``, ``P``) -- and the compiled predicates, guards and the search generated from
+them (impl/fastforms.py) still mean what the table says."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvstate.impl.fastforms import compile_search
 from kvstate.spec import default_table
 from kvstate.spec.compile import compile_guards, compile_hit_rule
 from kvstate.spec.errors import SpecError
@@ -25,7 +27,7 @@ from kvstate.spec.table import Conjunct, Scope, Table, Var
 COLLIDING = (
     "fail", "where", "cuts", "to", "h", "b", "i", "ok", "Rb", "R", "M", "v", "r", "p", "x",
     "h_max", "q0", "forall0", "all", "range", "max", "min", "True_", "t_ckv", "p_b", "r0_phase",
-    "R_swa", "lo", "hi",
+    "R_swa", "lo", "hi", "P", "env", "define",
 )  # fmt: skip
 BLOCK_NAMES = ("R", "Rb", "M", "q0", "fail")
 
@@ -82,8 +84,8 @@ def test_odd_names_compile_to_what_the_table_says() -> None:
     t, rules = odd_table()
     k = replace(t.consts, R=2)
     hr = replace(t.hit_rule, rules=(*t.hit_rule.rules, *rules))
-    c = compile_hit_rule(hr, t, k)
-    assert c.search is not None and not c.skipped
+    c = compile_search(hr, t, k)
+    assert not c.skipped and not compile_hit_rule(hr, t, k).skipped
 
     @settings(max_examples=200, deadline=None)
     @given(data=st.data(), n=st.integers(1, 5))
@@ -122,8 +124,7 @@ def test_the_fail_variable_is_not_overwritten_by_the_search() -> None:
     t, rules = odd_table()
     k = replace(t.consts, R=2)
     hr = replace(t.hit_rule, rules=(rules[2],))
-    c = compile_hit_rule(hr, t, k)
-    assert c.search is not None
+    c = compile_search(hr, t, k)
     v = View(N=1, k=k, reqs=(), fail=0)
     assert hr.holds(v, 0, 0)
     assert c.search(v, 0, 0) == (0, [], None)
@@ -146,10 +147,13 @@ def test_guards_read_odd_names_through_their_own_namespace() -> None:
 
 def test_generated_source_is_registered_for_tracebacks() -> None:
     t = default_table()
-    c = compile_hit_rule(t.hit_rule, t, replace(t.consts, R=2))
-    assert c.search is not None
+    k = replace(t.consts, R=2)
+    for rule in t.hit_rule.rules:
+        pred = compile_hit_rule(t.hit_rule, t, k).rules[rule.qualname]
+        assert "".join(linecache.getlines(pred.fn.__code__.co_filename)) == pred.source
+    c = compile_search(t.hit_rule, t, k)
     filename = c.search.__code__.co_filename
-    assert "".join(linecache.getlines(filename)) == c.search_sources[0]
+    assert "".join(linecache.getlines(filename)) == c.sources[0]
 
 
 @pytest.mark.parametrize("bad", ["1x", "for", "_private", "a-b", "N", "req"])

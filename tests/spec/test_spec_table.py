@@ -158,3 +158,31 @@ def test_derived_table_is_a_new_value():
 def test_flash_table_builds():
     t = default_table(deepseek_v4_flash())
     assert t.consts.L == 256 and t.consts.io_cap == 8
+
+
+def test_address_variables_are_declared_in_the_table() -> None:
+    from kvstate.spec.table import address_vars
+
+    t = default_table()
+    assert address_vars(t) == ("addr", "gaddr", "paddr", "at")
+    assert all(t.var(n).address for n in address_vars(t))
+
+
+def test_coverage_goals_resolve_and_survive_derivation() -> None:
+    from kvstate.spec.errors import SpecError
+    from kvstate.spec.table import PinnedCoverage, Table
+
+    t = default_table()
+    (cov,) = t.coverage
+    assert set(cov.actions) == {"abort", "downgrade"} and cov.var == "ckv"
+    assert t.derive(remove_action=["downgrade"]).coverage[0].actions == ("abort",)
+    for bad in (
+        PinnedCoverage(("nope",), "ckv", (1,)),
+        PinnedCoverage(("abort",), "gen", (1,)),  # not a phase variable
+        PinnedCoverage(("abort",), "ckv", (99,)),  # not a phase of ckv
+    ):
+        with pytest.raises(SpecError):
+            Table.build(
+                t.name, t.geometry, t.vars, t.actions, t.invariants, t.hit_rule, coverage=[bad]
+            )
+    assert replace(t, coverage=()).coverage == ()
