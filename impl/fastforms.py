@@ -252,15 +252,23 @@ class FastGuards:
                 if not any(n.startswith("p_") and n != "p_b" for n in names):
                     body = "".join(f"    {ln}\n" for ln in prelude(names - {"p_b"}, set(), str))
                     cond = " or ".join(f"({c})" for c in conds) or "False"
+                    # each column read once per block (the disjuncts read the same cells):
+                    # ``t_X[p_b]`` becomes the loop's local ``B_t_X``
+                    cells = sorted(set(_AT_B.findall(cond)))
+                    cond = _AT_B.sub(lambda m: f"B_{m.group(1)}", cond)
+                    reads = "".join(f"        B_{c} = {c}[p_b]\n" for c in cells)
                     src = (
                         f"def guards_enabled_run(v, bs):\n{body}"
-                        f"    for i, p_b in enumerate(bs):\n"
+                        f"    for i, p_b in enumerate(bs):\n{reads}"
                         f"        if {cond}:\n            return i\n    return -1\n"
                     )
                     fn = define("guards_enabled_run", src)
             self._subsets[key] = fn
         run: Callable[[Any, Sequence[int]], int] | None = self._subsets[key]
         return run
+
+
+_AT_B = re.compile(r"(?<![\w.])(t_\w+)\[p_b\]")  # a table column read at the loop's block
 
 
 def fuse(

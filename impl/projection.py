@@ -88,11 +88,17 @@ class Projector:
         The projection itself is its oracle (tests/impl/test_impl_projection.py)."""
         if not self.actions:
             return True
-        if self._enabled is None:
+        enabled = self._enabled
+        if enabled is None:
             return False
-        corrupt = meta.corrupt
-        live = [i for i in rids if not corrupt[i]]
-        return self._enabled(self.records, live) < 0
+        corrupt, start = meta.corrupt, 0
+        while True:  # (a corrupt block found enabled is skipped: scan on after it)
+            k = enabled(self.records, rids if start == 0 else rids[start:])
+            if k < 0:
+                return True
+            if not corrupt[rids[start + k]]:
+                return False
+            start += k + 1
 
     def project(
         self,

@@ -32,7 +32,7 @@ from .errors import (
 )
 from .events import EventKind, EventLog
 from .gate import GuardGate
-from .meta import ChainView, SlotState
+from .meta import NULL_RID, ChainView, SlotState
 from .pipelines import TailCheckJob
 from .projection import Projector, RecoveryPlan, Trace
 from .recovery import Recovery
@@ -200,9 +200,12 @@ class RequestTable:
         target, plan = now.hit, _NO_RECOVERY
         ext: HitSearch | None = None
         trace: Trace = {}
+        # a block that is not stored cannot be recovered: a hit that stops where only absent
+        # blocks follow cannot grow (a miss, and a full-prefix hit, skip the projection)
+        grows = any(r != NULL_RID for r in rids[now.hit // L : nb_max])
         proj = (
             self.projector.project(m, rids[:nb_max], trace=trace)
-            if recover and now.hit < h_max
+            if recover and now.hit < h_max and grows
             else {}
         )
         # an empty projection is the current state, where the search would find ``now`` again
