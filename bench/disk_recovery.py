@@ -378,7 +378,9 @@ def main() -> None:
         f"{'prefix':>7} {'GiB':>5} {'kvstate GB/s':>16} {'raw GB/s':>16} {'ratio (paired)':>16} "
         f"{'CPU s kvstate/raw':>18} {'after I/O ms':>13} {'load 1-min':>11}  {'cache drop':<20} build"
     )
-    mac = f"HMAC-{D.MAC_DIGEST.upper()}" if hasattr(D, "MAC_DIGEST") else "keyed BLAKE2b"
+    mac = getattr(D, "MAC_NAME", None) or (
+        f"HMAC-{D.MAC_DIGEST.upper()}" if hasattr(D, "MAC_DIGEST") else "keyed BLAKE2b"
+    )
     print(f"{args.repeats} repeats each, min/median/max; MAC {mac} (disk format {D.FILE_FORMAT})")
     print(hdr)
     print("-" * len(hdr))

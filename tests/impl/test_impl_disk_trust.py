@@ -9,6 +9,7 @@ only its own files.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import itertools
 import json
 import os
@@ -510,15 +511,52 @@ def _as_format_2(path: Path, key: bytes = KEY) -> None:
     path.write_bytes(pre.pack(b"KVSTATE\x02", len(hb), h.digest()) + hb + payload)
 
 
-def test_entries_of_the_previous_format_are_stale_never_read(tmp_path: Path) -> None:
-    """Format 3 moved the MACs to HMAC-SHA256: a format-2 file, valid under this directory's
-    key, is kvstate's but stale (another magic): deleted at open, never loaded."""
+def _as_format_3(path: Path, key: bytes) -> None:
+    """Rewrite an entry as kvstate's format 3 wrote it, every MAC valid under the directory's
+    key: HMAC-SHA256 per domain over the block key's length, the block key, then the data."""
+    raw = path.read_bytes()
+    pre = struct.Struct("<8sI32s")
+    _, hlen, _ = pre.unpack(raw[: pre.size])
+    header = json.loads(raw[pre.size : pre.size + hlen])
+    payload = raw[pre.size + hlen :]
+    blockkey = bytes.fromhex(path.name[: -len(SUFFIX)])
+    nonce = bytes.fromhex(header["nonce"])
+
+    def mac(domain: bytes, *parts: bytes) -> bytes:
+        h = hmac.new(key, domain, "sha256")
+        for part in (struct.pack("<I", len(blockkey)), blockkey, *parts):
+            h.update(part)
+        return h.digest()
+
+    def chunk_mac(index: int, lo: int, hi: int) -> str:
+        return mac(
+            b"kvstate/chunk/v3\x00", nonce, struct.pack("<qqq", index, lo, hi), payload[lo:hi]
+        ).hex()
+
+    header["format"] = 3
+    header["chunks"] = [[*c[:4], chunk_mac(i, c[2], c[3])] for i, c in enumerate(header["chunks"])]
+    if header["swa_section"] is not None:
+        lo, hi, _ = header["swa_section"]
+        header["swa_section"] = [lo, hi, chunk_mac(-1, lo, hi)]
+    hb = json.dumps(header, sort_keys=True).encode()
+    head = mac(b"kvstate/header/v3\x00", hb)
+    path.write_bytes(pre.pack(b"KVSTATE\x03", len(hb), head) + hb + payload)
+
+
+@pytest.mark.parametrize("old_format", [2, 3])
+def test_entries_of_a_previous_format_are_stale_never_read(tmp_path: Path, old_format: int) -> None:
+    """Format 3 moved the MACs to HMAC-SHA256, format 4 to keyed BLAKE3: a file of an older
+    format, valid under this directory's key, is kvstate's but stale (another magic): deleted
+    at open, never loaded."""
     toks = harness_tokens(2 * L + 1)
     persist_keyed(tmp_path, toks)
     old = files(tmp_path)
-    assert old and MAGIC == b"KVSTATE\x03"
+    assert old and MAGIC == b"KVSTATE\x04"
     for f in old:
-        _as_format_2(f)
+        if old_format == 2:
+            _as_format_2(f)
+        else:
+            _as_format_3(f, KEY)
     c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors="manual", disk_key=KEY)
     try:
         removed = c.events.of(EventKind.REMOVED)
