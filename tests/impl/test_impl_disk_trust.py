@@ -16,6 +16,7 @@ import os
 import struct
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -482,9 +483,15 @@ def test_entries_written_under_another_key_are_misses(tmp_path: Path) -> None:
         HeterogeneousKVCache(G, cache_dir=tmp_path, executors="manual", disk_key=b"short")
 
 
-def _as_format_2(path: Path, key: bytes = KEY) -> None:
-    """Rewrite an entry as kvstate's format 2 wrote it, every MAC valid under the directory's
-    key: keyed BLAKE2b (personalised per domain) over the header and each chunk."""
+def _rewrite(
+    path: Path,
+    fmt: int,
+    chunk_mac: Callable[[bytes, bytes, int, int, int, bytes], bytes],
+    header_mac: Callable[[bytes, bytes], bytes],
+) -> None:
+    """Rewrite an entry as kvstate's format ``fmt`` wrote it: its magic and version, every MAC
+    recomputed with that format's ``chunk_mac(blockkey, nonce, index, lo, hi, bytes)`` and
+    ``header_mac(blockkey, header)`` (valid under the directory's key)."""
     raw = path.read_bytes()
     pre = struct.Struct("<8sI32s")
     _, hlen, _ = pre.unpack(raw[: pre.size])
@@ -493,54 +500,50 @@ def _as_format_2(path: Path, key: bytes = KEY) -> None:
     blockkey = bytes.fromhex(path.name[: -len(SUFFIX)])
     nonce = bytes.fromhex(header["nonce"])
 
-    def chunk_mac(index: int, lo: int, hi: int) -> str:
-        h = hashlib.blake2b(key=key, digest_size=32, person=b"kvstate/chunk")
-        for part in (blockkey, nonce, struct.pack("<qqq", index, lo, hi), payload[lo:hi]):
-            h.update(part)
-        return h.hexdigest()
+    def mac(index: int, lo: int, hi: int) -> str:
+        return chunk_mac(blockkey, nonce, index, lo, hi, payload[lo:hi]).hex()
 
-    header["format"] = 2
-    header["chunks"] = [[*c[:4], chunk_mac(i, c[2], c[3])] for i, c in enumerate(header["chunks"])]
+    header["format"] = fmt
+    header["chunks"] = [[*c[:4], mac(i, c[2], c[3])] for i, c in enumerate(header["chunks"])]
     if header["swa_section"] is not None:
         lo, hi, _ = header["swa_section"]
-        header["swa_section"] = [lo, hi, chunk_mac(-1, lo, hi)]
+        header["swa_section"] = [lo, hi, mac(-1, lo, hi)]
     hb = json.dumps(header, sort_keys=True).encode()
-    h = hashlib.blake2b(key=key, digest_size=32, person=b"kvstate/header")
-    h.update(blockkey)
-    h.update(hb)
-    path.write_bytes(pre.pack(b"KVSTATE\x02", len(hb), h.digest()) + hb + payload)
+    magic = b"KVSTATE" + bytes([fmt])
+    path.write_bytes(pre.pack(magic, len(hb), header_mac(blockkey, hb)) + hb + payload)
 
 
-def _as_format_3(path: Path, key: bytes) -> None:
-    """Rewrite an entry as kvstate's format 3 wrote it, every MAC valid under the directory's
-    key: HMAC-SHA256 per domain over the block key's length, the block key, then the data."""
-    raw = path.read_bytes()
-    pre = struct.Struct("<8sI32s")
-    _, hlen, _ = pre.unpack(raw[: pre.size])
-    header = json.loads(raw[pre.size : pre.size + hlen])
-    payload = raw[pre.size + hlen :]
-    blockkey = bytes.fromhex(path.name[: -len(SUFFIX)])
-    nonce = bytes.fromhex(header["nonce"])
+def _as_format_2(path: Path, key: bytes) -> None:
+    """Format 2: keyed BLAKE2b, personalised per domain."""
 
-    def mac(domain: bytes, *parts: bytes) -> bytes:
-        h = hmac.new(key, domain, "sha256")
-        for part in (struct.pack("<I", len(blockkey)), blockkey, *parts):
+    def chunk(bk: bytes, nonce: bytes, i: int, lo: int, hi: int, data: bytes) -> bytes:
+        h = hashlib.blake2b(key=key, digest_size=32, person=b"kvstate/chunk")
+        for part in (bk, nonce, struct.pack("<qqq", i, lo, hi), data):
             h.update(part)
         return h.digest()
 
-    def chunk_mac(index: int, lo: int, hi: int) -> str:
-        return mac(
-            b"kvstate/chunk/v3\x00", nonce, struct.pack("<qqq", index, lo, hi), payload[lo:hi]
-        ).hex()
+    def head(bk: bytes, hb: bytes) -> bytes:
+        return hashlib.blake2b(bk + hb, key=key, digest_size=32, person=b"kvstate/header").digest()
 
-    header["format"] = 3
-    header["chunks"] = [[*c[:4], chunk_mac(i, c[2], c[3])] for i, c in enumerate(header["chunks"])]
-    if header["swa_section"] is not None:
-        lo, hi, _ = header["swa_section"]
-        header["swa_section"] = [lo, hi, chunk_mac(-1, lo, hi)]
-    hb = json.dumps(header, sort_keys=True).encode()
-    head = mac(b"kvstate/header/v3\x00", hb)
-    path.write_bytes(pre.pack(b"KVSTATE\x03", len(hb), head) + hb + payload)
+    _rewrite(path, 2, chunk, head)
+
+
+def _as_format_3(path: Path, key: bytes) -> None:
+    """Format 3: HMAC-SHA256 per domain over the block key's length, the block key, the data."""
+
+    def mac(domain: bytes, bk: bytes, *parts: bytes) -> bytes:
+        h = hmac.new(key, domain, "sha256")
+        for part in (struct.pack("<I", len(bk)), bk, *parts):
+            h.update(part)
+        return h.digest()
+
+    def chunk(bk: bytes, nonce: bytes, i: int, lo: int, hi: int, data: bytes) -> bytes:
+        return mac(b"kvstate/chunk/v3\x00", bk, nonce, struct.pack("<qqq", i, lo, hi), data)
+
+    def head(bk: bytes, hb: bytes) -> bytes:
+        return mac(b"kvstate/header/v3\x00", bk, hb)
+
+    _rewrite(path, 3, chunk, head)
 
 
 @pytest.mark.parametrize("old_format", [2, 3])
@@ -553,10 +556,7 @@ def test_entries_of_a_previous_format_are_stale_never_read(tmp_path: Path, old_f
     old = files(tmp_path)
     assert old and MAGIC == b"KVSTATE\x04"
     for f in old:
-        if old_format == 2:
-            _as_format_2(f)
-        else:
-            _as_format_3(f, KEY)
+        (_as_format_2 if old_format == 2 else _as_format_3)(f, KEY)
     c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors="manual", disk_key=KEY)
     try:
         removed = c.events.of(EventKind.REMOVED)
