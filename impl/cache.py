@@ -688,8 +688,10 @@ class HeterogeneousKVCache:
             elif self._pending(adm):
                 raise NotReady("use", (), "recovery jobs are queued: drive the manual pipelines")
             s = adm.request.slot
-            if s is None or s.phase != Req.PINNED:
-                raise Refused("use", ("checked",), f"{adm.request!r} is no longer pinned")
+            bad = ["released"] if s is None else self.req_table.unvalidatable(s)
+            if bad:
+                raise Refused("use", tuple(bad), f"{adm.request!r} is no longer pinned")
+            assert s is not None
             rids = core.resolve(adm.request.chain)
             tc = adm.tail_check
             if tc is None or tc.ok is not False:
@@ -788,7 +790,7 @@ class HeterogeneousKVCache:
         new = as_tokens(tokens, max_len=self.max_model_len - len(req.tokens))
         core = self.core
         with core.lock:
-            if req.slot is None or req.slot.phase != Req.USING:
+            if req.slot is None or not self.req_table.in_use(req.slot):
                 raise Refused("append", ("using",), f"{req!r} is not in use")
             before = req.chain.blocks
             req._extend(new)

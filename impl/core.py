@@ -518,9 +518,6 @@ class CacheCore:
     def in_use(self, s: Slot) -> bool:
         return self.requests.in_use(s)
 
-    def waiting(self, s: Slot) -> bool:
-        return self.requests.waiting(s)
-
     def use_locked(self, s: Slot) -> None:
         self.requests.use_locked(s)
 

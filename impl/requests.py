@@ -42,6 +42,7 @@ _IDLE, _WAITING, _MATCHED, _PINNED, _VALIDATED, _USING = (
     int(Req.IDLE), int(Req.WAITING), int(Req.MATCHED), int(Req.PINNED), int(Req.VALIDATED),
     int(Req.USING),
 )  # fmt: skip
+_ACTING = {"r": 0}  # a guard's parameters on a slot or view: the acting request is r = 0
 _NO_RECOVERY = RecoveryPlan()  # immutable: one shared empty plan for every hit that needs none
 
 
@@ -124,6 +125,10 @@ class RequestTable:
         self.slots = [Slot(i) for i in range(max_requests)]
         guards = gate.guards
         self.projector = Projector(table, guards, gate.records)
+        # the release guard as one accept test on the slot, where it reads nothing else
+        self._release_by_slot: Any = (
+            gate.accept.get("release") if "release" in gate.by_slot else None
+        )
         qualnames = {r.qualname for r in table.hit_rule.rules}
         self._rule_conjuncts = (
             frozenset(c.name for c in table.action("validate").guard if c.name in qualnames)
@@ -324,10 +329,21 @@ class RequestTable:
         return gate.guards.allows("abort", gate.req_state("abort", s, ()), {"r": 0}, ())
 
     def in_use(self, s: Slot) -> bool:
-        return s.phase == _USING
+        """May ``s`` be released now (the table's ``release`` guard, on the slot): what the
+        façade calls a request in use (decode, finish, a live run)."""
+        accept = self._release_by_slot
+        if accept is not None:  # the guard reads the slot alone: its one compiled test
+            return bool(accept(s.state, _ACTING))
+        gate = self.gate
+        return not gate.guards.failed("release", gate.req_state("release", s, ()), _ACTING)
 
-    def waiting(self, s: Slot) -> bool:
-        return s.phase == _WAITING
+    def unvalidatable(self, s: Slot) -> list[str]:
+        """The ``validate`` guard's conjuncts other than the hit rules that refuse ``s`` now
+        (the default table: its phase is PINNED): a pending admission is validated, or
+        truncated and re-pinned, only while none does."""
+        gate = self.gate
+        state = gate.req_state("validate", s, s.rids)
+        return gate.guards.failed("validate", state, {"r": 0}, self._rule_conjuncts)
 
     def _fx_release(self, s: Slot) -> None:
         self._unpin(s)
