@@ -106,3 +106,24 @@ def test_memo_reports_what_a_full_check_reports() -> None:
                 assert memo.violations(t) == want
                 broken += bool(want)
     assert broken > 0  # the damaged states did break invariants: the comparison saw failures
+
+
+def test_explainer_answers_again_what_it_searched() -> None:
+    """``Explainer.explain`` keeps its answers: asked again, it returns an equal explanation
+    whose steps are fresh objects (a caller's edit never reaches a later answer), and a
+    different question is searched, not answered from the memo."""
+    from kvstate.model.apimap import Explainer
+
+    m = Machine(TABLE, 2)
+    ex = Explainer(m)
+    before = m.init()
+    after = m.step(before, "tick", {"t": 1})
+    first = ex.explain("tick", before, after.values, ticks=1)
+    assert first.steps == [("tick", {"t": 1})]
+    assert len(ex._answers) == 1
+    first.steps[0][1]["t"] = 99  # a caller's edit
+    again = ex.explain("tick", before, after.values, ticks=1)
+    assert again.steps == [("tick", {"t": 1})] and again.searched == first.searched
+    assert len(ex._answers) == 1
+    other = ex.explain("tick", before, before.values, ticks=1)  # nothing changed: no tick
+    assert other.steps != again.steps and len(ex._answers) == 2
