@@ -186,3 +186,29 @@ def test_coverage_goals_resolve_and_survive_derivation() -> None:
                 t.name, t.geometry, t.vars, t.actions, t.invariants, t.hit_rule, coverage=[bad]
             )
     assert replace(t, coverage=()).coverage == ()
+
+
+def test_recovery_pipelines_resolve_and_follow_derivation() -> None:
+    """``Table.recovery`` names real actions, conjuncts and pipeline variables (else the table
+    is refused, naming the culprit); a derived table keeps it while its transitions exist and
+    drops a deferred conjunct that was dropped from its guard."""
+    from kvstate.spec.table import Table
+
+    t = default_table()
+    rec = t.recovery
+    assert rec is not None and set(rec.fired) <= set(rec.transitions)
+    assert ("load_start", "io_cap") in rec.deferred
+    dropped = t.derive(drop_guard=[("load_start", "io_cap")]).recovery
+    assert dropped is not None and ("load_start", "io_cap") not in dropped.deferred
+    assert t.derive(remove_action=["rebuild_done"]).recovery is None
+    for bad, culprit in (
+        (replace(rec, transitions=(*rec.transitions, "nope")), "nope"),
+        (replace(rec, deferred=(("load_start", "nope"),)), "nope"),
+        (replace(rec, fired=("touch",)), "touch"),
+        (replace(rec, pipes=("gen",)), "gen"),  # not an enumerated block variable
+        (replace(rec, restores={99: "Compressed KV"}), "recovery"),  # not a pipeline value
+    ):
+        with pytest.raises(SpecError, match=culprit):
+            Table.build(
+                t.name, t.geometry, t.vars, t.actions, t.invariants, t.hit_rule, recovery=bad
+            )
