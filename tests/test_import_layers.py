@@ -109,7 +109,7 @@ NOT_FOR_THE_ALLOCATOR = ("numba", "hypothesis", "pytest", "_pytest", "networkx")
 
 
 def test_the_allocator_imports_only_what_it_uses(tmp_path: Path) -> None:
-    """``import kvstate.impl`` and building a cache need torch, numpy and z3 (the table's guards
+    """``import kvstate.impl`` and building a cache need torch, numpy, blake3 and z3 (the table's guards
     are compiled through their Z3 terms), never numba, Hypothesis, pytest or networkx: kernels
     are loaded on first launch, and only on a CUDA or simulator backend."""
     code = (
