@@ -309,3 +309,28 @@ def test_abort_twice_from_threads_is_documented(cache: HeterogeneousKVCache) -> 
     cache.abort(req)
     with pytest.raises(AlreadyReleased):
         cache.abort(req)
+
+
+# ---- decode and finish only while in use (the table's release guard) -------------------------
+def test_append_and_finish_before_use_are_refused_and_change_nothing(
+    cache: HeterogeneousKVCache,
+) -> None:
+    """A request admitted but not yet in use (PINNED, or VALIDATED) may neither decode nor
+    finish: both refuse with a documented error and leave every column and slot as they were;
+    the request is then used normally."""
+    from kvstate.impl import Refused
+
+    toks = harness_tokens(2 * L + 1)
+    store(cache, toks)
+    req = cache.request(toks)
+    adm = cache.admit(req)
+    assert req.phase is not Req.USING
+    before = state(cache)
+    with pytest.raises(Refused):
+        cache.append(req, harness_tokens(L, seed=3))
+    assert state(cache) == before
+    with pytest.raises(Refused):
+        cache.finish(req)
+    assert state(cache) == before
+    with cache.use(adm) as run:
+        assert run.hit_tokens == 2 * L
