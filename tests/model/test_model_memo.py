@@ -127,3 +127,35 @@ def test_explainer_answers_again_what_it_searched() -> None:
     assert len(ex._answers) == 1
     other = ex.explain("tick", before, before.values, ticks=1)  # nothing changed: no tick
     assert other.steps != again.steps and len(ex._answers) == 2
+
+
+def test_lockstep_machine_answers_what_the_plain_machine_answers() -> None:
+    """``_LockstepMachine`` keeps guard answers and successors per state value: on reached and
+    damaged states (equal values as fresh objects too) every answer is the plain machine's,
+    refusals (``GuardError``) are raised every time, and a damaged state is not answered from
+    an undamaged one's memo."""
+    import pytest
+
+    from kvstate.model.concrete import GuardError
+    from kvstate.model.fuzz import _LockstepMachine
+
+    plain, kept = Machine(TABLE), _LockstepMachine(TABLE, memo=True)
+    rng = random.Random(5)
+    enabled = disabled = 0
+    for seed in range(2):
+        for s in _walk(plain, 30, seed=seed):
+            twin = ConcreteState(dict(s._v), s.N, s.k, s._req_names)  # equal, not identical
+            for t in (s, _perturb(s, rng), twin, s):
+                for a in TABLE.actions:
+                    for params in plain.param_space(a, tokens_step=TABLE.consts.L):
+                        want = plain.failed_conjuncts(t, a, params)
+                        assert kept.failed_conjuncts(t, a, params) == want
+                        assert kept.is_enabled(t, a, params) is (not want)
+                        if want:
+                            disabled += 1
+                            with pytest.raises(GuardError):
+                                kept.step(t, a, params)
+                        else:
+                            enabled += 1
+                            assert kept.step(t, a, params) == plain.step(t, a, params)
+    assert enabled and disabled
