@@ -27,6 +27,10 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+# ``-P``: the working directory is not put on ``sys.path``.  Run from a checkout, ``python -c``
+# would otherwise import that checkout's ``kvstate/`` folder ahead of the interpreter's own
+# (editable) install: a baseline venv would run this worktree's ``kvstate/*`` modules.
+ISOLATED = ("-P",)
 
 TARGETS = {
     "block": (["fuzz", "--profile", "ci"], r"throughput: ([\d.]+) lockstep steps/s"),
@@ -49,7 +53,7 @@ def run_once(python: str, target: str) -> tuple[float, tuple[int, ...]]:
     args, pat = TARGETS[target]
     cli = "import sys; from kvstate.cli import main; sys.exit(main())"
     proc = subprocess.run(
-        [python, "-c", cli, *args],
+        [python, *ISOLATED, "-c", cli, *args],
         capture_output=True,
         text=True,
         stdin=subprocess.DEVNULL,
@@ -65,7 +69,9 @@ def run_once(python: str, target: str) -> tuple[float, tuple[int, ...]]:
 
 def _compiled(python: str) -> str:
     code = "from kvstate.impl import native_modules; print(' '.join(sorted(native_modules())))"
-    got = subprocess.run([python, "-c", code], capture_output=True, text=True, check=False)
+    got = subprocess.run(
+        [python, *ISOLATED, "-c", code], capture_output=True, text=True, check=False
+    )
     return got.stdout.strip() or "none (pure Python)"
 
 
