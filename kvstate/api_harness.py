@@ -47,7 +47,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
 from kvstate.model.apimap import Explainer, after_restart, state_diff
-from kvstate.model.concrete import Machine
+from kvstate.model.concrete import KeptMachine, Machine
 from kvstate.model.fuzz import Nonconformance
 from kvstate.spec.api import API, RESTART_KEEPS
 from kvstate.spec.phases import CKV, Pipe, Req
@@ -148,7 +148,7 @@ class ApiHarness:
         self.k = table.consts
         self.L = self.k.L
         self.R = self.k.R
-        self.machine = Machine(table, N, memo=True)
+        self.machine = _machine(table, N)
         self.explainer = _explainer(self.machine)
         self.model = self.machine.init()
         self.tokens = harness_tokens(N * self.L + self.L)  # one block past the pool: appends
@@ -660,6 +660,21 @@ class ApiHarness:
 
 
 _EXPLAINERS: dict[int, Explainer] = {}
+_MACHINES: dict[tuple[int, int], tuple[Table, KeptMachine]] = {}
+
+
+def _machine(table: Table, N: int) -> KeptMachine:
+    """One model machine per (table, pool size), shared by the examples of a run: it keeps its
+    answers per state value (guards, successors, invariants: pure functions of the state), and
+    the explainer's searches and the checks after every call meet the same states again and
+    again.  Nothing else is kept: each example starts from its own ``init()``."""
+    key = (id(table), N)
+    hit = _MACHINES.get(key)
+    if hit is None or hit[0] is not table:
+        if len(_MACHINES) >= 8:
+            _MACHINES.clear()
+        hit = _MACHINES[key] = (table, KeptMachine(table, N, memo=True))
+    return hit[1]
 
 
 def _explainer(m: Machine) -> Explainer:

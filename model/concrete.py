@@ -269,3 +269,96 @@ class Machine:
         for name, params in trace:
             states.append(self.step(states[-1], name, params))
         return states
+
+
+_STATES_KEPT = 1 << 12  # states whose answers a KeptMachine keeps (then all are forgotten)
+
+
+class KeptMachine(Machine):
+    """A :class:`Machine` that keeps its answers per state value: guard answers
+    (``failed_conjuncts``, ``is_enabled``), successors (``step``) and, with ``memo``, the
+    table's invariant violations.
+
+    Each is a pure function of the state mapping and the parameters: a guard conjunct, an
+    update or an invariant reads the state and the parameters only, and ``N`` and the constants
+    are this machine's.  So an equal state gives equal answers, and a machine shared by many
+    examples (the fuzzers make one per run) answers a state it has met from what it kept.  The
+    fuzz walks revisit few states many times (the block ``ci`` run asks about 3227 state
+    objects holding 317 distinct values: every example starts at Init, and Hypothesis'
+    optimiser replays variations of one walk), and each state is asked about every input of
+    every action.  Refusals (:class:`GuardError`) and errors are raised afresh, never kept.
+    """
+
+    def __init__(self, table: Table, N: int | None = None, *, memo: bool = False) -> None:
+        super().__init__(table, N, memo=memo)
+        # (N, the state's items) -> {("?", action, params' items): enabled,
+        #   ("!", action, params' items): false conjuncts, ("violations",): violations, ...}
+        self._answers: dict[tuple[Any, ...], dict[tuple[Any, ...], Any]] = {}
+        self._held: tuple[ConcreteState, dict[tuple[Any, ...], Any]] | None = None
+        self._succ: dict[tuple[Any, ...], ConcreteState] = {}
+
+    def answers_for(self, s: ConcreteState) -> dict[tuple[Any, ...], Any]:
+        """What is kept about ``s``'s value (callers may keep their own pure answers there,
+        under keys of their own); the key is hashed once per state object in a row."""
+        held = self._held
+        if held is not None and held[0] is s:  # the same state object: asked again and again
+            return held[1]
+        key = (s.N, tuple(s._v.items()))
+        got = self._answers.get(key)
+        if got is None:
+            if len(self._answers) >= _STATES_KEPT:
+                self._answers.clear()
+                self._succ.clear()
+            got = self._answers[key] = {}
+        self._held = (s, got)
+        return got
+
+    def failed_conjuncts(
+        self, s: ConcreteState, action: Action | str, params: Mapping[str, Any]
+    ) -> list[str]:
+        a = self.table.action(action) if isinstance(action, str) else action
+        kept = self.answers_for(s)
+        key = ("!", a.name, tuple(params.items()))
+        got = kept.get(key)
+        if got is None:
+            got = kept[key] = tuple(super().failed_conjuncts(s, a, params))
+        return list(got)
+
+    def is_enabled(self, s: ConcreteState, action: Action | str, params: Mapping[str, Any]) -> bool:
+        a = self.table.action(action) if isinstance(action, str) else action
+        kept = self.answers_for(s)
+        items = tuple(params.items())
+        got = kept.get(("?", a.name, items))
+        if got is None:
+            failed = kept.get(("!", a.name, items))
+            got = kept["?", a.name, items] = (
+                super().is_enabled(s, a, params) if failed is None else not failed
+            )
+        return bool(got)
+
+    def step(
+        self, s: ConcreteState, action: Action | str, params: Mapping[str, Any]
+    ) -> ConcreteState:
+        """The successor, kept per (state value, action, parameters); the same successor object
+        then lets the kept answers, and the invariant memo's identity check, hit at once."""
+        a = self.table.action(action) if isinstance(action, str) else action
+        kept = self.answers_for(s)
+        key = (id(kept), a.name, tuple(params.items()))  # kept dicts live until _succ is cleared
+        nxt = self._succ.get(key)
+        if nxt is None:
+            nxt = super().step(s, a, params)
+            if len(self._succ) >= 8 * _STATES_KEPT:
+                self._succ.clear()
+            self._succ[key] = nxt
+        return nxt
+
+    def violations(
+        self, s: ConcreteState, invariants: list[Invariant] | None = None
+    ) -> list[Violation]:
+        if invariants is not None or self._memo is None:
+            return super().violations(s, invariants)
+        kept = self.answers_for(s)
+        got = kept.get(("violations",))
+        if got is None:
+            got = kept["violations",] = tuple(super().violations(s))
+        return list(got)

@@ -35,7 +35,7 @@ from kvstate.spec.phases import Req
 from kvstate.spec.state import ConcreteState
 from kvstate.spec.table import Action, ParamKind, Scope, Table, address_vars
 
-from .concrete import GuardError, Machine
+from .concrete import GuardError, KeptMachine, Machine
 
 OUTPUT_KINDS = (ParamKind.ADDR, ParamKind.FMT)  # chosen by the target, fed to the model
 
@@ -133,88 +133,16 @@ class ModelTarget:
 _canonical_last: list[Any] = [None, None, None]  # (values, table, result) of the last call
 
 
-_STATES_KEPT = 1 << 12  # model states whose guard answers are kept (then all forgotten)
-
-
-class _LockstepMachine(Machine):
+class _LockstepMachine(KeptMachine):
     """The model as the lockstep machine walks it.
 
     The machine enumerates each action's inputs and skips every combination whose target-chosen
     outputs (an address, a format) are not 0: those are filled in from the target's answer.
     Leaving them out of the space here gives the same lists with a twelfth of the work for
-    ``allocate`` (its address ranges over ``4N`` values).
-
-    Guard answers are kept per model state, keyed by the state's values: a guard conjunct is a
-    pure function of the state mapping and the parameters (``N`` and the constants are this
-    machine's), so an equal state gives equal answers.  The walks revisit few states many
-    times (the ``ci`` run asks about 3227 state objects holding 317 distinct values: every
-    example starts at Init, and Hypothesis' optimiser replays variations of one walk), and each
-    state is asked about every input of every action (the rules' preconditions, the near-miss
-    sweep, the refusal checks).  Only the model's side is kept: every refusal is still put to
-    the target, and every observation still compared.
+    ``allocate`` (its address ranges over ``4N`` values).  Guard answers and successors are
+    kept per state value (:class:`KeptMachine`): the ``ci`` run asks about 3227 state objects
+    holding 317 distinct values.
     """
-
-    def __init__(self, table: Table, N: int | None = None, *, memo: bool = False) -> None:
-        super().__init__(table, N, memo=memo)
-        # (N, the state's items) -> {("?", action, params' items): enabled,
-        #                            ("!", action, params' items): false conjuncts}
-        self._answers: dict[tuple[Any, ...], dict[tuple[Any, ...], Any]] = {}
-        self._held: tuple[ConcreteState, dict[tuple[Any, ...], Any]] | None = None
-        self._succ: dict[tuple[Any, ...], ConcreteState] = {}
-
-    def _answers_for(self, s: ConcreteState) -> dict[tuple[Any, ...], Any]:
-        held = self._held
-        if held is not None and held[0] is s:  # the same state object: asked again and again
-            return held[1]
-        key = (s.N, tuple(s._v.items()))
-        got = self._answers.get(key)
-        if got is None:
-            if len(self._answers) >= _STATES_KEPT:
-                self._answers.clear()
-                self._succ.clear()
-            got = self._answers[key] = {}
-        self._held = (s, got)
-        return got
-
-    def failed_conjuncts(
-        self, s: ConcreteState, action: Action | str, params: Mapping[str, Any]
-    ) -> list[str]:
-        a = self.table.action(action) if isinstance(action, str) else action
-        memo = self._answers_for(s)
-        key = ("!", a.name, tuple(params.items()))
-        got = memo.get(key)
-        if got is None:
-            got = memo[key] = tuple(super().failed_conjuncts(s, a, params))
-        return list(got)
-
-    def is_enabled(self, s: ConcreteState, action: Action | str, params: Mapping[str, Any]) -> bool:
-        a = self.table.action(action) if isinstance(action, str) else action
-        memo = self._answers_for(s)
-        items = tuple(params.items())
-        got = memo.get(("?", a.name, items))
-        if got is None:
-            failed = memo.get(("!", a.name, items))
-            got = memo["?", a.name, items] = (
-                super().is_enabled(s, a, params) if failed is None else not failed
-            )
-        return bool(got)
-
-    def step(
-        self, s: ConcreteState, action: Action | str, params: Mapping[str, Any]
-    ) -> ConcreteState:
-        """The successor, kept per (state, action, parameters): a step is a pure function of
-        them, and the same successor object lets the per-state answers above, and the
-        invariant memo's identity check, hit without rehashing its values."""
-        a = self.table.action(action) if isinstance(action, str) else action
-        self._answers_for(s)  # the state's key is computed once per state object
-        key = (id(self._held[1]) if self._held else 0, a.name, tuple(params.items()))
-        nxt = self._succ.get(key)
-        if nxt is None:
-            nxt = super().step(s, a, params)
-            if len(self._succ) >= 8 * _STATES_KEPT:
-                self._succ.clear()
-            self._succ[key] = nxt
-        return nxt
 
     def param_space(
         self, action: Action, *, tokens_step: int | None = None
@@ -690,7 +618,7 @@ def build_state_machine(
     body_near_misses = Conformance.near_misses
 
     def enabled_inputs(self: Any, a: Action) -> list[dict[str, int]]:
-        kept = machine._answers_for(self.model)
+        kept = machine.answers_for(self.model)
         key = ("enabled_inputs", a.name)
         got = kept.get(key)
         if got is None:
@@ -698,7 +626,7 @@ def build_state_machine(
         return got  # type: ignore[no-any-return]
 
     def near_misses(self: Any) -> list[tuple[str, tuple[tuple[str, int], ...]]]:
-        kept = machine._answers_for(self.model)
+        kept = machine.answers_for(self.model)
         got = kept.get(("near_misses",))
         if got is None:
             got = kept["near_misses",] = body_near_misses(self)
@@ -727,7 +655,7 @@ def build_state_machine(
         def step(self: Any, data: st.DataObject) -> None:
             # The strategy is kept with the state's answers: a new strategy object is validated
             # afresh by every draw (a tenth of Hypothesis' own time), the same one once.
-            kept = machine._answers_for(self.model)
+            kept = machine.answers_for(self.model)
             strategy = kept.get(("strategy", a.name))
             if strategy is None:
                 strategy = kept["strategy", a.name] = inputs_strategy(a, self.enabled_inputs(a))
@@ -782,7 +710,7 @@ def build_state_machine(
             # implementation that forgets one check (a seeded bug, a real one) would accept.
             near = self.near_misses()
             if near and data.draw(st.booleans(), label="near miss"):
-                kept = machine._answers_for(self.model)
+                kept = machine.answers_for(self.model)
                 among = kept.get(("near strategy",))
                 if among is None:
                     among = kept["near strategy",] = st.sampled_from(near)
