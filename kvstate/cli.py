@@ -7,8 +7,10 @@ Exit codes are part of the interface, so CI can gate on them: 0 all good, 1 a pr
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gc
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from kvstate.spec.errors import SpecError
 
@@ -110,6 +112,31 @@ def _cmd_graphs(args: argparse.Namespace) -> int:
     return EXIT_OK if ok else EXIT_FAIL
 
 
+@contextlib.contextmanager
+def long_lived_imports() -> Iterator[None]:
+    """The collector tuned for a fuzz run, and put back as it was afterwards.
+
+    What is alive on entry (the imported modules: torch, z3, Hypothesis, the table) lives as
+    long as the run: ``gc.freeze()`` moves it out of the collector's generations, so no full
+    collection walks it again.  Hypothesis runs one at its first example (``register_random``),
+    and Python others as the examples allocate: each walked the whole import graph.  The young
+    generation is collected after 50,000 allocations instead of 700 (a ci run made about 600
+    young collections; Hypothesis allocates much and keeps little).  Only walks are saved: any
+    garbage made during the run is collected as before, and on exit the threshold and the
+    generations are restored (``gc.unfreeze``), so a caller's process (a test session) goes on
+    as it was.  Measured on the ci runs: time in the collector 0.53 -> 0.12 s (block target),
+    0.29 -> 0.11 s (API target).
+    """
+    before = gc.get_threshold()
+    gc.freeze()
+    gc.set_threshold(50_000, 50, 100)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
+        gc.unfreeze()
+
+
 def _cmd_fuzz(args: argparse.Namespace) -> int:
     from kvstate.fuzz_cli import run_fuzz_cli
     from kvstate.testing.scratch import ram_scratch
@@ -117,8 +144,9 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
 
     single_intraop_thread()
     ram_scratch()  # per-example disk tiers on tmpfs: see kvstate/testing/scratch.py
-
-    return run_fuzz_cli(args, _load_table(args.spec))
+    table = _load_table(args.spec)
+    with long_lived_imports():
+        return run_fuzz_cli(args, table)
 
 
 def _cmd_mutate(args: argparse.Namespace) -> int:
