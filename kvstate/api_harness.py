@@ -1380,6 +1380,11 @@ def run_api(
     from hypothesis import HealthCheck, Phase
     from hypothesis.stateful import run_state_machine_as_test
 
+    # What the examples import on first use, imported before the clock starts: the block
+    # target's clock, too, starts after Python's start and imports (kvstate/fuzz_cli.py).
+    import kvstate.impl.cache
+    import kvstate.testing.datacheck  # noqa: F401
+
     cov, stats = Coverage(), Counter[str]()
     started = time.monotonic()
     allowed = frozenset(OPS) if ops is None else ops

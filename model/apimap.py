@@ -324,8 +324,8 @@ class Explainer:
         """
         key = (
             call,
-            tuple([(k, _freeze(v)) for k, v in before.mapping.items()]),
-            tuple([(k, _freeze(v)) for k, v in observed.items()]),
+            _frozen_items(before.mapping),
+            _frozen_items(observed),
             req,
             frozenset(forbid),
             frozenset(ignore),
@@ -376,7 +376,7 @@ class Explainer:
             dist, _, _, cur, states, path = heapq.heappop(heap)
             # states of one search share their variables' order (a step copies the dict), so
             # no sort: a state seen in another order is only searched twice, never missed
-            key = (tuple([(k, _freeze(v)) for k, v in cur.mapping.items()]), states)
+            key = (_frozen_items(cur.mapping), states)
             if key in seen:
                 continue
             seen.add(key)
@@ -392,6 +392,17 @@ class Explainer:
                         heap, (d, len(path) + 1, next(tie), new, nxt, [*path, (name, p)])
                     )
         return Explanation(None, nodes, nodes >= max_nodes)
+
+
+def _frozen_items(values: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """``values``' items, each value in its frozen form (:func:`_freeze`): as they stand when
+    they hash (a model state's values are ints and tuples of them), else frozen one by one."""
+    items = tuple(values.items())
+    try:
+        hash(items)
+    except TypeError:
+        return tuple([(k, _freeze(v)) for k, v in items])
+    return items
 
 
 def _freeze(v: Any) -> Any:

@@ -172,21 +172,33 @@ def canonical(values: Mapping[str, Any], table: Table) -> dict[str, Any]:
     return dict(last[2])
 
 
-_facts_memo: dict[int, tuple[Table, tuple[tuple[str, Scope], ...], frozenset[str]]] = {}
+_facts_memo: dict[int, tuple[Table, tuple[tuple[str, Scope], ...], frozenset[str], bool]] = {}
 
 
 def _facts(table: Table) -> tuple[tuple[tuple[str, Scope], ...], frozenset[str]]:
     """Per table, computed once (each observation needs them): the address variables with
     their scopes, and the names ``observe()`` must report (every non-ghost variable)."""
+    hit = _facts_hit(table)
+    return hit[1], hit[2]
+
+
+def _facts_hit(table: Table) -> tuple[Table, tuple[tuple[str, Scope], ...], frozenset[str], bool]:
     hit = _facts_memo.get(id(table))
     if hit is None or hit[0] is not table:
         names = {v.name for v in table.vars}
+        addresses = tuple(
+            (var, table.var(var).scope) for var in address_vars(table) if var in names
+        )
+        ghost = [table.var(var).ghost for var, _ in addresses]
         hit = _facts_memo[id(table)] = (
             table,
-            tuple((var, table.var(var).scope) for var in address_vars(table) if var in names),
+            addresses,
             frozenset(v.name for v in table.vars if not v.ghost),
+            # no ghost address is renamed before a mechanism one: equal mechanism values are
+            # then equal up to renaming too (see ``diff``)
+            ghost == sorted(ghost),
         )
-    return hit[1], hit[2]
+    return hit
 
 
 def _canonical(values: Mapping[str, Any], table: Table) -> dict[str, Any]:
@@ -208,10 +220,19 @@ def _canonical(values: Mapping[str, Any], table: Table) -> dict[str, Any]:
 
 
 def diff(model: Mapping[str, Any], observed: Mapping[str, Any], table: Table) -> list[str]:
+    _, _, names, mechanism_first = _facts_hit(table)
     if model is observed or (
         len(model) == len(observed) and dict(model) == dict(observed)
     ):  # equal as they stand (a refusal check's before and after): equal up to renaming too
-        if _facts(table)[1] <= observed.keys():
+        if names <= observed.keys():
+            return []
+    elif mechanism_first and names <= observed.keys() and names <= model.keys():
+        # The model has ghosts the target lacks.  Every variable the target shows equal as it
+        # stands: ``_diff`` would find no difference, because the renaming (by first
+        # appearance, address variables in table order) meets the same values in the same
+        # order on both sides until the first ghost address, and every mechanism address
+        # variable comes before it (``mechanism_first``).
+        if all(model[n] == observed[n] for n in names):
             return []
     return _diff(model, observed, table)
 

@@ -62,3 +62,21 @@ def test_argparse_errors_exit_2():
 def test_graphs_export(tmp_path):
     assert main(["graphs", "--out", str(tmp_path)]) == 0
     assert (tmp_path / "compressed_kv.dot").read_text().startswith("digraph")
+
+
+def test_long_lived_imports_puts_the_collector_back() -> None:
+    """``kvstate fuzz`` tunes the collector for its run; a caller's process (this test session)
+    gets its threshold and generations back, an error inside included."""
+    import gc
+
+    from kvstate.cli import long_lived_imports
+
+    before = gc.get_threshold()
+    assert gc.get_freeze_count() == 0
+    try:
+        with long_lived_imports():
+            assert gc.get_threshold()[0] == 50_000 and gc.get_freeze_count() > 0
+            raise RuntimeError("inside the run")
+    except RuntimeError:
+        pass
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0

@@ -159,3 +159,26 @@ def test_lockstep_machine_answers_what_the_plain_machine_answers() -> None:
                             enabled += 1
                             assert kept.step(t, a, params) == plain.step(t, a, params)
     assert enabled and disabled
+
+
+def test_diff_shortcut_reports_what_the_full_comparison_reports() -> None:
+    """``diff`` answers "no difference" without renaming when every variable the target shows
+    equals the model's; the full comparison (``_diff``) agrees on reached states, on damaged
+    observations, and on observations with a variable missing."""
+    from kvstate.model.fuzz import _diff, _facts_hit, diff
+
+    assert _facts_hit(TABLE)[3]  # the default table's mechanism addresses come first
+    shown = [v.name for v in TABLE.vars if not v.ghost]
+    rng = random.Random(11)
+    differ = 0
+    for s in _walk(Machine(TABLE), 40, seed=4):
+        model = s.values
+        observed = {n: model[n] for n in shown}
+        damaged = {n: _perturb(s, rng)._v[n] for n in shown}
+        missing = dict(observed)
+        missing.pop(rng.choice(shown))
+        for obs in (observed, damaged, missing):
+            want = _diff(model, obs, TABLE)
+            assert diff(model, obs, TABLE) == want
+            differ += bool(want)
+    assert differ  # the comparison saw differences too
