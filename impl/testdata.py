@@ -162,7 +162,21 @@ def _kept(
     return got.clone()
 
 
+_TOKENS: dict[tuple[int, int], np.ndarray] = {}
+
+
 def harness_tokens(n: int, seed: int = 0) -> np.ndarray:
-    """A deterministic token sequence of length ``n`` (the conformance harness's prefix chain)."""
-    i = np.arange(n, dtype=np.int64)
-    return (i * 7919 + 104_729 * (seed + 1) + (i * i) % 97) % 50_000
+    """A deterministic token sequence of length ``n`` (the conformance harness's prefix chain).
+
+    A fresh array each call (callers edit theirs: the engine's reused buffer), copied from one
+    computed once per ``(n, seed)``: the block fuzz asks for it at every step's byte check."""
+    key = (int(n), int(seed))
+    got = _TOKENS.get(key)
+    if got is None:
+        i = np.arange(n, dtype=np.int64)
+        got = (i * 7919 + 104_729 * (seed + 1) + (i * i) % 97) % 50_000
+        got.flags.writeable = False
+        if len(_TOKENS) >= 64:
+            _TOKENS.clear()
+        _TOKENS[key] = got
+    return got.copy()
