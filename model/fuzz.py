@@ -219,10 +219,18 @@ def _canonical(values: Mapping[str, Any], table: Table) -> dict[str, Any]:
     return out
 
 
+_PLAIN = (dict, MappingProxyType)
+
+
 def diff(model: Mapping[str, Any], observed: Mapping[str, Any], table: Table) -> list[str]:
     _, _, names, mechanism_first = _facts_hit(table)
     if model is observed or (
-        len(model) == len(observed) and dict(model) == dict(observed)
+        len(model) == len(observed)
+        and (
+            model == observed  # dicts and their read-only views compare item by item, uncopied
+            if type(model) in _PLAIN and type(observed) in _PLAIN
+            else dict(model) == dict(observed)
+        )
     ):  # equal as they stand (a refusal check's before and after): equal up to renaming too
         if names <= observed.keys():
             return []
