@@ -257,11 +257,17 @@ class Explainer:
         L = self.table.consts.L
         for q in a.params:
             if q.kind is ParamKind.BLOCK:
+                # the blocks where some variable the action writes differs from what the library
+                # shows; a column equal as a whole (one C comparison) has none
+                changed: set[int] = set()
+                for n in blocks_mod:
+                    mine, shown = vals[n], obs[n]
+                    if mine != shown:
+                        changed.update(b for b in range(self.m.N) if mine[b] != shown[b])
                 dom = [
                     b
                     for b in range(self.m.N)
-                    if (a.name, b) not in forbid
-                    and (not blocks_mod or any(vals[n][b] != obs[n][b] for n in blocks_mod))
+                    if (a.name, b) not in forbid and (not blocks_mod or b in changed)
                 ]
             elif q.kind is ParamKind.REQ:
                 dom = [req] if req is not None else list(range(self.table.consts.R))
