@@ -294,23 +294,23 @@ class KeptMachine(Machine):
         # (N, the state's items) -> {("?", action, params' items): enabled,
         #   ("!", action, params' items): false conjuncts, ("violations",): violations, ...}
         self._answers: dict[tuple[Any, ...], dict[tuple[Any, ...], Any]] = {}
-        self._held: tuple[ConcreteState, dict[tuple[Any, ...], Any]] | None = None
-        self._succ: dict[tuple[Any, ...], ConcreteState] = {}
+        self._succ: dict[tuple[Any, ...], tuple[dict[tuple[Any, ...], Any], ConcreteState]] = {}
 
     def answers_for(self, s: ConcreteState) -> dict[tuple[Any, ...], Any]:
         """What is kept about ``s``'s value (callers may keep their own pure answers there,
-        under keys of their own); the key is hashed once per state object in a row."""
-        held = self._held
-        if held is not None and held[0] is s:  # the same state object: asked again and again
-            return held[1]
+        under keys of their own).  The state object remembers it (``s._kept``), so its values
+        are hashed once per state object and machine, not at every question."""
+        held = s._kept
+        if held is not None and held[0] is self:
+            return held[1]  # type: ignore[no-any-return]
         key = (s.N, tuple(s._v.items()))
         got = self._answers.get(key)
         if got is None:
             if len(self._answers) >= _STATES_KEPT:
-                self._answers.clear()
+                self._answers.clear()  # states that hold theirs keep using them: still true
                 self._succ.clear()
             got = self._answers[key] = {}
-        self._held = (s, got)
+        s._kept = (self, got)
         return got
 
     def failed_conjuncts(
@@ -343,14 +343,16 @@ class KeptMachine(Machine):
         then lets the kept answers, and the invariant memo's identity check, hit at once."""
         a = self.table.action(action) if isinstance(action, str) else action
         kept = self.answers_for(s)
-        key = (id(kept), a.name, tuple(params.items()))  # kept dicts live until _succ is cleared
-        nxt = self._succ.get(key)
-        if nxt is None:
-            nxt = super().step(s, a, params)
+        # the entry holds the kept dict itself: while it is there, no other dict has its id,
+        # so the id names this state value
+        key = (id(kept), a.name, tuple(params.items()))
+        got = self._succ.get(key)
+        if got is None:
+            got = (kept, super().step(s, a, params))
             if len(self._succ) >= 8 * _STATES_KEPT:
                 self._succ.clear()
-            self._succ[key] = nxt
-        return nxt
+            self._succ[key] = got
+        return got[1]
 
     def violations(
         self, s: ConcreteState, invariants: list[Invariant] | None = None

@@ -48,7 +48,7 @@ class ReqView:
 class ConcreteState:
     """A read-only state mapping with the quantifier hooks :mod:`kvstate.spec.expr` needs."""
 
-    __slots__ = ("_v", "N", "k", "_req_names", "_reqs", "__dict__")
+    __slots__ = ("_v", "N", "k", "_req_names", "_reqs", "_kept", "__dict__")
 
     #: Whether variables are copied into the instance dictionary at the first read, so that
     #: later reads of ``s.ckv`` are plain attribute reads instead of ``__getattr__`` calls.  The probe states below keep every read
@@ -63,6 +63,8 @@ class ConcreteState:
         self.k = k
         self._req_names = req_names
         self._reqs: list[ReqView | None] = [None] * k.R
+        # (machine, what it keeps about this state's value): see model/concrete.py KeptMachine
+        self._kept: tuple[Any, Any] | None = None
 
     def __getattr__(self, name: str) -> Any:
         try:
