@@ -10,6 +10,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
+import pytest
+
 from kvstate.model.concrete import Machine
 from kvstate.spec.compile import invariant_reads
 from kvstate.spec.default import default_table
@@ -129,15 +131,20 @@ def test_explainer_answers_again_what_it_searched() -> None:
     assert other.steps != again.steps and len(ex._answers) == 2
 
 
-def test_lockstep_machine_answers_what_the_plain_machine_answers() -> None:
+@pytest.mark.parametrize("kept", [1 << 12, 3])
+def test_lockstep_machine_answers_what_the_plain_machine_answers(
+    kept: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``_LockstepMachine`` keeps guard answers and successors per state value: on reached and
     damaged states (equal values as fresh objects too) every answer is the plain machine's,
     refusals (``GuardError``) are raised every time, and a damaged state is not answered from
-    an undamaged one's memo."""
-    import pytest
-
+    an undamaged one's memo; also when the memo is cleared every few states (``kept=3``:
+    states keep using the answers they hold, successors are keyed by live answer sets only)."""
+    from kvstate.model import concrete
     from kvstate.model.concrete import GuardError
     from kvstate.model.fuzz import _LockstepMachine
+
+    monkeypatch.setattr(concrete, "_STATES_KEPT", kept)
 
     plain, kept = Machine(TABLE), _LockstepMachine(TABLE, memo=True)
     rng = random.Random(5)
