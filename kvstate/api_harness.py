@@ -53,6 +53,7 @@ from kvstate.spec.api import API, RESTART_KEEPS
 from kvstate.spec.phases import CKV, Pipe, Req
 from kvstate.spec.state import ConcreteState
 from kvstate.spec.table import Scope, Table
+from kvstate.testing.adapter import observe_reader
 
 NAMESPACE = "kvstate-api-harness"
 OTHER_NAMESPACE = "kvstate-api-other"
@@ -190,6 +191,11 @@ class ApiHarness:
         self.chain = self.cache.chain(self.tokens[: self.N * self.L], NAMESPACE)
         self.rids = self.cache.register(self.chain)
         self._blocks = {k: b for b, k in enumerate(self.chain.keys)}
+        # observe(): each shown variable where the library keeps it, request rows padded to N
+        # (kvstate/testing/adapter.py generates the reader from the table once)
+        rids = tuple(self.rids)
+        self._gather = lambda col: tuple([col[i] for i in rids])
+        self._read = observe_reader(self.table, self.N, pad=True)
         self.cache.events.subscribe(self._event)
         self._real_write = self.core.disk.prepare
         self._real_read = self.core.disk._pread
@@ -220,32 +226,7 @@ class ApiHarness:
     def observe(self) -> dict[str, Any]:
         core = self.core
         with core.lock:
-            m = core.meta
-            rids = self.rids
-            slots = core.slots[: self.R]
-            out: dict[str, Any] = {}
-            for v in self.table.vars:
-                name = v.name
-                if v.ghost:
-                    continue  # ghost truth: the model's alone, never the library's to show
-                if v.scope is Scope.BLOCK:
-                    col = getattr(m, name)
-                    out[name] = tuple(col[i] for i in rids)
-                elif v.scope is Scope.GLOBAL:
-                    if name == "nfree":
-                        out[name] = sum(1 for i in rids if m.ckv[i] == CKV.FREE)
-                    elif name == "graph":
-                        out[name] = core.graph.phase
-                    else:
-                        out[name] = getattr(core, name)
-                elif v.scope is Scope.REQ:
-                    out[name] = tuple(getattr(s, name) for s in slots)
-                else:
-                    out[name] = tuple(
-                        tuple(getattr(s, name)) + (0,) * (self.N - len(getattr(s, name)))
-                        for s in slots
-                    )
-            return out
+            return self._read(core, core.meta, self._gather, core.slots[: self.R])
 
     def accounting(self) -> list[str]:
         """Pool counters against what the blocks hold (a leak or a double free shows here)."""

@@ -69,7 +69,7 @@ class Target:
         self._gather: Callable[[list[Any]], tuple[Any, ...]] = (
             pick if len(self.rids) > 1 else (lambda col: (pick(col),))
         )
-        self._observe = _reader(table, N)
+        self._observe = observe_reader(table, N)
         self._reqs: list[Request | None] = [None] * self.R
         self._ctx: list[UseContext | None] = [None] * self.R
 
@@ -219,17 +219,20 @@ class Target:
         return self._observe(self.core, self.core.meta, self._gather, self.core.slots[: self.R])
 
 
-_READERS: dict[tuple[int, int], tuple[Table, Callable[..., dict[str, Any]]]] = {}
+_READERS: dict[tuple[int, int, bool], tuple[Table, Callable[..., dict[str, Any]]]] = {}
 
 
-def _reader(table: Table, N: int) -> Callable[..., dict[str, Any]]:
+def observe_reader(table: Table, N: int, *, pad: bool = False) -> Callable[..., dict[str, Any]]:
     """``observe()``'s body for ``table`` and ``N``, generated from its variables once: one
     dictionary display reading each shown variable where the library keeps it (a block
     column gathered over the chain, a request field over the slots, a global on the core).
     The loop it replaces tested each variable's scope at every call, and ``observe()`` runs
     before and after every refusal check (24,000 times a ``ci`` run).  Ghost truth is not
-    shown: the harness tracks it.  Table names are identifiers (``spec/validate.py``)."""
-    hit = _READERS.get((id(table), N))
+    shown: the harness tracks it.  Table names are identifiers (``spec/validate.py``).  A
+    request's per-block row is shown as the slot keeps it, or ``N`` zeros when empty; with
+    ``pad`` (the API harness) padded with zeros to ``N``.  Called as
+    ``reader(core, core.meta, gather, slots)``, ``gather`` picking the chain's records."""
+    hit = _READERS.get((id(table), N, pad))
     if hit is not None and hit[0] is table:
         return hit[1]
     items = []
@@ -248,16 +251,18 @@ def _reader(table: Table, N: int) -> Callable[..., dict[str, Any]]:
                 expr = f"core.{name}"
         elif v.scope is Scope.REQ:
             expr = f"tuple([s.{name} for s in slots])"
+        elif pad:
+            expr = f"tuple([tuple(s.{name}) + (0,) * (N - len(s.{name})) for s in slots])"
         else:
             expr = f"tuple([tuple(s.{name}) or zeros for s in slots])"
         items.append(f"        {name!r}: {expr},\n")
     src = "def observe(core, m, gather, slots):\n    return {\n" + "".join(items) + "    }\n"
-    scope: dict[str, Any] = {"FREE": CKV.FREE, "zeros": (0,) * N}
+    scope: dict[str, Any] = {"FREE": CKV.FREE, "zeros": (0,) * N, "N": N}
     exec(compile(src, f"<kvstate.testing.adapter observe {table.name}>", "exec"), scope)  # noqa: S102
     fn: Callable[..., dict[str, Any]] = scope["observe"]
     if len(_READERS) >= 16:
         _READERS.clear()
-    _READERS[id(table), N] = (table, fn)
+    _READERS[id(table), N, pad] = (table, fn)
     return fn
 
 
