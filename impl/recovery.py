@@ -441,7 +441,9 @@ class Recovery:
             else:
                 k = self.meta.prog[rid]
         try:
-            data = self.disk.read_swa(entry) if k < 0 else self.disk.read_chunk(entry, k)
+            # a chunk lands in this call, before this thread reads again: into the thread's
+            # reusable buffer; the window's bytes stay on the job until load_done: a fresh one
+            data = self.disk.read_swa(entry) if k < 0 else self.disk.read_chunk(entry, k, True)
         except Exception as exc:
             with self.lock:
                 if self.owns(job):
