@@ -413,14 +413,13 @@ class DiskTier:
             size=size,
         )
 
-    def _scratch_buffer(self, n: int) -> bytearray:
+    def _scratch_buffer(self, n: int) -> torch.Tensor:
         """This thread's reusable read buffer, at least ``n`` bytes: a chunk read into a fresh
-        buffer paid for zeroing and faulting in new pages on every chunk (a sixth of a disk
-        recovery's CPU beside the read itself); a load step lands its chunk before the same
-        thread reads the next one, so one buffer per thread is enough."""
-        buf: bytearray | None = getattr(self._scratch, "buf", None)
-        if buf is None or len(buf) < n:
-            buf = bytearray(n)
+        buffer paid for faulting in new pages on every chunk; a load step lands its chunk
+        before the same thread reads the next one, so one buffer per thread is enough."""
+        buf: torch.Tensor | None = getattr(self._scratch, "buf", None)
+        if buf is None or buf.numel() < n:
+            buf = torch.empty(n, dtype=torch.uint8)
             self._scratch.buf = buf
         return buf
 
@@ -432,8 +431,11 @@ class DiskTier:
         MAC matched.  The buffer is fresh, or with ``scratch`` this thread's reusable one (the
         tensor is then valid only until this thread's next scratch read: the caller copies it
         out first)."""
-        buf = self._scratch_buffer(hi - lo) if scratch else bytearray(hi - lo)
-        view = memoryview(buf)[: hi - lo]
+        # uninitialised (torch.empty): a zero-filled bytearray cost a memset of every byte
+        # about to be overwritten by the read
+        n = hi - lo
+        buf = self._scratch_buffer(n)[:n] if scratch else torch.empty(n, dtype=torch.uint8)
+        view = memoryview(buf.numpy())
         try:
             fd = self._open(entry.path)
             try:
@@ -452,7 +454,7 @@ class DiskTier:
             raise CorruptEntry(
                 f"{entry.path.name}: MAC (keyed checksum) mismatch in bytes [{lo}, {hi})"
             )
-        return torch.frombuffer(buf, dtype=torch.uint8, count=hi - lo)
+        return buf
 
     def read_chunk(self, entry: DiskEntry, k: int, scratch: bool = False) -> torch.Tensor:
         """Load chunk ``k``'s bytes, authenticated (raises CorruptEntry); with ``scratch``, into
