@@ -435,7 +435,7 @@ class DiskTier:
         # about to be overwritten by the read
         n = hi - lo
         buf = self._scratch_buffer(n)[:n] if scratch else torch.empty(n, dtype=torch.uint8)
-        view = memoryview(buf.numpy())
+        view = buf.numpy().data  # (a writable memoryview of the tensor's bytes)
         try:
             fd = self._open(entry.path)
             try:
