@@ -100,8 +100,10 @@ class BlockStore:
             return rids
 
     def resolve(self, chain: Chain) -> list[int]:
-        get = self.index.get
-        return [get(k, NULL_RID) for k in chain.keys]
+        # the values as objects: typed ``int`` each record id would be unboxed and boxed again
+        # (a new int object per block beyond the small ints) on its way into the list
+        index: dict[bytes, Any] = self.index
+        return [index.get(k, NULL_RID) for k in chain.keys]
 
     def purge_tombstones(self) -> None:
         while len(self.index) >= self.max_records and self.tombstones:
