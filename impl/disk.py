@@ -43,6 +43,7 @@ import secrets
 import stat
 import struct
 import tempfile
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -174,6 +175,7 @@ class DiskTier:
             key=blake3(self._key, derive_key_context=_HEADER_CONTEXT).digest()
         )
         self._mac_chunk = blake3(key=blake3(self._key, derive_key_context=_CHUNK_CONTEXT).digest())
+        self._scratch = threading.local()  # each reading thread's reusable chunk buffer
 
     def path(self, key: bytes) -> Path:
         return self.root / (key.hex() + SUFFIX)
@@ -411,14 +413,29 @@ class DiskTier:
             size=size,
         )
 
+    def _scratch_buffer(self, n: int) -> torch.Tensor:
+        """This thread's reusable read buffer, at least ``n`` bytes: a chunk read into a fresh
+        buffer paid for faulting in new pages on every chunk; a load step lands its chunk
+        before the same thread reads the next one, so one buffer per thread is enough."""
+        buf: torch.Tensor | None = getattr(self._scratch, "buf", None)
+        if buf is None or buf.numel() < n:
+            buf = torch.empty(n, dtype=torch.uint8)
+            self._scratch.buf = buf
+        return buf
+
     def _read_verified(
-        self, entry: DiskEntry, index: int, lo: int, hi: int, mac: bytes
+        self, entry: DiskEntry, index: int, lo: int, hi: int, mac: bytes, scratch: bool = False
     ) -> torch.Tensor:
-        """The bytes ``[lo, hi)`` of the payload, read into one fresh buffer and authenticated
-        in place: the tensor returned wraps that buffer (no copy), and nobody sees it unless
-        its MAC matched."""
-        buf = bytearray(hi - lo)
-        view = memoryview(buf)
+        """The bytes ``[lo, hi)`` of the payload, read into one buffer and authenticated in
+        place: the tensor returned wraps that buffer (no copy), and nobody sees it unless its
+        MAC matched.  The buffer is fresh, or with ``scratch`` this thread's reusable one (the
+        tensor is then valid only until this thread's next scratch read: the caller copies it
+        out first)."""
+        # uninitialised (torch.empty): a zero-filled bytearray cost a memset of every byte
+        # about to be overwritten by the read
+        n = hi - lo
+        buf = self._scratch_buffer(n)[:n] if scratch else torch.empty(n, dtype=torch.uint8)
+        view = buf.numpy().data  # (a writable memoryview of the tensor's bytes)
         try:
             fd = self._open(entry.path)
             try:
@@ -437,16 +454,17 @@ class DiskTier:
             raise CorruptEntry(
                 f"{entry.path.name}: MAC (keyed checksum) mismatch in bytes [{lo}, {hi})"
             )
-        return torch.frombuffer(buf, dtype=torch.uint8)
+        return buf
 
-    def read_chunk(self, entry: DiskEntry, k: int) -> torch.Tensor:
-        """Load chunk ``k``'s bytes, authenticated (raises CorruptEntry)."""
+    def read_chunk(self, entry: DiskEntry, k: int, scratch: bool = False) -> torch.Tensor:
+        """Load chunk ``k``'s bytes, authenticated (raises CorruptEntry); with ``scratch``, into
+        this thread's reusable buffer (valid until its next scratch read)."""
         if not 0 <= k < len(entry.chunks):
             raise CorruptEntry(f"{entry.path.name}: no chunk {k}")
         _, _, lo, hi, mac = entry.chunks[k]
         if hi <= lo:
             return torch.empty(0, dtype=torch.uint8)
-        return self._read_verified(entry, k, lo, hi, mac)
+        return self._read_verified(entry, k, lo, hi, mac, scratch)
 
     def read_swa(self, entry: DiskEntry) -> torch.Tensor:
         """The SWA section's bytes, authenticated (raises CorruptEntry)."""

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
-from kvstate.spec.apply import apply, holds
+from kvstate.spec.apply import apply, guard
 from kvstate.spec.phases import Pipe
 from kvstate.spec.state import ConcreteState, initial_values, req_var_names
 from kvstate.spec.table import Scope, Table
@@ -74,6 +75,8 @@ class Projector:
         self.deferred = {
             a.name: frozenset(c for n, c in deferred if n == a.name) for a in self.actions
         }
+        # each transition's guard, its deferred conjuncts aside, chosen once (spec.apply.guard)
+        self._guards = [(a, guard(a, self.deferred[a.name])) for a in self.actions]
         parts = tuple((a.name, self.deferred[a.name]) for a in self.actions)
         # the shortcut: one compiled loop, any transition enabled at any block (None: a guard
         # did not compile to such a loop, and the projection runs in full)
@@ -129,11 +132,9 @@ class Projector:
                 vals[name] = (v,)
             s = ConcreteState(vals, 1, self.table.consts, self._req_names)
             params = {"b": 0, "a": before.get("addr", 0), "f": meta.disk_fmt[i]}
+            p = SimpleNamespace(**params)
             for _ in range(limit):
-                a = next(
-                    (a for a in self.actions if holds(a, s, params, self.deferred[a.name])),
-                    None,
-                )
+                a = next((a for a, test in self._guards if test(s, p)), None)
                 if a is None:
                     break
                 s = apply(a, s, params)

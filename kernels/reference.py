@@ -27,7 +27,9 @@ def check_block_table(table: torch.Tensor, num_blocks: int, *, unique: bool) -> 
     if table.device.type == "cpu" and table.numel() <= _SMALL_TABLE:
         # the library's own tables (one block, or one block per layer) are small and on the
         # host: a Python pass costs a microsecond where the tensor form below costs tens
-        _check_small_table(table.tolist(), num_blocks, unique)
+        slots = table.tolist()
+        if _strided(slots, num_blocks) is None:  # (a strided table is in range and unique)
+            _check_small_table(slots, num_blocks, unique)
         return
     t = table.to(torch.int64)
     bad = ((t < -1) | (t >= num_blocks)).nonzero()
@@ -75,6 +77,51 @@ def _check_small_table(slots: list[int], num_blocks: int, unique: bool) -> None:
                 seen.add(s)
 
 
+def _strided(slots: list[int], num_blocks: int) -> tuple[int, int, int, int] | None:
+    """``(first, run, step, runs)`` when ``slots[i] == first + (i // run) * step + i % run``
+    for every ``i`` (``runs`` runs of ``run`` consecutive slots, ``step >= run`` apart, so no
+    slot repeats) and every slot is in ``[0, num_blocks)``; else None.  The library's tables
+    are of this form (one slot in every layer: ``li * per + slot``; a block's window pages in
+    every layer), and such a table's slots are one strided view of the tier: the whole move
+    is one copy instead of a Python loop of one copy per slot."""
+    n = len(slots)
+    if n == 0:
+        return None
+    first = slots[0]
+    run = 1
+    while run < n and slots[run] == first + run:
+        run += 1
+    if n % run:
+        return None
+    runs = n // run
+    step = slots[run] - first if runs > 1 else run
+    if step < run or first < 0 or first + (runs - 1) * step + run > num_blocks:
+        return None
+    i = 0
+    for r in range(runs):
+        base = first + r * step
+        for k in range(run):
+            if slots[i] != base + k:
+                return None
+            i += 1
+    return first, run, step, runs
+
+
+def _strided_view(tier: torch.Tensor, form: tuple[int, int, int, int]) -> torch.Tensor | None:
+    """The blocks of a strided table (:func:`_strided`) in a contiguous ``tier``
+    ``[num_blocks, units, width]``, as one view ``[runs, run, units, width]`` (None when the
+    tier is not contiguous)."""
+    if not tier.is_contiguous():
+        return None
+    first, run, step, runs = form
+    blk = tier.shape[1] * tier.shape[2]
+    return tier.as_strided(
+        (runs, run, tier.shape[1], tier.shape[2]),
+        (step * blk, blk, tier.shape[2], 1),
+        tier.storage_offset() + first * blk,
+    )
+
+
 def all_live(table: torch.Tensor, num_blocks: int) -> bool:
     """Every slot in ``[0, num_blocks)`` (no -1 padding): whole blocks move as one indexed copy."""
     if table.numel() == 0:
@@ -108,9 +155,16 @@ def gather_blocks_ref(
     n, units = table.shape[0], tier.shape[1]
     if length == n * units and n <= _SMALL_TABLE and all_live(table, tier.shape[0]):
         # whole blocks, no padding: one block copy per slot (the same bytes as the per-unit
-        # form; torch's byte index_select is element-serial, a block copy is a memcpy)
+        # form; torch's byte index_select is element-serial, a block copy is a memcpy), or
+        # one copy in all for a strided table
         blocks = out.view(n, units, src.shape[2])
-        for i, slot in enumerate(table.tolist()):
+        slots = table.tolist()
+        form = _strided(slots, tier.shape[0])
+        view = None if form is None else _strided_view(src, form)
+        if view is not None:
+            blocks.reshape(view.shape).copy_(view)
+            return out
+        for i, slot in enumerate(slots):
             blocks[i].copy_(src[slot])
         return out
     dst = out.view(length, src.shape[2])
@@ -132,7 +186,13 @@ def scatter_blocks_ref(
     if length == n * units and n <= _SMALL_TABLE and all_live(table, tier.shape[0]):
         # whole blocks, no padding (and, when checked, no repeats): one block copy per slot
         blocks = src.reshape(n, units, dst.shape[2])
-        for i, slot in enumerate(table.tolist()):
+        slots = table.tolist()
+        form = _strided(slots, tier.shape[0])
+        view = None if form is None else _strided_view(dst, form)
+        if view is not None:  # one copy for a strided table (a layer run, a window)
+            view.copy_(blocks.reshape(view.shape))
+            return tier
+        for i, slot in enumerate(slots):
             dst[slot].copy_(blocks[i])
         return tier
     s = src.reshape(length, dst.shape[2])

@@ -8,7 +8,7 @@ second time.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import SimpleNamespace
 from typing import Any
 
@@ -20,9 +20,23 @@ def holds(
     action: Action, state: ConcreteState, params: Mapping[str, Any], skip: Iterable[str] = ()
 ) -> bool:
     """Do the action's guard conjuncts (but those named in ``skip``) hold?"""
-    p = SimpleNamespace(**params)
+    return guard(action, skip)(state, SimpleNamespace(**params))
+
+
+def guard(action: Action, skip: Iterable[str] = ()) -> Callable[[ConcreteState, Any], bool]:
+    """:func:`holds` as a function of (state, params namespace), its conjuncts chosen once: a
+    caller that asks many states (the recovery projection: every transition at every block of a
+    prefix) pays for the choice and the namespace once, not per question."""
     skipped = frozenset(skip)
-    return all(bool(c.fn(state, p)) for c in action.guard if c.name not in skipped)
+    fns = tuple(c.fn for c in action.guard if c.name not in skipped)
+
+    def test(state: ConcreteState, p: Any) -> bool:
+        for fn in fns:
+            if not fn(state, p):
+                return False
+        return True
+
+    return test
 
 
 def apply(action: Action, state: ConcreteState, params: Mapping[str, Any]) -> ConcreteState:

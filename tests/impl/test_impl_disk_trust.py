@@ -628,3 +628,33 @@ def test_empty_cache_dir_is_refused(tmp_path: Path, monkeypatch: Any) -> None:
     with pytest.raises(InvalidArgument):
         HeterogeneousKVCache(G, cache_dir="", executors="manual")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.tmp"]
+
+
+def test_scratch_reads_serve_each_chunk_or_nothing(tmp_path: Path) -> None:
+    """A load step reads its chunk into the thread's reusable buffer: each read returns that
+    chunk's own bytes (a longer chunk read before does not show through a shorter one), a chunk
+    whose bytes were edited raises instead of returning them, and the next read after the
+    failure is whole again."""
+    import torch
+
+    tier = DiskTier(tmp_path, {}, 2, key=KEY)
+    g = torch.Generator().manual_seed(3)
+    sizes = {b"\x01": (700, 300), b"\x02": (40, 90)}
+    want = {}
+    for key, (a, b) in sizes.items():
+        units = [("u", i, torch.randint(0, 256, (n,), generator=g, dtype=torch.uint8))
+                 for i, n in enumerate((a, b))]  # fmt: skip
+        tier.write(key, ver=1, gen=1, fmt=0, tail=0, swa=0, units=units, swa_data=None)
+        want[key] = [t.clone() for _, _, t in units]
+    entries = {e.key: e for e in tier.scan()[0]}
+    for key in (b"\x01", b"\x02", b"\x01"):
+        for k in range(2):
+            got = tier.read_chunk(entries[key], k, True)
+            assert torch.equal(got, want[key][k])
+    e = entries[b"\x01"]
+    raw = bytearray(e.path.read_bytes())
+    raw[e.payload_offset + 5] ^= 1  # one bit of chunk 0
+    e.path.write_bytes(bytes(raw))
+    with pytest.raises(disk_mod.CorruptEntry):
+        tier.read_chunk(e, 0, True)
+    assert torch.equal(tier.read_chunk(entries[b"\x02"], 1, True), want[b"\x02"][1])

@@ -206,3 +206,46 @@ def test_random_tables_agree_with_reference(data: st.DataObject) -> None:
         scatter_blocks(src, t, a, length=length, backend=SIM)
     scatter_blocks(src, t, b, length=length, backend=REF)
     assert _same(a, b)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    first=st.integers(0, 12),
+    run=st.integers(1, 4),
+    gap=st.integers(-2, 4),
+    runs=st.integers(1, 4),
+    poke=st.integers(-1, 15),
+)
+def test_strided_tables_one_copy_same_bytes(
+    first: int, run: int, gap: int, runs: int, poke: int
+) -> None:
+    """The reference moves a strided table (runs of consecutive slots a fixed step apart: one
+    slot in every layer, a window's pages in every layer) as one strided copy: the same bytes
+    as one copy per slot, and a table that only looks strided (a slot poked out of the pattern,
+    a repeat, a step shorter than the run, a slot past the tier) takes the checked path."""
+    nb = 24
+    tier = _tier((nb, 2, 8), torch.uint8, seed=first + 7 * run)
+    slots = [first + r * (run + gap) + k for r in range(runs) for k in range(run)]
+    if 0 <= poke < len(slots):
+        slots[poke] = (slots[poke] + 5) % nb
+    table = torch.tensor(slots, dtype=torch.int64)
+    if any(not -1 <= s < nb for s in slots):
+        with pytest.raises(BlockTableError):
+            gather_blocks(tier, table, backend=REF)
+        return
+    if -1 in slots:  # padding: moved unit by unit (tested above)
+        return
+    got = gather_blocks(tier, table, backend=REF)
+    assert torch.equal(got, torch.stack([tier[s] for s in slots]))
+    src = _tier((len(slots), 2, 8), torch.uint8, seed=99)
+    out = tier.clone()
+    if len(set(slots)) < len(slots):
+        with pytest.raises(BlockTableError):
+            scatter_blocks(src, table, out, backend=REF)
+        assert torch.equal(out, tier)  # refused before anything is written
+        return
+    scatter_blocks(src, table, out, backend=REF)
+    want = tier.clone()
+    for i, s in enumerate(slots):
+        want[s] = src[i]
+    assert torch.equal(out, want)
