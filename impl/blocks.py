@@ -100,8 +100,10 @@ class BlockStore:
             return rids
 
     def resolve(self, chain: Chain) -> list[int]:
-        get = self.index.get
-        return [get(k, NULL_RID) for k in chain.keys]
+        # the values as objects: typed ``int`` each record id would be unboxed and boxed again
+        # (a new int object per block beyond the small ints) on its way into the list
+        index: dict[bytes, Any] = self.index
+        return [index.get(k, NULL_RID) for k in chain.keys]
 
     def purge_tombstones(self) -> None:
         while len(self.index) >= self.max_records and self.tombstones:
@@ -173,8 +175,10 @@ class BlockStore:
         for rid in victims:
             self.fx_evict_start(rid)
         gate.check_run("evict_done", victims)
+        key = self.meta.key
         for rid in victims:
-            self.fx_evict_done(rid)
+            self.fx_evict_done(rid, False)
+        self.events.emit_run(EventKind.EVICTED, [key[rid] for rid in victims], "device")
 
     def free_device(self, rid: int) -> None:
         m = self.meta
@@ -283,15 +287,22 @@ class BlockStore:
         try:
             gate.check_run("commit", todo)
             for rid in todo:
-                self.fx_commit(rid)
+                self.fx_commit(rid, False)
                 done += 1
         except Exception:
+            self._stored(todo[:done])
             for rid in todo[done:]:
                 self.discard(rid)
             self._seal_run(todo[:done], ticks)
             raise
+        self._stored(todo)
         self._seal_run(todo, ticks)
         return len(todo)
+
+    def _stored(self, rids: list[int]) -> None:
+        """The STORED events of a run's committed blocks, in commit order."""
+        key = self.meta.key
+        self.events.emit_run(EventKind.STORED, [key[rid] for rid in rids], "device")
 
     def _seal_run(self, rids: list[int], ticks: int) -> None:
         """seal, index_update and touch of committed blocks: each guard once over the run."""
@@ -315,8 +326,9 @@ class BlockStore:
             self.gate.check_block("commit", rid)
             self.fx_commit(rid)
 
-    def fx_commit(self, rid: int) -> None:
-        """Effects (the caller holds the lock and has checked the guard)."""
+    def fx_commit(self, rid: int, emit: bool = True) -> None:
+        """Effects (the caller holds the lock and has checked the guard); ``emit=False``: the
+        caller reports the STORED event itself (a run: :meth:`_stored`)."""
         m = self.meta
         if self.writer is not None:
             tokens = m.tokens[rid]
@@ -327,7 +339,8 @@ class BlockStore:
         m.ver[rid] += 1
         m.swa[rid] = _SWA_VALID
         self.lru[rid] = None
-        self.events.emit(EventKind.STORED, m.key[rid], "device")
+        if emit:
+            self.events.emit(EventKind.STORED, m.key[rid], "device")
 
     def discard(self, rid: Any) -> None:
         with self.lock:
@@ -400,10 +413,12 @@ class BlockStore:
             self.gate.check_block("evict_done", rid)
             self.fx_evict_done(rid)
 
-    def fx_evict_done(self, rid: int) -> None:
+    def fx_evict_done(self, rid: int, emit: bool = True) -> None:
+        """Effects; ``emit=False``: the caller reports the EVICTED event (a run)."""
         self.free_device(rid)
         self.freed(rid)
-        self.events.emit(EventKind.EVICTED, self.meta.key[rid], "device")
+        if emit:
+            self.events.emit(EventKind.EVICTED, self.meta.key[rid], "device")
 
     def touch_prefix(self, rids: Sequence[int], blocks: int, ticks: int) -> None:
         """``touch`` the first ``blocks`` blocks of a chain up to the first absent one: the

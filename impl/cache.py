@@ -807,10 +807,14 @@ class HeterogeneousKVCache:
         core's lock."""
         chain, L = req.chain, self.L
         ticks = min(req.lifetime, self.table.consts.lease_max)
-        run = [
-            (chain.keys[k], chain.block_tokens_of(k), k * L)
-            for k in range(req.stored, chain.blocks)
-        ]
+        keys = chain.keys
+        run: list[tuple[bytes, np.ndarray | None, int]]
+        if self.store.writer is None:  # the engine writes the pages: no record needs its tokens
+            run = [(keys[k], None, k * L) for k in range(req.stored, chain.blocks)]
+        else:
+            run = [
+                (keys[k], chain.block_tokens_of(k), k * L) for k in range(req.stored, chain.blocks)
+            ]
         self.store.store_run(run, ticks)
         req.stored = chain.blocks
 

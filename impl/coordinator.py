@@ -56,8 +56,14 @@ class HitSearch(NamedTuple):
     rejected: Shortening | None = None  # a length rule fails even at 0: no hit at all
 
 
+# a named tuple built by ``tuple.__new__`` directly: its own ``__new__`` is interpreted code (also
+# in the compiled build), about as costly as the search itself on a short hit
+_tuple_new: Any = tuple.__new__
+
+
 def _short(rule: Rule, block: int | None, frm: int, to: int) -> Shortening:
-    return Shortening(rule.qualname, rule.layer, rule.state, rule.group, block, frm, to, rule.doc)
+    fields = (rule.qualname, rule.layer, rule.state, rule.group, block, frm, to, rule.doc)
+    return _tuple_new(Shortening, fields)  # type: ignore[no-any-return]
 
 
 class Coordinator:
@@ -74,12 +80,13 @@ class Coordinator:
         whole = self._search_direct if getattr(view, "_direct", False) else self._search
         h, cuts, rejected = whole(view, r, h_max)
         rules = self.hit_rule.rules
-        return HitSearch(
+        fields = (
             h_max,
             h,
-            tuple(_short(rules[i], b, frm, to) for i, b, frm, to in cuts),
+            tuple([_short(rules[i], b, frm, to) for i, b, frm, to in cuts]) if cuts else (),
             _short(rules[rejected[0]], rejected[1], 0, 0) if rejected is not None else None,
         )
+        return _tuple_new(HitSearch, fields)  # type: ignore[no-any-return]
 
     def failures(self, view: Any, r: int, h: int) -> list[Shortening]:
         """Every rule that fails at exactly ``h`` (no search: the explanation of a refused

@@ -57,8 +57,8 @@ class GraphRegistry:
                 f"{n} pinned blocks do not fit the graph's block table ({self._bt.shape[1]})"
             )
         bt, sp = self._bt[row], self._sp[row]
-        bt[:n] = slots[:n]
-        sp[:n] = ptrs[:n]
+        bt[:n] = slots  # (no ``slots[:n]`` copy: n is its length)
+        sp[:n] = ptrs if len(ptrs) == n else ptrs[:n]
         old = self._filled[row]
         if old > n:  # beyond ``old`` the row is still padding
             bt[n:old] = -1

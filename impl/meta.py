@@ -235,8 +235,12 @@ class _Column:
             arr = getattr(view._m, name)
             rids = view.rids_of(name)
             if len(rids) > 1:  # one C call per column
-                gather: Callable[[Any], Any] = view._gather
-                if rids is not view._rids:
+                gather: Callable[[Any], Any] | None = None
+                if rids is view._rids:
+                    gather = view._gather
+                    if gather is None:  # built on the first gathered column, kept for the rest
+                        gather = view._gather = itemgetter(*rids)
+                else:
                     gather = itemgetter(*rids)
                 col = gather(arr)
             else:
@@ -274,7 +278,8 @@ class ChainView:
     ) -> None:
         self._m = meta
         self._rids = rids
-        self._gather = itemgetter(*rids) if len(rids) > 1 else None
+        # built on first use (``_Column``): the direct forms of a direct view never gather
+        self._gather: Callable[[Any], Any] | None = None
         self._over = overrides or {}
         self._maps = maps or {}
         self._direct = not overrides

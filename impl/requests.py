@@ -159,7 +159,7 @@ class RequestTable:
 
     def free_slot(self) -> Slot:
         for s in self.slots:
-            if s.phase == Req.IDLE and s.request is None:
+            if s.phase == _IDLE and s.request is None:  # an int: no IntEnum comparison per slot
                 return s
         raise OutOfCapacity("admit", (), f"all {len(self.slots)} request slots are busy")
 

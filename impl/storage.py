@@ -86,19 +86,23 @@ class PagePool:
 
     def take(self, count: int = 1) -> list[int] | None:
         """``count`` pages, all or nothing."""
-        if len(self._free) < count:
+        free = self._free
+        if len(free) < count:
             return None
-        out = [self._free.popleft() for _ in range(count)]
+        pop = free.popleft  # bound once: a method lookup per page is most of the cost compiled
+        out = [pop() for _ in range(count)]
+        busy = self.busy
         for p in out:
-            self.busy[p] = 1
+            busy[p] = 1
         return out
 
     def release(self, pages: list[int] | tuple[int, ...]) -> None:
+        first, n, busy = self.first, self.n, self.busy
         for p in pages:
-            if not self.first <= p < self.n:
-                raise InternalError(f"release of page {p} outside [{self.first}, {self.n})")
-            if not self.busy[p]:
+            if not first <= p < n:
+                raise InternalError(f"release of page {p} outside [{first}, {n})")
+            if not busy[p]:
                 raise InternalError(f"page {p} released twice (double free)")
         for p in pages:
-            self.busy[p] = 0
-            self._free.append(p)
+            busy[p] = 0
+        self._free.extend(pages)  # one call, same order as an append per page
