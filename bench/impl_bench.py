@@ -222,6 +222,9 @@ class Trace:
         self.profilers: dict[str, cProfile.Profile] | None = None
         self.base = (np.arange(length, dtype=np.int64) * 7919 + 13) % 50_000
         self.clock = time.perf_counter  # vs_vllm.py may time CPU time instead
+        # 1 runs misses only: each family's miss still evicts the previous family's blocks,
+        # which is what a miss costs in the mixed trace, without the hits around it
+        self.family_size = FAMILY
 
     def _tokens(self, r: int) -> np.ndarray:
         if r == 0:  # a new family: a prefix no earlier family shares (unique first token)
@@ -235,7 +238,7 @@ class Trace:
     def run_family(self, timed: bool) -> None:
         cache, row, nb = self.cache, self.row, self.nb
         clock = self.clock
-        for r in range(FAMILY):
+        for r in range(self.family_size):
             tokens = self._tokens(r)
             t0 = clock()
             req = cache.request(tokens, lifetime=1)

@@ -18,6 +18,11 @@ counted families, and the difference of the two counts is theirs (the toggles co
 warm-up's cycles too).  Under callgrind code runs about 50x slower than natively.
 
     .venv/bin/python bench/impl_instructions.py [--lengths 1K 16K 64K 256K] [--families 2]
+        [--misses-only]
+
+``--misses-only`` runs families of one request (the miss), warm-up included: each miss still
+evicts the previous family's blocks, as in the mixed trace, but no hit runs between them, so
+the count is what a miss costs (the LRU order a miss meets differs only in the hits' touches).
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ ENTRY_POINTS = (  # mypyc's wrappers of the cycle's Python-visible entry points
 )
 
 
-def worker(length: str, warmup: int, families: int) -> None:
+def worker(length: str, warmup: int, families: int, misses_only: bool = False) -> None:
     from kvstate.impl import native_modules
 
     B = impl_bench
@@ -57,6 +62,8 @@ def worker(length: str, warmup: int, families: int) -> None:
     row = B.Row(n, blocks=n // 256)
     cache = B.make_cache(n, row, "auto", 4.0)
     trace = B.Trace(cache, n, row)
+    if misses_only:
+        trace.family_size = 1
     for _ in range(warmup):
         trace.run_family(timed=False)
     # the collector's full passes land in a few cycles, whichever: over a handful of counted
@@ -71,7 +78,7 @@ def worker(length: str, warmup: int, families: int) -> None:
     cache.close()
 
 
-def _callgrind(length: str, warmup: int, families: int) -> tuple[int, int, int]:
+def _callgrind(length: str, warmup: int, families: int, misses_only: bool) -> tuple[int, int, int]:
     """(instructions collected, cycles counted, blocks touched) of one worker run."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "callgrind.out"
@@ -87,6 +94,7 @@ def _callgrind(length: str, warmup: int, families: int) -> tuple[int, int, int]:
             length,
             str(warmup),
             str(families),
+            *(["--misses-only"] if misses_only else []),
         ]
         p = subprocess.run(cmd, capture_output=True, text=True)
         res = re.search(r"RESULT cycles=(\d+) touched=(\d+)", p.stdout)
@@ -98,36 +106,41 @@ def _callgrind(length: str, warmup: int, families: int) -> tuple[int, int, int]:
         return int(ir.group(1)), int(res.group(1)), int(res.group(2))
 
 
-def measure(length: str, warmup: int, families: int) -> tuple[int, int, int]:
+def measure(
+    length: str, warmup: int, families: int, misses_only: bool = False
+) -> tuple[int, int, int]:
     """(instructions, cycles, blocks touched) of ``families`` counted families: the toggles
     also count the warm-up's cycles, so a run without counted families is subtracted."""
-    ir, cycles, touched = _callgrind(length, warmup, families)
-    base, _, _ = _callgrind(length, warmup, 0)
+    ir, cycles, touched = _callgrind(length, warmup, families, misses_only)
+    base, _, _ = _callgrind(length, warmup, 0, misses_only)
     return ir - base, cycles, touched
 
 
 def main() -> None:
-    if len(sys.argv) == 5 and sys.argv[1] == "--worker":
-        worker(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    if len(sys.argv) in (5, 6) and sys.argv[1] == "--worker":
+        worker(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5:] == ["--misses-only"])
         return
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lengths", nargs="+", default=["1K", "16K", "64K", "256K"])
     ap.add_argument("--warmup", type=int, default=8, help="untimed families before counting")
     ap.add_argument("--families", type=int, default=2, help="counted families (5 cycles each)")
+    ap.add_argument(
+        "--misses-only", action="store_true", help="count misses alone (families of 1 request)"
+    )
     args = ap.parse_args()
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed")
     print(
         f"callgrind instructions inside admit/use/finish (collector paused), deepseek-v4-flash, "
         f"warm-up {args.warmup} families, then >= {args.families} counted families "
-        "(1 miss + 4 hits each)"
+        + ("(1 miss each, no hits)" if args.misses_only else "(1 miss + 4 hits each)")
     )
     print(f"{'prefix':>7} {'blocks':>6} {'cycles':>6} {'instr/cycle':>13} {'instr/block':>12}")
     rows = []
     for length in args.lengths:
         blocks_req = max(1, impl_bench.parse_length(length) // 256)
         families = max(args.families, min(20, 1024 // blocks_req))  # >= ~10 cycles, small rows more
-        ir, cycles, touched = measure(length, args.warmup, families)
+        ir, cycles, touched = measure(length, args.warmup, families, args.misses_only)
         blocks = touched / cycles
         rows.append((blocks, ir / cycles))
         print(

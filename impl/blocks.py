@@ -76,13 +76,19 @@ class BlockStore:
         """The record of a block key (a FREE one is created for an unknown key)."""
         rid = self.index.get(key)
         if rid is None:
-            self.purge_tombstones()
-            rid = self.meta.new(key, tokens, start)
-            self.index[key] = rid
+            rid = self._new_record(key, tokens, start)
             self.tombstones[rid] = None
         elif tokens is not None:
             self.meta.tokens[rid] = tokens
             self.meta.start[rid] = start
+        return rid
+
+    def _new_record(self, key: bytes, tokens: np.ndarray | None, start: int) -> int:
+        """A FREE record for an unknown key, indexed; the caller tombstones it (a store run
+        does not: it takes the record off the tombstones at once)."""
+        self.purge_tombstones()
+        rid = self.meta.new(key, tokens, start)
+        self.index[key] = rid
         return rid
 
     def register(self, chain: Chain) -> list[int]:
@@ -176,8 +182,9 @@ class BlockStore:
             self.fx_evict_start(rid)
         gate.check_run("evict_done", victims)
         key = self.meta.key
+        self._free_run(victims)
         for rid in victims:
-            self.fx_evict_done(rid, False)
+            self.freed(rid, False)  # evict_start took each off the LRU
         self.events.emit_run(EventKind.EVICTED, [key[rid] for rid in victims], "device")
 
     def free_device(self, rid: int) -> None:
@@ -188,6 +195,24 @@ class BlockStore:
         if m.swa_pages[rid]:
             self.tiers.swa_pool.release(m.swa_pages[rid])
             m.swa_pages[rid] = ()
+
+    def _free_run(self, rids: list[int]) -> None:
+        """``free_device`` of several blocks: their SWA pages go back in one call, in the
+        order one call per block would give them back."""
+        m = self.meta
+        slots = self.tiers.slots
+        pages: list[int] = []
+        try:
+            for rid in rids:
+                if m.slot[rid] >= 0:
+                    slots.release(m.slot[rid])
+                    m.slot[rid] = -1
+                if m.swa_pages[rid]:
+                    pages.extend(m.swa_pages[rid])
+                    m.swa_pages[rid] = ()
+        finally:  # a double free raised above: the pages already taken off still go back
+            if pages:
+                self.tiers.swa_pool.release_run(pages)
 
     def moved(self, rid: int, new: int) -> None:
         """The record's state buffer is now at device slot ``new`` (a graph may go stale)."""
@@ -202,14 +227,16 @@ class BlockStore:
                 )
             m.addr[rid] = new
 
-    def freed(self, rid: int) -> None:
-        """Common effects of a block becoming FREE."""
+    def freed(self, rid: int, in_lru: bool = True) -> None:
+        """Common effects of a block becoming FREE; ``in_lru=False``: the caller knows the block
+        is off the LRU already (evict_start took it off)."""
         m = self.meta
         m.ckv[rid] = _CKV_FREE
         m.tail[rid] = _TAIL_NONE
         m.swa[rid] = _SWA_NULL
         m.idx[rid] = _IDX_ABSENT
-        self.lru.pop(rid, None)
+        if in_lru:
+            self.lru.pop(rid, None)
         self.tombstones[rid] = None
 
     # ---- Compressed KV: write path ----------------------------------------------------------
@@ -236,16 +263,49 @@ class BlockStore:
         except OutOfCapacity:
             self.tiers.slots.release(slot)
             raise
+        self._allocated(rid, slot, tuple(pages), fmt)
+        self.tombstones.pop(rid, None)
+        return fmt
+
+    def _allocated(self, rid: int, slot: int, pages: tuple[int, ...], fmt: int) -> None:
+        """allocate's effects on the record, once its slot and SWA pages are taken."""
+        m = self.meta
         self.moved(rid, slot)
-        m.slot[rid], m.swa_pages[rid] = slot, tuple(pages)
+        m.slot[rid], m.swa_pages[rid] = slot, pages
         m.ckv[rid] = _CKV_WRITING
         m.gen[rid] += 1
         m.tail[rid] = _TAIL_OPEN
         m.swa[rid] = _SWA_NULL
         m.idx[rid] = _IDX_ABSENT
         m.fmt[rid] = fmt
-        self.tombstones.pop(rid, None)
-        return fmt
+
+    def _allocate_run(self, todo: list[int], fmt: int) -> int:
+        """fx_allocate of a run's blocks in order; how many got their slot and pages.  The
+        SWA pages of the whole run are taken in one call when the pool holds them all (they
+        are then the very pages the per-block takes would have got: pages freed meanwhile go
+        to the back of the free list); else block by block, evicting as each needs."""
+        n = self.tiers.swa_pages_per_block
+        pool = self.tiers.swa_pool
+        pages = pool.take(n * len(todo))
+        got = 0
+        if pages is None:
+            for rid in todo:
+                try:
+                    self.fx_allocate(rid, fmt)
+                except OutOfCapacity:
+                    break  # the rest is recomputed next time; the cache is full of pinned blocks
+                got += 1
+            return got
+        addr = self.meta.addr
+        for rid in todo:
+            try:
+                slot = self.take_slot(rid, addr[rid])
+            except OutOfCapacity:
+                pool.untake(pages[got * n :])  # as if the rest had never been taken
+                break
+            self._allocated(rid, slot, tuple(pages[got * n : (got + 1) * n]), fmt)
+            got += 1
+        return got
 
     def store_run(self, blocks: Sequence[tuple[bytes, np.ndarray | None, int]], ticks: int) -> int:
         """Store a run of a chain's blocks, ``(key, tokens, start)`` each, skipping those already
@@ -263,23 +323,24 @@ class BlockStore:
         m = self.meta
         gate = self.gate
         todo: list[int] = []
+        index = self.index
         for key, tokens, start in blocks:
-            rid = self.record(key, tokens, start)
+            rid = index.get(key)
+            if rid is None:  # a new record: FREE, and off the tombstones from the start
+                todo.append(self._new_record(key, tokens, start))
+                continue
+            if tokens is not None:
+                m.tokens[rid] = tokens
+                m.start[rid] = start
             if m.ckv[rid] == _CKV_FREE and rid not in todo[-1:]:
                 todo.append(rid)
-                self.tombstones.pop(rid, None)  # not purged by a later record() of the run
+                self.tombstones.pop(rid, None)  # not purged by a later record of the run
         if not todo:
             return 0
         fmt = self.write_fmt
         gate.check_run("allocate", todo, f=fmt)
         self._evict_run(len(todo) - self.tiers.slots.free)
-        got = 0
-        for rid in todo:
-            try:
-                self.fx_allocate(rid, fmt)
-            except OutOfCapacity:
-                break  # the rest is recomputed next time; the cache is full of pinned blocks
-            got += 1
+        got = self._allocate_run(todo, fmt)
         for rid in todo[got:]:
             self.tombstones[rid] = None
         todo = todo[:got]

@@ -96,6 +96,14 @@ class PagePool:
             busy[p] = 1
         return out
 
+    def untake(self, pages: list[int]) -> None:
+        """Give back pages just taken and not used, to the front of the free list, in their
+        order: the pool is as if they had never been taken."""
+        busy = self.busy
+        for p in pages:
+            busy[p] = 0
+        self._free.extendleft(reversed(pages))
+
     def release(self, pages: list[int] | tuple[int, ...]) -> None:
         first, n, busy = self.first, self.n, self.busy
         for p in pages:
@@ -106,3 +114,18 @@ class PagePool:
         for p in pages:
             busy[p] = 0
         self._free.extend(pages)  # one call, same order as an append per page
+
+    def release_run(self, pages: list[int]) -> None:
+        """``release`` of several blocks' pages, concatenated in order: the free list ends as
+        after one ``release`` per block.  A page given twice in the run is a double free, as it
+        would be on the second call, and nothing is released then."""
+        first, n, busy = self.first, self.n, self.busy
+        for k, p in enumerate(pages):
+            if not first <= p < n or not busy[p]:
+                for q in pages[:k]:  # undo: the pool is as before the call
+                    busy[q] = 1
+                if not first <= p < n:
+                    raise InternalError(f"release of page {p} outside [{first}, {n})")
+                raise InternalError(f"page {p} released twice (double free)")
+            busy[p] = 0  # cleared as checked: a repeat later in the run is caught
+        self._free.extend(pages)

@@ -129,3 +129,60 @@ def test_default_table_block_guards_have_run_forms() -> None:
     g = Guards(t, replace(t.consts, R=2))
     for a in ("allocate", "commit", "seal", "index_update", "touch", "evict_start", "evict_done"):
         assert g.run_test(a) is not None, a
+
+
+def _pool_state(c: HeterogeneousKVCache) -> tuple[list[int], bytes]:
+    pool = c.core.tiers.swa_pool
+    return list(pool._free), bytes(pool.busy)
+
+
+def test_run_eviction_and_store_take_the_pages_a_block_by_block_sequence_would() -> None:
+    """A store run takes its SWA pages in one call and an eviction run gives its victims'
+    back in one: the pages each block holds and the free list after must be those of the same
+    work one block at a time (``evict`` evicts one block per call, ``allocate`` takes one
+    block's pages)."""
+    first, second = np.arange(4 * L + 1), 100_000 + np.arange(4 * L + 1)
+    with (
+        HeterogeneousKVCache(G, executors="manual", device_blocks=6) as a,
+        HeterogeneousKVCache(G, executors="manual", device_blocks=6) as b,
+    ):
+        for c in (a, b):
+            with c.use(c.admit(c.request(first, lifetime=1))):
+                pass
+            c.tick(2)
+        assert _pool_state(a) == _pool_state(b)
+        with a.use(a.admit(a.request(second, lifetime=1))):  # evicts 2 blocks as one run
+            pass
+        assert b.evict(2) == 2  # the same two blocks, one at a time
+        core = b.core
+        rids = core.register(b.chain(second))
+        for rid in rids:
+            core.allocate(rid)
+        assert [a.core.meta.swa_pages[r] for r in a.core.resolve(a.request(second).chain)] == [
+            b.core.meta.swa_pages[r] for r in rids
+        ]
+        assert _pool_state(a) == _pool_state(b)
+
+
+def test_page_pool_runs_equal_calls_per_block() -> None:
+    from kvstate.impl.errors import InternalError
+    from kvstate.impl.storage import PagePool
+
+    a, b = PagePool(10, first=1), PagePool(10, first=1)
+    ta, tb = a.take(6), [b.take(2), b.take(2), b.take(2)]
+    assert ta is not None and all(t is not None for t in tb)
+    a.release_run([*ta[2:4], *ta[:2]])
+    for t in (tb[1], tb[0]):
+        assert t is not None
+        b.release(t)
+    assert list(a._free) == list(b._free) and a.busy == b.busy
+    before = (list(a._free), bytes(a.busy))
+    with pytest.raises(InternalError, match="twice"):  # a page twice in one run
+        a.release_run([ta[4], ta[5], ta[4]])
+    with pytest.raises(InternalError, match="outside"):
+        a.release_run([ta[4], 10])
+    assert (list(a._free), bytes(a.busy)) == before  # a refused run releases nothing
+    got = a.take(3)
+    assert got is not None
+    a.untake(got)  # as if never taken
+    assert (list(a._free), bytes(a.busy)) == before
