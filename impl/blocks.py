@@ -221,7 +221,8 @@ class BlockStore:
         if new != old:
             if old >= 0:
                 self.tiers.slots.unclaim(old, rid)
-            if self.gate.graph.moved(rid, old, new):
+            graph = self.gate.graph
+            if graph.captured and graph.moved(rid, old, new):
                 self.events.emit(
                     EventKind.STALE_GRAPH, m.key[rid], "device", f"slot {old} -> {new}"
                 )

@@ -30,6 +30,10 @@ class GraphRegistry:
     def __init__(self, meta: BlockMeta, rows: int, max_blocks: int, device: torch.device) -> None:
         self.meta = meta
         self.phase = int(Graph.NONE)
+        # whether a move can stale the graph at all (phase CAPTURED), kept with ``phase`` in
+        # this class alone: a store moves every block it allocates, and without a captured
+        # graph the block store skips calling ``moved`` (interpreted: ~1.8k instructions each)
+        self.captured = False
         self.device = device
         # persistent buffers: their own addresses never change, only their contents.  The host
         # side is numpy-backed (refilled with slice assignment, no per-step tensor building);
@@ -73,6 +77,7 @@ class GraphRegistry:
         m = self.meta
         m.gaddr[:] = m.addr
         self.phase = int(Graph.CAPTURED)
+        self.captured = True
         self.captures += 1
         if self._fn is not None and self.device.type == "cuda":
             g = torch.cuda.CUDAGraph()
@@ -89,6 +94,7 @@ class GraphRegistry:
         """A block's state buffer moved from ``old`` to ``new``; True if that staled the graph."""
         if self.phase == Graph.CAPTURED and new != old and self.meta.gaddr[rid] >= 0:
             self.phase = int(Graph.STALE)
+            self.captured = False
             return True
         return False
 

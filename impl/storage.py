@@ -19,7 +19,9 @@ from .errors import InternalError
 class SlotPool:
     def __init__(self, n: int) -> None:
         self.n = n
-        self.busy = bytearray(n)
+        # a list, not a bytearray: compiled, a list's items are read and set natively, a
+        # bytearray's through generic item calls (a store run sets one per page it takes)
+        self.busy: list[bool] = [False] * n
         self.claim = [0] * n  # rid that prefers this slot (0: none)
         self._unclaimed: OrderedDict[int, None] = OrderedDict((s, None) for s in range(n))
         self._claimed: OrderedDict[int, None] = OrderedDict()
@@ -50,7 +52,7 @@ class SlotPool:
             slot, _ = self._claimed.popitem(last=False)
         else:
             return -1
-        self.busy[slot] = 1
+        self.busy[slot] = True
         self.claim[slot] = rid
         return slot
 
@@ -59,7 +61,7 @@ class SlotPool:
             raise InternalError(f"release of device slot {slot} outside [0, {self.n})")
         if not self.busy[slot]:
             raise InternalError(f"device slot {slot} released twice (double free)")
-        self.busy[slot] = 0
+        self.busy[slot] = False
         (self._claimed if self.claim[slot] else self._unclaimed)[slot] = None
 
     def unclaim(self, slot: int, rid: int) -> None:
@@ -77,7 +79,9 @@ class PagePool:
     def __init__(self, n: int, first: int = 0) -> None:
         self.n = n
         self.first = first
-        self.busy = bytearray(n)
+        # a list, not a bytearray: compiled, a list's items are read and set natively, a
+        # bytearray's through generic item calls (a store run sets one per page it takes)
+        self.busy: list[bool] = [False] * n
         self._free: deque[int] = deque(range(first, n))
 
     @property
@@ -93,7 +97,7 @@ class PagePool:
         out = [pop() for _ in range(count)]
         busy = self.busy
         for p in out:
-            busy[p] = 1
+            busy[p] = True
         return out
 
     def untake(self, pages: list[int]) -> None:
@@ -101,7 +105,7 @@ class PagePool:
         order: the pool is as if they had never been taken."""
         busy = self.busy
         for p in pages:
-            busy[p] = 0
+            busy[p] = False
         self._free.extendleft(reversed(pages))
 
     def release(self, pages: list[int] | tuple[int, ...]) -> None:
@@ -112,7 +116,7 @@ class PagePool:
             if not busy[p]:
                 raise InternalError(f"page {p} released twice (double free)")
         for p in pages:
-            busy[p] = 0
+            busy[p] = False
         self._free.extend(pages)  # one call, same order as an append per page
 
     def release_run(self, pages: list[int]) -> None:
@@ -123,9 +127,9 @@ class PagePool:
         for k, p in enumerate(pages):
             if not first <= p < n or not busy[p]:
                 for q in pages[:k]:  # undo: the pool is as before the call
-                    busy[q] = 1
+                    busy[q] = True
                 if not first <= p < n:
                     raise InternalError(f"release of page {p} outside [{first}, {n})")
                 raise InternalError(f"page {p} released twice (double free)")
-            busy[p] = 0  # cleared as checked: a repeat later in the run is caught
+            busy[p] = False  # cleared as checked: a repeat later in the run is caught
         self._free.extend(pages)
