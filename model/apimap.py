@@ -360,6 +360,7 @@ class Explainer:
         heap: list[Any] = [] if dead(s0) else [(d0, 0, next(tie), before, s0, [], k0)]
         seen: set[tuple[Any, frozenset[int]]] = set()
         shortest: dict[tuple[Any, frozenset[int]], int] = {}
+        succ: dict[Any, dict[str, list[tuple[dict[str, int], ConcreteState, Any]]]] = {}
         nodes = 0
         while heap and nodes < max_nodes:
             dist, depth, _, cur, states, path, key = heapq.heappop(heap)
@@ -372,11 +373,21 @@ class Explainer:
             if dist == 0 and accept in states:
                 return Explanation(path, nodes, False)
             depth += 1
+            # a state met again with other pattern states has the same successors
+            mine = succ.get(key[0])
+            if mine is None:
+                mine = succ[key[0]] = {}
             for name, nxt in nfa.moves(states).items():
-                a = table.action(name)
-                for p in ask.candidates(a, cur):
-                    new = self.m.step(cur, a, p)
-                    nkey = (_frozen_items(new.mapping), nxt)
+                kids = mine.get(name)
+                if kids is None:
+                    a = table.action(name)
+                    kids = mine[name] = [
+                        (p, new, _frozen_items(new.mapping))
+                        for p in ask.candidates(a, cur)
+                        for new in (self.m.step(cur, a, p),)
+                    ]
+                for p, new, items in kids:
+                    nkey = (items, nxt)
                     if nkey in seen:
                         continue
                     was = shortest.get(nkey)
