@@ -346,18 +346,21 @@ class Explainer:
         # per NFA state set: the goal's variables no action still allowed from it writes
         stuck: dict[frozenset[int], list[_VarGoal]] = {}
 
-        def dead(states: frozenset[int]) -> bool:
-            frozen = stuck.get(states)
-            if frozen is None:
+        def frozen(states: frozenset[int]) -> list[_VarGoal]:
+            got = stuck.get(states)
+            if got is None:
                 writes = set[str]().union(
                     *(table.action(n).modifies for n in nfa.labels_after(states))
                 )
-                frozen = stuck[states] = [g for g in want if g.name not in writes]
-            return any(g.count for g in frozen)  # counts of the state last measured
+                got = stuck[states] = [g for g in want if g.name not in writes]
+            return got
 
         d0 = self._distance_by_var(before.mapping, want)
         k0 = (_frozen_items(before.mapping), s0)
-        heap: list[Any] = [] if dead(s0) else [(d0, 0, next(tie), before, s0, [], k0)]
+        # a dead state: a cell differs that no action still allowed writes (the counts are
+        # those of the state last measured)
+        dead0 = any(g.count for g in frozen(s0))
+        heap: list[Any] = [] if dead0 else [(d0, 0, next(tie), before, s0, [], k0)]
         seen: set[tuple[Any, frozenset[int]]] = set()
         shortest: dict[tuple[Any, frozenset[int]], int] = {}
         succ: dict[Any, dict[str, list[tuple[dict[str, int], ConcreteState, Any]]]] = {}
@@ -386,6 +389,7 @@ class Explainer:
                         for p in ask.candidates(a, cur)
                         for new in (self.m.step(cur, a, p),)
                     ]
+                fixed = frozen(nxt)
                 for p, new, items in kids:
                     nkey = (items, nxt)
                     if nkey in seen:
@@ -394,7 +398,7 @@ class Explainer:
                     if was is not None and was <= depth:
                         continue
                     d = self._distance_by_var(new.mapping, want)
-                    if d and dead(nxt):
+                    if d and fixed and any(g.count for g in fixed):
                         seen.add(nkey)  # deadness is the key's: never push it again
                         continue
                     shortest[nkey] = depth
