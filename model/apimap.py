@@ -290,10 +290,7 @@ class Explainer:
         parameter must be (known to the world: the writer's, the file's); other outputs are
         the ones the library shows.  States are compared exactly (addresses are the library's slots).
         """
-        key = (
-            call,
-            _frozen_items(before.mapping),
-            _frozen_items(observed),
+        rest = (
             req,
             frozenset(forbid),
             frozenset(ignore),
@@ -301,7 +298,12 @@ class Explainer:
             frozenset(fmts.items()) if fmts else None,
             max_nodes,
         )
-        got = self._answers.get(key)
+        key = (call, tuple(before.mapping.items()), tuple(observed.items()), *rest)
+        try:
+            got = self._answers.get(key)  # hashes the values once: ints and tuples, as a rule
+        except TypeError:  # a list among them: the frozen form is the key
+            key = (call, _frozen_items(before.mapping), _frozen_items(observed), *rest)
+            got = self._answers.get(key)
         if got is None:
             got = self._search(call, before, observed, req, key[4], key[5], ticks, fmts, max_nodes)
             self._answers[key] = got
