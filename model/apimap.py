@@ -357,15 +357,25 @@ class Explainer:
                 got = stuck[states] = [g for g in want if g.name not in writes]
             return got
 
+        # each distinct state value is numbered once (one hash of its items): the keys below
+        # are (number, pattern states), cheap to hash again and again
+        numbers: dict[tuple[tuple[str, Any], ...], int] = {}
+
+        def number(values: Mapping[str, Any]) -> int:
+            try:
+                return numbers.setdefault(tuple(values.items()), len(numbers))
+            except TypeError:  # a list among the values: its frozen form is the key
+                return numbers.setdefault(_frozen_items(values), len(numbers))
+
         d0 = self._distance_by_var(before.mapping, want)
-        k0 = (_frozen_items(before.mapping), s0)
+        k0 = (number(before.mapping), s0)
         # a dead state: a cell differs that no action still allowed writes (the counts are
         # those of the state last measured)
         dead0 = any(g.count for g in frozen(s0))
         heap: list[Any] = [] if dead0 else [(d0, 0, next(tie), before, s0, [], k0)]
-        seen: set[tuple[Any, frozenset[int]]] = set()
-        shortest: dict[tuple[Any, frozenset[int]], int] = {}
-        succ: dict[Any, dict[str, list[tuple[dict[str, int], ConcreteState, Any]]]] = {}
+        seen: set[tuple[int, frozenset[int]]] = set()
+        shortest: dict[tuple[int, frozenset[int]], int] = {}
+        succ: dict[int, dict[str, list[tuple[dict[str, int], ConcreteState, int]]]] = {}
         nodes = 0
         while heap and nodes < max_nodes:
             dist, depth, _, cur, states, path, key = heapq.heappop(heap)
@@ -387,13 +397,13 @@ class Explainer:
                 if kids is None:
                     a = table.action(name)
                     kids = mine[name] = [
-                        (p, new, _frozen_items(new.mapping))
+                        (p, new, number(new.mapping))
                         for p in ask.candidates(a, cur)
                         for new in (self.m.step(cur, a, p),)
                     ]
                 fixed = frozen(nxt)
-                for p, new, items in kids:
-                    nkey = (items, nxt)
+                for p, new, num in kids:
+                    nkey = (num, nxt)
                     if nkey in seen:
                         continue
                     was = shortest.get(nkey)
