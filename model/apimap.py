@@ -590,8 +590,9 @@ class _Ask:
         vals = cur.mapping
         doms: list[Sequence[int]] = []
         for q, static in zip(a.params, plan.doms, strict=True):
+            dom: Sequence[int]
             if static is not None:
-                doms.append(static)
+                dom = static
             elif q.kind is ParamKind.BLOCK:
                 # the blocks where some variable the action writes differs from what the library
                 # shows (none written: every block the world does not rule out)
@@ -599,14 +600,15 @@ class _Ask:
                     changed: set[int] = set()
                     for n in plan.blocks_mod:
                         changed.update(self.changed_blocks(n, vals[n]))
-                    doms.append([b for b in plan.allowed if b in changed])
+                    dom = [b for b in plan.allowed if b in changed]
                 else:
-                    doms.append(plan.allowed)
+                    dom = plan.allowed
             else:  # ParamKind.REQ
                 obs = self.obs
-                doms.append(
-                    [r for r in plan.reqs if any(vals[n][r] != obs[n][r] for n in plan.req_mod)]
-                )
+                dom = [r for r in plan.reqs if any(vals[n][r] != obs[n][r] for n in plan.req_mod)]
+            if not dom:
+                return []  # no combination: most actions at most states (nothing to change)
+            doms.append(dom)
         out = []
         is_enabled = self.m.is_enabled
         for combo in itertools.product(*doms):
