@@ -129,7 +129,17 @@ def test_pruned_search_answers_as_the_plain_one_on_random_walks() -> None:
             if not path or accept not in states:
                 continue
             observed = {n: s.values[n] for n in shown}
-            q = (call, before, observed, None, frozenset(), frozenset(), None, None, 4000)
+            q: tuple[Any, ...] = (
+                call,
+                before,
+                observed,
+                None,
+                frozenset(),
+                frozenset(),
+                None,
+                None,
+                4000,
+            )
             got, want = ex._search(*q), plain_search(ex, *q)
             assert got.steps == want.steps, (call, want.steps, got.steps)
             checked += 1
