@@ -253,32 +253,78 @@ def read_sites(t: z3.ExprRef, quants: Quants | None = None) -> frozenset[tuple[s
     """Every free name a traced term reads, as ``(name, at)``: ``name`` as generated code spells
     it (``t_ckv``, ``r0_phase``, ``p_b``, ``N``, a quantifier placeholder ``forall0`` or its bound
     ``q0``), ``at`` the constant an array is read at (``"p_b"``), ``"?"`` for a computed index,
-    None for a scalar read.  A quantifier placeholder's range and body are read too."""
+    None for a scalar read.  A quantifier placeholder's range and body are read too.
+
+    The walk reads Z3's C interface directly (AST handles, no ``ExprRef`` per node: making one
+    costs several calls and a reference count each); every guard and invariant is walked once
+    per process, in the timed window of a fuzz run."""
     quants = quants or {}
     out: set[tuple[str, str | None]] = set()
-    todo: list[Any] = [t]
+    todo: list[tuple[Any, Any]] = []
+
+    def push(x: Any) -> None:
+        if isinstance(x, z3.ExprRef):
+            todo.append((x.ctx_ref(), x.as_ast()))
+
+    push(t)
     seen: set[int] = set()
     while todo:
-        e = todo.pop()
-        if not isinstance(e, z3.ExprRef) or e.get_id() in seen:
+        ctx, a = todo.pop()
+        ident = z3.Z3_get_ast_id(ctx, a)
+        if ident in seen:
             continue
-        seen.add(e.get_id())
-        if z3.is_const(e):
-            n = e.decl().name()
+        seen.add(ident)
+        kind = z3.Z3_get_ast_kind(ctx, a)
+        if kind != z3.Z3_APP_AST and kind != z3.Z3_NUMERAL_AST:
+            continue  # a bound variable, a quantifier, a sort: reads no free name
+        nargs = z3.Z3_get_app_num_args(ctx, a)
+        decl = z3.Z3_get_app_decl(ctx, a)
+        if nargs == 0:  # a constant
+            n = _decl_name(ctx, decl)
             if n in quants:
                 lo, hi, _q, body = quants[n]
-                todo += [lo, hi, body]
-            if n in quants or e.decl().kind() == z3.Z3_OP_UNINTERPRETED:
+                for x in (lo, hi, body):
+                    push(x)
+            if n in quants or z3.Z3_get_decl_kind(ctx, decl) == z3.Z3_OP_UNINTERPRETED:
                 out.add((n, None))
             continue
-        if z3.is_app(e) and e.decl().kind() == z3.Z3_OP_SELECT and z3.is_const(e.arg(0)):
-            idx = e.arg(1)
-            at = idx.decl().name() if z3.is_const(idx) and not z3.is_int_value(idx) else "?"
-            out.add((e.arg(0).decl().name(), at))
-            todo.append(idx)
-            continue
-        todo.extend(e.children())
+        if z3.Z3_get_decl_kind(ctx, decl) == z3.Z3_OP_SELECT:
+            arr = z3.Z3_get_app_arg(ctx, a, 0)
+            if _is_const(ctx, arr):
+                idx = z3.Z3_get_app_arg(ctx, a, 1)
+                at = (
+                    _decl_name(ctx, z3.Z3_get_app_decl(ctx, idx))
+                    if _is_const(ctx, idx) and not _is_int_value(ctx, idx)
+                    else "?"
+                )
+                out.add((_decl_name(ctx, z3.Z3_get_app_decl(ctx, arr)), at))
+                todo.append((ctx, idx))
+                continue
+        todo.extend((ctx, z3.Z3_get_app_arg(ctx, a, i)) for i in range(nargs))
     return frozenset(out)
+
+
+def _is_const(ctx: Any, a: Any) -> bool:
+    """``z3.is_const`` of an AST handle: an application of no arguments (a numeral too)."""
+    kind = z3.Z3_get_ast_kind(ctx, a)
+    return (kind == z3.Z3_APP_AST or kind == z3.Z3_NUMERAL_AST) and not z3.Z3_get_app_num_args(
+        ctx, a
+    )
+
+
+def _is_int_value(ctx: Any, a: Any) -> bool:
+    """``z3.is_int_value`` of an AST handle: an integer numeral."""
+    return bool(z3.Z3_is_numeral_ast(ctx, a)) and (
+        z3.Z3_get_sort_kind(ctx, z3.Z3_get_sort(ctx, a)) == z3.Z3_INT_SORT
+    )
+
+
+def _decl_name(ctx: Any, decl: Any) -> str:
+    """``FuncDeclRef.name`` of a declaration handle."""
+    sym = z3.Z3_get_decl_name(ctx, decl)
+    if z3.Z3_get_symbol_kind(ctx, sym) == z3.Z3_INT_SYMBOL:
+        return f"k!{z3.Z3_get_symbol_int(ctx, sym)}"
+    return str(z3.Z3_get_symbol_string(ctx, sym))
 
 
 def term_reads(t: z3.ExprRef, quants: Quants | None = None) -> frozenset[str]:
