@@ -44,7 +44,7 @@ import pstats  # noqa: E402
 import re  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
-from collections.abc import Iterator  # noqa: E402
+from collections.abc import Callable, Iterator  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -222,9 +222,8 @@ class Trace:
         self.profilers: dict[str, cProfile.Profile] | None = None
         self.base = (np.arange(length, dtype=np.int64) * 7919 + 13) % 50_000
         self.clock = time.perf_counter  # vs_vllm.py may time CPU time instead
-        # 1 runs misses only: each family's miss still evicts the previous family's blocks,
-        # which is what a miss costs in the mixed trace, without the hits around it
-        self.family_size = FAMILY
+        # called before each timed cycle's admit (impl_instructions.py --split: a callgrind dump)
+        self.mark: Callable[[], None] | None = None
 
     def _tokens(self, r: int) -> np.ndarray:
         if r == 0:  # a new family: a prefix no earlier family shares (unique first token)
@@ -238,7 +237,7 @@ class Trace:
     def run_family(self, timed: bool) -> None:
         cache, row, nb = self.cache, self.row, self.nb
         clock = self.clock
-        for r in range(self.family_size):
+        for r in range(FAMILY):
             tokens = self._tokens(r)
             t0 = clock()
             req = cache.request(tokens, lifetime=1)
@@ -246,6 +245,8 @@ class Trace:
             if timed and self.profilers is not None:
                 prof = self.profilers["miss" if r == 0 else "hit"]
                 prof.enable()
+            if timed and self.mark is not None:
+                self.mark()
             t1 = clock()
             adm = cache.admit(req)
             with cache.use(adm):

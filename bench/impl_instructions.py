@@ -18,16 +18,22 @@ counted families, and the difference of the two counts is theirs (the toggles co
 warm-up's cycles too).  Under callgrind code runs about 50x slower than natively.
 
     .venv/bin/python bench/impl_instructions.py [--lengths 1K 16K 64K 256K] [--families 2]
-        [--misses-only]
 
-``--misses-only`` runs families of one request (the miss), warm-up included: each miss still
-evicts the previous family's blocks, as in the mixed trace, but no hit runs between them, so
-the count is what a miss costs (the LRU order a miss meets differs only in the hits' touches).
+``--split`` counts hits and misses apart, in one callgrind run per length: the worker calls
+``binascii.crc_hqx`` (which nothing else calls: ``zlib.adler32`` would not do, inflating calls
+it) before each counted cycle's admit and once after the last, and
+``--dump-before=binascii_crc_hqx`` makes callgrind write what it collected so far at each call,
+so every dump after the first holds exactly one cycle (the toggles still limit collection to the
+same entry points; the first dump holds the warm-up; a stray call would add a dump, and the
+run is refused).  It prints the mean,
+min and max instructions of the hit cycles and of the miss cycles, and the mean over all counted
+cycles, the figure the default mode reads off two runs (the two should agree closely).
 """
 
 from __future__ import annotations
 
 import argparse
+import binascii
 import gc
 import os
 import re
@@ -51,7 +57,7 @@ ENTRY_POINTS = (  # mypyc's wrappers of the cycle's Python-visible entry points
 )
 
 
-def worker(length: str, warmup: int, families: int, misses_only: bool = False) -> None:
+def worker(length: str, warmup: int, families: int, split: bool = False) -> None:
     from kvstate.impl import native_modules
 
     B = impl_bench
@@ -62,8 +68,6 @@ def worker(length: str, warmup: int, families: int, misses_only: bool = False) -
     row = B.Row(n, blocks=n // 256)
     cache = B.make_cache(n, row, "auto", 4.0)
     trace = B.Trace(cache, n, row)
-    if misses_only:
-        trace.family_size = 1
     for _ in range(warmup):
         trace.run_family(timed=False)
     # the collector's full passes land in a few cycles, whichever: over a handful of counted
@@ -71,14 +75,22 @@ def worker(length: str, warmup: int, families: int, misses_only: bool = False) -
     # includes them)
     gc.collect()
     gc.disable()
+    if split:  # a callgrind dump before each counted cycle (see the module docstring)
+
+        def mark() -> None:
+            binascii.crc_hqx(b"", 0)
+
+        trace.mark = mark
     for _ in range(families):
         trace.run_family(timed=True)
+    if split:
+        binascii.crc_hqx(b"", 0)  # closes the last cycle's dump
     gc.enable()
     print(f"RESULT cycles={row.cycles} touched={row.touched} hits={row.hits} misses={row.misses}")
     cache.close()
 
 
-def _callgrind(length: str, warmup: int, families: int, misses_only: bool) -> tuple[int, int, int]:
+def _callgrind(length: str, warmup: int, families: int) -> tuple[int, int, int]:
     """(instructions collected, cycles counted, blocks touched) of one worker run."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "callgrind.out"
@@ -94,7 +106,6 @@ def _callgrind(length: str, warmup: int, families: int, misses_only: bool) -> tu
             length,
             str(warmup),
             str(families),
-            *(["--misses-only"] if misses_only else []),
         ]
         p = subprocess.run(cmd, capture_output=True, text=True)
         res = re.search(r"RESULT cycles=(\d+) touched=(\d+)", p.stdout)
@@ -106,41 +117,96 @@ def _callgrind(length: str, warmup: int, families: int, misses_only: bool) -> tu
         return int(ir.group(1)), int(res.group(1)), int(res.group(2))
 
 
-def measure(
-    length: str, warmup: int, families: int, misses_only: bool = False
-) -> tuple[int, int, int]:
+SPLIT_MARK = "binascii_crc_hqx"  # the C function behind binascii.crc_hqx
+
+
+def measure_split(
+    length: str, warmup: int, families: int, keep: str | None = None
+) -> tuple[list[int], list[int], int]:
+    """(instructions of each hit cycle, of each miss cycle, blocks touched): one callgrind run
+    dumping before every counted cycle; cycle ``i`` is a miss when ``i % FAMILY == 0``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "callgrind.out"
+        cmd = [
+            "valgrind",
+            "--tool=callgrind",
+            "--collect-atstart=no",
+            *(f"--toggle-collect={f}" for f in ENTRY_POINTS),
+            f"--dump-before={SPLIT_MARK}",
+            f"--callgrind-out-file={out}",
+            sys.executable,
+            __file__,
+            "--worker-split",
+            length,
+            str(warmup),
+            str(families),
+        ]
+        p = subprocess.run(cmd, capture_output=True, text=True)
+        res = re.search(r"RESULT cycles=(\d+) touched=(\d+)", p.stdout)
+        if p.returncode != 0 or res is None:
+            raise RuntimeError(
+                f"callgrind run for {length} failed:\n{p.stdout}\n{p.stderr[-3000:]}"
+            )
+        cycles, touched = int(res.group(1)), int(res.group(2))
+        parts: dict[int, int] = {}
+        for f in Path(tmp).glob("callgrind.out.*"):
+            text = f.read_text()
+            part = re.search(r"^part: (\d+)$", text, re.M)
+            tot = re.search(r"^totals: (\d+)$", text, re.M)
+            if part is None or tot is None:
+                raise RuntimeError(f"unreadable callgrind dump {f}")
+            parts[int(part.group(1))] = int(tot.group(1))
+        # part 1: the warm-up (up to the first mark); parts 2..cycles+1: one counted cycle each
+        if sorted(parts) != list(range(1, cycles + 2)):
+            raise RuntimeError(f"expected {cycles + 1} dumps, got parts {sorted(parts)}")
+        per = [parts[i + 2] for i in range(cycles)]
+        if keep is not None:  # for callgrind_annotate: cycle i is callgrind.out.<i + 2>
+            dest = Path(keep) / length
+            dest.mkdir(parents=True, exist_ok=True)
+            for f in Path(tmp).glob("callgrind.out.*"):
+                shutil.copy(f, dest / f.name)
+        hits = [c for i, c in enumerate(per) if i % impl_bench.FAMILY != 0]
+        misses = [c for i, c in enumerate(per) if i % impl_bench.FAMILY == 0]
+        return hits, misses, touched
+
+
+def measure(length: str, warmup: int, families: int) -> tuple[int, int, int]:
     """(instructions, cycles, blocks touched) of ``families`` counted families: the toggles
     also count the warm-up's cycles, so a run without counted families is subtracted."""
-    ir, cycles, touched = _callgrind(length, warmup, families, misses_only)
-    base, _, _ = _callgrind(length, warmup, 0, misses_only)
+    ir, cycles, touched = _callgrind(length, warmup, families)
+    base, _, _ = _callgrind(length, warmup, 0)
     return ir - base, cycles, touched
 
 
 def main() -> None:
-    if len(sys.argv) in (5, 6) and sys.argv[1] == "--worker":
-        worker(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5:] == ["--misses-only"])
+    if len(sys.argv) == 5 and sys.argv[1] in ("--worker", "--worker-split"):
+        worker(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[1] == "--worker-split")
         return
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lengths", nargs="+", default=["1K", "16K", "64K", "256K"])
     ap.add_argument("--warmup", type=int, default=8, help="untimed families before counting")
     ap.add_argument("--families", type=int, default=2, help="counted families (5 cycles each)")
     ap.add_argument(
-        "--misses-only", action="store_true", help="count misses alone (families of 1 request)"
+        "--split", action="store_true", help="count hit and miss cycles apart (one run per length)"
     )
+    ap.add_argument("--keep", default=None, help="with --split: keep the dumps in this folder")
     args = ap.parse_args()
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed")
+    if args.split:
+        split_main(args)
+        return
     print(
         f"callgrind instructions inside admit/use/finish (collector paused), deepseek-v4-flash, "
         f"warm-up {args.warmup} families, then >= {args.families} counted families "
-        + ("(1 miss each, no hits)" if args.misses_only else "(1 miss + 4 hits each)")
+        "(1 miss + 4 hits each)"
     )
     print(f"{'prefix':>7} {'blocks':>6} {'cycles':>6} {'instr/cycle':>13} {'instr/block':>12}")
     rows = []
     for length in args.lengths:
         blocks_req = max(1, impl_bench.parse_length(length) // 256)
         families = max(args.families, min(20, 1024 // blocks_req))  # >= ~10 cycles, small rows more
-        ir, cycles, touched = measure(length, args.warmup, families, args.misses_only)
+        ir, cycles, touched = measure(length, args.warmup, families)
         blocks = touched / cycles
         rows.append((blocks, ir / cycles))
         print(
@@ -148,6 +214,30 @@ def main() -> None:
         )
     for (b0, i0), (b1, i1) in zip(rows, rows[1:], strict=False):
         print(f"  x{b1 / b0:g} blocks: x{i1 / i0:.2f} instructions")
+
+
+def split_main(args: argparse.Namespace) -> None:
+    print(
+        f"callgrind instructions per cycle inside admit/use/finish (collector paused), hits and "
+        f"misses apart, deepseek-v4-flash, warm-up {args.warmup} families, then counted families "
+        "(1 miss + 4 hits each); mean (min-max)"
+    )
+    print(
+        f"{'prefix':>7} {'hits':>5} {'hit instr':>30} {'misses':>6} {'miss instr':>34} {'all/cycle':>11}"
+    )
+    for length in args.lengths:
+        blocks_req = max(1, impl_bench.parse_length(length) // 256)
+        families = max(args.families, min(20, 1024 // blocks_req))
+        hits, misses, _ = measure_split(length, args.warmup, families, args.keep)
+
+        def fmt(xs: list[int]) -> str:
+            return f"{sum(xs) / len(xs):,.0f} ({min(xs):,}-{max(xs):,})"
+
+        allc = (sum(hits) + sum(misses)) / (len(hits) + len(misses))
+        print(
+            f"{length:>7} {len(hits):>5} {fmt(hits):>30} {len(misses):>6} {fmt(misses):>34} "
+            f"{allc:>11,.0f}"
+        )
 
 
 if __name__ == "__main__":

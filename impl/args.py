@@ -76,6 +76,8 @@ def timeout(name: str, v: Any) -> float | None:
     """None (wait as long as it takes) or a finite number of seconds >= 0."""
     if v is None:
         return None
+    if v.__class__ is float and 0.0 <= v <= MAX_TIMEOUT:  # the common case (NaN fails both)
+        return v
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
         raise InvalidArgument(f"{name} must be a number of seconds or None, got {type(v).__name__}")
     f = float(v)

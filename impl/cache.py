@@ -95,7 +95,10 @@ class Pin(NamedTuple):
         return {name: base + self.slot * stride for name, base, stride in self.bases}
 
 
-@dataclass
+_FRESH: Any = object()  # a default standing for the field's ``default_factory=list``
+
+
+@dataclass(init=False)  # the dataclasses-made __init__ runs interpreted: one per admission
 class Explanation:
     """Why the hit is as long as it is: every shortening, recovery failure and rejection."""
 
@@ -107,6 +110,23 @@ class Explanation:
     unrecoverable: HitSearch | None = None
     truncations: list[Shortening] = field(default_factory=list)
     rejection: str | None = None
+
+    def __init__(
+        self,
+        requested: int,
+        immediate: HitSearch,
+        after_recovery: HitSearch | None = None,
+        unrecoverable: HitSearch | None = None,
+        truncations: Any = _FRESH,
+        rejection: str | None = None,
+    ) -> None:
+        """The dataclass's own fields and defaults (``truncations``: a new list each)."""
+        self.requested = requested
+        self.immediate = immediate
+        self.after_recovery = after_recovery
+        self.unrecoverable = unrecoverable
+        self.truncations = [] if truncations is _FRESH else truncations
+        self.rejection = rejection
 
     @property
     def shortenings(self) -> list[Shortening]:
@@ -175,7 +195,7 @@ class Request:
         return f"Request(id={self.id}, tokens={self._n}, phase={self.phase.name})"
 
 
-@dataclass
+@dataclass(init=False)  # the dataclasses-made __init__ runs interpreted: one per admission
 class Admission:
     request: Request
     requested: int
@@ -189,6 +209,32 @@ class Admission:
     # slots); the Pin objects are built from it on first read
     _snapshot: tuple[Any, ...] | None = field(default=None, repr=False)
     _pins: tuple[Pin, ...] | None = field(default=None, repr=False)
+
+    def __init__(
+        self,
+        request: Request,
+        requested: int,
+        hit_tokens: int,
+        state: str,
+        explanation: Explanation,
+        recovery: RecoveryPlan = _NO_RECOVERY,
+        rids: Any = _FRESH,
+        tail_check: TailCheckJob | None = None,
+        _snapshot: tuple[Any, ...] | None = None,
+        _pins: tuple[Pin, ...] | None = None,
+    ) -> None:
+        """The dataclass's own fields and defaults (``recovery``: the shared empty plan,
+        ``rids``: a new list each)."""
+        self.request = request
+        self.requested = requested
+        self.hit_tokens = hit_tokens
+        self.state = state
+        self.explanation = explanation
+        self.recovery = recovery
+        self.rids = [] if rids is _FRESH else rids
+        self.tail_check = tail_check
+        self._snapshot = _snapshot
+        self._pins = _pins
 
     @property
     def pins(self) -> tuple[Pin, ...]:

@@ -44,6 +44,7 @@ from kvstate.spec.compile import (
     prelude,
     read_sites,
     to_python,
+    to_statements,
     trace_term,
 )
 from kvstate.spec.layers import HitRule, RuleScope, scope_range
@@ -99,18 +100,23 @@ def combine(kinds: set[str]) -> str:
 
 
 # ---- the direct form ------------------------------------------------------------------------
-def direct(tr: Traced, mapped: frozenset[str]) -> tuple[str, set[str]]:
-    """The expression over the live record-indexed columns: block column ``X`` read at chain
-    position ``i`` as ``X[R[i]]`` (``R`` the chain's record ids), or ``X[R_X[i]]`` for a column
-    in ``mapped`` (read through its group's own block mapping)."""
+def _via(mapped: frozenset[str]) -> Callable[[str], str | None]:
+    """The direct form's index arrays: block column ``X`` read at chain position ``i`` as
+    ``X[R[i]]`` (``R`` the chain's record ids), or ``X[R_X[i]]`` for a column in ``mapped``
+    (read through its group's own block mapping); request arrays are read as they are."""
 
     def via(arr: str) -> str | None:
         if REQ_NAME.match(arr):
             return None
         return f"R_{arr}" if _var(arr) in mapped else "R"
 
+    return via
+
+
+def direct(tr: Traced, mapped: frozenset[str]) -> tuple[str, set[str]]:
+    """The expression over the live record-indexed columns (see :func:`_via`)."""
     names: set[str] = set()
-    return to_python(tr.term, names, tr.quants, via), names
+    return to_python(tr.term, names, tr.quants, _via(mapped)), names
 
 
 def form(
@@ -274,12 +280,14 @@ _AT_B = re.compile(r"(?<![\w.])(t_\w+)\[p_b\]")  # a table column read at the lo
 def fuse(
     fname: str, trs: list[Traced], columns: frozenset[str] | None, mapped: frozenset[str]
 ) -> tuple[Callable[[Any, dict[str, int]], bool], str]:
-    """One function for the conjunction of traced terms (direct form when ``columns``)."""
-    parts = [form(tr, columns, mapped) for tr in trs]
-    names = set().union(*(n for _, n in parts)) if parts else set()
-    body = "".join(f"    {ln}\n" for ln in bindings(names, set(), str, columns))
-    cond = " and ".join(f"({e})" for e, _ in parts) or "True"
-    src = f"def {fname}(v, p):\n{body}    return {cond}\n"
+    """One function for the conjunction of traced terms (direct form when ``columns``), in
+    statement form (:func:`kvstate.spec.compile.to_statements`: a quantifier that is a
+    conjunct of its own runs as a loop, not as ``all`` over a generator)."""
+    names: set[str] = set()
+    via = _via(mapped) if columns is not None else None
+    stmts = to_statements([(tr.term, tr.quants) for tr in trs], names, via)
+    lines = [*bindings(names, set(), str, columns), *stmts]
+    src = f"def {fname}(v, p):\n" + "".join(f"    {ln}\n" for ln in lines)
     return define(fname, src), src
 
 

@@ -292,8 +292,9 @@ class ChainView:
         self.io_inflight = io_inflight
         self.nfree = nfree
 
-    def __getattr__(self, name: str) -> Any:
-        raise AttributeError(f"view has no variable {name!r}")
+    # (no ``__getattr__`` for a friendlier message: defining one makes every attribute read of
+    # the generated guards and search, which read the view from interpreted code, go through
+    # Python's slower lookup hook; an unknown name still raises AttributeError)
 
     def refresh(self) -> None:
         """Forget gathered columns: the metadata changed under a view that is kept (one view

@@ -278,11 +278,12 @@ class ApiHarness:
                     f"pins: sum of reference counts {refs}, slots pin {pins}, "
                     f"pinned_blocks {core.pinned_blocks}"
                 )
-            files = sorted(p.name for p in os.scandir(self.dir) if p.name.endswith(".kvb"))
+            names = [p.name for p in os.scandir(self.dir)]  # one listing: entries and leftovers
+            files = sorted(n for n in names if n.endswith(".kvb"))
             entries = sorted(e.path.name for e in core.disk_entries.values())
             if files != entries:
                 out.append(f"disk: files {files} != entries {entries}")
-            tmps = [p.name for p in os.scandir(self.dir) if p.name.endswith(".tmp")]
+            tmps = [n for n in names if n.endswith(".tmp")]
             if tmps:
                 out.append(f"disk: temporary files left behind: {tmps}")
         return out

@@ -47,9 +47,11 @@ class Nfa:
         self.eps: list[list[int]] = []
         self.edges: list[list[tuple[str, int]]] = []
         self._moves: dict[frozenset[int], dict[str, frozenset[int]]] = {}
+        self._after: dict[frozenset[int], frozenset[str]] = {}
 
     def new(self) -> int:
         self._moves.clear()  # still being built
+        self._after.clear()
         self.eps.append([])
         self.edges.append([])
         return len(self.eps) - 1
@@ -78,6 +80,21 @@ class Nfa:
             for name, t in self.edges[s]:
                 out.setdefault(name, set()).add(t)
         return {k: self.closure(v) for k, v in out.items()}
+
+    def labels_after(self, states: frozenset[int]) -> frozenset[str]:
+        """The actions on some path out of ``states`` (closed): every step a continuation of
+        the patterns may still take."""
+        got = self._after.get(states)
+        if got is None:
+            todo, reached, out = [states], {states}, set[str]()
+            while todo:
+                for name, nxt in self.moves(todo.pop()).items():
+                    out.add(name)
+                    if nxt not in reached:
+                        reached.add(nxt)
+                        todo.append(nxt)
+            got = self._after[states] = frozenset(out)
+        return got
 
 
 def _parse(nfa: Nfa, pat: str, known: set[str]) -> tuple[int, int]:
@@ -247,62 +264,7 @@ class Explainer:
         rewritten: frozenset[str] = frozenset(),
     ) -> list[dict[str, int]]:
         """Parameters worth trying: the ones that change something the library shows."""
-        doms: list[list[int]] = []
-        vals = cur.mapping
-        # ghost truth is not observable: only what the library shows steers the search
-        blocks_mod = [n for n in a.modifies if self.scope[n] is Scope.BLOCK and n in obs]
-        req_mod = [
-            n for n in a.modifies if self.scope[n] in (Scope.REQ, Scope.REQ_BLOCK) and n in obs
-        ]
-        L = self.table.consts.L
-        for q in a.params:
-            if q.kind is ParamKind.BLOCK:
-                # the blocks where some variable the action writes differs from what the library
-                # shows; a column equal as a whole (one C comparison) has none
-                changed: set[int] = set()
-                for n in blocks_mod:
-                    mine, shown = vals[n], obs[n]
-                    if mine != shown:
-                        changed.update(b for b in range(self.m.N) if mine[b] != shown[b])
-                dom = [
-                    b
-                    for b in range(self.m.N)
-                    if (a.name, b) not in forbid and (not blocks_mod or b in changed)
-                ]
-            elif q.kind is ParamKind.REQ:
-                dom = [req] if req is not None else list(range(self.table.consts.R))
-                dom = [
-                    r
-                    for r in dom
-                    if not req_mod
-                    or a.name in rewritten
-                    or any(vals[n][r] != obs[n][r] for n in req_mod)
-                ]
-            elif q.kind is ParamKind.TOKENS:
-                dom = sorted(
-                    set(range(0, self.m.N * L + 1, L))
-                    | {x for x in obs.get("hit", ()) if isinstance(x, int)}
-                )
-            elif q.kind is ParamKind.TICKS and ticks is not None:
-                dom = [ticks]
-            elif q.kind in (ParamKind.ADDR, ParamKind.FMT):
-                dom = [-1]  # filled from the observed block below
-            else:
-                dom = list(self.m.domain(q.kind))
-            doms.append(dom)
-        out = []
-        for combo in itertools.product(*doms):
-            p = {q.name: v for q, v in zip(a.params, combo, strict=True)}
-            b = p.get("b")
-            for q in a.params:
-                if q.kind is ParamKind.ADDR and b is not None:
-                    p[q.name] = max(int(obs["addr"][b]), 0)
-                elif q.kind is ParamKind.FMT and b is not None:
-                    known = (fmts or {}).get((a.name, b))
-                    p[q.name] = int(obs["fmt"][b]) if known is None else known
-            if self.m.is_enabled(cur, a, p):
-                out.append(p)
-        return out
+        return _Ask(self, obs, req, forbid, ticks, fmts, rewritten).candidates(a, cur)
 
     def explain(
         self,
@@ -328,10 +290,7 @@ class Explainer:
         parameter must be (known to the world: the writer's, the file's); other outputs are
         the ones the library shows.  States are compared exactly (addresses are the library's slots).
         """
-        key = (
-            call,
-            _frozen_items(before.mapping),
-            _frozen_items(observed),
+        rest = (
             req,
             frozenset(forbid),
             frozenset(ignore),
@@ -339,7 +298,12 @@ class Explainer:
             frozenset(fmts.items()) if fmts else None,
             max_nodes,
         )
-        got = self._answers.get(key)
+        key = (call, tuple(before.mapping.items()), tuple(observed.items()), *rest)
+        try:
+            got = self._answers.get(key)  # hashes the values once: ints and tuples, as a rule
+        except TypeError:  # a list among them: the frozen form is the key
+            key = (call, _frozen_items(before.mapping), _frozen_items(observed), *rest)
+            got = self._answers.get(key)
         if got is None:
             got = self._search(call, before, observed, req, key[4], key[5], ticks, fmts, max_nodes)
             self._answers[key] = got
@@ -362,41 +326,95 @@ class Explainer:
         fmts: Mapping[tuple[str, int], int] | None,
         max_nodes: int,
     ) -> Explanation:
-        """The search :meth:`explain` answers with (one per distinct question)."""
+        """The search :meth:`explain` answers with (one per distinct question).
+
+        Best-first on (cells still different, steps taken, order pushed); the first state
+        popped that equals the observed one where the patterns may end is the answer.  Three
+        things are never pushed, none of which can change that answer or the order of the
+        states that are popped: a state already expanded (it would be skipped when popped); a
+        state already pushed with no more steps (same distance, earlier push: it pops first);
+        and a dead state, one where a cell differs that no action the patterns still allow
+        may write (none of its successors can equal the observed state either).  The bound
+        counts the states expanded, and a dead one is not."""
         nfa, start, accept = self.nfas[call]
-        rewritten = self.rewritten[call]
+        ask = _Ask(self, observed, req, forbid, ticks, fmts, self.rewritten[call])
         table = self.table
         goal = self._cells(observed)
         for cell in ignore:
             goal.pop(cell, None)
-        ban = set(forbid)
         s0 = nfa.closure([start])
         tie = itertools.count()
         want = _by_var(goal)
-        heap: list[tuple[int, int, int, ConcreteState, frozenset[int], list[Step]]] = [
-            (self._distance_by_var(before.mapping, want), 0, next(tie), before, s0, [])
-        ]
-        seen: set[tuple[Any, frozenset[int]]] = set()
+        # per NFA state set: the goal's variables no action still allowed from it writes
+        stuck: dict[frozenset[int], list[_VarGoal]] = {}
+
+        def frozen(states: frozenset[int]) -> list[_VarGoal]:
+            got = stuck.get(states)
+            if got is None:
+                writes = set[str]().union(
+                    *(table.action(n).modifies for n in nfa.labels_after(states))
+                )
+                got = stuck[states] = [g for g in want if g.name not in writes]
+            return got
+
+        # each distinct state value is numbered once (one hash of its items): the keys below
+        # are (number, pattern states), cheap to hash again and again
+        numbers: dict[tuple[tuple[str, Any], ...], int] = {}
+
+        def number(values: Mapping[str, Any]) -> int:
+            try:
+                return numbers.setdefault(tuple(values.items()), len(numbers))
+            except TypeError:  # a list among the values: its frozen form is the key
+                return numbers.setdefault(_frozen_items(values), len(numbers))
+
+        d0 = self._distance_by_var(before.mapping, want)
+        k0 = (number(before.mapping), s0)
+        # a dead state: a cell differs that no action still allowed writes (the counts are
+        # those of the state last measured)
+        dead0 = any(g.count for g in frozen(s0))
+        heap: list[Any] = [] if dead0 else [(d0, 0, next(tie), before, s0, [], k0)]
+        seen: set[tuple[int, frozenset[int]]] = set()
+        shortest: dict[tuple[int, frozenset[int]], int] = {}
+        succ: dict[int, dict[str, list[tuple[dict[str, int], ConcreteState, int]]]] = {}
         nodes = 0
         while heap and nodes < max_nodes:
-            dist, _, _, cur, states, path = heapq.heappop(heap)
+            dist, depth, _, cur, states, path, key = heapq.heappop(heap)
             # states of one search share their variables' order (a step copies the dict), so
             # no sort: a state seen in another order is only searched twice, never missed
-            key = (_frozen_items(cur.mapping), states)
             if key in seen:
                 continue
             seen.add(key)
             nodes += 1
             if dist == 0 and accept in states:
                 return Explanation(path, nodes, False)
+            depth += 1
+            # a state met again with other pattern states has the same successors
+            mine = succ.get(key[0])
+            if mine is None:
+                mine = succ[key[0]] = {}
             for name, nxt in nfa.moves(states).items():
-                a = table.action(name)
-                for p in self._candidates(a, cur, observed, req, ban, ticks, fmts, rewritten):
-                    new = self.m.step(cur, a, p)
+                kids = mine.get(name)
+                if kids is None:
+                    a = table.action(name)
+                    kids = mine[name] = [
+                        (p, new, number(new.mapping))
+                        for p in ask.candidates(a, cur)
+                        for new in (self.m.step(cur, a, p),)
+                    ]
+                fixed = frozen(nxt)
+                for p, new, num in kids:
+                    nkey = (num, nxt)
+                    if nkey in seen:
+                        continue
+                    was = shortest.get(nkey)
+                    if was is not None and was <= depth:
+                        continue
                     d = self._distance_by_var(new.mapping, want)
-                    heapq.heappush(
-                        heap, (d, len(path) + 1, next(tie), new, nxt, [*path, (name, p)])
-                    )
+                    if d and fixed and any(g.count for g in fixed):
+                        seen.add(nkey)  # deadness is the key's: never push it again
+                        continue
+                    shortest[nkey] = depth
+                    heapq.heappush(heap, (d, depth, next(tie), new, nxt, [*path, (name, p)], nkey))
         return Explanation(None, nodes, nodes >= max_nodes)
 
 
@@ -515,3 +533,140 @@ def after_restart(
     if "missing" in out and "prog" in out:
         out["missing"] = tuple(k.load_steps - x for x in out["prog"])
     return machine.state(out)
+
+
+class _Ask:
+    """One search's fixed question (observed state, request, bans, bindings) and what it keeps
+    while the search walks: per action, what of its parameter domains does not depend on the
+    state; per variable, the blocks where the value last seen differs from the observed one (a
+    successor shares every value its action did not write, so a column is compared again only
+    when a step wrote it)."""
+
+    def __init__(
+        self,
+        ex: Explainer,
+        obs: Mapping[str, Any],
+        req: int | None,
+        forbid: set[tuple[str, int]] | frozenset[tuple[str, int]],
+        ticks: int | None,
+        fmts: Mapping[tuple[str, int], int] | None,
+        rewritten: frozenset[str],
+    ) -> None:
+        self.ex = ex
+        self.m = ex.m
+        self.obs = obs
+        self.req = req
+        self.forbid = forbid
+        self.ticks = ticks
+        self.fmts = fmts or {}
+        self.rewritten = rewritten
+        self._plans: dict[str, _Plan] = {}
+        self._diff: dict[str, tuple[Any, frozenset[int]]] = {}
+
+    def _plan(self, a: Action) -> _Plan:
+        got = self._plans.get(a.name)
+        if got is None:
+            got = self._plans[a.name] = _Plan(self, a)
+        return got
+
+    def changed_blocks(self, name: str, mine: Any) -> frozenset[int]:
+        """The blocks where the value ``mine`` of block variable ``name`` differs from what
+        the library shows."""
+        last = self._diff.get(name)
+        if last is not None and last[0] is mine:
+            return last[1]
+        shown = self.obs[name]
+        got = (
+            frozenset()
+            if mine == shown  # a column equal as a whole: one C comparison
+            else frozenset(b for b in range(self.m.N) if mine[b] != shown[b])
+        )
+        self._diff[name] = (mine, got)
+        return got
+
+    def candidates(self, a: Action, cur: ConcreteState) -> list[dict[str, int]]:
+        """Parameters worth trying: the ones that change something the library shows."""
+        plan = self._plan(a)
+        vals = cur.mapping
+        doms: list[Sequence[int]] = []
+        for q, static in zip(a.params, plan.doms, strict=True):
+            dom: Sequence[int]
+            if static is not None:
+                dom = static
+            elif q.kind is ParamKind.BLOCK:
+                # the blocks where some variable the action writes differs from what the library
+                # shows (none written: every block the world does not rule out)
+                if plan.blocks_mod:
+                    changed: set[int] = set()
+                    for n in plan.blocks_mod:
+                        changed.update(self.changed_blocks(n, vals[n]))
+                    dom = [b for b in plan.allowed if b in changed]
+                else:
+                    dom = plan.allowed
+            else:  # ParamKind.REQ
+                obs = self.obs
+                dom = [r for r in plan.reqs if any(vals[n][r] != obs[n][r] for n in plan.req_mod)]
+            if not dom:
+                return []  # no combination: most actions at most states (nothing to change)
+            doms.append(dom)
+        out = []
+        is_enabled = self.m.is_enabled
+        for combo in itertools.product(*doms):
+            p = dict(zip(plan.names, combo, strict=True))
+            if plan.outputs:
+                b = p.get("b")
+                if b is not None:
+                    for name, kind in plan.outputs:
+                        if kind is ParamKind.ADDR:
+                            p[name] = max(int(self.obs["addr"][b]), 0)
+                        else:
+                            known = self.fmts.get((a.name, b))
+                            p[name] = int(self.obs["fmt"][b]) if known is None else known
+            if is_enabled(cur, a, p):
+                out.append(p)
+        return out
+
+
+class _Plan:
+    """One action's parameter domains for one search: a domain fixed by the question is kept
+    (``doms[i]``), one that depends on the state is ``None`` and built per state."""
+
+    __slots__ = ("names", "doms", "blocks_mod", "allowed", "req_mod", "reqs", "outputs")
+
+    def __init__(self, ask: _Ask, a: Action) -> None:
+        ex, m, obs = ask.ex, ask.m, ask.obs
+        scope = ex.scope
+        self.names = tuple(q.name for q in a.params)
+        # ghost truth is not observable: only what the library shows steers the search
+        self.blocks_mod = [n for n in a.modifies if scope[n] is Scope.BLOCK and n in obs]
+        self.req_mod = [
+            n for n in a.modifies if scope[n] in (Scope.REQ, Scope.REQ_BLOCK) and n in obs
+        ]
+        self.allowed = [b for b in range(m.N) if (a.name, b) not in ask.forbid]
+        self.reqs = [ask.req] if ask.req is not None else list(range(ex.table.consts.R))
+        self.outputs = [
+            (q.name, q.kind) for q in a.params if q.kind in (ParamKind.ADDR, ParamKind.FMT)
+        ]
+        L = ex.table.consts.L
+        doms: list[Sequence[int] | None] = []
+        for q in a.params:
+            dom: Sequence[int] | None
+            if q.kind is ParamKind.BLOCK:
+                dom = None
+            elif q.kind is ParamKind.REQ:
+                # a request whose written variables already agree is skipped, unless another
+                # step of the call may write them again
+                dom = None if self.req_mod and a.name not in ask.rewritten else self.reqs
+            elif q.kind is ParamKind.TOKENS:
+                dom = sorted(
+                    set(range(0, m.N * L + 1, L))
+                    | {x for x in obs.get("hit", ()) if isinstance(x, int)}
+                )
+            elif q.kind is ParamKind.TICKS and ask.ticks is not None:
+                dom = [ask.ticks]
+            elif q.kind in (ParamKind.ADDR, ParamKind.FMT):
+                dom = [-1]  # filled from the observed block
+            else:
+                dom = list(m.domain(q.kind))
+            doms.append(dom)
+        self.doms = doms

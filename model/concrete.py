@@ -318,10 +318,17 @@ class KeptMachine(Machine):
     ) -> list[str]:
         a = self.table.action(action) if isinstance(action, str) else action
         kept = self.answers_for(s)
-        key = ("!", a.name, tuple(params.items()))
+        items = tuple(params.items())
+        key = ("!", a.name, items)
         got = kept.get(key)
         if got is None:
-            got = kept[key] = tuple(super().failed_conjuncts(s, a, params))
+            # an enabled guard has no false conjunct (is_enabled evaluated them all, true): a
+            # step after the search's is_enabled does not evaluate the guard a second time
+            got = kept[key] = (
+                ()
+                if kept.get(("?", a.name, items))
+                else tuple(super().failed_conjuncts(s, a, params))
+            )
         return list(got)
 
     def is_enabled(self, s: ConcreteState, action: Action | str, params: Mapping[str, Any]) -> bool:

@@ -45,7 +45,7 @@ class CompileError(ValueError):
 # calls (``all``, ``range``, ``max``, ``min``) or another table name:
 #   t_<var>    a block or global variable of the table (``TABLE_PREFIX``)
 #   r<n>_<var> a field of request n;   p_<param> an action parameter;   N the pool size
-#   anything else (v, r, p, h, b, q0, forall0, ...) is a generator's own local (the
+#   anything else (v, r, p, h, b, q0, forall0, rq0, ...) is a generator's own local (the
 #   implementation's generators, ``kvstate.impl.fastforms``, add R, R_t_<var>, Rb, M, P, fail, ...)
 # (names are checked to be identifiers that are no keyword when a table is validated, and a
 # generated function's name is checked by :func:`define`).
@@ -200,6 +200,51 @@ def to_python(
     raise CompileError(f"no translation for {e.decl()} in {e}")
 
 
+def to_statements(
+    terms: list[tuple[z3.ExprRef, Quants]], names: set[str], via: Via | None = None
+) -> list[str]:
+    """Statements equal to ``return`` the conjunction of ``terms`` (each with its quantifier
+    placeholders), in order: each conjunct (``And`` flattened) becomes ``if not (e): return
+    False``, and a quantifier placeholder standing alone as a conjunct becomes a ``for`` loop
+    over the range its ``all(...)`` would take, returning False at the first block whose body
+    is false; then ``return True``.  The same terms and the same order as :func:`to_python`'s
+    ``(t1) and (t2) ...`` (the conjuncts are pure, so only the bool returned differs: it is
+    always a bool); what it saves is the generator object and the call of ``all`` per
+    quantifier, each a cost per call of a guard.  A quantifier nested under any other operator
+    stays an ``all(...)``.  Loops of different conjuncts may reuse a bound name (each conjunct
+    numbers its own ``q<n>`` from 0): they run one after another, never nested."""
+    lines: list[str] = []
+
+    def emit(e: z3.ExprRef, quants: Quants) -> None:
+        if z3.is_and(e):
+            for c in e.children():
+                emit(c, quants)
+            return
+        if z3.is_true(e):
+            return
+        if z3.is_const(e) and e.decl().name() in quants:
+            lo, hi, q, body = quants[e.decl().name()]
+            inner: set[str] = set()
+            src = to_python(body, inner, quants, via)
+            qn = q.decl().name()
+            names.update(inner - {qn})
+            names.add("N")
+            lo_s, hi_s = _operand(lo, names, quants, via), _operand(hi, names, quants, via)
+            lines.extend(
+                [
+                    f"for {qn} in range(max({lo_s}, 0), min({hi_s}, N)):",
+                    f"    if not ({src}):",
+                    "        return False",
+                ]
+            )
+            return
+        lines.extend([f"if not ({to_python(e, names, quants, via)}):", "    return False"])
+
+    for term, quants in terms:
+        emit(term, quants)
+    return [*lines, "return True"]
+
+
 # ---- what a term reads: the one read-set analysis -------------------------------------------
 REQ_NAME = re.compile(r"r(\d+)_")
 
@@ -208,32 +253,78 @@ def read_sites(t: z3.ExprRef, quants: Quants | None = None) -> frozenset[tuple[s
     """Every free name a traced term reads, as ``(name, at)``: ``name`` as generated code spells
     it (``t_ckv``, ``r0_phase``, ``p_b``, ``N``, a quantifier placeholder ``forall0`` or its bound
     ``q0``), ``at`` the constant an array is read at (``"p_b"``), ``"?"`` for a computed index,
-    None for a scalar read.  A quantifier placeholder's range and body are read too."""
+    None for a scalar read.  A quantifier placeholder's range and body are read too.
+
+    The walk reads Z3's C interface directly (AST handles, no ``ExprRef`` per node: making one
+    costs several calls and a reference count each); every guard and invariant is walked once
+    per process, in the timed window of a fuzz run."""
     quants = quants or {}
     out: set[tuple[str, str | None]] = set()
-    todo: list[Any] = [t]
+    todo: list[tuple[Any, Any]] = []
+
+    def push(x: Any) -> None:
+        if isinstance(x, z3.ExprRef):
+            todo.append((x.ctx_ref(), x.as_ast()))
+
+    push(t)
     seen: set[int] = set()
     while todo:
-        e = todo.pop()
-        if not isinstance(e, z3.ExprRef) or e.get_id() in seen:
+        ctx, a = todo.pop()
+        ident = z3.Z3_get_ast_id(ctx, a)
+        if ident in seen:
             continue
-        seen.add(e.get_id())
-        if z3.is_const(e):
-            n = e.decl().name()
+        seen.add(ident)
+        kind = z3.Z3_get_ast_kind(ctx, a)
+        if kind != z3.Z3_APP_AST and kind != z3.Z3_NUMERAL_AST:
+            continue  # a bound variable, a quantifier, a sort: reads no free name
+        nargs = z3.Z3_get_app_num_args(ctx, a)
+        decl = z3.Z3_get_app_decl(ctx, a)
+        if nargs == 0:  # a constant
+            n = _decl_name(ctx, decl)
             if n in quants:
                 lo, hi, _q, body = quants[n]
-                todo += [lo, hi, body]
-            if n in quants or e.decl().kind() == z3.Z3_OP_UNINTERPRETED:
+                for x in (lo, hi, body):
+                    push(x)
+            if n in quants or z3.Z3_get_decl_kind(ctx, decl) == z3.Z3_OP_UNINTERPRETED:
                 out.add((n, None))
             continue
-        if z3.is_app(e) and e.decl().kind() == z3.Z3_OP_SELECT and z3.is_const(e.arg(0)):
-            idx = e.arg(1)
-            at = idx.decl().name() if z3.is_const(idx) and not z3.is_int_value(idx) else "?"
-            out.add((e.arg(0).decl().name(), at))
-            todo.append(idx)
-            continue
-        todo.extend(e.children())
+        if z3.Z3_get_decl_kind(ctx, decl) == z3.Z3_OP_SELECT:
+            arr = z3.Z3_get_app_arg(ctx, a, 0)
+            if _is_const(ctx, arr):
+                idx = z3.Z3_get_app_arg(ctx, a, 1)
+                at = (
+                    _decl_name(ctx, z3.Z3_get_app_decl(ctx, idx))
+                    if _is_const(ctx, idx) and not _is_int_value(ctx, idx)
+                    else "?"
+                )
+                out.add((_decl_name(ctx, z3.Z3_get_app_decl(ctx, arr)), at))
+                todo.append((ctx, idx))
+                continue
+        todo.extend((ctx, z3.Z3_get_app_arg(ctx, a, i)) for i in range(nargs))
     return frozenset(out)
+
+
+def _is_const(ctx: Any, a: Any) -> bool:
+    """``z3.is_const`` of an AST handle: an application of no arguments (a numeral too)."""
+    kind = z3.Z3_get_ast_kind(ctx, a)
+    return (kind == z3.Z3_APP_AST or kind == z3.Z3_NUMERAL_AST) and not z3.Z3_get_app_num_args(
+        ctx, a
+    )
+
+
+def _is_int_value(ctx: Any, a: Any) -> bool:
+    """``z3.is_int_value`` of an AST handle: an integer numeral."""
+    return bool(z3.Z3_is_numeral_ast(ctx, a)) and (
+        z3.Z3_get_sort_kind(ctx, z3.Z3_get_sort(ctx, a)) == z3.Z3_INT_SORT
+    )
+
+
+def _decl_name(ctx: Any, decl: Any) -> str:
+    """``FuncDeclRef.name`` of a declaration handle."""
+    sym = z3.Z3_get_decl_name(ctx, decl)
+    if z3.Z3_get_symbol_kind(ctx, sym) == z3.Z3_INT_SYMBOL:
+        return f"k!{z3.Z3_get_symbol_int(ctx, sym)}"
+    return str(z3.Z3_get_symbol_string(ctx, sym))
 
 
 def term_reads(t: z3.ExprRef, quants: Quants | None = None) -> frozenset[str]:
@@ -326,10 +417,18 @@ def operand(x: Any, names: set[str]) -> str:
 
 def prelude(names: set[str], bound: set[str], req: Callable[[int], str]) -> list[str]:
     """Lines binding each free name over the state interface: columns and scalars from ``v``,
-    request fields from ``v.req(...)`` (``req(n)`` spells the request index), action
+    request fields from ``v.req(...)`` (``req(n)`` spells the request index; a request whose
+    fields are read more than once is fetched once, as the local ``rq<n>``), action
     parameters (``p_b``) from the dict ``p``, ``N`` from ``v.N``."""
     lines = []
-    for n in sorted(names - bound):
+    free = sorted(names - bound)
+    fields: dict[str, int] = {}
+    for n in free:
+        head, _, field_ = n.partition("_")
+        if head[:1] == "r" and head[1:].isdigit() and field_:
+            fields[head] = fields.get(head, 0) + 1
+    fetched: set[str] = set()
+    for n in free:
         head, _, field_ = n.partition("_")
         var = _table_name(n)
         if var is not None:
@@ -339,7 +438,14 @@ def prelude(names: set[str], bound: set[str], req: Callable[[int], str]) -> list
         elif head == "p" and field_:
             lines.append(f"{n} = p[{field_!r}]")
         elif head[:1] == "r" and head[1:].isdigit() and field_:
-            lines.append(f"{n} = v.req({req(int(head[1:]))}).{field_}")
+            idx = req(int(head[1:]))
+            if fields[head] == 1:
+                lines.append(f"{n} = v.req({idx}).{field_}")
+                continue
+            if head not in fetched:
+                fetched.add(head)
+                lines.append(f"rq{head[1:]} = v.req({idx})")
+            lines.append(f"{n} = rq{head[1:]}.{field_}")
         else:
             raise CompileError(f"generated code reads an unknown name {n!r}")
     return lines

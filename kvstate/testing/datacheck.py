@@ -51,6 +51,7 @@ def verify_run(run: Run, tokens: np.ndarray) -> list[str]:
     core = run.cache.core
     g = core.g
     L = g.lcm_tokens
+    eb = g.entry_bytes  # a derived property: computed at every read, read here once
     h = run.hit_tokens
     problems: list[str] = []
     if h == 0:
@@ -62,14 +63,14 @@ def verify_run(run: Run, tokens: np.ndarray) -> list[str]:
             n_e = L // grp.ratio
             for b in range(run.blocks):
                 block = pages[b * grp.pages_per_block : (b + 1) * grp.pages_per_block]
-                flat = block[:, : grp.entries_per_page * g.entry_bytes].reshape(-1, g.entry_bytes)
+                flat = block[:, : grp.entries_per_page * eb].reshape(-1, eb)
                 raw = _entries(
                     grp.name,
                     layer,
                     b * n_e,
                     (b + 1) * n_e,
                     tokens[b * L + grp.ratio - 1 : (b + 1) * L : grp.ratio],
-                    g.entry_bytes,
+                    eb,
                 )
                 if not torch.equal(flat[: raw.shape[0]], raw):
                     problems.append(
@@ -84,8 +85,8 @@ def verify_run(run: Run, tokens: np.ndarray) -> list[str]:
     # SWA window: rows of positions [h - n_win, h)
     lo = max(0, h - g.n_win)
     for layer in range(len(g.layers)):
-        want = torch.zeros(g.n_win, g.entry_bytes, dtype=torch.uint8)
-        want[g.n_win - (h - lo) :] = _entries("swa", layer, lo, h, tokens[lo:h], g.entry_bytes)
+        want = torch.zeros(g.n_win, eb, dtype=torch.uint8)
+        want[g.n_win - (h - lo) :] = _entries("swa", layer, lo, h, tokens[lo:h], eb)
         if not torch.equal(run.read_window(layer), want):
             problems.append(f"SWA window: layer {layer} rows differ from positions [{lo}, {h})")
     # tail: the compressor state at the boundary (the next CSA entry's first m rows)

@@ -199,3 +199,14 @@ def test_direct_forms_agree_with_the_table(name: str, mapped: frozenset[str]) ->
                 assert one is not None and one(d, vars(p)) == conj.fn(v, p), (action, conj)
 
     check()
+
+
+def test_fused_guards_loop_over_their_quantifiers() -> None:
+    """A quantifier that is a conjunct of its own runs as a loop in the fused forms (no
+    generator and ``all`` call per guard call: kvstate.spec.compile.to_statements), and every
+    fused guard returns a bool; the agreement with the table is the tests above."""
+    t = default_table(GEOMETRIES["flash"])
+    g = fast_guards(t, replace(t.consts, R=2))
+    src = g.fused_sources["pin"]
+    assert "for q0 in range(" in src and "all(" not in src, src
+    assert src.rstrip().endswith("return True"), src

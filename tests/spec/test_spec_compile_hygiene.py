@@ -27,7 +27,7 @@ from kvstate.spec.table import Conjunct, Scope, Table, Var
 COLLIDING = (
     "fail", "where", "cuts", "to", "h", "b", "i", "ok", "Rb", "R", "M", "v", "r", "p", "x",
     "h_max", "q0", "forall0", "all", "range", "max", "min", "True_", "t_ckv", "p_b", "r0_phase",
-    "R_swa", "lo", "hi", "P", "env", "define",
+    "R_swa", "lo", "hi", "P", "env", "define", "rq0",
 )  # fmt: skip
 BLOCK_NAMES = ("R", "Rb", "M", "q0", "fail")
 

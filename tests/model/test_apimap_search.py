@@ -1,0 +1,146 @@
+"""The explainer's search skips states (dead ones, ones already expanded or already pushed no
+deeper) and keeps successors per state: none of it may change the path it answers with, since
+the steps chosen set the model's ghost truth, hence later verdicts.  The plain best-first walk
+below is the search as first written (every successor pushed, every popped state expanded);
+both must answer every question the witnesses ask with the same steps."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+from collections.abc import Mapping
+from typing import Any
+
+from kvstate.api_harness import ApiHarness, witnesses
+from kvstate.model.apimap import Explainer, Explanation, _Ask, _by_var, _frozen_items
+from kvstate.spec import default_table
+from kvstate.spec.state import ConcreteState
+
+TABLE = default_table()
+N = 4
+
+
+def plain_search(
+    ex: Explainer,
+    call: str,
+    before: ConcreteState,
+    observed: Mapping[str, Any],
+    req: int | None,
+    forbid: frozenset[tuple[str, int]],
+    ignore: frozenset[tuple[str, Any]],
+    ticks: int | None,
+    fmts: Mapping[tuple[str, int], int] | None,
+    max_nodes: int,
+) -> Explanation:
+    nfa, start, accept = ex.nfas[call]
+    ask = _Ask(ex, observed, req, forbid, ticks, fmts, ex.rewritten[call])
+    goal = ex._cells(observed)
+    for cell in ignore:
+        goal.pop(cell, None)
+    want = _by_var(goal)
+    tie = itertools.count()
+    s0 = nfa.closure([start])
+    heap: list[Any] = [(ex._distance_by_var(before.mapping, want), 0, next(tie), before, s0, [])]
+    seen: set[Any] = set()
+    nodes = 0
+    while heap and nodes < max_nodes:
+        dist, _, _, cur, states, path = heapq.heappop(heap)
+        key = (_frozen_items(cur.mapping), states)
+        if key in seen:
+            continue
+        seen.add(key)
+        nodes += 1
+        if dist == 0 and accept in states:
+            return Explanation(path, nodes, False)
+        for name, nxt in nfa.moves(states).items():
+            a = ex.table.action(name)
+            for p in ask.candidates(a, cur):
+                new = ex.m.step(cur, a, p)
+                d = ex._distance_by_var(new.mapping, want)
+                heapq.heappush(heap, (d, len(path) + 1, next(tie), new, nxt, [*path, (name, p)]))
+    return Explanation(None, nodes, nodes >= max_nodes)
+
+
+def test_pruned_search_answers_as_the_plain_one() -> None:
+    asked: list[tuple[Explainer, tuple[Any, ...], Explanation]] = []
+    search = Explainer._search
+
+    def recording(self: Explainer, *args: Any) -> Explanation:
+        got = search(self, *args)
+        asked.append((self, args, got))
+        return got
+
+    Explainer._search = recording  # type: ignore[method-assign]
+    try:
+        for w in witnesses(N, TABLE.consts.L, TABLE.consts.lease_max).values():
+            h = ApiHarness(TABLE, N)
+            try:
+                for o in w:
+                    h.apply(o)
+            finally:
+                h.close()
+    finally:
+        Explainer._search = search  # type: ignore[method-assign]
+    assert len(asked) > 50  # the witnesses ask drains and admissions of many blocks
+    for ex, args, got in asked:
+        want = plain_search(ex, *args)
+        assert want.steps is not None and not want.exhausted
+        assert got.steps == want.steps, args[0]
+        assert got.searched <= want.searched  # dead states are not expanded
+
+
+def test_pruned_search_answers_as_the_plain_one_on_random_walks() -> None:
+    """Questions the witnesses do not ask: from states they reach, a random walk the call's
+    patterns allow (pruning must agree on paths the library never took, too)."""
+    asked: list[tuple[Explainer, ConcreteState]] = []
+    explain = Explainer.explain  # (the explainer keeps its answers: asked again, no search)
+
+    def recording(self: Explainer, call: str, before: ConcreteState, *a: Any, **k: Any) -> Any:
+        asked.append((self, before))
+        return explain(self, call, before, *a, **k)
+
+    Explainer.explain = recording  # type: ignore[method-assign]
+    try:
+        for w in list(witnesses(N, TABLE.consts.L, TABLE.consts.lease_max).values())[:6]:
+            h = ApiHarness(TABLE, N)
+            try:
+                for o in w:
+                    h.apply(o)
+            finally:
+                h.close()
+    finally:
+        Explainer.explain = explain  # type: ignore[method-assign]
+    rng = random.Random(14)
+    shown = [v.name for v in TABLE.vars if not v.ghost]
+    checked = 0
+    for ex, before in asked[::2]:
+        m = ex.m
+        for call in ("drain", "admit", "evict", "tick"):
+            nfa, start, accept = ex.nfas[call]
+            s, states, path = before, nfa.closure([start]), 0
+            for _ in range(rng.randint(1, 8)):
+                moves = nfa.moves(states)
+                opts = [(n, p) for n, p in m.enabled(s) if n in moves]
+                if not opts:
+                    break
+                name, p = rng.choice(opts)
+                s, states, path = m.step(s, name, p), moves[name], path + 1
+            if not path or accept not in states:
+                continue
+            observed = {n: s.values[n] for n in shown}
+            q: tuple[Any, ...] = (
+                call,
+                before,
+                observed,
+                None,
+                frozenset(),
+                frozenset(),
+                None,
+                None,
+                4000,
+            )
+            got, want = ex._search(*q), plain_search(ex, *q)
+            assert got.steps == want.steps, (call, want.steps, got.steps)
+            checked += 1
+    assert checked > 40
