@@ -130,6 +130,22 @@ def _operand(x: Any, names: set[str], quants: Quants, via: Via | None = None) ->
     return to_python(x, names, quants, via)
 
 
+def _quantifier(
+    e: z3.ExprRef, names: set[str], quants: Quants, via: Via | None
+) -> tuple[str, str, str]:
+    """A quantifier placeholder's body, bound variable and concrete range, ``(src, q, range)``:
+    the one translation both the expression form (``all(...)``) and the statement form (a
+    ``for`` loop) are written from."""
+    lo, hi, q, body = quants[e.decl().name()]
+    inner: set[str] = set()
+    src = to_python(body, inner, quants, via)
+    qn = q.decl().name()
+    names.update(inner - {qn})
+    names.add("N")
+    lo_s, hi_s = _operand(lo, names, quants, via), _operand(hi, names, quants, via)
+    return src, qn, f"range(max({lo_s}, 0), min({hi_s}, N))"
+
+
 def to_python(
     e: z3.ExprRef, names: set[str], quants: Quants | None = None, via: Via | None = None
 ) -> str:
@@ -142,14 +158,8 @@ def to_python(
     lists and the chain's record ids map block positions to records."""
     quants = quants or {}
     if z3.is_const(e) and e.decl().name() in quants:
-        lo, hi, q, body = quants[e.decl().name()]
-        inner: set[str] = set()
-        src = to_python(body, inner, quants, via)
-        qn = q.decl().name()
-        names.update(inner - {qn})
-        names.add("N")
-        lo_s, hi_s = _operand(lo, names, quants, via), _operand(hi, names, quants, via)
-        return f"all({src} for {qn} in range(max({lo_s}, 0), min({hi_s}, N)))"
+        src, qn, rng = _quantifier(e, names, quants, via)
+        return f"all({src} for {qn} in {rng})"
     if z3.is_true(e):
         return "True"
     if z3.is_false(e):
@@ -223,16 +233,10 @@ def to_statements(
         if z3.is_true(e):
             return
         if z3.is_const(e) and e.decl().name() in quants:
-            lo, hi, q, body = quants[e.decl().name()]
-            inner: set[str] = set()
-            src = to_python(body, inner, quants, via)
-            qn = q.decl().name()
-            names.update(inner - {qn})
-            names.add("N")
-            lo_s, hi_s = _operand(lo, names, quants, via), _operand(hi, names, quants, via)
+            src, qn, rng = _quantifier(e, names, quants, via)
             lines.extend(
                 [
-                    f"for {qn} in range(max({lo_s}, 0), min({hi_s}, N)):",
+                    f"for {qn} in {rng}:",
                     f"    if not ({src}):",
                     "        return False",
                 ]
