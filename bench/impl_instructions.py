@@ -90,23 +90,31 @@ def worker(length: str, warmup: int, families: int, split: bool = False) -> None
     cache.close()
 
 
+def _callgrind_cmd(
+    out: Path, worker: str, length: str, warmup: int, families: int, *extra: str
+) -> list[str]:
+    """The worker under callgrind, collecting only inside the cycle's entry points."""
+    return [
+        "valgrind",
+        "--tool=callgrind",
+        "--collect-atstart=no",
+        *(f"--toggle-collect={f}" for f in ENTRY_POINTS),
+        *extra,
+        f"--callgrind-out-file={out}",
+        sys.executable,
+        __file__,
+        worker,
+        length,
+        str(warmup),
+        str(families),
+    ]
+
+
 def _callgrind(length: str, warmup: int, families: int) -> tuple[int, int, int]:
     """(instructions collected, cycles counted, blocks touched) of one worker run."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "callgrind.out"
-        cmd = [
-            "valgrind",
-            "--tool=callgrind",
-            "--collect-atstart=no",
-            *(f"--toggle-collect={f}" for f in ENTRY_POINTS),
-            f"--callgrind-out-file={out}",
-            sys.executable,
-            __file__,
-            "--worker",
-            length,
-            str(warmup),
-            str(families),
-        ]
+        cmd = _callgrind_cmd(out, "--worker", length, warmup, families)
         p = subprocess.run(cmd, capture_output=True, text=True)
         res = re.search(r"RESULT cycles=(\d+) touched=(\d+)", p.stdout)
         ir = re.search(r"Collected : (\d+)", p.stderr)
@@ -127,20 +135,9 @@ def measure_split(
     dumping before every counted cycle; cycle ``i`` is a miss when ``i % FAMILY == 0``."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "callgrind.out"
-        cmd = [
-            "valgrind",
-            "--tool=callgrind",
-            "--collect-atstart=no",
-            *(f"--toggle-collect={f}" for f in ENTRY_POINTS),
-            f"--dump-before={SPLIT_MARK}",
-            f"--callgrind-out-file={out}",
-            sys.executable,
-            __file__,
-            "--worker-split",
-            length,
-            str(warmup),
-            str(families),
-        ]
+        cmd = _callgrind_cmd(
+            out, "--worker-split", length, warmup, families, f"--dump-before={SPLIT_MARK}"
+        )
         p = subprocess.run(cmd, capture_output=True, text=True)
         res = re.search(r"RESULT cycles=(\d+) touched=(\d+)", p.stdout)
         if p.returncode != 0 or res is None:

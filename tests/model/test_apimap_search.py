@@ -62,6 +62,17 @@ def plain_search(
     return Explanation(None, nodes, nodes >= max_nodes)
 
 
+def _replay_witnesses(limit: int | None = None) -> None:
+    """The scripted witnesses (the first ``limit``) run through the API harness."""
+    for w in list(witnesses(N, TABLE.consts.L, TABLE.consts.lease_max).values())[:limit]:
+        h = ApiHarness(TABLE, N)
+        try:
+            for o in w:
+                h.apply(o)
+        finally:
+            h.close()
+
+
 def test_pruned_search_answers_as_the_plain_one() -> None:
     asked: list[tuple[Explainer, tuple[Any, ...], Explanation]] = []
     search = Explainer._search
@@ -73,13 +84,7 @@ def test_pruned_search_answers_as_the_plain_one() -> None:
 
     Explainer._search = recording  # type: ignore[method-assign]
     try:
-        for w in witnesses(N, TABLE.consts.L, TABLE.consts.lease_max).values():
-            h = ApiHarness(TABLE, N)
-            try:
-                for o in w:
-                    h.apply(o)
-            finally:
-                h.close()
+        _replay_witnesses()
     finally:
         Explainer._search = search  # type: ignore[method-assign]
     assert len(asked) > 50  # the witnesses ask drains and admissions of many blocks
@@ -102,13 +107,7 @@ def test_pruned_search_answers_as_the_plain_one_on_random_walks() -> None:
 
     Explainer.explain = recording  # type: ignore[method-assign]
     try:
-        for w in list(witnesses(N, TABLE.consts.L, TABLE.consts.lease_max).values())[:6]:
-            h = ApiHarness(TABLE, N)
-            try:
-                for o in w:
-                    h.apply(o)
-            finally:
-                h.close()
+        _replay_witnesses(6)
     finally:
         Explainer.explain = explain  # type: ignore[method-assign]
     rng = random.Random(14)
