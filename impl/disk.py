@@ -35,6 +35,7 @@ stale or damaged (a foreign file is never touched).
 
 from __future__ import annotations
 
+import errno
 import hmac  # compare_digest: constant-time tag comparison
 import json
 import os
@@ -72,6 +73,15 @@ _ENTRY_NAME = re.compile(r"[0-9a-f]{2,128}\.kvb")
 _TMP_NAME = re.compile(r"\.[0-9a-f]{2,128}\.kvb\.[A-Za-z0-9_.]+\.tmp")
 _KEY_TMP_NAME = re.compile(r"\.kvstate-key\.[A-Za-z0-9_]+\.new")
 _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+# Direct reads (``O_DIRECT``: the device writes into our buffer, no page-cache copy and no cached
+# pages to free when the loaded file is deleted) need a buffer, a file offset and a length
+# aligned to the device's logical block; 4096 covers every common one.  A chunk's bytes are read
+# inside the aligned window that encloses them (at most one block more at each end, bytes that
+# are never looked at), so the file format needs no padding.  Where a file system refuses direct
+# I/O (EINVAL: tmpfs, some FUSE ones), reads go through the page cache: the same bytes, the same
+# checks.
+_O_DIRECT = getattr(os, "O_DIRECT", 0)
+DIRECT_ALIGN = 4096
 _HEADER_KEYS = frozenset(
     ("format", "fingerprint", "key", "nonce", "ver", "gen", "fmt", "tail", "swa", "units",
      "chunks", "swa_section")
@@ -176,6 +186,9 @@ class DiskTier:
         )
         self._mac_chunk = blake3(key=blake3(self._key, derive_key_context=_CHUNK_CONTEXT).digest())
         self._scratch = threading.local()  # each reading thread's reusable chunk buffer
+        # payload reads bypass the page cache while the file system allows it (set False, for
+        # good, at the first refusal; a test may set it to choose the path)
+        self.direct = bool(_O_DIRECT)
 
     def path(self, key: bytes) -> Path:
         return self.root / (key.hex() + SUFFIX)
@@ -284,14 +297,19 @@ class DiskTier:
         prepared[0].unlink(missing_ok=True)
 
     # ---- reading ------------------------------------------------------------------------
-    def _pread(self, fd: int, buf: memoryview, offset: int) -> int:
-        """Fill ``buf`` from ``offset`` (fewer bytes only at end of file); returns the bytes
-        read.  One read of the disk tier: a test replaces it to stall or fail the disk.
+    def _pread(self, fd: int, buf: memoryview, offset: int, need: int | None = None) -> int:
+        """Fill ``buf`` from ``offset``, or at least its first ``need`` bytes (fewer only at end
+        of file); returns the bytes read.  One read of the disk tier: a test replaces it to stall
+        or fail the disk.
 
         ``os.preadv`` reads straight into the caller's buffer (no per-read ``bytes`` and no
-        joining copies) and releases the GIL while the disk works."""
+        joining copies) and releases the GIL while the disk works.  A direct read asks for the
+        whole aligned window and stops once it holds ``need`` bytes (its last block may lie past
+        the end of the file: the read is short there, and continuing at an unaligned offset
+        would be refused)."""
         done, n = 0, len(buf)
-        while done < n:
+        want = n if need is None else need
+        while done < want:
             got = os.preadv(fd, [buf[done:]], offset + done)
             if not got:
                 break
@@ -313,6 +331,26 @@ class DiskTier:
             os.close(fd)
             raise
         return fd
+
+    def _open_payload(self, path: Path) -> tuple[int, bool]:
+        """A read descriptor for an entry's payload, direct (no page cache) where the file system
+        allows it; returns (descriptor, direct)."""
+        if self.direct:
+            try:
+                fd = os.open(path, _OPEN_FLAGS | _O_DIRECT)
+            except OSError as exc:
+                if exc.errno != errno.EINVAL:
+                    raise
+                self.direct = False  # this file system refuses direct I/O: buffered from now on
+            else:
+                try:
+                    if not stat.S_ISREG(os.fstat(fd).st_mode):
+                        raise IsADirectoryError(f"{path.name} is not a regular file")
+                except BaseException:
+                    os.close(fd)
+                    raise
+                return fd, True
+        return self._open(path), False
 
     def read_header(self, path: Path) -> DiskEntry:
         try:
@@ -413,15 +451,61 @@ class DiskTier:
             size=size,
         )
 
-    def _scratch_buffer(self, n: int) -> torch.Tensor:
-        """This thread's reusable read buffer, at least ``n`` bytes: a chunk read into a fresh
-        buffer paid for faulting in new pages on every chunk; a load step lands its chunk
-        before the same thread reads the next one, so one buffer per thread is enough."""
-        buf: torch.Tensor | None = getattr(self._scratch, "buf", None)
-        if buf is None or buf.numel() < n:
-            buf = torch.empty(n, dtype=torch.uint8)
-            self._scratch.buf = buf
-        return buf
+    def _buffer(self, n: int, scratch: bool) -> torch.Tensor:
+        """An ``n``-byte buffer starting on a :data:`DIRECT_ALIGN` boundary: fresh, or with
+        ``scratch`` this thread's reusable one.  A chunk read into a fresh buffer paid for
+        faulting in new pages on every chunk; a load step lands its chunk before the same thread
+        reads the next one, so one buffer per thread is enough.  Uninitialised (torch.empty): a
+        zero-filled one cost a memset of every byte about to be overwritten by the read."""
+        want = n + DIRECT_ALIGN
+        base: torch.Tensor | None = getattr(self._scratch, "buf", None) if scratch else None
+        if base is None or base.numel() < want:
+            base = torch.empty(want, dtype=torch.uint8)
+            if scratch:
+                self._scratch.buf = base
+        skip = -base.data_ptr() % DIRECT_ALIGN
+        return base[skip : skip + n]
+
+    def _read_payload(self, entry: DiskEntry, lo: int, hi: int, scratch: bool) -> torch.Tensor:
+        """The payload bytes ``[lo, hi)`` as read from the file, not yet authenticated: a view
+        of a buffer that holds them (with a direct read, inside the aligned window around
+        them).  Raises CorruptEntry on a replaced, truncated or unreadable file."""
+        n = hi - lo
+        start = entry.payload_offset + lo
+        for _ in range(2):
+            direct = False
+            try:
+                fd, direct = self._open_payload(entry.path)
+                try:
+                    if os.fstat(fd).st_size != entry.size:
+                        raise CorruptEntry(
+                            f"{entry.path.name}: replaced or truncated since its scan"
+                        )
+                    if direct:
+                        a0 = start - start % DIRECT_ALIGN
+                        a1 = -(-(start + n) // DIRECT_ALIGN) * DIRECT_ALIGN
+                        skip = start - a0
+                        buf = self._buffer(a1 - a0, scratch)
+                        view = buf.numpy().data
+                        got = self._pread(fd, view, a0, skip + n) - skip
+                    else:
+                        skip, buf = 0, self._buffer(n, scratch)
+                        view = buf.numpy().data
+                        got = self._pread(fd, view, start)
+                    view.release()
+                finally:
+                    os.close(fd)
+            except OSError as exc:
+                if direct and exc.errno == errno.EINVAL:  # direct I/O refused at read time
+                    self.direct = False
+                    continue
+                raise CorruptEntry(f"{entry.path.name}: {exc}") from exc
+            if got < n:
+                raise CorruptEntry(
+                    f"{entry.path.name}: payload truncated at byte {lo + max(got, 0)}"
+                )
+            return buf[skip : skip + n]
+        raise CorruptEntry(f"{entry.path.name}: unreadable")  # (refused twice: not reached)
 
     def _read_verified(
         self, entry: DiskEntry, index: int, lo: int, hi: int, mac: bytes, scratch: bool = False
@@ -431,30 +515,15 @@ class DiskTier:
         MAC matched.  The buffer is fresh, or with ``scratch`` this thread's reusable one (the
         tensor is then valid only until this thread's next scratch read: the caller copies it
         out first)."""
-        # uninitialised (torch.empty): a zero-filled bytearray cost a memset of every byte
-        # about to be overwritten by the read
-        n = hi - lo
-        buf = self._scratch_buffer(n)[:n] if scratch else torch.empty(n, dtype=torch.uint8)
-        view = buf.numpy().data  # (a writable memoryview of the tensor's bytes)
-        try:
-            fd = self._open(entry.path)
-            try:
-                if os.fstat(fd).st_size != entry.size:
-                    raise CorruptEntry(f"{entry.path.name}: replaced or truncated since its scan")
-                got = self._pread(fd, view, entry.payload_offset + lo)
-            finally:
-                os.close(fd)
-        except OSError as exc:
-            raise CorruptEntry(f"{entry.path.name}: {exc}") from exc
-        if got != hi - lo:
-            raise CorruptEntry(f"{entry.path.name}: payload truncated at byte {lo + got}")
+        data = self._read_payload(entry, lo, hi, scratch)
+        view = data.numpy().data
         tag = self._chunk_mac(entry.key, entry.nonce, index, lo, hi, view)
         view.release()
         if not hmac.compare_digest(tag, mac):
             raise CorruptEntry(
                 f"{entry.path.name}: MAC (keyed checksum) mismatch in bytes [{lo}, {hi})"
             )
-        return buf
+        return data
 
     def read_chunk(self, entry: DiskEntry, k: int, scratch: bool = False) -> torch.Tensor:
         """Load chunk ``k``'s bytes, authenticated (raises CorruptEntry); with ``scratch``, into
