@@ -222,6 +222,7 @@ class CacheCore:
 
     def close(self) -> None:
         self.pipes.stop()
+        self.disk.reap()  # loaded files a stopped pipeline had not unlinked yet
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None

@@ -189,6 +189,7 @@ class DiskTier:
         # payload reads bypass the page cache while the file system allows it (set False, for
         # good, at the first refusal; a test may set it to choose the path)
         self.direct = bool(_O_DIRECT)
+        self._dead: list[Path] = []  # retired entries not yet unlinked (see retire / reap)
 
     def path(self, key: bytes) -> Path:
         return self.root / (key.hex() + SUFFIX)
@@ -541,6 +542,29 @@ class DiskTier:
         if sec is None:
             raise CorruptEntry(f"{entry.path.name}: the entry has no window")
         return self._read_verified(entry, -1, sec[0], sec[1], sec[2])
+
+    def retire(self, entry: DiskEntry) -> None:
+        """Take a loaded entry off its name now (a rename: the key has no disk copy from here
+        on, for this process and after a crash) and leave the unlink, which frees the file's
+        blocks and costs milliseconds on a journaling file system, to :meth:`reap`, called
+        without the cache's lock.  The retired name is a temporary's (``_TMP_NAME``, never an
+        ``mkstemp`` one), so a crash before the reap leaves a file the next scan deletes."""
+        dead = entry.path.with_name(f".{entry.path.name}.dead_{secrets.token_hex(8)}.tmp")
+        try:
+            os.rename(entry.path, dead)
+        except FileNotFoundError:
+            return
+        self._dead.append(dead)
+
+    def reap(self) -> None:
+        """Unlink the entries :meth:`retire` took off their names (any thread, no lock)."""
+        dead = self._dead
+        while dead:
+            try:
+                path = dead.pop()
+            except IndexError:  # another thread took the last one
+                return
+            path.unlink(missing_ok=True)
 
     def delete(self, entry_or_key: DiskEntry | bytes) -> None:
         path = entry_or_key.path if isinstance(entry_or_key, DiskEntry) else self.path(entry_or_key)

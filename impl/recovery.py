@@ -430,16 +430,20 @@ class Recovery:
             if not self.owns(job):
                 return True
             entry: DiskEntry = job.src
+            done = False
             if self.gate.can("load_done", rid):
                 if not job.swa_pages or job.swa_data is not None or job.fault:
-                    self.load_done(rid)
-                    return True
+                    self._load_done(rid)  # (raises CorruptEntry when the load fails)
+                    done = True
                 k = -1  # the window's section, read before load_done
             elif job.fault:
                 self.load_progress(rid)  # fails the load (CorruptEntry)
                 return False
             else:
                 k = self.meta.prog[rid]
+        if done:
+            self.disk.reap()  # the loaded file's unlink, without the lock
+            return True
         try:
             # a chunk lands in this call, before this thread reads again: into the thread's
             # reusable buffer; the window's bytes stay on the job until load_done: a fresh one
@@ -547,7 +551,14 @@ class Recovery:
 
     def load_done(self, rid: Any) -> tuple[int, int]:
         """Install the loaded block; returns (device address, stored form) it came back in.
-        (A disk load's window section is read here unless its job read it without the lock.)"""
+        (A disk load's window section is read here unless its job read it without the lock.)
+        A disk load's file is taken off its name under the lock and unlinked after it."""
+        try:
+            return self._load_done(rid)
+        finally:
+            self.disk.reap()
+
+    def _load_done(self, rid: Any) -> tuple[int, int]:
         with self.lock:
             self.gate.check_block("load_done", rid)
             m = self.meta
@@ -582,7 +593,7 @@ class Recovery:
                 if not self.k.swa_restored_from_disk:
                     m.swa[rid] = _SWA_NULL
                 m.fmt[rid] = job.src.fmt
-                self.disk.delete(job.src)
+                self.disk.retire(job.src)
                 self.disk_entries.pop(rid, None)
                 m.on_disk[rid] = False
             else:

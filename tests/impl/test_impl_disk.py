@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import struct
 from pathlib import Path
 from typing import Any
@@ -169,3 +170,68 @@ def test_threaded_restart(tmp_path: Path) -> None:
         assert c.pipelines.errors() == []
     finally:
         c.close()
+
+
+@pytest.mark.parametrize("executors", ["manual", "threads"])
+def test_loaded_files_leave_their_names_at_once_and_are_unlinked_without_the_lock(
+    tmp_path: Path, executors: str, monkeypatch: Any
+) -> None:
+    """A disk load takes its file off the entry's name under the lock (nothing can find it
+    from there on) and unlinks it after the lock is released: every unlink runs with the lock
+    free, and once the loads are done no entry and no retired file is left."""
+    toks = harness_tokens(4 * L + 1)
+    persist(tmp_path, toks)
+    c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors=executors)
+    core = c.core
+    real_unlink = os.unlink
+    unlinks: list[tuple[str, bool]] = []
+
+    def unlink(path: Any, *a: Any, **kw: Any) -> None:
+        unlinks.append((Path(path).name, core.lock._is_owned()))
+        real_unlink(path, *a, **kw)
+
+    monkeypatch.setattr(os, "unlink", unlink)
+    try:
+        a = c.admit(c.request(toks))
+        if executors == "manual":
+            c.pipelines.drain()
+        with c.use(a, timeout=60) as run:
+            assert run.hit_tokens == 4 * L
+            check_compressed(run, toks)
+        if executors == "threads":
+            c.pipelines.stop()  # (a reap runs after its load's lock section: let them end)
+        loaded = [name for name, _ in unlinks if ".kvb" in name]
+        assert len(loaded) == 4 and all(".dead_" in name for name in loaded)
+        assert not [name for name, locked in unlinks if locked]  # none under the lock
+        assert (
+            sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".kvstate-key"))
+            == []
+        )
+    finally:
+        c.close()
+
+
+def test_a_retired_file_left_by_a_crash_is_deleted_at_open(tmp_path: Path) -> None:
+    """A crash between a load's rename and its unlink leaves a retired file under a
+    temporary's name: the entry is gone for the next process (the model's view: the load took
+    the block off disk), and the next open deletes the file."""
+    toks = harness_tokens(2 * L + 1)
+    persist(tmp_path, toks)
+    c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors="manual")
+    try:
+        c.core.disk.reap = lambda: None  # type: ignore[method-assign]  # the crash: never reaped
+        a = c.admit(c.request(toks))
+        c.pipelines.drain()
+        with c.use(a) as run:
+            assert run.hit_tokens == 2 * L
+        assert files(tmp_path) == []
+        dead = [p for p in tmp_path.iterdir() if ".dead_" in p.name]
+        assert len(dead) == 2 and all(p.name.endswith(".tmp") for p in dead)
+    finally:
+        c.close()  # (its reap is the no-op too)
+    c2 = HeterogeneousKVCache(G, cache_dir=tmp_path, executors="manual")
+    try:
+        assert c2.stats()["disk_entries"] == 0
+        assert not [p for p in tmp_path.iterdir() if ".dead_" in p.name]
+    finally:
+        c2.close()
