@@ -27,6 +27,11 @@ made with ``tempfile.mkstemp`` (``O_CREAT|O_EXCL|O_NOFOLLOW``, an unpredictable 
 same directory and are published with ``os.replace``, so a reader or a restarted process sees
 the whole old file or the whole new one, never a torn write.
 
+Payload reads use ``O_DIRECT`` where the file system takes it (no copy out of the page cache,
+no cached pages to free when the loaded file goes), else the page cache: the same bytes, the same
+checks.  A loaded entry leaves its name at once (``retire``, under the cache's lock) and is
+unlinked later (``reap``, without it).
+
 Opening a cache scans the directory: every file is opened ``O_NOFOLLOW|O_NONBLOCK`` and must be
 a regular file (a directory, FIFO or symlink with an entry's name is left alone), headers are
 bounded and schema-checked, and only what carries kvstate's magic *and* naming is deleted when
