@@ -406,7 +406,7 @@ class ApiHarness:
                     ign += [("deadline", foreign)]
                     ign += [(v, (foreign, b)) for v in ("pgen", "paddr") for b in range(self.N)]
                 if self.drained is not None and call == "drain":
-                    steps, vals = self._explain_drain(o, before, obs, forbid, ign)
+                    steps, end = self._explain_drain(o, before, obs, forbid, ign)
                 else:
                     ex = self.explainer.explain(
                         call,
@@ -422,15 +422,19 @@ class ApiHarness:
                         raise self._unexplained(o, call, ex, before, obs)
                     steps = ex.steps
                     self._after_steps(before, steps)
-                    vals = self._with_model_addr(steps, before)
+                    end = self._with_model_addr(steps, before)
                 if call in ("use", "admit") and any(n == "abort" for n, _ in steps):
                     self.cov.add("hits truncated to the valid prefix")
                 if foreign is not None:
+                    vals = end.values
                     for name in ("deadline", "pgen", "paddr"):
                         row = list(vals[name])
                         row[foreign] = obs[name][foreign]
                         vals[name] = tuple(row)
-                self.model = self.machine.state(vals)
+                    end = self.machine.state(vals)
+                # (the model's own successor object: what the machine keeps about its value,
+                # the invariants' answers among them, is found without hashing it again)
+                self.model = end
                 self.cov.add(f"call {o.name}")
                 if o.name == "admit" and req is not None:
                     self._check_longest(before, steps, req)
@@ -478,7 +482,7 @@ class ApiHarness:
         obs: Mapping[str, Any],
         forbid: set[tuple[str, int]],
         ign: list[tuple[str, Any]],
-    ) -> tuple[list[tuple[str, dict[str, int]]], dict[str, Any]]:
+    ) -> tuple[list[tuple[str, dict[str, int]]], ConcreteState]:
         """A drain the harness ran job step by job step (manual pipelines), explained the same
         way: each job step's change by ``drain``'s patterns, from the model's state after the
         previous one.  Every state in between is the library's too, so this checks more than
@@ -511,7 +515,7 @@ class ApiHarness:
                 f"{o.render()}: the job steps' sequence {[n for n, _ in steps]} is not one "
                 "spec/api.py allows for 'drain'",
             )
-        return steps, cur.values
+        return steps, cur
 
     def _fmts(self, before: ConcreteState) -> dict[tuple[str, int], int]:
         """The stored form each output parameter must report: the writer's for an allocation,
@@ -546,11 +550,11 @@ class ApiHarness:
 
     def _with_model_addr(
         self, steps: list[tuple[str, dict[str, int]]], before: ConcreteState
-    ) -> dict[str, Any]:
+    ) -> ConcreteState:
         s = before
         for name, p in steps:
             s = self.machine.step(s, name, p)
-        return s.values
+        return s
 
     def _after_steps(self, before: ConcreteState, steps: list[tuple[str, dict[str, int]]]) -> None:
         s = before
