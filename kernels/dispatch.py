@@ -513,6 +513,60 @@ def quantize_entries(x: torch.Tensor, layout: EntryLayout | Any) -> torch.Tensor
 
 
 # ---- 3. tail splice -------------------------------------------------------------------------
+_SMALL_RING = 64  # rings up to this many rows take the host path below on CPU tensors
+
+
+def _splice_tail_cpu(
+    entries: torch.Tensor,
+    state: torch.Tensor,
+    state_pos: torch.Tensor,
+    ratio: int,
+    num_tokens: int,
+    out_kv: torch.Tensor,
+    out_state: torch.Tensor,
+    check: bool,
+) -> SpliceResult:
+    """``ref.splice_tail_ref`` on CPU tensors with the ring's bookkeeping in Python ints (the
+    ring is a few rows: the reference's twenty tensor ops on it cost more than the copies).
+    The same outputs, flag and error (``tests/kernels/test_kernels_splice.py`` compares both
+    on every boundary of random rings, stale rows included)."""
+    n_c, dim = entries.shape
+    ring = state.shape[0]
+    first_tail = ratio * n_c
+    tail = num_tokens - first_tail
+    base = first_tail - (ring - ratio)
+    held = state_pos.tolist()
+    ok: list[bool] = []
+    bad = -1
+    for i in range(ring):
+        p = base + i
+        live = 0 <= p < num_tokens
+        good = live and held[p % ring] == p
+        ok.append(good)
+        if live and not good and bad < 0:
+            bad = i
+    if bad >= 0 and check:
+        q = base + bad
+        raise TailDiscontinuityError(
+            f"compressor state slot {q % ring} holds position {int(held[q % ring])}, expected "
+            f"{q} (entries end at token {first_tail - 1}, boundary {num_tokens})",
+            q,
+        )
+    # row i holds slot (base + i) % ring: the ring rotated by k
+    k = base % ring
+    out_state[: ring - k].copy_(state[k:])
+    if k:
+        out_state[ring - k :].copy_(state[:k])
+    for i, good in enumerate(ok):
+        if not good:
+            out_state[i].zero_()
+    out_kv[:n_c].copy_(entries)
+    if tail:
+        out_kv[n_c:].copy_(out_state[ring - ratio : ring - ratio + tail, :dim])
+    first_bad = torch.tensor([base + bad if bad >= 0 else -1], dtype=torch.int64)
+    return SpliceResult(out_kv, out_state, first_bad)
+
+
 def splice_tail(
     entries: torch.Tensor,
     state: torch.Tensor,
@@ -565,6 +619,7 @@ def splice_tail(
             q,
         )
     tail = num_tokens - ratio * n_c
+    fresh = out_kv is None and out_state is None  # nothing of the caller's to alias the inputs
     if out_kv is None:
         out_kv = torch.empty(n_c + tail, dim, dtype=state.dtype, device=state.device)
     if out_state is None:
@@ -580,6 +635,10 @@ def splice_tail(
     device = _check_devices(
         b, entries=entries, state=state, state_pos=state_pos, out_kv=out_kv, out_state=out_state
     )
+    if b is Backend.TORCH and fresh and device.type == "cpu" and ring <= _SMALL_RING:
+        return _splice_tail_cpu(
+            entries, state, state_pos, ratio, num_tokens, out_kv, out_state, check
+        )
     if b is Backend.TORCH:
         kv, st, first_bad = ref.splice_tail_ref(
             entries, state, state_pos, ratio, num_tokens, check=check

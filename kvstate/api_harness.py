@@ -169,6 +169,8 @@ class ApiHarness:
         self.restored: set[int] = set()  # blocks loaded back since they were last written
         self.steps: list[Op] = []
         self.call_override: str | None = None
+        # what the library shows after each job step of the current drain (manual pipelines)
+        self.drained: list[dict[str, Any]] | None = None
         self.cache: Any = None
         self._open()
 
@@ -359,6 +361,7 @@ class ApiHarness:
         self.call_override: str | None = None
         self.foreign_slot: int | None = None
         self.ended: Live | None = None
+        self.drained = None
         raised: BaseException | None = None
         forbid = self._forbid(o)
         try:
@@ -402,38 +405,39 @@ class ApiHarness:
                 if foreign is not None:  # that slot's deadline and snapshot are another chain's
                     ign += [("deadline", foreign)]
                     ign += [(v, (foreign, b)) for v in ("pgen", "paddr") for b in range(self.N)]
-                ex = self.explainer.explain(
-                    call,
-                    before,
-                    obs,
-                    req=req,
-                    forbid=forbid,
-                    ignore=ign,
-                    ticks=self._ticks(call, o),
-                    fmts=self._fmts(before),
-                )
-                if ex.steps is None:
-                    raise self.fail(
-                        "unexplained",
-                        [o.name],
-                        f"{o.render()}: no sequence of table actions allowed for {call!r} "
-                        f"({'search bound hit' if ex.exhausted else 'search complete'}, "
-                        f"{ex.searched} states) explains the change:\n  "
-                        + "\n  ".join(state_diff(before.values, obs, self.table)),
+                if self.drained is not None and call == "drain":
+                    steps, end = self._explain_drain(o, before, obs, forbid, ign)
+                else:
+                    ex = self.explainer.explain(
+                        call,
+                        before,
+                        obs,
+                        req=req,
+                        forbid=forbid,
+                        ignore=ign,
+                        ticks=self._ticks(call, o),
+                        fmts=self._fmts(before),
                     )
-                self._after_steps(before, ex.steps)
-                if call in ("use", "admit") and any(n == "abort" for n, _ in ex.steps):
+                    if ex.steps is None:
+                        raise self._unexplained(o, call, ex, before, obs)
+                    steps = ex.steps
+                    self._after_steps(before, steps)
+                    end = self._with_model_addr(steps, before)
+                if call in ("use", "admit") and any(n == "abort" for n, _ in steps):
                     self.cov.add("hits truncated to the valid prefix")
-                vals = self._with_model_addr(ex.steps, before)
                 if foreign is not None:
+                    vals = end.values
                     for name in ("deadline", "pgen", "paddr"):
                         row = list(vals[name])
                         row[foreign] = obs[name][foreign]
                         vals[name] = tuple(row)
-                self.model = self.machine.state(vals)
+                    end = self.machine.state(vals)
+                # (the model's own successor object: what the machine keeps about its value,
+                # the invariants' answers among them, is found without hashing it again)
+                self.model = end
                 self.cov.add(f"call {o.name}")
                 if o.name == "admit" and req is not None:
-                    self._check_longest(before, ex.steps, req)
+                    self._check_longest(before, steps, req)
         bad = self.accounting()
         if bad:
             raise self.fail(
@@ -452,6 +456,66 @@ class ApiHarness:
             if lv is not None and lv.run is not None and o.name in ("use", "append", "read"):
                 if o.arg("i") == i:
                     self.check_bytes(lv.run, lv.want[: len(lv.req.tokens)], f"request {i}")
+
+    def _unexplained(
+        self,
+        o: Op,
+        call: str,
+        ex: Any,
+        before: ConcreteState,
+        obs: Mapping[str, Any],
+        where: str = "",
+    ) -> Nonconformance:
+        return self.fail(
+            "unexplained",
+            [o.name],
+            f"{o.render()}{where}: no sequence of table actions allowed for {call!r} "
+            f"({'search bound hit' if ex.exhausted else 'search complete'}, "
+            f"{ex.searched} states) explains the change:\n  "
+            + "\n  ".join(state_diff(before.values, obs, self.table)),
+        )
+
+    def _explain_drain(
+        self,
+        o: Op,
+        before: ConcreteState,
+        obs: Mapping[str, Any],
+        forbid: set[tuple[str, int]],
+        ign: list[tuple[str, Any]],
+    ) -> tuple[list[tuple[str, dict[str, int]]], ConcreteState]:
+        """A drain the harness ran job step by job step (manual pipelines), explained the same
+        way: each job step's change by ``drain``'s patterns, from the model's state after the
+        previous one.  Every state in between is the library's too, so this checks more than
+        one search over the whole drain, and one search per job step is far smaller than one
+        over all interleavings of the jobs.  (``drain``'s patterns, not ``step``'s: one job step
+        may end a load and start another the I/O cap held back, two jobs of ``JOB*``.)  The
+        parts' concatenation must be a word of ``drain``'s patterns too (checked here)."""
+        assert self.drained is not None
+        shown = self.drained
+        if not shown or shown[-1] != obs:  # (the last job step's view is the call's)
+            shown = [*shown, dict(obs)]
+        cur = before
+        steps: list[tuple[str, dict[str, int]]] = []
+        for k, seen in enumerate(shown):
+            ex = self.explainer.explain(
+                "drain", cur, seen, forbid=forbid, ignore=ign, fmts=self._fmts(cur)
+            )
+            if ex.steps is None:
+                raise self._unexplained(
+                    o, "drain", ex, cur, seen, f" (job step {k + 1} of {len(shown)})"
+                )
+            self._after_steps(cur, ex.steps)
+            for name, p in ex.steps:
+                cur = self.machine.step(cur, name, p)
+            steps += ex.steps
+        if not self.explainer.accepts("drain", [n for n, _ in steps]):
+            raise self.fail(
+                "unexplained",
+                [o.name],
+                f"{o.render()}: the job steps' sequence {[n for n, _ in steps]} is not one "
+                "spec/api.py allows for 'drain'",
+            )
+        return steps, cur
 
     def _fmts(self, before: ConcreteState) -> dict[tuple[str, int], int]:
         """The stored form each output parameter must report: the writer's for an allocation,
@@ -486,11 +550,11 @@ class ApiHarness:
 
     def _with_model_addr(
         self, steps: list[tuple[str, dict[str, int]]], before: ConcreteState
-    ) -> dict[str, Any]:
+    ) -> ConcreteState:
         s = before
         for name, p in steps:
             s = self.machine.step(s, name, p)
-        return s.values
+        return s
 
     def _after_steps(self, before: ConcreteState, steps: list[tuple[str, dict[str, int]]]) -> None:
         s = before
@@ -878,12 +942,14 @@ def _do_step(h: ApiHarness, o: Op) -> int | None:
 def _do_drain(h: ApiHarness, o: Op) -> int | None:
     if h.threads:
         return None
+    h.drained = []  # what the library shows after each job step: each is explained
     for _ in range(10_000):
         jobs = _jobs(h)
         if not jobs:
             break
         for e, j in jobs:
             _step_job(h, e, j)
+            h.drained.append(h.observe())
     return None
 
 

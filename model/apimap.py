@@ -24,7 +24,7 @@ from kvstate.spec.api import API, MACROS, RESTART_KEEPS, RESTART_PHASE, RESTART_
 from kvstate.spec.state import ConcreteState
 from kvstate.spec.table import Action, ParamKind, Scope, Table
 
-from .concrete import Machine
+from .concrete import KeptMachine, Machine
 
 Step = tuple[str, dict[str, int]]
 
@@ -220,6 +220,18 @@ class Explainer:
             if any(writes[v] > 1 for v in self.table.action(tok).modifies & req)
         )
 
+    def accepts(self, call: str, names: Sequence[str]) -> bool:
+        """Whether the action names ``names``, in this order, are a word of ``call``'s
+        patterns (the harness composes a call's explanation from explained parts)."""
+        nfa, start, accept = self.nfas[call]
+        states = nfa.closure([start])
+        for name in names:
+            nxt = nfa.moves(states).get(name)
+            if nxt is None:
+                return False
+            states = nxt
+        return accept in states
+
     def _cells(self, values: Mapping[str, Any]) -> dict[tuple[str, Any], Any]:
         out: dict[tuple[str, Any], Any] = {}
         for name, v in values.items():
@@ -367,8 +379,8 @@ class Explainer:
             except TypeError:  # a list among the values: its frozen form is the key
                 return numbers.setdefault(_frozen_items(values), len(numbers))
 
-        d0 = self._distance_by_var(before.mapping, want)
-        k0 = (number(before.mapping), s0)
+        d0 = self._distance_by_var(before._v, want)
+        k0 = (number(before._v), s0)
         # a dead state: a cell differs that no action still allowed writes (the counts are
         # those of the state last measured)
         dead0 = any(g.count for g in frozen(s0))
@@ -376,6 +388,7 @@ class Explainer:
         seen: set[tuple[int, frozenset[int]]] = set()
         shortest: dict[tuple[int, frozenset[int]], int] = {}
         succ: dict[int, dict[str, list[tuple[dict[str, int], ConcreteState, int]]]] = {}
+        step = self.m.step
         nodes = 0
         while heap and nodes < max_nodes:
             dist, depth, _, cur, states, path, key = heapq.heappop(heap)
@@ -397,9 +410,9 @@ class Explainer:
                 if kids is None:
                     a = table.action(name)
                     kids = mine[name] = [
-                        (p, new, number(new.mapping))
+                        (p, new, number(new._v))
                         for p in ask.candidates(a, cur)
-                        for new in (self.m.step(cur, a, p),)
+                        for new in (step(cur, a, p),)
                     ]
                 fixed = frozen(nxt)
                 for p, new, num in kids:
@@ -409,7 +422,7 @@ class Explainer:
                     was = shortest.get(nkey)
                     if was is not None and was <= depth:
                         continue
-                    d = self._distance_by_var(new.mapping, want)
+                    d = self._distance_by_var(new._v, want)
                     if d and fixed and any(g.count for g in fixed):
                         seen.add(nkey)  # deadness is the key's: never push it again
                         continue
@@ -587,18 +600,22 @@ class _Ask:
     def candidates(self, a: Action, cur: ConcreteState) -> list[dict[str, int]]:
         """Parameters worth trying: the ones that change something the library shows."""
         plan = self._plan(a)
-        vals = cur.mapping
+        vals = cur._v
         doms: list[Sequence[int]] = []
-        for q, static in zip(a.params, plan.doms, strict=True):
+        for kind, static in plan.kinds:
             dom: Sequence[int]
             if static is not None:
                 dom = static
-            elif q.kind is ParamKind.BLOCK:
+            elif kind is ParamKind.BLOCK:
                 # the blocks where some variable the action writes differs from what the library
                 # shows (none written: every block the world does not rule out)
-                if plan.blocks_mod:
-                    changed: set[int] = set()
-                    for n in plan.blocks_mod:
+                mod = plan.blocks_mod
+                if len(mod) == 1:
+                    changed: frozenset[int] | set[int] = self.changed_blocks(mod[0], vals[mod[0]])
+                    dom = [b for b in plan.allowed if b in changed] if changed else ()
+                elif mod:
+                    changed = set()
+                    for n in mod:
                         changed.update(self.changed_blocks(n, vals[n]))
                     dom = [b for b in plan.allowed if b in changed]
                 else:
@@ -610,19 +627,22 @@ class _Ask:
                 return []  # no combination: most actions at most states (nothing to change)
             doms.append(dom)
         out = []
-        is_enabled = self.m.is_enabled
-        for combo in itertools.product(*doms):
-            p = dict(zip(plan.names, combo, strict=True))
+        m = self.m
+        # the guard answers the machine keeps for this state (a KeptMachine's), asked directly:
+        # is_enabled on a miss (which keeps its answer there)
+        kept = m.answers_for(cur) if isinstance(m, KeptMachine) else None
+        name = a.name
+        names = plan.names
+        for combo in itertools.product(*doms) if len(doms) != 1 else zip(doms[0]):
+            p = dict(zip(names, combo, strict=True))
             if plan.outputs:
                 b = p.get("b")
                 if b is not None:
-                    for name, kind in plan.outputs:
-                        if kind is ParamKind.ADDR:
-                            p[name] = max(int(self.obs["addr"][b]), 0)
-                        else:
-                            known = self.fmts.get((a.name, b))
-                            p[name] = int(self.obs["fmt"][b]) if known is None else known
-            if is_enabled(cur, a, p):
+                    p.update(plan.output_values(b))
+            got = None if kept is None else kept.get(("?", name, tuple(p.items())))
+            if got is None:
+                got = m.is_enabled(cur, a, p)
+            if got:
                 out.append(p)
         return out
 
@@ -631,7 +651,19 @@ class _Plan:
     """One action's parameter domains for one search: a domain fixed by the question is kept
     (``doms[i]``), one that depends on the state is ``None`` and built per state."""
 
-    __slots__ = ("names", "doms", "blocks_mod", "allowed", "req_mod", "reqs", "outputs")
+    __slots__ = (
+        "names",
+        "doms",
+        "kinds",
+        "blocks_mod",
+        "allowed",
+        "req_mod",
+        "reqs",
+        "outputs",
+        "_ask",
+        "_name",
+        "_out",
+    )
 
     def __init__(self, ask: _Ask, a: Action) -> None:
         ex, m, obs = ask.ex, ask.m, ask.obs
@@ -670,3 +702,22 @@ class _Plan:
                 dom = list(m.domain(q.kind))
             doms.append(dom)
         self.doms = doms
+        self.kinds = [(q.kind, dom) for q, dom in zip(a.params, doms, strict=True)]
+        self._ask, self._name = ask, a.name
+        self._out: dict[int, dict[str, int]] = {}
+
+    def output_values(self, b: int) -> dict[str, int]:
+        """The output parameters at block ``b``: the address the library shows; the stored form
+        the world knows (``fmts``), else the one the library shows."""
+        got = self._out.get(b)
+        if got is None:
+            ask = self._ask
+            got = {}
+            for name, kind in self.outputs:
+                if kind is ParamKind.ADDR:
+                    got[name] = max(int(ask.obs["addr"][b]), 0)
+                else:
+                    known = ask.fmts.get((self._name, b))
+                    got[name] = int(ask.obs["fmt"][b]) if known is None else known
+            self._out[b] = got
+        return got

@@ -67,6 +67,9 @@ class _Held:
         self.last: tuple[Any, ...] | None = None
 
 
+_VALID_KEPT = 1 << 14  # parameter tuples a machine remembers as valid (then forgets all)
+
+
 class Machine:
     """The table over a concrete pool of ``N`` blocks."""
 
@@ -79,6 +82,8 @@ class Machine:
         self._req = req_var_names(table)
         self._scope = {v.name: v.scope for v in table.vars}
         self._spaces: dict[tuple[str, int | None], tuple[dict[str, Any], ...]] = {}
+        self._plans: dict[str, tuple[Action, tuple[str | None, tuple[Any, ...]]]] = {}
+        self._valid: set[tuple[Any, ...]] = set()  # (action, params' items) found valid
         # memo=True (the fuzzers): per invariant, its read set and the read-set values it was
         # seen to hold on (see ``violations``)
         self._memo: list[_Held] | None = (
@@ -172,16 +177,17 @@ class Machine:
     ) -> ConcreteState:
         """The successor state; raises :class:`GuardError` (state untouched) if disabled."""
         a = self.table.action(action) if isinstance(action, str) else action
+        rq, updates = self._plan(a)
         self._check_params(a, params)
         failed = self.failed_conjuncts(s, a, params)
         if failed:
             raise GuardError(a.name, params, failed)
         p = SimpleNamespace(**params)
         new = dict(s._v)
-        r = params.get(next((q.name for q in a.params if q.kind is ParamKind.REQ), ""), None)
-        for name, fn in a.updates.items():
+        r = params.get(rq, None) if rq is not None else None
+        for name, fn, per_req in updates:
             value = fn(s, p)
-            if self._scope[name] in (Scope.REQ, Scope.REQ_BLOCK):
+            if per_req:
                 assert r is not None
                 row = list(new[name])
                 row[r] = value
@@ -190,7 +196,36 @@ class Machine:
                 new[name] = value
         return ConcreteState(new, self.N, self.k, self._req)
 
+    def _plan(self, a: Action) -> tuple[str | None, tuple[tuple[str, Any, bool], ...]]:
+        """An action's request parameter and its updates, each with whether its variable is
+        per request (read from the table once per action)."""
+        got = self._plans.get(a.name)
+        if got is None or got[0] is not a:
+            rq = next((q.name for q in a.params if q.kind is ParamKind.REQ), None)
+            ups = tuple(
+                (name, fn, self._scope[name] in (Scope.REQ, Scope.REQ_BLOCK))
+                for name, fn in a.updates.items()
+            )
+            if got is not None:  # another action object of that name: forget the old checks
+                self._valid.clear()
+            got = self._plans[a.name] = (a, (rq, ups))
+        return got[1]
+
     def _check_params(self, a: Action, params: Mapping[str, Any]) -> None:
+        # checked before: a pure function of the action and the values (plain ints only: a
+        # bool equals its int, and other values are refused below anyway)
+        key = None
+        if all(type(v) is int for v in params.values()) and a.name in self._plans:
+            key = (a.name, tuple(params.items()))
+            if key in self._valid:
+                return
+        self._check_params_uncached(a, params)
+        if key is not None:
+            if len(self._valid) >= _VALID_KEPT:
+                self._valid.clear()
+            self._valid.add(key)
+
+    def _check_params_uncached(self, a: Action, params: Mapping[str, Any]) -> None:
         names = {p.name for p in a.params}
         if set(params) != names:
             raise SpecError(

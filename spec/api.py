@@ -33,10 +33,11 @@ MACROS: dict[str, str] = {
     # a pending admission's recovery is over: validate, or truncate to the valid prefix and
     # pin again (the admission is given up and taken anew in the same request slot)
     "FINALIZE": "validate | abort admit match pin validate",
-    # one step of one pipeline job (a load chunk, a completed load with its follow-ups: an
-    # indexer rebuild and the disk loads the I/O cap held back; an offload; a rebuild)
+    # one step of one pipeline job (a load chunk; a load that ends, completed or failed, with
+    # its follow-ups: an indexer rebuild after a completed one, and in both cases the disk
+    # loads the I/O cap held back, retried when a load ends; an offload; a rebuild)
     "JOB": (
-        "load_progress | load_fail | load_done rebuild_start? (EVICT | load_start)*"
+        "load_progress | (load_fail | load_done rebuild_start?) (EVICT | load_start)*"
         " | offload_done | offload_cancel | rebuild_done"
     ),
 }

@@ -152,6 +152,64 @@ def test_allocate_may_take_another_slot_under_foreign_pressure() -> None:
         h.close()
 
 
+def test_a_job_step_that_ends_a_load_may_start_a_held_back_one() -> None:
+    """``spec/api.py``'s JOB: a load that ends, completed or failed, retries the disk loads the
+    I/O cap held back (what the library does when a load fails); a load start alone is no job
+    step, and a drain's words are its job steps' words one after the other."""
+    ex = Explainer(Machine(TABLE, N))
+    for call in ("step", "drain"):
+        assert ex.accepts(call, ["load_fail", "load_start"])
+        assert ex.accepts(call, ["load_done", "rebuild_start", "evict_start", "evict_done"])
+    assert not ex.accepts("step", ["load_start"])
+    assert not ex.accepts("step", ["load_fail", "load_fail"])
+    assert ex.accepts("drain", ["load_fail", "load_fail", "load_progress"])
+    assert not ex.accepts("drain", ["admit"])
+
+
+def _to_a_drain_of_loads() -> ApiHarness:
+    """A harness whose next ``drain`` runs the disk loads of a whole chain, chunk by chunk."""
+    h = ApiHarness(TABLE, N)
+    for o in witnesses(N, L, TABLE.consts.lease_max)["disk read error"][:-4]:
+        h.apply(o)
+    return h
+
+
+def test_drain_is_explained_job_step_by_job_step() -> None:
+    """A drain's every job step is explained from the model's state after the previous one,
+    and the parts together are a word of ``drain``: a change undone by a later job step of the
+    same drain is found (one explanation of the whole drain would see only its end)."""
+    import kvstate.api_harness as ah
+
+    h = _to_a_drain_of_loads()
+    try:
+        done = h.cov.counts["action load_done"]
+        h.apply(op("drain"))
+        assert h.drained is not None and len(h.drained) > 2  # it ran job step by job step
+        assert h.cov.counts["action load_done"] == done + N
+    finally:
+        h.close()
+    h = _to_a_drain_of_loads()
+    real = ah._step_job
+    count = [0]
+
+    def meddling(h2: ApiHarness, e: object, job: object) -> None:
+        real(h2, e, job)
+        count[0] += 1
+        rid = h2.rids[N - 1]
+        if count[0] == 1:
+            h2.core.meta.gen[rid] += 1  # a generation bumped by one job step ...
+        elif count[0] == 2:
+            h2.core.meta.gen[rid] -= 1  # ... and put back by the next: the end looks right
+
+    ah._step_job = meddling  # type: ignore[assignment]
+    try:
+        with pytest.raises(AssertionError, match=r"job step 1 of"):
+            h.apply(op("drain"))
+    finally:
+        ah._step_job = real  # type: ignore[assignment]
+        h.close()
+
+
 def test_api_ci_profile_conforms() -> None:
     res = run_api(TABLE, N, profile="ci")
     assert res.finding is None, "\n".join(

@@ -135,3 +135,46 @@ def test_argument_errors() -> None:
         splice_tail(entries, state, state_pos, ratio=16, num_tokens=9, backend=SIM)
     with pytest.raises(KernelInputError, match="int32/int64"):
         splice_tail(entries, state, state_pos.float(), ratio=4, num_tokens=9, backend=SIM)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.uint8])
+def test_cpu_host_path_is_the_reference(dtype: torch.dtype) -> None:
+    """On CPU tensors the torch backend does the ring's bookkeeping in Python ints
+    (``dispatch._splice_tail_cpu``): outputs, flag and error must be the reference's, on every
+    boundary of rings of both shapes, sound and with stale or missing rows."""
+    from kvstate.kernels import reference
+
+    rng = __import__("random").Random(14)
+    checked = raised = 0
+    for ratio, ring in ((4, 8), (4, 4), (1, 2), (3, 6)):
+        for num_tokens in range(0, 4 * ring + 3):
+            entries, state, state_pos = _layer(ratio, ring, num_tokens)
+            entries, state = entries.to(dtype), state.to(dtype)
+            for trial in range(4):
+                pos = state_pos.clone()
+                for _ in range(trial):  # 0..3 slots made stale or empty
+                    pos[rng.randrange(ring)] = rng.choice([-1, rng.randrange(-3, 3 * ring)])
+                for check in (True, False):
+                    try:
+                        want = reference.splice_tail_ref(
+                            entries, state, pos, ratio, num_tokens, check=check
+                        )
+                    except TailDiscontinuityError as exc:
+                        with pytest.raises(TailDiscontinuityError) as info:
+                            splice_tail(
+                                entries, state, pos, ratio=ratio, num_tokens=num_tokens,
+                                check=check, backend=REF,
+                            )  # fmt: skip
+                        assert str(info.value) == str(exc)
+                        assert info.value.position == exc.position
+                        raised += 1
+                        continue
+                    got = splice_tail(
+                        entries, state, pos, ratio=ratio, num_tokens=num_tokens, check=check,
+                        backend=REF,
+                    )  # fmt: skip
+                    assert torch.equal(got.kv, want[0]) and torch.equal(got.state, want[1])
+                    assert torch.equal(got.first_bad, want[2])
+                    assert got.first_bad.dtype == want[2].dtype == torch.int64
+                    checked += 1
+    assert checked > 400 and raised > 50
