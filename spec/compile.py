@@ -503,6 +503,18 @@ def registered_twins() -> int:
 
 
 @contextmanager
+def suspend_twins() -> Iterator[None]:
+    """Every source ``define`` is asked for while the block runs is run as generated (a test of
+    the generated sources themselves; tracebacks into a twin show ``impl/_aot.py``)."""
+    kept = dict(_TWINS)
+    _TWINS.clear()
+    try:
+        yield
+    finally:
+        _TWINS.update(kept)
+
+
+@contextmanager
 def recording() -> Iterator[dict[str, tuple[str, str, tuple[str, ...]]]]:
     """Record every source ``define`` is asked for while the block runs: key -> (name,
     source, the ``env`` names it was given)."""
