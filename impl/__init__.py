@@ -12,6 +12,7 @@ from .native import install_guard, native_modules
 
 install_guard()  # before the compiled modules are imported: a stale build runs its sources
 
+from . import _aot  # noqa: E402
 from .cache import Admission, Explanation, HeterogeneousKVCache, Pin, Request, Run, UseContext  # noqa: E402
 from .coordinator import HitSearch, Shortening  # noqa: E402
 from .errors import (  # noqa: E402
@@ -30,6 +31,13 @@ from .errors import (  # noqa: E402
 from .events import Event, EventKind, EventLog  # noqa: E402
 from .projection import RecoveryPlan, RecoveryStep  # noqa: E402
 from .testdata import DeterministicWriter, Writer  # noqa: E402
+
+# the compiled twins of the generated guards and search (impl/aotgen.py): used for exactly the
+# sources they were made from, and only when compiled (interpreted they would gain nothing)
+if "_aot" in native_modules():
+    from kvstate.spec.compile import register_twins  # noqa: E402
+
+    register_twins(_aot.TWINS)
 
 __all__ = [
     "Admission", "AlreadyReleased", "CorruptEntry", "DiskWriteError", "DeterministicWriter", "Event",

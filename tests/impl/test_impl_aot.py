@@ -1,0 +1,75 @@
+"""The compiled twins of the generated guards and search (impl/aotgen.py, impl/_aot.py).
+
+* ``impl/_aot.py`` is what the generator writes today (else: the command that regenerates it).
+* ``define`` returns a twin only for the exact source it was made from: one byte changed (a
+  mutant, a custom table, another geometry) and the source runs as generated.
+* The compiled build's caches of the preset geometries run the twins; another geometry's
+  search runs its own generated source.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from kvstate.impl import HeterogeneousKVCache, native_modules
+from kvstate.impl.aotgen import COMMAND, annotate
+from kvstate.spec import compile as C
+from kvstate.spec.geometry import small
+
+
+def test_the_twins_module_is_fresh() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "kvstate.impl.aotgen", "--check"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, f"impl/_aot.py is stale: run `{COMMAND}`\n{out.stderr}"
+
+
+def test_a_twin_is_used_only_for_its_exact_source() -> None:
+    src = "def aot_probe(v, p):\n    return 1\n"
+    twin = lambda v, p: 2  # noqa: E731
+    key = C.source_key(src)
+    C.register_twins({key: twin})
+    try:
+        assert C.define("aot_probe", src) is twin
+        assert C.define("aot_probe", src.replace("1", "3"))(None, None) == 3
+        assert C.define("aot_probe", src + " ")(None, None) == 1
+    finally:
+        del C._TWINS[key]
+
+
+def test_annotations_are_read_off_the_table_and_layout_only() -> None:
+    src = "def f(v, p, bs):\n    t_ckv = v.ckv\n    t_now = v.now\n    Q = v.q\n    return -1\n"
+    out = annotate(src, {"t_ckv": "Sequence[int]", "t_now": "int"}, frozenset({"ckv"}))
+    assert "bs: Sequence[int]" in out and "-> int" in out
+    assert "t_ckv: Sequence[int] = v.ckv" in out and "t_now: int = v.now" in out
+    assert "    Q = v.q" in out  # a name the table does not declare stays untyped
+
+
+def _cycle(cache: HeterogeneousKVCache) -> None:
+    import numpy as np
+
+    toks = np.arange(4 * cache.L + 3, dtype=np.int64)
+    for _ in range(2):  # a miss, then a hit
+        adm = cache.admit(cache.request(toks, lifetime=1))
+        with cache.use(adm):
+            pass
+        cache.tick()
+
+
+@pytest.mark.skipif("_aot" not in native_modules(), reason="the twins are not compiled")
+def test_the_preset_geometry_runs_the_twins_and_another_its_own_source() -> None:
+    twins = set(map(id, sys.modules["kvstate.impl._aot"].TWINS.values()))
+    kw = dict(device="cpu", executors="manual", max_requests=4, writer=None)
+    with HeterogeneousKVCache(small(), **kw) as preset:  # type: ignore[arg-type]
+        _cycle(preset)
+        assert id(preset.core.gate.coord._search_direct) in twins
+    with HeterogeneousKVCache(small(32), **kw) as other:  # type: ignore[arg-type]
+        _cycle(other)
+        fn = other.core.gate.coord._search_direct
+        assert id(fn) not in twins and hasattr(fn, "__code__")
