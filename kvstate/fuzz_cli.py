@@ -51,6 +51,7 @@ from kvstate.spec.errors import SpecError
 from kvstate.spec.table import Table
 
 MINIMIZE_SECONDS = 60.0  # budget of the replay minimizer (it stops earlier at a fixpoint)
+IDLE_CPU_TO_FORK = 0.75  # idle CPUs (CPUs minus the 1-minute load) to run the coverage pass beside
 _BLOB = re.compile(r"@reproduce_failure\('([^']+)', b'([^']+)'\)")
 _STEP = re.compile(r"^\s*(?:\d+[.)]\s*)?([A-Za-z_]\w*)\s*\(([^()]*)\)\s*$")
 
@@ -237,7 +238,11 @@ class _CoverageBeside:
     The child sends back its counts (steps, refusals) or that it failed; a failure is not
     reported from there: the parent replays the pass itself (it is deterministic) and reports
     that finding exactly as a pass run in place would, before any Hypothesis finding.  Used
-    only where ``os.fork`` exists and this process may run on more than one CPU.
+    only where ``os.fork`` exists, this process may run on more than one CPU, and the 1-minute
+    load leaves at least ``IDLE_CPU_TO_FORK`` of them idle: the child redoes what the pass in
+    place would have left for the exploration to find kept (the model's answers about the
+    witnesses' states, the guards compiled at the first target), about a third more CPU in
+    all, so on a loaded machine it would cost wall-clock time instead of saving it.
     """
 
     def __init__(self, pid: int, fd: int) -> None:
@@ -261,7 +266,11 @@ class _CoverageBeside:
             cpus = len(os.sched_getaffinity(0))
         except (AttributeError, OSError):
             cpus = os.cpu_count() or 1
-        if not hasattr(os, "fork") or cpus < 2:
+        try:  # the CPUs the machine's recent load leaves idle
+            idle = cpus - os.getloadavg()[0]
+        except OSError:
+            idle = cpus
+        if not hasattr(os, "fork") or cpus < 2 or idle < IDLE_CPU_TO_FORK:
             return None
         sys.stdout.flush()
         sys.stderr.flush()

@@ -689,6 +689,32 @@ def build_state_machine(
     Conformance.enabled_inputs = enabled_inputs  # type: ignore[method-assign]
     Conformance.near_misses = near_misses  # type: ignore[method-assign]
 
+    # The completeness rule likewise: ``complete_prefix`` and ``check_completeness`` read the
+    # model state and the blocks a disturbing action touched, nothing else.  The prefix is kept
+    # per (state value, disturbed blocks); a check is skipped where it passed on the same
+    # (a failing one raises, and is never kept: it fails afresh).  The precondition of the
+    # probe rule asks for the prefix at every rule choice.
+    body_complete_prefix = Conformance.complete_prefix
+    body_check_completeness = Conformance.check_completeness
+
+    def complete_prefix(self: Any) -> tuple[int, int]:
+        kept = machine.answers_for(self.model)
+        key = ("complete_prefix", frozenset(self.disturbed))
+        got = kept.get(key)
+        if got is None:
+            got = kept[key] = body_complete_prefix(self)
+        return got  # type: ignore[no-any-return]
+
+    def check_completeness(self: Any) -> None:
+        kept = machine.answers_for(self.model)
+        key = ("completeness checked", frozenset(self.disturbed))
+        if key not in kept:
+            body_check_completeness(self)
+            kept[key] = True
+
+    Conformance.complete_prefix = complete_prefix  # type: ignore[method-assign]
+    Conformance.check_completeness = check_completeness  # type: ignore[method-assign]
+
     # One strategy per distinct list of options (many states enable the same inputs): a new
     # strategy object is validated at its first draw, and equal ones draw alike.
     strategies: dict[tuple[Any, ...], st.SearchStrategy[Any]] = {}
