@@ -272,6 +272,11 @@ class _CoverageBeside:
             idle = cpus
         if not hasattr(os, "fork") or cpus < 2 or idle < IDLE_CPU_TO_FORK:
             return None
+        # One target built (and closed) first: the guards it compiles from the table are then
+        # compiled once, for both processes, not once in each.
+        close = getattr(machine_cls().target, "close", None)
+        if callable(close):
+            close()
         sys.stdout.flush()
         sys.stderr.flush()
         r, w = os.pipe()

@@ -205,14 +205,16 @@ class Target:
     # ---- observation ----------------------------------------------------------------------
     def check_data(self) -> list[str]:
         """Byte-exact check of everything each running request reads (optional protocol hook)."""
-        tokens = harness_tokens(self.N * self.table.consts.L)
         out: list[str] = []
+        tokens = None  # the chain's tokens, made when a running request is there to check
         for r, ctx in enumerate(self._ctx):
             if (
                 ctx is not None
                 and ctx.run is not None
                 and self.core.slots[r].request is ctx.request
             ):
+                if tokens is None:
+                    tokens = harness_tokens(self.N * self.table.consts.L)
                 out.extend(f"request {r}: {p}" for p in verify_run(ctx.run, tokens))
         return out
 
