@@ -112,9 +112,6 @@ def _cmd_graphs(args: argparse.Namespace) -> int:
     return EXIT_OK if ok else EXIT_FAIL
 
 
-YOUNG_THRESHOLD = 1_000_000  # allocations between young collections during a fuzz run
-
-
 @contextlib.contextmanager
 def long_lived_imports() -> Iterator[None]:
     """The collector tuned for a fuzz run, and put back as it was afterwards.
@@ -123,21 +120,16 @@ def long_lived_imports() -> Iterator[None]:
     long as the run: ``gc.freeze()`` moves it out of the collector's generations, so no full
     collection walks it again.  Hypothesis runs one at its first example (``register_random``),
     and Python others as the examples allocate: each walked the whole import graph.  The young
-    generation is collected after 1,000,000 allocations instead of 700 (a ci run made about 600
-    young collections; Hypothesis allocates much and keeps little).  A young collection walks
-    what is alive of the young objects, and at 50,000 (the previous setting) the block ci run
-    still made 9 of them, about 27 ms each, walking objects an example drops soon after; at
-    1,000,000 it makes none (the API run none instead of 5), for about 120 MB more at the peak
-    (390 -> 508 MB, block target).  Only walks are saved: any garbage made during the run is
-    collected as before, and on exit the threshold and the generations are restored
-    (``gc.unfreeze``), so a caller's process (a test session) goes on as it was.  Measured on
-    the ci runs: time in the collector 0.53 -> 0.12 s at 50,000 (block target), 0.29 -> 0.11 s
-    (API target); at 1,000,000 the block run's is about 0.1 s (Hypothesis' one full
-    collection) instead of 0.24-0.31 s, the API run's 0.16 s instead of 0.28 s.
+    generation is collected after 50,000 allocations instead of 700 (a ci run made about 600
+    young collections; Hypothesis allocates much and keeps little).  Only walks are saved: any
+    garbage made during the run is collected as before, and on exit the threshold and the
+    generations are restored (``gc.unfreeze``), so a caller's process (a test session) goes on
+    as it was.  Measured on the ci runs: time in the collector 0.53 -> 0.12 s (block target),
+    0.29 -> 0.11 s (API target).
     """
     before = gc.get_threshold()
     gc.freeze()
-    gc.set_threshold(YOUNG_THRESHOLD, 50, 100)
+    gc.set_threshold(50_000, 50, 100)
     try:
         yield
     finally:
