@@ -153,15 +153,12 @@ def test_model_target_self_check(capsys):
     assert main(["fuzz", "--target", "model", "--examples", "5", "--steps", "10"]) == 0
 
 
-def test_coverage_pass_beside_counts_and_fails_as_in_place(monkeypatch):
+def test_coverage_pass_beside_counts_and_fails_as_in_place():
     """The coverage pass forked beside the exploration adds the counts the pass in place adds,
     and a failing pass there says so (the CLI then replays it in place for the report)."""
     from collections import Counter
 
-    from kvstate import fuzz_cli
     from kvstate.fuzz_cli import _CoverageBeside
-
-    monkeypatch.setattr(fuzz_cli, "IDLE_CPU_TO_FORK", float("-inf"))  # whatever the load
     from kvstate.model.fuzz import replay_seeds
     from kvstate.proofs.witnesses import reach_traces
 
