@@ -6,8 +6,10 @@ Targets: ``kvstate-api`` (the library's public API, bytes and faults:
 (the reference interpreter, a self-check), or ``module:factory`` -- any callable
 ``factory(table, N)`` returning an object with one method per spec action plus ``observe()``.
 
-A run first replays the proofs' reachability witnesses in lockstep with a near-miss refusal
-sweep (a deterministic coverage pass; ``--no-coverage`` skips it), then lets Hypothesis explore.
+A run replays the proofs' reachability witnesses in lockstep with a near-miss refusal sweep (a
+deterministic coverage pass; ``--no-coverage`` skips it) and lets Hypothesis explore; with a
+second CPU the pass runs in a forked process beside the exploration (the two share nothing but
+answers kept per pure input), otherwise first, and its finding is reported first either way.
 A finding is shrunk to a short trace that fails the same way: by Hypothesis' own shrinker when
 Hypothesis found it, then (either way) by delta debugging over fresh replays
 (:func:`kvstate.model.fuzz.minimize`).  The report gives who found it and the lengths before
@@ -225,6 +227,102 @@ def _report(
     return 1
 
 
+class _CoverageBeside:
+    """The coverage pass run in a forked process while Hypothesis explores in this one.
+
+    The two are independent: every witness trace starts from Init on a fresh target and model,
+    every Hypothesis example too, and what they share is kept per pure input (the model's
+    answers per state value, the test rows per exact input), so neither changes what the other
+    does or checks.  On a machine with a second CPU the pass then costs no wall-clock time.
+    The child sends back its counts (steps, refusals) or that it failed; a failure is not
+    reported from there: the parent replays the pass itself (it is deterministic) and reports
+    that finding exactly as a pass run in place would, before any Hypothesis finding.  Used
+    only where ``os.fork`` exists and this process may run on more than one CPU.  The guards
+    are compiled before the fork (one target built and closed), so the two processes do not
+    both compile them; the exploration then finds the model's answers about the witnesses'
+    states not yet kept and computes them itself.  Measured on the ci run at load 5.5-7: the
+    two processes together used 2.95-3.18 CPU s against 3.31-3.43 for the same build in place.
+    """
+
+    def __init__(self, pid: int, fd: int) -> None:
+        self.pid = pid
+        self.fd = fd
+        self.why = ""
+
+    @classmethod
+    def start(
+        cls,
+        machine_cls: Any,
+        table: Table,
+        seeds: Sequence[Sequence[tuple[str, Any]]],
+        counts: Counter[str],
+    ) -> _CoverageBeside | None:
+        """The pass started in a child process (``counts``: the run's, which its machines
+        count into), or None where it cannot run beside (the caller runs it in place)."""
+        import os
+
+        try:
+            cpus = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            cpus = os.cpu_count() or 1
+        if not hasattr(os, "fork") or cpus < 2:
+            return None
+        # One target built (and closed) first: the guards it compiles from the table are then
+        # compiled once, for both processes, not once in each.
+        close = getattr(machine_cls().target, "close", None)
+        if callable(close):
+            close()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid:
+            os.close(w)
+            return cls(pid, r)
+        # the child: run the pass, send the counts it added (or why it failed), and leave
+        # without running the parent's exit handlers (its scratch folder, its open files)
+        code = 1
+        try:
+            os.close(r)
+            import pickle
+
+            before = Counter(counts)
+            try:
+                replay_seeds(machine_cls, table, seeds)
+            except BaseException as exc:  # noqa: BLE001 - the parent replays it for the report
+                msg: Any = ("failed", f"{type(exc).__name__}: {exc}"[:2000])
+            else:
+                msg = ("ok", {k: v - before[k] for k, v in counts.items() if v != before[k]})
+                code = 0
+            data = pickle.dumps(msg)
+            with os.fdopen(w, "wb") as fh:
+                fh.write(data)
+        finally:
+            os._exit(code)
+
+    def join(self) -> dict[str, int] | None:
+        """The counts the pass added, or None when it failed (``why`` says how)."""
+        import os
+        import pickle
+
+        chunks = []
+        with os.fdopen(self.fd, "rb") as fh:
+            while True:
+                chunk = fh.read(1 << 16)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+        _, status = os.waitpid(self.pid, 0)
+        try:
+            kind, body = pickle.loads(b"".join(chunks))
+        except Exception:  # noqa: BLE001 - a crashed child sends nothing
+            kind, body = "failed", f"the process ended with status {status} and sent nothing"
+        if kind == "ok" and status == 0:
+            return dict(body)
+        self.why = str(body)
+        return None
+
+
 def run_fuzz_cli(args: argparse.Namespace, table: Table) -> int:
     if args.target == "vllm":  # a real engine's allocator, checked on the table's projection
         from kvstate.engines.vllm import cli_main
@@ -334,13 +432,33 @@ def run_fuzz_cli(args: argparse.Namespace, table: Table) -> int:
     )
     from hypothesis.stateful import run_state_machine_as_test
 
-    if not args.no_coverage and args.reproduce is None:
+    coverage = not args.no_coverage and args.reproduce is None
+    beside = _CoverageBeside.start(cls, table, seeds, counts) if coverage else None
+
+    def covered() -> int | None:
+        """The coverage pass done (here, or joined from beside): None, or the exit code of
+        its report."""
+        if beside is not None:
+            done = beside.join()
+            if done is not None:
+                counts.update(done)
+                return None
+            # it failed there: run it here (deterministic: the same finding) for the report
         try:
             replay_seeds(cls, table, seeds)
         except Exception as exc:  # noqa: BLE001 - a finding, or a target crash, is reported
             return _report(
                 args, cls, exc, seed=seed, started=started, counts=counts, hypothesis_found=False
             )
+        if beside is not None:  # passed here, failed there: say so, never pass silently
+            print(f"kvstate fuzz: error: the coverage pass failed in its process: {beside.why}")
+            return 1
+        return None
+
+    if coverage and beside is None:
+        failed = covered()
+        if failed is not None:
+            return failed
         print(
             f"  coverage pass: {len(seeds)} witness traces replayed in lockstep"
             " (near misses refused at every step)",
@@ -349,11 +467,26 @@ def run_fuzz_cli(args: argparse.Namespace, table: Table) -> int:
     try:
         run_state_machine_as_test(cls, settings=prof)
     except DidNotReproduce as exc:
+        if beside is not None:
+            beside.join()
         print(f"kvstate fuzz: error: --reproduce: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:  # noqa: BLE001 - a finding, or a target crash, is reported
+        # a coverage-pass finding comes first, as when the pass ran before the exploration
+        failed = covered() if beside is not None else None
+        if failed is not None:
+            return failed
         return _report(
             args, cls, exc, seed=seed, started=started, counts=counts, hypothesis_found=True
+        )
+    if beside is not None:
+        failed = covered()
+        if failed is not None:
+            return failed
+        print(
+            f"  coverage pass: {len(seeds)} witness traces replayed in lockstep"
+            " (near misses refused at every step; in its own process, beside the exploration)",
+            flush=True,
         )
     steps = sum(v for k, v in counts.items() if not k.startswith("("))
     took = time.monotonic() - started

@@ -74,11 +74,14 @@ class _ObservedTarget:
     The observation is returned as a read-only snapshot (a copy the target cannot edit).
     """
 
-    __slots__ = ("_target", "_last")
+    __slots__ = ("_target", "_last", "_calls")
 
     def __init__(self, target: Any) -> None:
         self._target = target
         self._last: Mapping[str, Any] | None = None
+        # name -> (the target's attribute, its wrapper): made once per name, and remade if the
+        # target's attribute is another object now (its methods are bound anew at every read)
+        self._calls: dict[str, tuple[Any, Callable[..., Any]]] = {}
 
     def observe(self) -> Mapping[str, Any]:
         if self._last is None:  # a private read-only copy: nobody can edit it behind our back
@@ -89,11 +92,15 @@ class _ObservedTarget:
         attr = getattr(self._target, name)
         if not callable(attr):
             return attr
+        kept = self._calls.get(name)
+        if kept is not None and kept[0] == attr:  # the same method of the same target
+            return kept[1]
 
         def call(*args: Any, **kwargs: Any) -> Any:
             self._last = None
             return attr(*args, **kwargs)
 
+        self._calls[name] = (attr, call)
         return call
 
 
@@ -172,32 +179,44 @@ def canonical(values: Mapping[str, Any], table: Table) -> dict[str, Any]:
     return dict(last[2])
 
 
-_facts_memo: dict[int, tuple[Table, tuple[tuple[str, Scope], ...], frozenset[str], bool]] = {}
+class _Facts:
+    """Per table, computed once (each observation needs them)."""
 
+    __slots__ = ("table", "addresses", "names", "mechanism_first", "mechanism", "ghosts")
 
-def _facts(table: Table) -> tuple[tuple[tuple[str, Scope], ...], frozenset[str]]:
-    """Per table, computed once (each observation needs them): the address variables with
-    their scopes, and the names ``observe()`` must report (every non-ghost variable)."""
-    hit = _facts_hit(table)
-    return hit[1], hit[2]
-
-
-def _facts_hit(table: Table) -> tuple[Table, tuple[tuple[str, Scope], ...], frozenset[str], bool]:
-    hit = _facts_memo.get(id(table))
-    if hit is None or hit[0] is not table:
+    def __init__(self, table: Table) -> None:
         names = {v.name for v in table.vars}
-        addresses = tuple(
+        self.table = table
+        # the address variables with their scopes
+        self.addresses = tuple(
             (var, table.var(var).scope) for var in address_vars(table) if var in names
         )
-        ghost = [table.var(var).ghost for var, _ in addresses]
-        hit = _facts_memo[id(table)] = (
-            table,
-            addresses,
-            frozenset(v.name for v in table.vars if not v.ghost),
-            # no ghost address is renamed before a mechanism one: equal mechanism values are
-            # then equal up to renaming too (see ``diff``)
-            ghost == sorted(ghost),
+        # the names ``observe()`` must report (every non-ghost variable)
+        self.names = frozenset(v.name for v in table.vars if not v.ghost)
+        ghost = [table.var(var).ghost for var, _ in self.addresses]
+        # no ghost address is renamed before a mechanism one: equal mechanism values are then
+        # equal up to renaming too (see ``diff``)
+        self.mechanism_first = ghost == sorted(ghost)
+        # ``with_ghosts``: the mechanism's address variables (flattened when per request and
+        # block), and each ghost with whether it is a per-block address (translated)
+        self.mechanism = tuple(
+            (var, scope is Scope.REQ_BLOCK)
+            for var, scope in self.addresses
+            if not table.var(var).ghost
         )
+        addresses = address_vars(table)
+        self.ghosts = tuple(
+            (v.name, v.name in addresses and v.scope is Scope.BLOCK) for v in table.vars if v.ghost
+        )
+
+
+_facts_memo: dict[int, _Facts] = {}
+
+
+def _facts_of(table: Table) -> _Facts:
+    hit = _facts_memo.get(id(table))
+    if hit is None or hit.table is not table:
+        hit = _facts_memo[id(table)] = _Facts(table)
     return hit
 
 
@@ -208,7 +227,7 @@ def _canonical(values: Mapping[str, Any], table: Table) -> dict[str, Any]:
         return names.setdefault(x, len(names))
 
     out = dict(values)
-    for var, scope in _facts(table)[0]:
+    for var, scope in _facts_of(table).addresses:
         if var not in values:
             continue
         v = values[var]
@@ -223,7 +242,8 @@ _PLAIN = (dict, MappingProxyType)
 
 
 def diff(model: Mapping[str, Any], observed: Mapping[str, Any], table: Table) -> list[str]:
-    _, _, names, mechanism_first = _facts_hit(table)
+    facts = _facts_of(table)
+    names, mechanism_first = facts.names, facts.mechanism_first
     if model is observed or (
         len(model) == len(observed)
         and (
@@ -266,24 +286,29 @@ def with_ghosts(
     target's address names through the mechanism's address variables, which ``diff`` has just
     found equal up to a bijection."""
     out = dict(observed)
-    ghosts = [v for v in table.vars if v.ghost]
-    if not ghosts:
+    facts = _facts_of(table)
+    if not facts.ghosts:
         return out
     to_target: dict[int, int] = {}
-    addresses = address_vars(table)
-    for var in addresses:
-        if var in observed and not table.var(var).ghost:
+    for var, flat in facts.mechanism:
+        if var in observed:
             a, b = model[var], observed[var]
-            if table.var(var).scope is Scope.REQ_BLOCK:
+            if flat:
                 a = tuple(x for row in a for x in row)
                 b = tuple(x for row in b for x in row)
+            if a == b:  # each x pairs with itself (the first pairing of an x stands)
+                for x in a:
+                    to_target.setdefault(x, x)
+                continue
             for x, y in zip(a, b, strict=False):
                 to_target.setdefault(x, y)
-    for v in ghosts:
-        val = model[v.name]
-        if v.name in addresses and v.scope is Scope.BLOCK:
+    # a ghost address not named by the mechanism keeps its name, as one paired with itself
+    renames = any(x != y for x, y in to_target.items())
+    for name, translate in facts.ghosts:
+        val = model[name]
+        if translate and renames:
             val = tuple(to_target.get(x, x) for x in val)
-        out[v.name] = val
+        out[name] = val
     return out
 
 
@@ -664,7 +689,44 @@ def build_state_machine(
     Conformance.enabled_inputs = enabled_inputs  # type: ignore[method-assign]
     Conformance.near_misses = near_misses  # type: ignore[method-assign]
 
+    # The completeness rule likewise: ``complete_prefix`` and ``check_completeness`` read the
+    # model state and the blocks a disturbing action touched, nothing else.  The prefix is kept
+    # per (state value, disturbed blocks); a check is skipped where it passed on the same
+    # (a failing one raises, and is never kept: it fails afresh).  The precondition of the
+    # probe rule asks for the prefix at every rule choice.
+    body_complete_prefix = Conformance.complete_prefix
+    body_check_completeness = Conformance.check_completeness
+
+    def complete_prefix(self: Any) -> tuple[int, int]:
+        kept = machine.answers_for(self.model)
+        key = ("complete_prefix", frozenset(self.disturbed))
+        got = kept.get(key)
+        if got is None:
+            got = kept[key] = body_complete_prefix(self)
+        return got  # type: ignore[no-any-return]
+
+    def check_completeness(self: Any) -> None:
+        kept = machine.answers_for(self.model)
+        key = ("completeness checked", frozenset(self.disturbed))
+        if key not in kept:
+            body_check_completeness(self)
+            kept[key] = True
+
+    Conformance.complete_prefix = complete_prefix  # type: ignore[method-assign]
+    Conformance.check_completeness = check_completeness  # type: ignore[method-assign]
+
+    # One strategy per distinct list of options (many states enable the same inputs): a new
+    # strategy object is validated at its first draw, and equal ones draw alike.
+    strategies: dict[tuple[Any, ...], st.SearchStrategy[Any]] = {}
+
     def inputs_strategy(a: Action, options: list[dict[str, int]]) -> st.SearchStrategy[Any]:
+        key = (a.name, *(tuple(o.items()) for o in options))
+        got = strategies.get(key)
+        if got is None:
+            got = strategies[key] = _inputs_strategy(a, options)
+        return got
+
+    def _inputs_strategy(a: Action, options: list[dict[str, int]]) -> st.SearchStrategy[Any]:
         # Whole-LCM-block hit lengths are the interesting ones; keep a few ragged ones too.
         aligned = [
             o
@@ -679,7 +741,17 @@ def build_state_machine(
         )
 
     def make_rule(a: Action) -> Callable[..., None]:
-        @precondition(lambda self: bool(self.enabled_inputs(a)))
+        key = ("enabled_inputs", a.name)
+
+        def has_inputs(self: Any) -> bool:
+            # ``bool(self.enabled_inputs(a))``, the kept list read directly.  A named function:
+            # Hypothesis describes a precondition at every check, a lambda by its source.
+            got = machine.answers_for(self.model).get(key)
+            return bool(got if got is not None else self.enabled_inputs(a))
+
+        has_inputs.__name__ = f"has_inputs_{a.name}"
+
+        @precondition(has_inputs)
         @rule(data=st.data())
         def step(self: Any, data: st.DataObject) -> None:
             # The strategy is kept with the state's answers: a new strategy object is validated
@@ -699,7 +771,10 @@ def build_state_machine(
 
     if table.completeness is not None:
 
-        @precondition(lambda self: self.complete_prefix()[0] > 0)
+        def has_complete_prefix(self: Any) -> bool:
+            return self.complete_prefix()[0] > 0  # type: ignore[no-any-return]
+
+        @precondition(has_complete_prefix)
         @rule()
         def probe_completeness(self: Any) -> None:
             # The target must accept a new request's read path over a complete prefix (the

@@ -145,12 +145,21 @@ class ProbeState(ConcreteState):
         return super().forall_blocks(lo, hi, body)
 
 
-def initial_values(table: Any, N: int) -> dict[str, Any]:
-    """The initial state of ``table`` for a pool of ``N`` blocks (every var's ``init``)."""
-    k = table.consts
-    out: dict[str, Any] = {}
+_INITIAL: dict[tuple[int, int], tuple[Any, dict[str, Any], frozenset[str]]] = {}
+
+
+def _initial(table: Any, N: int) -> tuple[dict[str, Any], frozenset[str]]:
+    """The initial values and the per-request names of ``table`` over ``N`` blocks, computed
+    once per (table, N): a fuzz run builds a model and a cache (whose projection and graph
+    registry start from the same state) for every example.  Every value is immutable (ints,
+    tuples), so callers get a shallow copy of the mapping."""
+    hit = _INITIAL.get((id(table), N))
+    if hit is not None and hit[0] is table:
+        return hit[1], hit[2]
     from .table import Scope
 
+    k = table.consts
+    out: dict[str, Any] = {}
     for v in table.vars:
         if v.scope is Scope.GLOBAL:
             out[v.name] = v.init(k, N, None)
@@ -160,7 +169,16 @@ def initial_values(table: Any, N: int) -> dict[str, Any]:
             out[v.name] = tuple(v.init(k, N, None) for _ in range(k.R))
         else:
             out[v.name] = tuple(tuple(v.init(k, N, b) for b in range(N)) for _ in range(k.R))
-    return out
+    names = frozenset(v.name for v in table.vars if v.scope in (Scope.REQ, Scope.REQ_BLOCK))
+    if len(_INITIAL) >= 64:
+        _INITIAL.clear()
+    _INITIAL[id(table), N] = (table, out, names)
+    return out, names
+
+
+def initial_values(table: Any, N: int) -> dict[str, Any]:
+    """The initial state of ``table`` for a pool of ``N`` blocks (every var's ``init``)."""
+    return dict(_initial(table, N)[0])
 
 
 def req_var_names(table: Any) -> frozenset[str]:
@@ -170,7 +188,8 @@ def req_var_names(table: Any) -> frozenset[str]:
 
 
 def initial_state(table: Any, N: int, cls: type[ConcreteState] = ConcreteState) -> ConcreteState:
-    return cls(initial_values(table, N), N, table.consts, req_var_names(table))
+    values, names = _initial(table, N)
+    return cls(values, N, table.consts, names)  # the state copies the mapping
 
 
 class _RecordingReq(ReqView):

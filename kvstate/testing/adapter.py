@@ -72,6 +72,7 @@ class Target:
         self._observe = observe_reader(table, N)
         self._reqs: list[Request | None] = [None] * self.R
         self._ctx: list[UseContext | None] = [None] * self.R
+        self._slots = self.core.slots[: self.R]  # the slot objects stay (their fields change)
 
     def close(self) -> None:
         self.cache.close()
@@ -204,19 +205,21 @@ class Target:
     # ---- observation ----------------------------------------------------------------------
     def check_data(self) -> list[str]:
         """Byte-exact check of everything each running request reads (optional protocol hook)."""
-        tokens = harness_tokens(self.N * self.table.consts.L)
         out: list[str] = []
+        tokens = None  # the chain's tokens, made when a running request is there to check
         for r, ctx in enumerate(self._ctx):
             if (
                 ctx is not None
                 and ctx.run is not None
                 and self.core.slots[r].request is ctx.request
             ):
+                if tokens is None:
+                    tokens = harness_tokens(self.N * self.table.consts.L)
                 out.extend(f"request {r}: {p}" for p in verify_run(ctx.run, tokens))
         return out
 
     def observe(self) -> dict[str, Any]:
-        return self._observe(self.core, self.core.meta, self._gather, self.core.slots[: self.R])
+        return self._observe(self.core, self.core.meta, self._gather, self._slots)
 
 
 _READERS: dict[tuple[int, int, bool], tuple[Table, Callable[..., dict[str, Any]]]] = {}
@@ -225,38 +228,55 @@ _READERS: dict[tuple[int, int, bool], tuple[Table, Callable[..., dict[str, Any]]
 def observe_reader(table: Table, N: int, *, pad: bool = False) -> Callable[..., dict[str, Any]]:
     """``observe()``'s body for ``table`` and ``N``, generated from its variables once: one
     dictionary display reading each shown variable where the library keeps it (a block
-    column gathered over the chain, a request field over the slots, a global on the core).
+    column gathered over the chain, a request field of each slot, a global on the core).
     The loop it replaces tested each variable's scope at every call, and ``observe()`` runs
     before and after every refusal check (24,000 times a ``ci`` run).  Ghost truth is not
     shown: the harness tracks it.  Table names are identifiers (``spec/validate.py``).  A
     request's per-block row is shown as the slot keeps it, or ``N`` zeros when empty; with
     ``pad`` (the API harness) padded with zeros to ``N``.  Called as
-    ``reader(core, core.meta, gather, slots)``, ``gather`` picking the chain's records."""
+    ``reader(core, core.meta, gather, slots)``, ``gather`` picking the chain's records and
+    ``slots`` the table's ``R`` request slots (exactly ``R``: they are unpacked once, and a
+    request variable is read slot by slot, not by a comprehension per variable)."""
     hit = _READERS.get((id(table), N, pad))
     if hit is not None and hit[0] is table:
         return hit[1]
+    R = table.consts.R
+    slots = [f"s{r}" for r in range(R)]
+
+    def per_slot(expr: str) -> str:  # a tuple display of ``expr`` over the slots (``@``)
+        return "(" + "".join(expr.replace("@", sl) + ", " for sl in slots) + ")"
+
+    shown = {v.name for v in table.vars if not v.ghost}
     items = []
     for v in table.vars:
         name = v.name
         if v.ghost:
             continue
         if v.scope is Scope.BLOCK:
-            expr = f"gather(m.{name})"
+            expr = "ckv" if name == "ckv" else f"gather(m.{name})"
         elif v.scope is Scope.GLOBAL:
             if name == "nfree":
-                expr = "gather(m.ckv).count(FREE)"
+                expr = "ckv.count(FREE)"
             elif name == "graph":
                 expr = "core.graph.phase"
             else:
                 expr = f"core.{name}"
         elif v.scope is Scope.REQ:
-            expr = f"tuple([s.{name} for s in slots])"
+            expr = per_slot(f"@.{name}")  # names are identifiers: no ``@`` in them
         elif pad:
-            expr = f"tuple([tuple(s.{name}) + (0,) * (N - len(s.{name})) for s in slots])"
+            expr = per_slot(f"tuple(@.{name}) + (0,) * (N - len(@.{name}))")
         else:
-            expr = f"tuple([tuple(s.{name}) or zeros for s in slots])"
+            expr = per_slot(f"(tuple(@.{name}) or zeros)")
         items.append(f"        {name!r}: {expr},\n")
-    src = "def observe(core, m, gather, slots):\n    return {\n" + "".join(items) + "    }\n"
+    src = (
+        "def observe(core, m, gather, slots):\n"
+        + (f"    {', '.join(slots)}, = slots\n" if slots else "    () = slots\n")
+        # the ckv column once: ``nfree`` counts it (the same list, read in the same call)
+        + ("    ckv = gather(m.ckv)\n" if shown & {"ckv", "nfree"} else "")
+        + "    return {\n"
+        + "".join(items)
+        + "    }\n"
+    )
     scope: dict[str, Any] = {"FREE": CKV.FREE, "zeros": (0,) * N, "N": N}
     exec(compile(src, f"<kvstate.testing.adapter observe {table.name}>", "exec"), scope)  # noqa: S102
     fn: Callable[..., dict[str, Any]] = scope["observe"]

@@ -151,3 +151,30 @@ def test_bad_target_and_bug_names_exit_2(capsys):
 
 def test_model_target_self_check(capsys):
     assert main(["fuzz", "--target", "model", "--examples", "5", "--steps", "10"]) == 0
+
+
+def test_coverage_pass_beside_counts_and_fails_as_in_place():
+    """The coverage pass forked beside the exploration adds the counts the pass in place adds,
+    and a failing pass there says so (the CLI then replays it in place for the report)."""
+    from collections import Counter
+
+    from kvstate.fuzz_cli import _CoverageBeside
+    from kvstate.model.fuzz import replay_seeds
+    from kvstate.proofs.witnesses import reach_traces
+
+    t = default_table()
+    seeds = reach_traces(t.name)[:6]
+    here: Counter[str] = Counter()
+    cls = build_state_machine(t, 2, lambda table, n: make_target(table, n), stats=here)
+    replay_seeds(cls, t, seeds)
+    there: Counter[str] = Counter()
+    cls = build_state_machine(t, 2, lambda table, n: make_target(table, n), stats=there)
+    beside = _CoverageBeside.start(cls, t, seeds, there)
+    if beside is None:
+        pytest.skip("one CPU or no fork here: the pass runs in place")
+    assert beside.join() == {k: v for k, v in here.items() if v} and not there
+    bug = "evict_ignores_pins"
+    cls = build_state_machine(t, 2, lambda table, n: make_target(table, n, bugs=[bug]))
+    failing = _CoverageBeside.start(cls, t, reach_traces(t.name), Counter())
+    assert failing is not None and failing.join() is None
+    assert "Nonconformance" in failing.why and "evict_start" in failing.why, failing.why

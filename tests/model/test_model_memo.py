@@ -172,9 +172,9 @@ def test_diff_shortcut_reports_what_the_full_comparison_reports() -> None:
     """``diff`` answers "no difference" without renaming when every variable the target shows
     equals the model's; the full comparison (``_diff``) agrees on reached states, on damaged
     observations, and on observations with a variable missing."""
-    from kvstate.model.fuzz import _diff, _facts_hit, diff
+    from kvstate.model.fuzz import _diff, _facts_of, diff
 
-    assert _facts_hit(TABLE)[3]  # the default table's mechanism addresses come first
+    assert _facts_of(TABLE).mechanism_first  # the default table's mechanism addresses come first
     shown = [v.name for v in TABLE.vars if not v.ghost]
     rng = random.Random(11)
     differ = 0
@@ -189,3 +189,56 @@ def test_diff_shortcut_reports_what_the_full_comparison_reports() -> None:
             assert diff(model, obs, TABLE) == want
             differ += bool(want)
     assert differ  # the comparison saw differences too
+
+
+def _ghosts_plain(model: dict[str, Any], observed: dict[str, Any]) -> dict[str, Any]:
+    """``with_ghosts`` as a plain loop over the table's variables (the oracle)."""
+    from kvstate.spec.table import Scope, address_vars
+
+    out = dict(observed)
+    to_target: dict[int, int] = {}
+    addresses = address_vars(TABLE)
+    for var in addresses:
+        if var in observed and not TABLE.var(var).ghost:
+            a, b = model[var], observed[var]
+            if TABLE.var(var).scope is Scope.REQ_BLOCK:
+                a = tuple(x for row in a for x in row)
+                b = tuple(x for row in b for x in row)
+            for x, y in zip(a, b, strict=False):
+                to_target.setdefault(x, y)
+    for v in TABLE.vars:
+        if v.ghost:
+            val = model[v.name]
+            if v.name in addresses and v.scope is Scope.BLOCK:
+                val = tuple(to_target.get(x, x) for x in val)
+            out[v.name] = val
+    return out
+
+
+def test_with_ghosts_translates_as_the_plain_loop() -> None:
+    """The observed state completed with the model's ghosts, ghost addresses translated into
+    the target's names: the same as the plain loop, for targets that name addresses as the
+    model does, rename them (a bijection), or show some of them wrong."""
+    from kvstate.model.fuzz import with_ghosts
+    from kvstate.spec.table import Scope, address_vars
+
+    shown = [v.name for v in TABLE.vars if not v.ghost]
+    mechanism = [a for a in address_vars(TABLE) if not TABLE.var(a).ghost]
+    rng = random.Random(5)
+    renamed = 0
+    for s in _walk(Machine(TABLE), 60, seed=9):
+        model = s.values
+        same = {n: model[n] for n in shown}
+        shift = rng.randrange(1, 50)  # the target's address x + shift for the model's x
+        moved = dict(same)
+        for var in mechanism:
+            if TABLE.var(var).scope is Scope.REQ_BLOCK:
+                moved[var] = tuple(tuple(x + shift for x in row) for row in model[var])
+            else:
+                moved[var] = tuple(x + shift for x in model[var])
+        damaged = {n: _perturb(s, rng)._v[n] for n in shown}
+        for obs in (same, moved, damaged):
+            got = with_ghosts(model, obs, TABLE)
+            assert list(got.items()) == list(_ghosts_plain(model, obs).items())
+            renamed += got != {**obs, **{k: model[k] for k in got if k not in obs}}
+    assert renamed  # some walks translated a ghost address
