@@ -286,6 +286,13 @@ class _CoverageBeside:
             os.close(r)
             import pickle
 
+            # GNU OpenMP (torch's CPU thread pool) is not fork-safe: a child whose parent ran a
+            # parallel region hangs at its own first one (a target allocating large tiers, say).
+            # One thread in the child runs torch's ops without entering OpenMP at all.
+            torch = sys.modules.get("torch")
+            if torch is not None:
+                torch.set_num_threads(1)
+
             before = Counter(counts)
             try:
                 replay_seeds(machine_cls, table, seeds)

@@ -178,3 +178,45 @@ def test_coverage_pass_beside_counts_and_fails_as_in_place():
     failing = _CoverageBeside.start(cls, t, reach_traces(t.name), Counter())
     assert failing is not None and failing.join() is None
     assert "Nonconformance" in failing.why and "evict_start" in failing.why, failing.why
+
+
+_FORK_AFTER_OPENMP = """
+import sys, torch
+from kvstate.fuzz_cli import _CoverageBeside
+from kvstate.model.fuzz import build_state_machine
+from kvstate.proofs.witnesses import reach_traces
+from kvstate.spec.default import default_table
+from kvstate.testing.adapter import make_target
+
+def big_target(table, n):  # a target whose construction runs torch ops in parallel regions
+    torch.ones(1 << 22).mul_(2).sum()
+    return make_target(table, n)
+
+torch.set_num_threads(2)
+torch.ones(1 << 22).mul_(3).sum()  # the parent has used OpenMP before the fork
+t = default_table()
+cls = build_state_machine(t, 2, big_target)
+beside = _CoverageBeside.start(cls, t, reach_traces(t.name)[:2], __import__("collections").Counter())
+print("none" if beside is None else ("ok" if beside.join() is not None else beside.why))
+"""
+
+
+def test_coverage_pass_beside_survives_a_parent_that_ran_openmp():
+    """A child forked after its parent ran an OpenMP parallel region hangs at its own first one
+    (GNU OpenMP is not fork-safe), unless the child runs torch on one thread."""
+    import subprocess
+    import sys
+
+    got = subprocess.run(
+        [sys.executable, "-c", _FORK_AFTER_OPENMP],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    out = got.stdout.strip().splitlines()
+    assert got.returncode == 0 and out, got.stderr[-2000:]
+    if out[-1] == "none":
+        pytest.skip("one CPU or no fork here: the pass runs in place")
+    assert out[-1] == "ok", got.stdout[-2000:] + got.stderr[-2000:]
