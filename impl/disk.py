@@ -327,9 +327,10 @@ class DiskTier:
         got = self._pread(fd, memoryview(buf), offset)
         return bytes(buf[:got]) if got < n else bytes(buf)
 
-    def _open(self, path: Path) -> int:
-        """A read descriptor for a regular file (no symlink followed, no FIFO waited on)."""
-        fd = os.open(path, _OPEN_FLAGS)
+    def _open(self, path: Path, extra: int = 0) -> int:
+        """A read descriptor for a regular file (no symlink followed, no FIFO waited on);
+        ``extra``: more open flags (``O_DIRECT``)."""
+        fd = os.open(path, _OPEN_FLAGS | extra)
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 raise IsADirectoryError(f"{path.name} is not a regular file")
@@ -343,19 +344,11 @@ class DiskTier:
         allows it; returns (descriptor, direct)."""
         if self.direct:
             try:
-                fd = os.open(path, _OPEN_FLAGS | _O_DIRECT)
+                return self._open(path, _O_DIRECT), True
             except OSError as exc:
                 if exc.errno != errno.EINVAL:
                     raise
                 self.direct = False  # this file system refuses direct I/O: buffered from now on
-            else:
-                try:
-                    if not stat.S_ISREG(os.fstat(fd).st_mode):
-                        raise IsADirectoryError(f"{path.name} is not a regular file")
-                except BaseException:
-                    os.close(fd)
-                    raise
-                return fd, True
         return self._open(path), False
 
     def read_header(self, path: Path) -> DiskEntry:
