@@ -70,6 +70,7 @@ class BlockStore:
         self.index: dict[bytes, int] = {}
         self.lru: OrderedDict[int, None] = OrderedDict()  # READY on device, least recent first
         self.tombstones: OrderedDict[int, None] = OrderedDict()  # FREE records still indexed
+        self.geometry = table.geometry  # the window policy (``Geometry.swa_kept``)
 
     # ---- records ----------------------------------------------------------------------------
     def record(self, key: bytes, tokens: np.ndarray | None, start: int) -> int:
@@ -134,13 +135,34 @@ class BlockStore:
         return slot
 
     def take_swa(self) -> list[int]:
+        """One block's SWA pages.  An empty pool first slides the least recently used block
+        the table lets slide (``slide``: a VALID, unpinned window), which keeps its compressed
+        KV (its prefix still hits up to an earlier checkpoint); eviction would free no pages
+        where no block can slide (a block the table lets go is unpinned, and an unpinned
+        READY block's window is NULL once it cannot slide), so then there is no room."""
         n = self.tiers.swa_pages_per_block
         pages = self.tiers.swa_pool.take(n)
         while pages is None:
-            if not self.evict_lru():
-                raise OutOfCapacity("allocate", (), "no free SWA pages and nothing evictable")
+            if not self.slide_lru():
+                raise OutOfCapacity("allocate", (), "no free SWA pages and no window to slide")
             pages = self.tiers.swa_pool.take(n)
         return pages
+
+    def slide_lru(self) -> bool:
+        """Slide the least recently used device block that holds SWA pages and that the table
+        lets slide (its guard, then its effects; the lock is held)."""
+        pages = self.meta.swa_pages
+        gate = self.gate
+        for rid in self.lru:
+            if not pages[rid]:
+                continue
+            try:
+                gate.check_block("slide", rid)
+            except Refused:
+                continue
+            self.fx_slide(rid)
+            return True
+        return False
 
     def evict_lru(self) -> bool:
         """Evict the least recently used block the table allows to be evicted: evict_start then
@@ -255,12 +277,14 @@ class BlockStore:
             self.gate.check_block("allocate", rid, f=fmt)
             return self.fx_allocate(rid, fmt)
 
-    def fx_allocate(self, rid: int, fmt: int) -> int:
-        """Effects: a device slot and SWA pages (evicting the LRU blocks the table lets go)."""
+    def fx_allocate(self, rid: int, fmt: int, window: bool = True) -> int:
+        """Effects: a device slot and SWA pages (evicting the LRU blocks the table lets go);
+        ``window=False``: no SWA pages, the block is slid in the same store run (the caller
+        checks ``slide``'s guard once it is committed), so its pages would go back at once."""
         m = self.meta
         slot = self.take_slot(rid, m.addr[rid])
         try:
-            pages = self.take_swa()
+            pages = self.take_swa() if window else []
         except OutOfCapacity:
             self.tiers.slots.release(slot)
             raise
@@ -280,35 +304,46 @@ class BlockStore:
         m.idx[rid] = _IDX_ABSENT
         m.fmt[rid] = fmt
 
-    def _allocate_run(self, todo: list[int], fmt: int) -> int:
-        """fx_allocate of a run's blocks in order; how many got their slot and pages.  The
-        SWA pages of the whole run are taken in one call when the pool holds them all (they
-        are then the very pages the per-block takes would have got: pages freed meanwhile go
-        to the back of the free list); else block by block, evicting as each needs."""
+    def _allocate_run(self, todo: list[int], fmt: int, slid: set[int]) -> int:
+        """fx_allocate of a run's blocks in order; how many got their slot and pages (none for
+        the blocks of ``slid``: the run slides them once committed).  The SWA pages of the
+        whole run are taken in one call when the pool holds them all (they are then the very
+        pages the per-block takes would have got: pages freed meanwhile go to the back of the
+        free list); else block by block, sliding or evicting as each needs."""
         n = self.tiers.swa_pages_per_block
         pool = self.tiers.swa_pool
-        pages = pool.take(n * len(todo))
+        pages = pool.take(n * (len(todo) - len(slid)))
         got = 0
         if pages is None:
             for rid in todo:
                 try:
-                    self.fx_allocate(rid, fmt)
+                    self.fx_allocate(rid, fmt, rid not in slid)
                 except OutOfCapacity:
                     break  # the rest is recomputed next time; the cache is full of pinned blocks
                 got += 1
             return got
         addr = self.meta.addr
+        used = 0
         for rid in todo:
             try:
                 slot = self.take_slot(rid, addr[rid])
             except OutOfCapacity:
-                pool.untake(pages[got * n :])  # as if the rest had never been taken
+                pool.untake(pages[used:])  # as if the rest had never been taken
                 break
-            self._allocated(rid, slot, tuple(pages[got * n : (got + 1) * n]), fmt)
+            if rid in slid:
+                self._allocated(rid, slot, (), fmt)
+            else:
+                self._allocated(rid, slot, tuple(pages[used : used + n]), fmt)
+                used += n
             got += 1
         return got
 
-    def store_run(self, blocks: Sequence[tuple[bytes, np.ndarray | None, int]], ticks: int) -> int:
+    def store_run(
+        self,
+        blocks: Sequence[tuple[bytes, np.ndarray | None, int]],
+        ticks: int,
+        end: int = -1,
+    ) -> int:
         """Store a run of a chain's blocks, ``(key, tokens, start)`` each, skipping those already
         cached (dedup); returns how many were stored.  The caller holds the lock.
 
@@ -320,7 +355,14 @@ class BlockStore:
         order.  The eviction of the blocks to make room happens up front, the least recently
         used first, as the allocations one by one would have chosen them (the run's own blocks
         are never candidates: WRITING is not evictable).  Where capacity runs out, the first
-        blocks of the run are stored and the rest left to be recomputed."""
+        blocks of the run are stored and the rest left to be recomputed.
+
+        ``end`` (chain blocks; -1: no policy): the length of the prefix being stored.  The
+        run's blocks that the window policy does not keep at that length
+        (:meth:`Geometry.swa_kept`: outside the last window and every checkpoint's) are slid
+        once committed (``slide``'s guard once over them, in the run's table order: allocate,
+        commit, slide, seal, ...), and take no SWA pages on the way, since they would give
+        them back at once."""
         m = self.meta
         gate = self.gate
         todo: list[int] = []
@@ -340,8 +382,14 @@ class BlockStore:
             return 0
         fmt = self.write_fmt
         gate.check_run("allocate", todo, f=fmt)
+        slid: set[int] = set()
+        if end >= 0:  # the window policy: one call for the run's span of the chain
+            starts, L = m.start, self.L
+            first, last = starts[todo[0]] // L, starts[todo[-1]] // L
+            kept = self.geometry.swa_kept_blocks(first, last + 1, end)
+            slid = {rid for rid in todo if starts[rid] // L not in kept}
         self._evict_run(len(todo) - self.tiers.slots.free)
-        got = self._allocate_run(todo, fmt)
+        got = self._allocate_run(todo, fmt, slid)
         for rid in todo[got:]:
             self.tombstones[rid] = None
         todo = todo[:got]
@@ -355,11 +403,25 @@ class BlockStore:
             self._stored(todo[:done])
             for rid in todo[done:]:
                 self.discard(rid)
+            self._slide_stored(todo[:done], slid)
             self._seal_run(todo[:done], ticks)
             raise
         self._stored(todo)
+        self._slide_stored(todo, slid)
         self._seal_run(todo, ticks)
         return len(todo)
+
+    def _slide_stored(self, rids: list[int], slid: set[int]) -> None:
+        """slide of a run's committed blocks that took no SWA pages: the guard once over them
+        (a block the run just allocated is unpinned: pinned blocks are never FREE), then the
+        effect (the window phase; there are no pages to give back)."""
+        if not slid:
+            return
+        run = [rid for rid in rids if rid in slid]
+        self.gate.check_run("slide", run)
+        swa = self.meta.swa
+        for rid in run:
+            swa[rid] = _SWA_NULL
 
     def _stored(self, rids: list[int]) -> None:
         """The STORED events of a run's committed blocks, in commit order."""
@@ -437,15 +499,20 @@ class BlockStore:
     def slide(self, rid: Any) -> None:
         with self.lock:
             self.gate.check_block("slide", rid)
-            m = self.meta
-            if m.swa_pages[rid]:
-                self.tiers.swa_pool.release(m.swa_pages[rid])
-                m.swa_pages[rid] = ()
-            job = self.pipes.dma.get(rid) or self.pipes.io.get(rid)
-            if isinstance(job, LoadJob) and job.swa_pages:
-                self.tiers.swa_pool.release(job.swa_pages)
-                job.swa_pages = ()
-            m.swa[rid] = _SWA_NULL
+            self.fx_slide(rid)
+
+    def fx_slide(self, rid: int) -> None:
+        """Effects (the caller holds the lock and has checked the guard): the pages go back,
+        a load's reserved ones too, and the window is the null block."""
+        m = self.meta
+        if m.swa_pages[rid]:
+            self.tiers.swa_pool.release(m.swa_pages[rid])
+            m.swa_pages[rid] = ()
+        job = self.pipes.dma.get(rid) or self.pipes.io.get(rid)
+        if isinstance(job, LoadJob) and job.swa_pages:
+            self.tiers.swa_pool.release(job.swa_pages)
+            job.swa_pages = ()
+        m.swa[rid] = _SWA_NULL
 
     # ---- Indexer State ----------------------------------------------------------------------
     def stamp_index(self, rid: int, build: bool = True) -> None:

@@ -831,7 +831,8 @@ class HeterogeneousKVCache:
     # ---- decode and completion ------------------------------------------------------------
     def append(self, request: Any, tokens: Any) -> None:
         """Decode ``tokens``: completed blocks are stored (committed, indexed, tail sealed) and
-        blocks that left the sliding window are slid to the null block."""
+        blocks that left the sliding window are slid to the null block, except the windows
+        of checkpoint boundaries (:meth:`Geometry.swa_kept`, the store's policy)."""
         req = self._own(request)
         new = as_tokens(tokens, max_len=self.max_model_len - len(req.tokens))
         core = self.core
@@ -843,14 +844,18 @@ class HeterogeneousKVCache:
             self._store_checked(req)
             W = self.table.consts.W
             rids = core.resolve(req.chain)
-            for b in range(max(0, before - W), max(0, req.chain.blocks - W)):
-                if core.can("slide", rids[b]):
+            n = req.chain.blocks
+            lo, hi = max(0, before - W), max(0, n - W)
+            kept = self.geometry.swa_kept_blocks(lo, hi, n)
+            for b in range(lo, hi):
+                if b not in kept and core.can("slide", rids[b]):
                     core.slide(rids[b])
 
     def _store(self, req: Request) -> None:
         """Store the request's full blocks not cached yet (dedup: a block another request
-        already stored is left alone): one run (``CacheCore.store_run``).  The caller holds the
-        core's lock."""
+        already stored is left alone): one run (``CacheCore.store_run``), whose blocks outside
+        the window policy's (the last window of the request's length, the checkpoints') are
+        slid as they are stored.  The caller holds the core's lock."""
         chain, L = req.chain, self.L
         ticks = min(req.lifetime, self.table.consts.lease_max)
         keys = chain.keys
@@ -861,7 +866,7 @@ class HeterogeneousKVCache:
             run = [
                 (keys[k], chain.block_tokens_of(k), k * L) for k in range(req.stored, chain.blocks)
             ]
-        self.store.store_run(run, ticks)
+        self.store.store_run(run, ticks, chain.blocks)
         req.stored = chain.blocks
 
     def _store_checked(self, req: Request) -> None:

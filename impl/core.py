@@ -76,7 +76,9 @@ def _graph_blocks(
     memory limit (a tier plan over the limit by itself is refused by ``Tiers``)."""
     graph_blocks = _cdiv(max_model_len, L)
     graph_bytes = caps["max_requests"] * graph_blocks * 12 * (2 if device.type == "cuda" else 1)
-    dev_b, host_b = planned_bytes(g, caps["device_blocks"], caps["host_blocks"])
+    dev_b, host_b = planned_bytes(
+        g, caps["device_blocks"], caps["host_blocks"], caps["max_requests"]
+    )
     if dev_b + host_b <= memory_limit < dev_b + host_b + graph_bytes:
         raise LayoutError(
             f"{caps['max_requests']} requests x {graph_blocks} blocks of CUDA-graph block "
@@ -149,6 +151,7 @@ class CacheCore:
             device=self.device,
             memory_limit=memory_limit,
             backend=self.backend,
+            max_requests=caps["max_requests"],
         )
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         if cache_dir is None:
@@ -323,8 +326,10 @@ class CacheCore:
     def resolve(self, chain: Chain) -> list[int]:
         return self.store.resolve(chain)
 
-    def store_run(self, blocks: Sequence[tuple[bytes, np.ndarray | None, int]], ticks: int) -> int:
-        return self.store.store_run(blocks, ticks)
+    def store_run(
+        self, blocks: Sequence[tuple[bytes, np.ndarray | None, int]], ticks: int, end: int = -1
+    ) -> int:
+        return self.store.store_run(blocks, ticks, end)
 
     def allocate(self, rid: Any) -> int:
         return self.store.allocate(rid)

@@ -3,7 +3,9 @@
 The device tier is real tensors on CUDA when available, else CPU tensors standing in for it;
 the host tier is CPU tensors (pinned when a GPU is present).  A record's pages in the
 full-history groups and the compressor group live at its device slot's index; its SWA pages come
-from the SWA group's own pool.  Movements are whole-group tensor copies (one indexing op per
+from the SWA group's own pool, sized for the windows a device can need at once
+(:meth:`Geometry.swa_pool_blocks`), since a stored prefix keeps them only at its end window and
+its checkpoints (:meth:`Geometry.swa_kept`).  Movements are whole-group tensor copies (one indexing op per
 group and direction), and a load is split into *units* (one group layer each) so it can land in
 ``load_steps`` chunks.
 
@@ -32,8 +34,12 @@ from .testdata import Writer
 Unit = tuple[SlotGroup, int]  # (group, layer position within the group)
 
 
-def planned_bytes(g: Geometry, device_slots: int, host_slots: int) -> tuple[int, int]:
-    """(device, host) bytes the tiers will allocate, computed before allocating anything."""
+def planned_bytes(
+    g: Geometry, device_slots: int, host_slots: int, max_requests: int | None = None
+) -> tuple[int, int]:
+    """(device, host) bytes the tiers will allocate, computed before allocating anything.  The
+    device's SWA pages are :meth:`Geometry.swa_pool_blocks` blocks' worth (the windows a
+    device can need at once), not one block's per slot; the host keeps one per slot."""
     L = g.lcm_tokens
     ppc = L // g.compressed_block_tokens
     ncsa, nhca = g.count("csa"), g.count("hca")
@@ -44,7 +50,9 @@ def planned_bytes(g: Geometry, device_slots: int, host_slots: int) -> tuple[int,
     )
     per_slot += ncsa * (g.csa_tail_rows * 2 * g.head_dim * 4 + g.csa_tail_rows * 8)
     swa = len(g.layers) * L * g.entry_bytes
-    return device_slots * (per_slot + swa), host_slots * (per_slot + swa)
+    mr = g.max_requests if max_requests is None else max_requests
+    dev = device_slots * per_slot + g.swa_pool_blocks(device_slots, mr) * swa
+    return dev, host_slots * (per_slot + swa)
 
 
 class Tiers:
@@ -57,6 +65,7 @@ class Tiers:
         device: torch.device,
         memory_limit: int,
         backend: str | None = None,
+        max_requests: int | None = None,
     ) -> None:
         self.backend = backend  # the kernels' backend (None: the dispatch point chooses)
         self._host_views: tuple[np.ndarray, np.ndarray] | None = None
@@ -64,7 +73,9 @@ class Tiers:
             why = unsupported(combo)
             if why is not None:  # L2 would admit blocks that nothing here can serve
                 raise LayoutError(f"geometry {g.name!r}: kernel combo {combo} is not served: {why}")
-        dev_b, host_b = planned_bytes(g, device_slots, host_slots)
+        mr = g.max_requests if max_requests is None else max_requests
+        swa_blocks = g.swa_pool_blocks(device_slots, mr)
+        dev_b, host_b = planned_bytes(g, device_slots, host_slots, mr)
         if dev_b + host_b > memory_limit:
             raise LayoutError(
                 f"geometry {g.name!r}: {device_slots} device + {host_slots} host blocks need "
@@ -78,7 +89,7 @@ class Tiers:
         self.csa = CompressedGroup("csa", g.csa_ratio, g, *args)
         self.hca = CompressedGroup("hca", g.hca_ratio, g, *args)
         self.indexer = IndexerGroup(g, *args)
-        self.swa = SWAGroup(g, *args)
+        self.swa = SWAGroup(g, swa_blocks, host_slots, device)
         self.compressor = CompressorGroup(g, *args)
         self.groups: tuple[Group, ...] = (
             self.csa,
@@ -95,7 +106,8 @@ class Tiers:
         )
         self.disk_groups: tuple[SlotGroup, ...] = (self.csa, self.hca, self.compressor)
         self.slots = SlotPool(device_slots)
-        self.swa_pool = PagePool(1 + device_slots * self.swa.pages_per_block, first=1)
+        self.swa_blocks = swa_blocks  # LCM blocks' worth of device SWA pages
+        self.swa_pool = PagePool(1 + swa_blocks * self.swa.pages_per_block, first=1)
         self.host_slots = PagePool(host_slots)
         self.swa_pages_per_block = self.swa.pages_per_block
         # (group, device address of slot 0, bytes per slot): pins record page addresses cheaply

@@ -25,11 +25,15 @@ from .phases import CKV, Pipe
 MACROS: dict[str, str] = {
     # reclaim one device block (the LRU victim of an allocation, a load, or ``evict``)
     "EVICT": "evict_start evict_done",
-    # store one full block of a request: a slot (evicting what the table lets go), the
-    # content, compression at the boundary, the indexer stamp, the request's lease
-    "STORE": "EVICT* allocate commit seal index_update touch",
+    # make room on the device: evict a block, or slide a window (an empty SWA pool slides
+    # the least recently used window the table lets slide before anything else)
+    "ROOM": "EVICT | slide",
+    # store one full block of a request: a slot and SWA pages (making room), the content,
+    # compression at the boundary, the indexer stamp, the request's lease; a block outside
+    # the window policy's (Geometry.swa_kept) is slid as it is stored
+    "STORE": "ROOM* allocate commit slide? seal index_update touch",
     # a recovery step started by an admission (or a load queued by the I/O cap)
-    "RECOVER": "offload_cancel | EVICT | load_start | rebuild_start",
+    "RECOVER": "offload_cancel | ROOM | load_start | rebuild_start",
     # a pending admission's recovery is over: validate, or truncate to the valid prefix and
     # pin again (the admission is given up and taken anew in the same request slot)
     "FINALIZE": "validate | abort admit match pin validate",
@@ -37,7 +41,7 @@ MACROS: dict[str, str] = {
     # its follow-ups: an indexer rebuild after a completed one, and in both cases the disk
     # loads the I/O cap held back, retried when a load ends; an offload; a rebuild)
     "JOB": (
-        "load_progress | (load_fail | load_done rebuild_start?) (EVICT | load_start)*"
+        "load_progress | (load_fail | load_done rebuild_start?) (ROOM | load_start)*"
         " | offload_done | offload_cancel | rebuild_done"
     ),
 }
@@ -81,7 +85,7 @@ API: dict[str, ApiCall] = {
     "drop": ApiCall(("drop*",), "delete up to n expired host/disk entries"),
     # a whole request of another namespace (admit, use, finish): outside the modelled chain,
     # its only effect on it is the blocks its stores evict (its slot returns to idle)
-    "foreign": ApiCall(("EVICT*",), "a request in another namespace: it shares no block"),
+    "foreign": ApiCall(("ROOM*",), "a request in another namespace: it shares no block"),
     "step": ApiCall(("JOB?",), "one step of one pipeline job (manual pipelines)"),
     "drain": ApiCall(("JOB*",), "every pipeline job to completion (manual pipelines)"),
     # faults and harness-side calls that must leave the cache's state as it is

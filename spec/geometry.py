@@ -115,6 +115,48 @@ class Geometry:
         return max(1, -(-tokens // self.lcm_tokens))
 
     @property
+    def checkpoint_blocks(self) -> int:
+        """LCM blocks between two SWA checkpoints: ``swa_checkpoint_tokens`` rounded down to a
+        whole number of LCM blocks (a checkpoint is a hit boundary, so at least one block)."""
+        return max(1, self.swa_checkpoint_tokens // self.lcm_tokens)
+
+    def swa_kept(self, b: int, n: int) -> bool:
+        """Whether block ``b`` of a stored prefix of ``n`` blocks keeps its SWA pages (the
+        device tier's window policy; :meth:`swa_kept_blocks` says which)."""
+        return b in self.swa_kept_blocks(b, b + 1, n)
+
+    def swa_kept_blocks(self, lo: int, hi: int, n: int) -> set[int]:
+        """The blocks of ``[lo, hi)`` that keep their SWA pages in a stored prefix of ``n``
+        blocks (the device tier's window policy): those in the window of the prefix's end
+        boundary ``n`` or of the boundary one block earlier (``[n - W - 1, n)``: a request
+        whose prompt is exactly the stored ``n`` blocks hits at most ``n - 1`` of them, since
+        its last token is always computed), and those in the window ``[c - W, c)`` of a
+        checkpoint boundary ``c`` (a multiple of :attr:`checkpoint_blocks` within the prefix).
+        Every other block is slid at its store: a hit needs the SWA Window only at its
+        boundary (rule ``L3.swa_window``), so these are the boundaries a hit may still end at
+        once the rest are gone.  Built from the kept windows, not block by block (a store run
+        asks once for all its blocks)."""
+        w, p = self.window_lcm_blocks, self.checkpoint_blocks
+        tail = max(lo, n - w - 1)
+        kept = set(range(tail, hi))
+        for c in range((lo // p + 1) * p, min(hi, tail) + w, p):  # checkpoints past lo
+            kept.update(range(max(lo, c - w), min(c, hi, tail)))
+        return kept
+
+    def swa_pool_blocks(self, device_blocks: int, max_requests: int) -> int:
+        """LCM blocks' worth of SWA pages the device tier allocates (at most one per device
+        slot): a window for every request (its hit's window, which it pins), the checkpoint
+        windows the device's slots can hold, the windows of the disk loads in flight (a load
+        reserves SWA pages for a block whose window it restores), and the ``W + 1`` blocks a
+        store in progress keeps at its end.  The stored prefixes' end windows beyond that
+        share what is left, least recently used first.  Past that, taking pages slides
+        the least recently used unpinned window (``BlockStore.take_swa``)."""
+        w = self.window_lcm_blocks
+        checkpoints = -(-device_blocks // self.checkpoint_blocks)
+        need = w * (max_requests + checkpoints + self.io_cap) + w + 1
+        return min(device_blocks, need)
+
+    @property
     def csa_tail_rows(self) -> int:
         """Compressor-state rows a CSA layer keeps: 2m, because its windows overlap."""
         return 2 * self.csa_ratio
@@ -272,7 +314,10 @@ def small(block_tokens: int = 16) -> Geometry:
         load_steps=2,
         lease_max=4,
         swa_disk_policy="full",
-        swa_checkpoint_tokens=32,
+        # 4 LCM blocks: past the 2-block window, so the device's window policy
+        # (``swa_kept``) slides the blocks between checkpoints here too (as 16 blocks do on
+        # DeepSeek-V4-Flash, whose window is 1 block)
+        swa_checkpoint_tokens=64,
         kernel_combos=_combos(block_tokens),
     )
 

@@ -208,8 +208,10 @@ def test_decode_append_seals_indexes_and_slides(cache: HeterogeneousKVCache) -> 
                 and m.iver[rid] == m.ver[rid]
             )
         W = cache.table.consts.W
-        assert [m.swa[r] for r in rids] == [Swa.NULL] * (6 - W) + [Swa.VALID] * W  # window slid
-        assert all(not m.swa_pages[r] for r in rids[: 6 - W])  # SWA pages returned at once
+        kept = [G.swa_kept(b, 6) for b in range(6)]  # the window, and a checkpoint's window
+        assert kept[6 - W :] == [True] * W and not all(kept)
+        assert [m.swa[r] == Swa.VALID for r in rids] == kept  # the rest of the window slid
+        assert all(bool(m.swa_pages[r]) == k for r, k in zip(rids, kept, strict=True))
     full = np.concatenate([toks, harness_tokens(4 * L, seed=5)])
     b = cache.admit(cache.request(full))
     assert b.hit_tokens == 6 * L  # the window at the end is valid
@@ -328,17 +330,18 @@ def test_load_failure_truncates_and_recomputes(cache: HeterogeneousKVCache) -> N
     offload_all(cache)
     a = cache.admit(cache.request(toks))
     rids = cache.core.resolve(a.request.chain)
-    cache.core.inject_load_fault(rids[2])
+    # block 3 fails (a boundary whose window the store kept: Geometry.swa_kept)
+    cache.core.inject_load_fault(rids[3])
     cache.pipelines.drain()
     with cache.use(a) as run:
-        assert run.hit_tokens == 2 * L  # blocks 0, 1 loaded; 2 failed: the rest is recomputed
+        assert run.hit_tokens == 3 * L  # blocks 0-2 loaded; 3 failed: the rest is recomputed
         check_compressed(run, toks)
         check_window(run, toks)
     assert cache.events.of(EventKind.LOAD_FAILED)
     cuts = a.explanation.truncations
-    assert cuts[0].from_tokens == 4 * L and cuts[0].to_tokens == 2 * L
-    assert any(s.rule == "L3.ckv_ready" and s.block == 2 for s in cuts[1:])
-    assert cache.core.meta.ckv[rids[2]] == CKV.HOST  # the source stayed where it was
+    assert cuts[0].from_tokens == 4 * L and cuts[0].to_tokens == 3 * L
+    assert any(s.rule == "L3.ckv_ready" and s.block == 3 for s in cuts[1:])
+    assert cache.core.meta.ckv[rids[3]] == CKV.HOST  # the source stayed where it was
 
 
 def test_abort_during_load_neither_leaks_nor_reuses(cache: HeterogeneousKVCache) -> None:
@@ -476,7 +479,7 @@ def test_bug_swa_offset_reads_the_wrong_window() -> None:
 def test_bug_tail_off_by_one_breaks_the_splice() -> None:
     c = planted("tail_splice_off_by_one")
     try:
-        toks = harness_tokens(4 * L + 1)
+        toks = harness_tokens(3 * L + 1)  # 3 blocks: every window kept (Geometry.swa_kept)
         store(c, toks)
         a = c.admit(c.request(toks[: 2 * L + 1]))
         with c.use(a) as run:

@@ -1,0 +1,177 @@
+"""The device tier's SWA window policy: a stored prefix keeps SWA pages only at its end window and
+its checkpoints (``Geometry.swa_kept``), the SWA pool is sized for the windows a device can need
+(``Geometry.swa_pool_blocks``), and an empty pool slides the least recently used window first.
+
+Everything through the public API, every hit's window, tail and compressed bytes compared with
+what the deterministic writer says they must be.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from test_impl_cache import check_compressed, check_tail, check_window, offload_all, store
+
+from kvstate.impl import HeterogeneousKVCache
+from kvstate.impl.testdata import harness_tokens
+from kvstate.impl.tiers import planned_bytes
+from kvstate.spec import deepseek_v4_flash, small
+from kvstate.spec.phases import CKV, Swa
+
+G = small()
+L = G.lcm_tokens
+W = G.window_lcm_blocks
+P = G.checkpoint_blocks
+N = 9  # blocks of the long prefix: past two checkpoints
+
+
+def make(**kw: Any) -> HeterogeneousKVCache:
+    kw.setdefault("executors", "manual")
+    return HeterogeneousKVCache(G, **kw)
+
+
+@pytest.fixture
+def cache() -> Any:
+    c = make()
+    yield c
+    c.close()
+
+
+def windows(c: HeterogeneousKVCache, toks: np.ndarray) -> list[bool]:
+    """Per block of ``toks``' chain: does it hold a VALID window (and exactly its pages)?"""
+    m = c.core.meta
+    out = []
+    for rid in c.core.resolve(c.chain(toks)):
+        valid = m.swa[rid] == Swa.VALID
+        assert bool(m.swa_pages[rid]) == (valid and m.ckv[rid] == CKV.READY)
+        out.append(bool(valid))
+    return out
+
+
+def hit_and_check(c: HeterogeneousKVCache, toks: np.ndarray, want_blocks: int) -> None:
+    a = c.admit(c.request(toks))
+    assert a.hit_tokens == want_blocks * L, a.explanation
+    with c.use(a) as run:
+        check_compressed(run, toks)
+        check_window(run, toks)
+        check_tail(run, toks)
+
+
+def test_geometry_policy() -> None:
+    assert (W, P) == (2, 4)  # the small geometry's checkpoints lie past its window
+    # kept: the windows of boundaries 4 (a checkpoint), 9 (the end) and 8 (one block short of
+    # it: a prompt of exactly the stored blocks hits one block less)
+    assert [G.swa_kept(b, N) for b in range(N)] == [
+        False, False, True, True, False, False, True, True, True,
+    ]  # fmt: skip
+    d = deepseek_v4_flash()
+    assert (d.window_lcm_blocks, d.checkpoint_blocks) == (1, 16)
+    kept = [b for b in range(4096) if d.swa_kept(b, 4096)]
+    assert kept == [16 * c - 1 for c in range(1, 256)] + [4094, 4095]  # 255 checkpoints, end
+    # a pool never larger than one block's pages per slot; sized by requests and checkpoints
+    assert d.swa_pool_blocks(64, 256) == 64
+    assert d.swa_pool_blocks(4160, 256) == 256 + 260 + d.io_cap + 2
+
+
+def test_planned_device_bytes_shrink_on_long_prefixes() -> None:
+    d = deepseek_v4_flash()
+    swa = len(d.layers) * d.lcm_tokens * d.entry_bytes  # one block's SWA pages
+    slots = 4096 + 64
+    dev, host = planned_bytes(d, slots, 1)
+    dev_1, _ = planned_bytes(d, slots, 1, 1)  # fewer requests: fewer windows
+    assert dev_1 == dev - 255 * swa
+    per_slot = host - swa  # a host slot keeps one block's pages of every group
+    assert dev == slots * per_slot + d.swa_pool_blocks(slots, d.max_requests) * swa
+    before = slots * (per_slot + swa)  # one block's SWA pages per slot
+    assert before - dev > 21 * 2**30  # a 1M-token prefix: 31.5 GiB down to 9.7 GiB
+
+
+def test_store_keeps_end_window_and_checkpoints(cache: HeterogeneousKVCache) -> None:
+    toks = harness_tokens(N * L + 3)
+    free0 = cache.core.tiers.swa_pool.free
+    store(cache, toks)
+    assert windows(cache, toks) == [G.swa_kept(b, N) for b in range(N)]
+    kept = sum(G.swa_kept(b, N) for b in range(N))
+    assert free0 - cache.core.tiers.swa_pool.free == kept * cache.core.tiers.swa_pages_per_block
+    assert cache.stats()["blocks"]["ready"] == N  # the compressed KV stays
+
+
+def test_full_prefix_hits_in_full(cache: HeterogeneousKVCache) -> None:
+    toks = harness_tokens(N * L + 3)
+    store(cache, toks)
+    for _ in range(4):
+        hit_and_check(cache, toks, N)
+
+
+@pytest.mark.parametrize("blocks", [5, 6, 7, 8])
+def test_shorter_shared_prefix_hits_at_the_last_kept_boundary(
+    cache: HeterogeneousKVCache, blocks: int
+) -> None:
+    toks = harness_tokens(N * L + 3)
+    store(cache, toks)
+    short = toks[: blocks * L + 1]
+    want = max(
+        h for h in range(blocks + 1) if all(G.swa_kept(b, N) for b in range(max(0, h - W), h))
+    )
+    assert want < blocks or blocks == 8
+    a = cache.admit(cache.request(short))
+    if want < blocks:
+        assert any(s.rule == "L3.swa_window" for s in a.explanation.shortenings)
+    cache.abort(a.request)
+    hit_and_check(cache, short, want)
+
+
+def test_decode_keeps_checkpoint_windows(cache: HeterogeneousKVCache) -> None:
+    toks = harness_tokens(2 * L + 1)
+    more = harness_tokens(7 * L, seed=5)
+    a = cache.admit(cache.request(toks))
+    with cache.use(a) as run:
+        run.append(more)
+    full = np.concatenate([toks, more])
+    assert windows(cache, full) == [G.swa_kept(b, N) for b in range(N)]
+    hit_and_check(cache, full, N)
+    hit_and_check(cache, full[: 4 * L + 1], 4)  # the checkpoint's window survived decode
+
+
+def test_empty_pool_slides_the_lru_window_before_evicting() -> None:
+    c = make(max_requests=1, device_blocks=64)
+    try:
+        pool = G.swa_pool_blocks(64, 1)
+        assert c.core.tiers.swa_blocks == pool < 64
+        prefixes = [harness_tokens(W * L + 1, seed=100 + i) for i in range(pool // W + 1)]
+        for t in prefixes:
+            store(c, t)
+            c.tick(10)
+        # the last store found the pool empty: the oldest prefix's deepest block was slid
+        # (the least recently used window), its compressed KV kept (nothing evicted), so it
+        # no longer hits; the others still do
+        assert c.stats()["blocks"]["ready"] == W * len(prefixes)
+        assert sum(sum(windows(c, t)) for t in prefixes) == pool
+        assert windows(c, prefixes[0]) == [True] * (W - 1) + [False]
+        a = c.admit(c.request(prefixes[0]))
+        assert a.hit_tokens == L  # boundary 1's window (block 0) is still there
+        assert any(s.rule == "L3.swa_window" for s in a.explanation.shortenings)
+        c.abort(a.request)
+        for t in prefixes[1:]:
+            hit_and_check(c, t, W)
+    finally:
+        c.close()
+
+
+def test_disk_recovery_restores_the_end_window(cache: HeterogeneousKVCache) -> None:
+    toks = harness_tokens(N * L + 3)
+    store(cache, toks)
+    offload_all(cache)
+    assert cache.spill(N) == N
+    assert cache.stats()["blocks"]["disk"] == N
+    a = cache.admit(cache.request(toks, lifetime=3))
+    assert a.state == "pending" and a.hit_tokens == N * L
+    cache.pipelines.drain()
+    with cache.use(a) as run:
+        assert run.hit_tokens == N * L and run.verify_pins() == []
+        check_compressed(run, toks)
+        check_window(run, toks)
+        check_tail(run, toks)
+    assert windows(cache, toks) == [G.swa_kept(b, N) for b in range(N)]
