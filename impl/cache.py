@@ -504,6 +504,12 @@ class HeterogeneousKVCache:
     ``max_model_len`` is the longest request in tokens (default 2**20, DeepSeek-V4's context);
     it sizes the CUDA-graph block table, which always holds a request's pins whole.
 
+    ``swa_blocks`` (default: ``Geometry.swa_pool_blocks``, the windows the device can need at
+    once) is how many blocks' worth of SWA pages the device tier holds, at most
+    ``device_blocks``.  A stored prefix keeps its SWA pages only at its end window and its
+    checkpoints (``Geometry.swa_kept_blocks``); when the pool runs out, the least recently
+    used unpinned window is slid (its prefix then hits up to an earlier kept boundary).
+
     ``disk_key`` (16 to 64 bytes) authenticates the disk tier's entries; by default a private
     per-directory key in ``cache_dir`` (see README, the disk tier's threat model).
     """
@@ -527,6 +533,7 @@ class HeterogeneousKVCache:
         durable: Any = False,
         derive_index: Any = None,
         disk_key: Any = None,
+        swa_blocks: Any = None,
     ) -> None:
         # every argument is checked before anything is built (InvalidArgument / LayoutError)
         self._closed = True  # until built: a half-built cache serves nothing
@@ -545,6 +552,7 @@ class HeterogeneousKVCache:
                 ("device_blocks", device_blocks),
                 ("host_blocks", host_blocks),
                 ("disk_blocks", disk_blocks),
+                ("swa_blocks", swa_blocks),
             )
         }
         if (
@@ -589,6 +597,7 @@ class HeterogeneousKVCache:
             derive_index=derive_index,
             max_model_len=max_model_len,
             disk_key=disk_key,
+            swa_blocks=caps["swa_blocks"],
         )
         self.events: EventLog = self.core.events
         self.pipelines = self.core.pipes

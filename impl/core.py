@@ -77,7 +77,7 @@ def _graph_blocks(
     graph_blocks = _cdiv(max_model_len, L)
     graph_bytes = caps["max_requests"] * graph_blocks * 12 * (2 if device.type == "cuda" else 1)
     dev_b, host_b = planned_bytes(
-        g, caps["device_blocks"], caps["host_blocks"], caps["max_requests"]
+        g, caps["device_blocks"], caps["host_blocks"], caps["max_requests"], caps.get("swa_blocks")
     )
     if dev_b + host_b <= memory_limit < dev_b + host_b + graph_bytes:
         raise LayoutError(
@@ -108,6 +108,7 @@ class CacheCore:
         derive_index: bool | None = None,
         max_model_len: int = 1 << 20,
         disk_key: bytes | None = None,
+        swa_blocks: int | None = None,
     ) -> None:
         g = table.geometry
         self.table = table
@@ -130,6 +131,8 @@ class CacheCore:
         }
         for name, v in caps.items():
             _int(name, v, 1, 1 << 30)
+        if swa_blocks is not None:  # at most one block's SWA pages per device slot
+            caps["swa_blocks"] = _int("swa_blocks", swa_blocks, 1, caps["device_blocks"])
         self.device_blocks = caps["device_blocks"]
         self.host_blocks = caps["host_blocks"]
         self.disk_blocks = caps["disk_blocks"]
@@ -152,6 +155,7 @@ class CacheCore:
             memory_limit=memory_limit,
             backend=self.backend,
             max_requests=caps["max_requests"],
+            swa_blocks=swa_blocks,
         )
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         if cache_dir is None:

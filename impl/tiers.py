@@ -34,12 +34,26 @@ from .testdata import Writer
 Unit = tuple[SlotGroup, int]  # (group, layer position within the group)
 
 
+def swa_pool_blocks(
+    g: Geometry, device_slots: int, max_requests: int | None, swa_blocks: int | None
+) -> int:
+    """Blocks' worth of device SWA pages: ``swa_blocks`` where the caller chose it, else
+    :meth:`Geometry.swa_pool_blocks` (the windows a device can need at once)."""
+    if swa_blocks is not None:
+        return swa_blocks
+    return g.swa_pool_blocks(device_slots, g.max_requests if max_requests is None else max_requests)
+
+
 def planned_bytes(
-    g: Geometry, device_slots: int, host_slots: int, max_requests: int | None = None
+    g: Geometry,
+    device_slots: int,
+    host_slots: int,
+    max_requests: int | None = None,
+    swa_blocks: int | None = None,
 ) -> tuple[int, int]:
     """(device, host) bytes the tiers will allocate, computed before allocating anything.  The
-    device's SWA pages are :meth:`Geometry.swa_pool_blocks` blocks' worth (the windows a
-    device can need at once), not one block's per slot; the host keeps one per slot."""
+    device's SWA pages are :func:`swa_pool_blocks` blocks' worth, not one block's per slot;
+    the host keeps one per slot."""
     L = g.lcm_tokens
     ppc = L // g.compressed_block_tokens
     ncsa, nhca = g.count("csa"), g.count("hca")
@@ -50,8 +64,8 @@ def planned_bytes(
     )
     per_slot += ncsa * (g.csa_tail_rows * 2 * g.head_dim * 4 + g.csa_tail_rows * 8)
     swa = len(g.layers) * L * g.entry_bytes
-    mr = g.max_requests if max_requests is None else max_requests
-    dev = device_slots * per_slot + g.swa_pool_blocks(device_slots, mr) * swa
+    swa_blocks = swa_pool_blocks(g, device_slots, max_requests, swa_blocks)
+    dev = device_slots * per_slot + swa_blocks * swa
     return dev, host_slots * (per_slot + swa)
 
 
@@ -66,6 +80,7 @@ class Tiers:
         memory_limit: int,
         backend: str | None = None,
         max_requests: int | None = None,
+        swa_blocks: int | None = None,
     ) -> None:
         self.backend = backend  # the kernels' backend (None: the dispatch point chooses)
         self._host_views: tuple[np.ndarray, np.ndarray] | None = None
@@ -73,9 +88,8 @@ class Tiers:
             why = unsupported(combo)
             if why is not None:  # L2 would admit blocks that nothing here can serve
                 raise LayoutError(f"geometry {g.name!r}: kernel combo {combo} is not served: {why}")
-        mr = g.max_requests if max_requests is None else max_requests
-        swa_blocks = g.swa_pool_blocks(device_slots, mr)
-        dev_b, host_b = planned_bytes(g, device_slots, host_slots, mr)
+        swa_blocks = swa_pool_blocks(g, device_slots, max_requests, swa_blocks)
+        dev_b, host_b = planned_bytes(g, device_slots, host_slots, max_requests, swa_blocks)
         if dev_b + host_b > memory_limit:
             raise LayoutError(
                 f"geometry {g.name!r}: {device_slots} device + {host_slots} host blocks need "

@@ -183,6 +183,9 @@ class ApiHarness:
             executors="threads" if self.threads else "manual",
             max_requests=self.R,
             device_blocks=self.N + 2,
+            # fewer blocks' SWA pages than slots: taking pages slides the LRU window
+            # (BlockStore.take_swa), so the calls' ROOM steps are exercised
+            swa_blocks=self.N,
             host_blocks=2,
             disk_blocks=self.N,
             cache_dir=self.dir,
