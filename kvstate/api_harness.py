@@ -1121,6 +1121,15 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[Op]]:
         op("use", i=1),
         op("read", i=1),
     ]
+    # N - 1 blocks stored: the device's window policy (Geometry.swa_kept_blocks) keeps every
+    # window of so short a prefix, so each of them comes back from disk with its window
+    short = [
+        op("request", i=0, n=(N - 1) * L + 1, life=1),
+        *store[1:],
+        op("offload", n=N),
+        op("drain"),
+        *to_disk[len(to_host) :],
+    ]
     return {
         "hit after a host load": [*to_host, *hit, op("finish", i=1)],
         "hit after a disk load and an indexer rebuild": [*to_disk, *hit, op("finish", i=1)],
@@ -1144,7 +1153,7 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[Op]]:
             op("read", i=1),
         ],
         "slide during a load": [  # an aborted admission's loads run on while a decode slides
-            *to_disk,
+            *short,  # (the decode to N blocks slides block 0: outside the policy's windows)
             op("request", i=1, n=full, life=1),
             op("admit", i=1),
             op("step", k=0),

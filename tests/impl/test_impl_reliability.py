@@ -149,7 +149,7 @@ def test_use_after_failed_load_and_expired_deadline_downgrades(cache: Heterogene
     adm = cache.admit(cache.request(toks, lifetime=2))
     assert adm.state == "pending"
     rids = cache.core.resolve(adm.request.chain)
-    cache.core.inject_load_fault(rids[2])
+    cache.core.inject_load_fault(rids[3])  # truncated to 3 blocks, whose window is kept
     cache.pipelines.drain()
     cache.tick(5)  # the request's deadline has passed: no truncated hit is covered by a lease
     with cache.use(adm) as run:

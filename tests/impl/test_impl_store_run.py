@@ -2,8 +2,8 @@
 
 The run form of a guard (``FastGuards.fused_run``, impl/fastforms.py) must refuse exactly where a check per
 block would, must not exist where one check up front would differ from a check per block, and a
-run store must leave every block as the per-block sequence allocate, commit, seal,
-index_update, touch would.
+run store must leave every block as the per-block sequence allocate, commit, (slide, for a block
+outside the window policy ``Geometry.swa_kept``), seal, index_update, touch would.
 """
 
 from __future__ import annotations
@@ -66,6 +66,7 @@ def _per_block_expectation(core: Any, rid: int, now: int, ticks: int) -> dict[st
         "ver": m.ver[rid],
         "lease>=": m.lease[rid] >= now + ticks,
         "slot": m.slot[rid] >= 0,
+        "swa pages": bool(m.swa_pages[rid]),
     }
 
 
@@ -82,9 +83,11 @@ def test_run_store_equals_the_per_block_sequence() -> None:
         # the same blocks through the public per-block transitions, one block at a time
         core = b.core
         rids = core.register(b.chain(toks))
-        for rid in rids:
+        for k, rid in enumerate(rids):
             core.allocate(rid)
             core.commit(rid)
+            if not G.swa_kept(k, len(rids)):  # the store's window policy
+                core.slide(rid)
             core.seal(rid)
             core.index_update(rid)
             core.touch(rid, 2)
@@ -92,7 +95,8 @@ def test_run_store_equals_the_per_block_sequence() -> None:
         want = [_per_block_expectation(core, r, core.now, 2) for r in rids]
         assert got == want
         assert got[0]["ckv"] == CKV.READY and got[0]["tail"] == Tail.SEALED
-        assert got[0]["swa"] == Swa.VALID and got[0]["idx"] == Indexer.PRESENT
+        assert got[0]["swa"] == Swa.NULL and not got[0]["swa pages"]  # slid as it was stored
+        assert got[-1]["swa"] == Swa.VALID and got[-1]["idx"] == Indexer.PRESENT
         assert len(a.events_of(EventKind.STORED)) == len(rids) == 5
         # the bytes a later hit reads are the writer's (the run wrote every block)
         hit = a.request(toks)
@@ -140,11 +144,12 @@ def test_run_eviction_and_store_take_the_pages_a_block_by_block_sequence_would()
     """A store run takes its SWA pages in one call and an eviction run gives its victims'
     back in one: the pages each block holds and the free list after must be those of the same
     work one block at a time (``evict`` evicts one block per call, ``allocate`` takes one
-    block's pages)."""
-    first, second = np.arange(4 * L + 1), 100_000 + np.arange(4 * L + 1)
+    block's pages).  Prefixes of 3 blocks: the window policy keeps every window of them."""
+    first, second = np.arange(3 * L + 1), 100_000 + np.arange(3 * L + 1)
+    assert all(G.swa_kept(k, 3) for k in range(3))
     with (
-        HeterogeneousKVCache(G, executors="manual", device_blocks=6) as a,
-        HeterogeneousKVCache(G, executors="manual", device_blocks=6) as b,
+        HeterogeneousKVCache(G, executors="manual", device_blocks=4) as a,
+        HeterogeneousKVCache(G, executors="manual", device_blocks=4) as b,
     ):
         for c in (a, b):
             with c.use(c.admit(c.request(first, lifetime=1))):

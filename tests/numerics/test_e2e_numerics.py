@@ -106,9 +106,15 @@ def test_hit_equals_recompute(e2e: E2E, results: dict[str, E2EResult], tier: str
         assert "recoverable to 144 tokens" in r.explanation and "after recovery" in r.verdict
     if tier.startswith("disk"):
         assert "On-disk Prefix" in r.verdict
-    # only the zero policy drops the window of a block loaded from disk (7 of 9 blocks here;
-    # the last window came from host)
-    assert r.extra["windowless"] == (7 if tier == "disk:zero" else 0)
+    # the store slid the blocks outside the window policy (Geometry.swa_kept: 0, 1, 4 and 5
+    # of the 9 stored blocks keep no window), and every tier brings back just what was stored;
+    # the zero policy also drops the window of a block loaded from disk (blocks 0-6 here; the
+    # last window came from host)
+    g = e2e.model.geometry  # storage_geometry changes only the byte layout
+    n = e2e.h // g.lcm_tokens
+    slid = {b for b in range(n) if not g.swa_kept(b, n)}
+    assert slid == {0, 1, 4, 5}
+    assert r.extra["windowless"] == len(slid | set(range(7)) if tier == "disk:zero" else slid)
 
 
 # ---- (b) each state broken: the output changes, kvstate keeps it out ----------------------
