@@ -424,7 +424,7 @@ class ApiHarness:
                     if ex.steps is None:
                         raise self._unexplained(o, call, ex, before, obs)
                     steps = ex.steps
-                    self._after_steps(before, steps)
+                    self._after_steps(before, steps, call)
                     end = self._with_model_addr(steps, before)
                 if call in ("use", "admit") and any(n == "abort" for n, _ in steps):
                     self.cov.add("hits truncated to the valid prefix")
@@ -507,7 +507,7 @@ class ApiHarness:
                 raise self._unexplained(
                     o, "drain", ex, cur, seen, f" (job step {k + 1} of {len(shown)})"
                 )
-            self._after_steps(cur, ex.steps)
+            self._after_steps(cur, ex.steps, "drain")
             for name, p in ex.steps:
                 cur = self.machine.step(cur, name, p)
             steps += ex.steps
@@ -559,11 +559,20 @@ class ApiHarness:
             s = self.machine.step(s, name, p)
         return s
 
-    def _after_steps(self, before: ConcreteState, steps: list[tuple[str, dict[str, int]]]) -> None:
+    def _after_steps(
+        self, before: ConcreteState, steps: list[tuple[str, dict[str, int]]], call: str = ""
+    ) -> None:
         s = before
         loading_any = any(x == CKV.LOADING for x in s.values["ckv"])
+        committed: set[int] = set()
         for name, p in steps:
             b = p.get("b")
+            if name == "commit" and b is not None:
+                committed.add(b)
+            elif name == "slide" and b not in committed and call != "append":
+                # not the store's own window policy, nor a decode's window moving: an empty
+                # SWA pool slid the least recently used window (spec/api.py ROOM)
+                self.cov.add("windows slid to make room")
             if name == "rebuild_done":
                 self.cov.add("indexer rebuilds")
             elif name == "allocate" and b is not None:
@@ -1211,6 +1220,15 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[Op]]:
             *hit,
         ],
         "read after release": [*store, *hit, op("finish", i=1), op("read_released", i=1)],
+        # the chain's stored windows and a foreign store's outgrow the N blocks' SWA pages:
+        # the least recently used window (the chain's deepest) is slid, its blocks kept, and
+        # the chain hits up to the last boundary whose window is still there
+        "an empty SWA pool slides the LRU window": [
+            *store,
+            op("foreign", ns=0, n=2 * L + 1),
+            *hit,
+            op("finish", i=1),
+        ],
         "chains sharing blocks, in three namespaces": [
             op("request", i=0, n=2 * L + 1, life=2),
             op("admit", i=0),
@@ -1539,7 +1557,8 @@ def summary_lines(res: RunResult) -> list[str]:
         f"  paths: disk restores completed {c['disk restores completed']}, host restores "
         f"{c['host restores completed']}, indexer rebuilds {c['indexer rebuilds']}, hits used "
         f"{c['hits used']} (over restored blocks {c['hits used over restored blocks']}), slides "
-        f"during a load {c['slides during a load']}, loads failed {c['loads failed']}",
+        f"during a load {c['slides during a load']}, windows slid to make room "
+        f"{c['windows slid to make room']}, loads failed {c['loads failed']}",
         f"  bytes: {c['reads checked']} reads checked, {c['bytes compared']} bytes compared, "
         f"{c['reads over restored blocks']} reads over restored blocks; quiescence checks "
         f"{c['quiescence checks']}",

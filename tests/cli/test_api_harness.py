@@ -98,12 +98,14 @@ def test_witness_conforms_and_reaches_its_path(name: str) -> None:
         "corrupt entry: truncated to the valid prefix": "loads failed",
         "disk read error": "fault read_error",
         "slide during a load": "slides during a load",
+        "an empty SWA pool slides the LRU window": "windows slid to make room",
         "a host copy whose tail does not splice": "hits truncated to the valid prefix",
         "an admission cancels an offload in flight": "action offload_cancel",
     }[name]
     assert c[want] > 0, dict(c)
     assert c["hits used over restored blocks"] > 0 or name in (
         "slide during a load",
+        "an empty SWA pool slides the LRU window",
         "corrupt entry: truncated to the valid prefix",
         "an admission cancels an offload in flight",
         "disk read error",  # block 0's load fails: the hit is cut to nothing
@@ -231,6 +233,7 @@ def test_api_ci_profile_conforms_without_the_open_defect_operations() -> None:
         "indexer rebuilds",
         "hits used over restored blocks",
         "slides during a load",
+        "windows slid to make room",
         "loads failed",
         "fault crash",
         "fault bitflip",
