@@ -50,7 +50,7 @@ from kvstate.model.apimap import Explainer, after_restart, state_diff
 from kvstate.model.concrete import KeptMachine, Machine
 from kvstate.model.fuzz import Nonconformance
 from kvstate.spec.api import API, RESTART_KEEPS
-from kvstate.spec.phases import CKV, Pipe, Req
+from kvstate.spec.phases import CKV, Pipe, Req, Swa
 from kvstate.spec.state import ConcreteState
 from kvstate.spec.table import Scope, Table
 from kvstate.testing.adapter import observe_reader
@@ -271,6 +271,13 @@ class ApiHarness:
                 if (r in core.disk_entries) != on_disk:
                     out.append(
                         f"record {r}: phase {CKV(ck).name}, disk entry {r in core.disk_entries}"
+                    )
+                # SWA pages: a device block holds them exactly while its window is VALID (a
+                # slid window gave them back; a load's are its job's until it lands)
+                if bool(m.swa_pages[r]) != (ck in dev_phases and m.swa[r] == Swa.VALID):
+                    out.append(
+                        f"record {r}: phase {CKV(ck).name}, window {Swa(m.swa[r]).name}, "
+                        f"{len(m.swa_pages[r])} SWA pages"
                     )
                 if (ck == CKV.LOADING) != (r in load_dma or r in load_io):
                     out.append(

@@ -80,6 +80,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "        if m.swa_pages[rid]:\n            m.swa_pages[rid] = ()\n\n    def _free_run",
     ),
     Mutant(
+        "slide_keeps_swa_pages",
+        "free without reset (leak)",
+        "impl/blocks.py",
+        "        m = self.meta\n        if m.swa_pages[rid]:\n            self.tiers.swa_pool.release(m.swa_pages[rid])\n            m.swa_pages[rid] = ()\n        job = ",
+        "        m = self.meta\n        job = ",
+    ),
+    Mutant(
         "index_stamp_reads_old_version",
         "stale indexer version",
         "impl/blocks.py",

@@ -81,6 +81,7 @@ def test_operations_render_and_parse_back() -> None:
         "corrupt entry: truncated to the valid prefix",
         "disk read error",
         "slide during a load",
+        "an empty SWA pool slides the LRU window",
         "a host copy whose tail does not splice",
         "an admission cancels an offload in flight",
     ],
