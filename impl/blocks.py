@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from kvstate.kernels import KernelError
+from kvstate.spec.geometry import swa_kept_blocks
 from kvstate.spec.phases import CKV, Fmt, Indexer, Swa, Tail
 from kvstate.spec.table import Table
 
@@ -70,7 +71,8 @@ class BlockStore:
         self.index: dict[bytes, int] = {}
         self.lru: OrderedDict[int, None] = OrderedDict()  # READY on device, least recent first
         self.tombstones: OrderedDict[int, None] = OrderedDict()  # FREE records still indexed
-        self.geometry = table.geometry  # the window policy (``Geometry.swa_kept``)
+        g = table.geometry  # the window policy (spec/geometry.py swa_kept_blocks), its
+        self.swa_policy = (g.window_lcm_blocks, g.checkpoint_blocks)  # constants read once
 
     # ---- records ----------------------------------------------------------------------------
     def record(self, key: bytes, tokens: np.ndarray | None, start: int) -> int:
@@ -386,7 +388,8 @@ class BlockStore:
         if end >= 0:  # the window policy: one call for the run's span of the chain
             starts, L = m.start, self.L
             first, last = starts[todo[0]] // L, starts[todo[-1]] // L
-            kept = self.geometry.swa_kept_blocks(first, last + 1, end)
+            w, p = self.swa_policy
+            kept = swa_kept_blocks(w, p, first, last + 1, end)
             slid = {rid for rid in todo if starts[rid] // L not in kept}
         self._evict_run(len(todo) - self.tiers.slots.free)
         got = self._allocate_run(todo, fmt, slid)

@@ -38,7 +38,7 @@ from mypy_extensions import mypyc_attr
 from kvstate.kernels import gather_blocks
 from kvstate.spec.default import default_table
 from kvstate.spec.errors import GeometryError
-from kvstate.spec.geometry import Geometry, small
+from kvstate.spec.geometry import Geometry, small, swa_kept_blocks
 from kvstate.spec.phases import CKV, Req, Swa
 from kvstate.spec.table import Table
 
@@ -851,11 +851,14 @@ class HeterogeneousKVCache:
             before = req.chain.blocks
             req._extend(new)
             self._store_checked(req)
+            n = req.chain.blocks
+            if n == before:
+                return  # no block completed: the window did not move past one
             W = self.table.consts.W
             rids = core.resolve(req.chain)
-            n = req.chain.blocks
             lo, hi = max(0, before - W), max(0, n - W)
-            kept = self.geometry.swa_kept_blocks(lo, hi, n)
+            w, p = self.store.swa_policy
+            kept = swa_kept_blocks(w, p, lo, hi, n)
             for b in range(lo, hi):
                 if b not in kept and core.can("slide", rids[b]):
                     core.slide(rids[b])

@@ -127,21 +127,8 @@ class Geometry:
 
     def swa_kept_blocks(self, lo: int, hi: int, n: int) -> set[int]:
         """The blocks of ``[lo, hi)`` that keep their SWA pages in a stored prefix of ``n``
-        blocks (the device tier's window policy): those in the window of the prefix's end
-        boundary ``n`` or of the boundary one block earlier (``[n - W - 1, n)``: a request
-        whose prompt is exactly the stored ``n`` blocks hits at most ``n - 1`` of them, since
-        its last token is always computed), and those in the window ``[c - W, c)`` of a
-        checkpoint boundary ``c`` (a multiple of :attr:`checkpoint_blocks` within the prefix).
-        Every other block is slid at its store: a hit needs the SWA Window only at its
-        boundary (rule ``L3.swa_window``), so these are the boundaries a hit may still end at
-        once the rest are gone.  Built from the kept windows, not block by block (a store run
-        asks once for all its blocks)."""
-        w, p = self.window_lcm_blocks, self.checkpoint_blocks
-        tail = max(lo, n - w - 1)
-        kept = set(range(tail, hi))
-        for c in range((lo // p + 1) * p, min(hi, tail) + w, p):  # checkpoints past lo
-            kept.update(range(max(lo, c - w), min(c, hi, tail)))
-        return kept
+        blocks: :func:`swa_kept_blocks` with this geometry's window and checkpoint interval."""
+        return swa_kept_blocks(self.window_lcm_blocks, self.checkpoint_blocks, lo, hi, n)
 
     def swa_pool_blocks(self, device_blocks: int, max_requests: int) -> int:
         """LCM blocks' worth of SWA pages the device tier allocates (at most one per device
@@ -236,6 +223,26 @@ class Geometry:
             return replace(self, **changes)  # type: ignore[arg-type]
         except TypeError as exc:
             raise GeometryError(f"geometry {self.name!r}: {exc}") from exc
+
+
+def swa_kept_blocks(w: int, p: int, lo: int, hi: int, n: int) -> set[int]:
+    """The device tier's SWA window policy: the blocks of ``[lo, hi)`` that keep their SWA
+    pages in a stored prefix of ``n`` blocks, for a window of ``w`` blocks and checkpoints
+    every ``p`` blocks (``Geometry.window_lcm_blocks``, ``Geometry.checkpoint_blocks``).
+
+    Kept: the window of the prefix's end boundary ``n`` and of the boundary one block earlier
+    (``[n - w - 1, n)``: a request whose prompt is exactly the stored ``n`` blocks hits at most
+    ``n - 1`` of them, since its last token is always computed), and the window ``[c - w, c)``
+    of every checkpoint boundary ``c`` (a multiple of ``p`` within the prefix).  Every other
+    block is slid at its store: a hit needs the SWA Window only at its boundary (rule
+    ``L3.swa_window``), so these are the boundaries a hit may still end at once the rest are
+    gone.  Built from the kept windows, not block by block (a store run asks once for all its
+    blocks, with ``w`` and ``p`` it read once)."""
+    tail = max(lo, n - w - 1)
+    kept = set(range(tail, hi))
+    for c in range((lo // p + 1) * p, min(hi, tail) + w, p):  # checkpoints past lo
+        kept.update(range(max(lo, c - w), min(c, hi, tail)))
+    return kept
 
 
 def _combos(block_tokens: int) -> frozenset[KernelCombo]:

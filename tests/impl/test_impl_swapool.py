@@ -75,6 +75,22 @@ def test_geometry_policy() -> None:
     assert d.swa_pool_blocks(4160, 256) == 256 + 260 + d.io_cap + 2
 
 
+def test_kept_blocks_are_the_windows_of_the_kept_boundaries() -> None:
+    """``swa_kept_blocks`` (built from the windows) against the rule stated block by block:
+    ``b`` keeps its pages iff it lies in the window of the end boundary ``n``, of ``n - 1``,
+    or of a checkpoint boundary within the prefix."""
+    for g in (G, deepseek_v4_flash(), G.with_changes(swa_checkpoint_tokens=16),
+              G.with_changes(swa_checkpoint_tokens=48), G.with_changes(swa_checkpoint_tokens=160)):  # fmt: skip
+        w, p = g.window_lcm_blocks, g.checkpoint_blocks
+        for n in range(40):
+            bounds = {n, n - 1} | set(range(p, n + 1, p))
+            want = {b for b in range(n) if any(c - w <= b < c for c in bounds)}
+            assert g.swa_kept_blocks(0, n, n) == want, (g.name, n)
+            for lo in range(n + 1):
+                for hi in range(lo, n + 1):
+                    assert g.swa_kept_blocks(lo, hi, n) == {b for b in want if lo <= b < hi}
+
+
 def test_planned_device_bytes_shrink_on_long_prefixes() -> None:
     d = deepseek_v4_flash()
     swa = len(d.layers) * d.lcm_tokens * d.entry_bytes  # one block's SWA pages
