@@ -66,33 +66,33 @@ def test_corrupt_payload_is_rejected_and_recomputed(tmp_path: Path) -> None:
     toks = harness_tokens(4 * L + 1)
     persist(tmp_path, toks)
     c0 = HeterogeneousKVCache(G, cache_dir=tmp_path / "x", executors="manual")
-    key2 = c0.chain(toks).keys[2]
+    key3 = c0.chain(toks).keys[3]  # block 3: the boundary before it keeps its window
     c0.close()
-    victim = tmp_path / (key2.hex() + SUFFIX)
+    victim = tmp_path / (key3.hex() + SUFFIX)
     raw = bytearray(victim.read_bytes())
-    raw[-100] ^= 0x40  # flip one payload bit of block 2
+    raw[-100] ^= 0x40  # flip one payload bit of block 3
     victim.write_bytes(bytes(raw))
     c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors="manual")
     try:
         a = c.admit(c.request(toks))
         c.pipelines.drain()
         with c.use(a) as run:
-            assert run.hit_tokens == 2 * L  # truncated before the corrupt block
+            assert run.hit_tokens == 3 * L  # truncated before the corrupt block
             check_compressed(run, toks)
         fails = c.events.of(EventKind.LOAD_FAILED)
         assert fails and "checksum" in fails[0].detail
-        rid = c.core.resolve(c.chain(toks))[2]
+        rid = c.core.resolve(c.chain(toks))[3]
         assert c.core.meta.corrupt[rid]
         # the corrupt entry is never planned again; dropping it lets the block be recomputed
         b = c.admit(c.request(toks))
-        assert all(s.block < 2 for s in b.recovery.steps) and b.hit_tokens == 2 * L
+        assert all(s.block < 3 for s in b.recovery.steps) and b.hit_tokens == 3 * L
         c.abort(b.request)
         c.tick(10)
         c.drop(100)
         assert c.core.meta.ckv[rid] == CKV.FREE and not victim.exists()
         a = c.admit(c.request(toks))
         with c.use(a):
-            pass  # recomputes blocks 2.. and stores them again
+            pass  # recomputes block 3 and stores it again
         d = c.admit(c.request(toks))
         assert d.hit_tokens == 4 * L
         with c.use(d) as run:

@@ -425,7 +425,7 @@ def test_a_mac_failure_in_a_concurrent_load_fails_it_cleanly(tmp_path: Path, sec
     keys = c0.chain(toks).keys
     c0.close()
     pre = struct.Struct("<8sI32s")
-    victim = 2 if section == "chunk" else 3  # the last block carries the window's section
+    victim = 3  # blocks 1-3 kept their windows at the store (Geometry.swa_kept)
     path = tmp_path / (keys[victim].hex() + SUFFIX)
     raw = bytearray(path.read_bytes())
     _, hlen, _ = pre.unpack(bytes(raw[: pre.size]))
