@@ -277,11 +277,30 @@ class VSide:
             got = mgr.allocate_slots(req, len(prompt) - hit, hit, blocks)
             mgr.free(req)
             t2 = clock()
-            want = 0 if r == 0 else self.n
-            if got is None or hit != want:
-                raise RuntimeError(f"{self.name}: request {r}: hit {hit}, expected {want}")
+            self.check(r, hit, got)
             if side is not None:
                 side.add(t1 - t0, t2 - t1, r == 0)
+
+    def make_request(self, r: int) -> tuple[Any, list[int]]:
+        """The family's ``r``-th request (untimed), and its prompt."""
+        prompt = self.tokens.next(r).tolist()
+        self.serial += 1
+        req = self.Request(str(self.serial), prompt, self.params, None, block_hasher=self.hasher)
+        return req, prompt
+
+    def cycle(self, req: Any, prompt: list[int]) -> tuple[int, Any]:
+        """One cycle, exactly as :meth:`family` times it: (hit tokens, allocated blocks)."""
+        mgr = self.mgr
+        blocks, hit, _ = mgr.get_computed_blocks(req)
+        got = mgr.allocate_slots(req, len(prompt) - hit, hit, blocks)
+        mgr.free(req)
+        return hit, got
+
+    def check(self, r: int, hit: int, got: Any) -> None:
+        """Request ``r`` of a family hit what the trace says (0 for the miss, the prefix)."""
+        want = 0 if r == 0 else self.n
+        if got is None or hit != want:
+            raise RuntimeError(f"{self.name}: request {r}: hit {hit}, expected {want}")
 
     def close(self) -> None:
         pass
