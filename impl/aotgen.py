@@ -14,9 +14,9 @@ The annotations come from the table's variable declarations and the implementati
 nothing else: a global or request scalar is an ``int`` (not the booleans), a parameter is an
 ``int``, ``N`` is an ``int``, a block column of the direct form (``M.X``, the metadata's live
 ``list[int]``) is a ``list[int]``, one read from the state (``v.X``: a record-indexed list or a
-view's tuple) a ``Sequence[int]``, a cap read from the state's constants (``k_pin_cap =
-v.k.pin_cap``, ``kvstate.spec.compile.RUNTIME_CONSTS``) an ``int``, as are the chain's record ids (``R``) and a run form's
-blocks (``bs``); every other name stays ``Any``.  (Typed, mypyc indexes natively: the search
+view's tuple) a ``Sequence[int]``, as are the chain's record ids (``R``) and a run form's
+blocks (``bs``), a cap read from the state's constants (``k_pin_cap = v.k.pin_cap``:
+``kvstate.spec.compile.RUNTIME_CONSTS``) an ``int``; every other name stays ``Any``.  (Typed, mypyc indexes natively: the search
 over 256 blocks runs about 5x faster than interpreted; untyped it ran slower.)
 
     python -m kvstate.impl.aotgen            # rewrite impl/_aot.py
