@@ -28,6 +28,14 @@ same entry points; the first dump holds the warm-up; a stray call would add a du
 run is refused).  It prints the mean,
 min and max instructions of the hit cycles and of the miss cycles, and the mean over all counted
 cycles, the figure the default mode reads off two runs (the two should agree closely).
+
+``--vllm`` (with ``--split``) counts vLLM 0.33.0's ``KVCacheManager`` on the same trace too, at
+equal granularity (``bench/vs_vllm.py``'s ``equal`` layout and cycle: ``get_computed_blocks`` +
+``allocate_slots`` + ``free``, the request built outside), one more callgrind run per length:
+its cycle is pure Python, so it runs inside a call of ``functools.reduce`` (C:
+``functools_reduce``, which the trace calls nowhere else) and that is the toggle.  The ratio
+column is vLLM's instructions per cycle over kvstate's: the issue's 3x target in deterministic
+instructions (CPU time also pays for cache misses, which instruction counts do not see).
 """
 
 from __future__ import annotations
@@ -90,15 +98,55 @@ def worker(length: str, warmup: int, families: int, split: bool = False) -> None
     cache.close()
 
 
+VLLM_TOGGLE = "functools_reduce"  # the C function each counted vLLM cycle runs inside
+
+
+def worker_vllm(length: str, warmup: int, families: int) -> None:
+    """The vLLM side's split worker: ``vs_vllm.VSide`` (equal layout), each counted cycle inside
+    ``functools.reduce`` and after a split mark (the request is built before the mark)."""
+    import functools
+
+    import vs_vllm
+
+    v = vs_vllm.import_vllm()
+    if isinstance(v, str):
+        raise SystemExit(f"vLLM is not importable: {v}")
+    n = impl_bench.parse_length(length)
+    side = vs_vllm.VSide(v, "equal", n, "cpu")
+    for _ in range(warmup):
+        side.family(None)
+    gc.collect()
+    gc.disable()
+    cycles = 0
+    for _ in range(families):
+        for r in range(impl_bench.FAMILY):
+            req, prompt = side.make_request(r)
+            binascii.crc_hqx(b"", 0)
+
+            def one(
+                _a: object, _b: object, req: object = req, prompt: list[int] = prompt
+            ) -> object:
+                return side.cycle(req, prompt)
+
+            hit, got = functools.reduce(one, (0, 0))  # type: ignore[misc]
+            side.check(r, hit, got)
+            cycles += 1
+    binascii.crc_hqx(b"", 0)
+    gc.enable()
+    print(f"RESULT cycles={cycles} touched=0 hits=0 misses=0")
+
+
 def _callgrind_cmd(
     out: Path, worker: str, length: str, warmup: int, families: int, *extra: str
 ) -> list[str]:
-    """The worker under callgrind, collecting only inside the cycle's entry points."""
+    """The worker under callgrind, collecting only inside the cycle's entry points (vLLM's
+    worker: inside ``functools.reduce``)."""
+    toggles = (VLLM_TOGGLE,) if worker == "--worker-vllm-split" else ENTRY_POINTS
     return [
         "valgrind",
         "--tool=callgrind",
         "--collect-atstart=no",
-        *(f"--toggle-collect={f}" for f in ENTRY_POINTS),
+        *(f"--toggle-collect={f}" for f in toggles),
         *extra,
         f"--callgrind-out-file={out}",
         sys.executable,
@@ -129,15 +177,15 @@ SPLIT_MARK = "binascii_crc_hqx"  # the C function behind binascii.crc_hqx
 
 
 def measure_split(
-    length: str, warmup: int, families: int, keep: str | None = None
+    length: str, warmup: int, families: int, keep: str | None = None, vllm: bool = False
 ) -> tuple[list[int], list[int], int]:
     """(instructions of each hit cycle, of each miss cycle, blocks touched): one callgrind run
-    dumping before every counted cycle; cycle ``i`` is a miss when ``i % FAMILY == 0``."""
+    dumping before every counted cycle; cycle ``i`` is a miss when ``i % FAMILY == 0``
+    (``vllm``: vLLM's cycles, blocks touched 0)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "callgrind.out"
-        cmd = _callgrind_cmd(
-            out, "--worker-split", length, warmup, families, f"--dump-before={SPLIT_MARK}"
-        )
+        which = "--worker-vllm-split" if vllm else "--worker-split"
+        cmd = _callgrind_cmd(out, which, length, warmup, families, f"--dump-before={SPLIT_MARK}")
         p = subprocess.run(cmd, capture_output=True, text=True)
         res = re.search(r"RESULT cycles=(\d+) touched=(\d+)", p.stdout)
         if p.returncode != 0 or res is None:
@@ -158,7 +206,7 @@ def measure_split(
             raise RuntimeError(f"expected {cycles + 1} dumps, got parts {sorted(parts)}")
         per = [parts[i + 2] for i in range(cycles)]
         if keep is not None:  # for callgrind_annotate: cycle i is callgrind.out.<i + 2>
-            dest = Path(keep) / length
+            dest = Path(keep) / (f"{length}-vllm" if vllm else length)
             dest.mkdir(parents=True, exist_ok=True)
             for f in Path(tmp).glob("callgrind.out.*"):
                 shutil.copy(f, dest / f.name)
@@ -179,6 +227,9 @@ def main() -> None:
     if len(sys.argv) == 5 and sys.argv[1] in ("--worker", "--worker-split"):
         worker(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[1] == "--worker-split")
         return
+    if len(sys.argv) == 5 and sys.argv[1] == "--worker-vllm-split":
+        worker_vllm(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+        return
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lengths", nargs="+", default=["1K", "16K", "64K", "256K"])
     ap.add_argument("--warmup", type=int, default=8, help="untimed families before counting")
@@ -187,7 +238,14 @@ def main() -> None:
         "--split", action="store_true", help="count hit and miss cycles apart (one run per length)"
     )
     ap.add_argument("--keep", default=None, help="with --split: keep the dumps in this folder")
+    ap.add_argument(
+        "--vllm",
+        action="store_true",
+        help="with --split: count vLLM's KVCacheManager on the same trace too (equal layout)",
+    )
     args = ap.parse_args()
+    if args.vllm and not args.split:
+        raise SystemExit("--vllm needs --split")
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed")
     if args.split:
@@ -220,21 +278,37 @@ def split_main(args: argparse.Namespace) -> None:
         "(1 miss + 4 hits each); mean (min-max)"
     )
     print(
-        f"{'prefix':>7} {'hits':>5} {'hit instr':>30} {'misses':>6} {'miss instr':>34} {'all/cycle':>11}"
+        f"{'prefix':>7} {'side':>8} {'hits':>5} {'hit instr':>30} {'misses':>6} "
+        f"{'miss instr':>34} {'all/cycle':>11}" + (f" {'vLLM/kvstate':>22}" if args.vllm else "")
     )
+
+    def fmt(xs: list[int]) -> str:
+        return f"{sum(xs) / len(xs):,.0f} ({min(xs):,}-{max(xs):,})"
+
+    def mean(xs: list[int]) -> float:
+        return sum(xs) / len(xs)
+
     for length in args.lengths:
         blocks_req = max(1, impl_bench.parse_length(length) // 256)
         families = max(args.families, min(20, 1024 // blocks_req))
-        hits, misses, _ = measure_split(length, args.warmup, families, args.keep)
-
-        def fmt(xs: list[int]) -> str:
-            return f"{sum(xs) / len(xs):,.0f} ({min(xs):,}-{max(xs):,})"
-
-        allc = (sum(hits) + sum(misses)) / (len(hits) + len(misses))
-        print(
-            f"{length:>7} {len(hits):>5} {fmt(hits):>30} {len(misses):>6} {fmt(misses):>34} "
-            f"{allc:>11,.0f}"
-        )
+        sides = [("kvstate", False), ("vLLM", True)] if args.vllm else [("kvstate", False)]
+        got: dict[str, tuple[list[int], list[int]]] = {}
+        for name, vllm in sides:
+            hits, misses, _ = measure_split(length, args.warmup, families, args.keep, vllm)
+            got[name] = (hits, misses)
+            allc = (sum(hits) + sum(misses)) / (len(hits) + len(misses))
+            extra = ""
+            if vllm:  # all / hit / miss: vLLM's instructions per cycle over kvstate's
+                (kh, km), (vh, vm) = got["kvstate"], got["vLLM"]
+                ka = (sum(kh) + sum(km)) / (len(kh) + len(km))
+                extra = f" {allc / ka:>8.2f} ({mean(vh) / mean(kh):.2f}/{mean(vm) / mean(km):.2f})"
+            print(
+                f"{length:>7} {name:>8} {len(hits):>5} {fmt(hits):>30} {len(misses):>6} "
+                f"{fmt(misses):>34} {allc:>11,.0f}{extra}",
+                flush=True,
+            )
+    if args.vllm:
+        print("vLLM/kvstate: all cycles (hits/misses), vLLM's instructions over kvstate's")
 
 
 if __name__ == "__main__":

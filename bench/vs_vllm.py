@@ -277,11 +277,30 @@ class VSide:
             got = mgr.allocate_slots(req, len(prompt) - hit, hit, blocks)
             mgr.free(req)
             t2 = clock()
-            want = 0 if r == 0 else self.n
-            if got is None or hit != want:
-                raise RuntimeError(f"{self.name}: request {r}: hit {hit}, expected {want}")
+            self.check(r, hit, got)
             if side is not None:
                 side.add(t1 - t0, t2 - t1, r == 0)
+
+    def make_request(self, r: int) -> tuple[Any, list[int]]:
+        """The family's ``r``-th request (untimed), and its prompt."""
+        prompt = self.tokens.next(r).tolist()
+        self.serial += 1
+        req = self.Request(str(self.serial), prompt, self.params, None, block_hasher=self.hasher)
+        return req, prompt
+
+    def cycle(self, req: Any, prompt: list[int]) -> tuple[int, Any]:
+        """One cycle, exactly as :meth:`family` times it: (hit tokens, allocated blocks)."""
+        mgr = self.mgr
+        blocks, hit, _ = mgr.get_computed_blocks(req)
+        got = mgr.allocate_slots(req, len(prompt) - hit, hit, blocks)
+        mgr.free(req)
+        return hit, got
+
+    def check(self, r: int, hit: int, got: Any) -> None:
+        """Request ``r`` of a family hit what the trace says (0 for the miss, the prefix)."""
+        want = 0 if r == 0 else self.n
+        if got is None or hit != want:
+            raise RuntimeError(f"{self.name}: request {r}: hit {hit}, expected {want}")
 
     def close(self) -> None:
         pass
@@ -326,8 +345,13 @@ def run_length(n: int, v: dict[str, Any], args: argparse.Namespace) -> Result:
             k = rnd % len(sides)
             for s in sides[k:] + sides[:k]:  # rotate who goes first
                 gc.collect()
-                for _ in range(fams):
-                    s.family(acc[s.name])
+                if not args.gc:  # (--no-gc) the collector paused while a side's families run
+                    gc.disable()
+                try:
+                    for _ in range(fams):
+                        s.family(acc[s.name])
+                finally:
+                    gc.enable()
             res.rounds.append(acc)
     except Exception as exc:  # noqa: BLE001 - report the row, go on with the next
         res.error = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
@@ -402,6 +426,13 @@ def main() -> None:
         default="cpu",
         help="time cycles by thread CPU time or wall",
     )
+    ap.add_argument(
+        "--no-gc",
+        dest="gc",
+        action="store_false",
+        help="pause the garbage collector while each side's families of a round run "
+        "(as bench/impl_instructions.py counts): what the collector's passes cost",
+    )
     args = ap.parse_args()
     torch.set_num_threads(1)
     compiled = native_modules()
@@ -426,6 +457,7 @@ def main() -> None:
         f"trace: families of {B.FAMILY} (1 miss + {B.FAMILY - 1} full-prefix hits), "
         f"{B.SUFFIX}-token unique suffix; {args.rounds} rounds, sides alternating; "
         f"clock: {'thread CPU time' if args.clock == 'cpu' else 'wall time'}"
+        + ("" if args.gc else "; garbage collector paused during the rounds")
     )
     t0 = time.perf_counter()
     results = []

@@ -609,66 +609,38 @@ def guard_load_progress_run__fcfb7b389f3380e9(v: Any, p: Any, bs: Sequence[int])
     return -1
 
 
-def guard_load_start__8e03db0e4a7ca582(v: Any, p: Any) -> Any:
+def guard_load_start__8553e4712568a07f(v: Any, p: Any) -> Any:
+    k_io_cap: int = v.k.io_cap
     p_b: int = p['b']
     t_ckv: Sequence[int] = v.ckv
     t_io_inflight: int = v.io_inflight
     if not (((t_ckv[p_b] == 4) or (t_ckv[p_b] == 5))):
         return False
-    if not (((not (t_ckv[p_b] == 5)) or (t_io_inflight < 2))):
+    if not (((not (t_ckv[p_b] == 5)) or (t_io_inflight < k_io_cap))):
         return False
     return True
 
 
-def guard_load_start__92dc2387d3acf57f(v: Any, p: Any) -> Any:
-    p_b: int = p['b']
-    t_ckv: Sequence[int] = v.ckv
-    t_io_inflight: int = v.io_inflight
-    if not (((t_ckv[p_b] == 4) or (t_ckv[p_b] == 5))):
-        return False
-    if not (((not (t_ckv[p_b] == 5)) or (t_io_inflight < 8))):
-        return False
-    return True
-
-
-def guard_load_start_direct__3cbdb3b27fbfcb6d(v: Any, p: Any) -> Any:
+def guard_load_start_direct__2ec67b88014c8861(v: Any, p: Any) -> Any:
     M = v._m
     R: Sequence[int] = v._rids
     t_ckv: list[int] = M.ckv
+    k_io_cap: int = v.k.io_cap
     p_b: int = p['b']
     t_io_inflight: int = v.io_inflight
     if not (((t_ckv[R[p_b]] == 4) or (t_ckv[R[p_b]] == 5))):
         return False
-    if not (((not (t_ckv[R[p_b]] == 5)) or (t_io_inflight < 2))):
+    if not (((not (t_ckv[R[p_b]] == 5)) or (t_io_inflight < k_io_cap))):
         return False
     return True
 
 
-def guard_load_start_direct__7bb64c7f069b13b8(v: Any, p: Any) -> Any:
-    M = v._m
-    R: Sequence[int] = v._rids
-    t_ckv: list[int] = M.ckv
-    p_b: int = p['b']
-    t_io_inflight: int = v.io_inflight
-    if not (((t_ckv[R[p_b]] == 4) or (t_ckv[R[p_b]] == 5))):
-        return False
-    if not (((not (t_ckv[R[p_b]] == 5)) or (t_io_inflight < 8))):
-        return False
-    return True
-
-
-def guard_load_start_io_cap__4f7027cd662ed915(v: Any, p: Any) -> Any:
+def guard_load_start_io_cap__18abe2ea376550c7(v: Any, p: Any) -> Any:
+    k_io_cap: int = v.k.io_cap
     p_b: int = p['b']
     t_ckv: Sequence[int] = v.ckv
     t_io_inflight: int = v.io_inflight
-    return ((not (t_ckv[p_b] == 5)) or (t_io_inflight < 2))
-
-
-def guard_load_start_io_cap__5765672aa85b28b8(v: Any, p: Any) -> Any:
-    p_b: int = p['b']
-    t_ckv: Sequence[int] = v.ckv
-    t_io_inflight: int = v.io_inflight
-    return ((not (t_ckv[p_b] == 5)) or (t_io_inflight < 8))
+    return ((not (t_ckv[p_b] == 5)) or (t_io_inflight < k_io_cap))
 
 
 def guard_load_start_offloaded__4c9f42bdee59ed90(v: Any, p: Any) -> Any:
@@ -898,8 +870,9 @@ def guard_offload_unpinned__c6245ac05f89d383(v: Any, p: Any) -> Any:
     return (t_ref[p_b] == 0)
 
 
-def guard_pin__1fc33f029de83e1f(v: Any, p: Any) -> Any:
+def guard_pin__626b1bf850c77a8c(v: Any, p: Any) -> Any:
     N: int = v.N
+    k_pin_cap: int = v.k.pin_cap
     rq0 = v.req(0)
     r0_hit: int = rq0.hit
     r0_phase: int = rq0.phase
@@ -911,13 +884,14 @@ def guard_pin__1fc33f029de83e1f(v: Any, p: Any) -> Any:
     for q0 in range(max(0, 0), min(((r0_hit + 255) // 256), N)):
         if not ((not ((t_ckv[q0] == 0) or (t_ckv[q0] == 7)))):
             return False
-    if not (((((0 + ((r0_pinned + 255) // 256)) + ((r1_pinned + 255) // 256)) + ((r0_hit + 255) // 256)) <= 49152)):
+    if not (((((0 + ((r0_pinned + 255) // 256)) + ((r1_pinned + 255) // 256)) + ((r0_hit + 255) // 256)) <= k_pin_cap)):
         return False
     return True
 
 
-def guard_pin__2812d781153de38b(v: Any, p: Any) -> Any:
+def guard_pin__92b13727953e8702(v: Any, p: Any) -> Any:
     N: int = v.N
+    k_pin_cap: int = v.k.pin_cap
     rq0 = v.req(0)
     r0_hit: int = rq0.hit
     r0_phase: int = rq0.phase
@@ -929,36 +903,17 @@ def guard_pin__2812d781153de38b(v: Any, p: Any) -> Any:
     for q0 in range(max(0, 0), min(((r0_hit + 15) // 16), N)):
         if not ((not ((t_ckv[q0] == 0) or (t_ckv[q0] == 7)))):
             return False
-    if not (((((0 + ((r0_pinned + 15) // 16)) + ((r1_pinned + 15) // 16)) + ((r0_hit + 15) // 16)) <= 48)):
+    if not (((((0 + ((r0_pinned + 15) // 16)) + ((r1_pinned + 15) // 16)) + ((r0_hit + 15) // 16)) <= k_pin_cap)):
         return False
     return True
 
 
-def guard_pin_direct__3e5dd1e404575b4d(v: Any, p: Any) -> Any:
+def guard_pin_direct__27ee86e567cb1d97(v: Any, p: Any) -> Any:
     M = v._m
     R: Sequence[int] = v._rids
     t_ckv: list[int] = M.ckv
     N: int = v.N
-    rq0 = v.req(0)
-    r0_hit: int = rq0.hit
-    r0_phase: int = rq0.phase
-    r0_pinned: int = rq0.pinned
-    r1_pinned: int = v.req(1).pinned
-    if not ((r0_phase == 2)):
-        return False
-    for q0 in range(max(0, 0), min(((r0_hit + 255) // 256), N)):
-        if not ((not ((t_ckv[R[q0]] == 0) or (t_ckv[R[q0]] == 7)))):
-            return False
-    if not (((((0 + ((r0_pinned + 255) // 256)) + ((r1_pinned + 255) // 256)) + ((r0_hit + 255) // 256)) <= 49152)):
-        return False
-    return True
-
-
-def guard_pin_direct__cc0cf20e317cf094(v: Any, p: Any) -> Any:
-    M = v._m
-    R: Sequence[int] = v._rids
-    t_ckv: list[int] = M.ckv
-    N: int = v.N
+    k_pin_cap: int = v.k.pin_cap
     rq0 = v.req(0)
     r0_hit: int = rq0.hit
     r0_phase: int = rq0.phase
@@ -969,7 +924,28 @@ def guard_pin_direct__cc0cf20e317cf094(v: Any, p: Any) -> Any:
     for q0 in range(max(0, 0), min(((r0_hit + 15) // 16), N)):
         if not ((not ((t_ckv[R[q0]] == 0) or (t_ckv[R[q0]] == 7)))):
             return False
-    if not (((((0 + ((r0_pinned + 15) // 16)) + ((r1_pinned + 15) // 16)) + ((r0_hit + 15) // 16)) <= 48)):
+    if not (((((0 + ((r0_pinned + 15) // 16)) + ((r1_pinned + 15) // 16)) + ((r0_hit + 15) // 16)) <= k_pin_cap)):
+        return False
+    return True
+
+
+def guard_pin_direct__4e4016657a07700d(v: Any, p: Any) -> Any:
+    M = v._m
+    R: Sequence[int] = v._rids
+    t_ckv: list[int] = M.ckv
+    N: int = v.N
+    k_pin_cap: int = v.k.pin_cap
+    rq0 = v.req(0)
+    r0_hit: int = rq0.hit
+    r0_phase: int = rq0.phase
+    r0_pinned: int = rq0.pinned
+    r1_pinned: int = v.req(1).pinned
+    if not ((r0_phase == 2)):
+        return False
+    for q0 in range(max(0, 0), min(((r0_hit + 255) // 256), N)):
+        if not ((not ((t_ckv[R[q0]] == 0) or (t_ckv[R[q0]] == 7)))):
+            return False
+    if not (((((0 + ((r0_pinned + 255) // 256)) + ((r1_pinned + 255) // 256)) + ((r0_hit + 255) // 256)) <= k_pin_cap)):
         return False
     return True
 
@@ -979,20 +955,22 @@ def guard_pin_matched__67e183506a0862dd(v: Any, p: Any) -> Any:
     return (r0_phase == 2)
 
 
-def guard_pin_pin_cap__812d2b58ebfd94ff(v: Any, p: Any) -> Any:
+def guard_pin_pin_cap__b667277973950be6(v: Any, p: Any) -> Any:
+    k_pin_cap: int = v.k.pin_cap
     rq0 = v.req(0)
     r0_hit: int = rq0.hit
     r0_pinned: int = rq0.pinned
     r1_pinned: int = v.req(1).pinned
-    return ((((0 + ((r0_pinned + 255) // 256)) + ((r1_pinned + 255) // 256)) + ((r0_hit + 255) // 256)) <= 49152)
+    return ((((0 + ((r0_pinned + 255) // 256)) + ((r1_pinned + 255) // 256)) + ((r0_hit + 255) // 256)) <= k_pin_cap)
 
 
-def guard_pin_pin_cap__9a743841897c95c5(v: Any, p: Any) -> Any:
+def guard_pin_pin_cap__e1f0db95b8b99c08(v: Any, p: Any) -> Any:
+    k_pin_cap: int = v.k.pin_cap
     rq0 = v.req(0)
     r0_hit: int = rq0.hit
     r0_pinned: int = rq0.pinned
     r1_pinned: int = v.req(1).pinned
-    return ((((0 + ((r0_pinned + 15) // 16)) + ((r1_pinned + 15) // 16)) + ((r0_hit + 15) // 16)) <= 48)
+    return ((((0 + ((r0_pinned + 15) // 16)) + ((r1_pinned + 15) // 16)) + ((r0_hit + 15) // 16)) <= k_pin_cap)
 
 
 def guard_pin_present__12bea5ead1bf1df7(v: Any, p: Any) -> Any:
@@ -2107,12 +2085,9 @@ TWINS: dict[str, Any] = {
     "8578b9ca814cc323a97f0693c3416a4a92ac9ed6080d4ad8cea3a9286c112e18": guard_load_progress_not_done__8578b9ca814cc323,
     "2d54305f32e787cfc3a7f39ee957cac7713409fa9a68636d679a99faa4f38f55": guard_load_progress_run__2d54305f32e787cf,
     "fcfb7b389f3380e9902db81fdab4fb7dc98f83c47d044e9c18e92500dd660503": guard_load_progress_run__fcfb7b389f3380e9,
-    "8e03db0e4a7ca582bfd2d8cbd762cbdaa0ddc865407d51b574bc1962b9efb47e": guard_load_start__8e03db0e4a7ca582,
-    "92dc2387d3acf57fa6fd73d83e0b520e23840c097b77a26d94bc2334b2c3b3da": guard_load_start__92dc2387d3acf57f,
-    "3cbdb3b27fbfcb6db8f0262fb90e352a4a78e939e7f99e771c16e9a5151660b8": guard_load_start_direct__3cbdb3b27fbfcb6d,
-    "7bb64c7f069b13b87c361bfab58d61276380e970a26a50714636401006898b26": guard_load_start_direct__7bb64c7f069b13b8,
-    "4f7027cd662ed915d43a0e321baa7c6a462bedace7dfa68569cce528a9cd1a45": guard_load_start_io_cap__4f7027cd662ed915,
-    "5765672aa85b28b869236680e3d9282e8c0ec06630df6a7b495d20054261c28e": guard_load_start_io_cap__5765672aa85b28b8,
+    "8553e4712568a07f06f28430320e47c722388a7b0abfbf219dfddbde33c9ab22": guard_load_start__8553e4712568a07f,
+    "2ec67b88014c8861e235d9a442baf8db20b1fdc43624cea17c2b80057e3efc45": guard_load_start_direct__2ec67b88014c8861,
+    "18abe2ea376550c758661e1f47670cefbea1545debce0abfbddb4467dd224de0": guard_load_start_io_cap__18abe2ea376550c7,
     "4c9f42bdee59ed90f92f76b2ac8060c6ee8ca6eba40c062b4c645660eccf0e83": guard_load_start_offloaded__4c9f42bdee59ed90,
     "9aaba23fa8ae805b2287c2937469f45d843f22d5a0d73224c1c4b18668c7e891": guard_match__9aaba23fa8ae805b,
     "d500308b5e28f940d0c3b6439a43c833f30d6234db3d7e89dd94ad01e1e3fa20": guard_match__d500308b5e28f940,
@@ -2137,13 +2112,13 @@ TWINS: dict[str, Any] = {
     "f1ae9acea29975ef67d19812330567ef720a5232902e4ef81cc5bbb04badeffb": guard_offload_done_unpinned__f1ae9acea29975ef,
     "525956e4e2e2273e9d853313302f6dccfcdf4a317f014b29cb0cf7f5c9c13091": guard_offload_run__525956e4e2e2273e,
     "c6245ac05f89d383c901cc3251706bc819a70b793223371776042cbfcda60d61": guard_offload_unpinned__c6245ac05f89d383,
-    "1fc33f029de83e1f32a7ef1c135f602f6c8e01220b8e5d65db4911a7b663e710": guard_pin__1fc33f029de83e1f,
-    "2812d781153de38b7860eeb29c21f418d0563d24ff2fc77a8c7b4539f641e8cd": guard_pin__2812d781153de38b,
-    "3e5dd1e404575b4d5c2684f64c95fadc450c5329cb0c06d708580d54d2f6e709": guard_pin_direct__3e5dd1e404575b4d,
-    "cc0cf20e317cf094ac52a8019d1b5502919f15ab269d49030c66c54cc19e0cd6": guard_pin_direct__cc0cf20e317cf094,
+    "626b1bf850c77a8c2fcfe20dc20534d787dbb834988b310e603c0b439f0cdf71": guard_pin__626b1bf850c77a8c,
+    "92b13727953e87029d5808ce0a9d0f090d0467a5f1cf2ddf291ebcb20508d2ad": guard_pin__92b13727953e8702,
+    "27ee86e567cb1d978665a718eb918a69db3062c292e862a6adcd66b7b9fb6b26": guard_pin_direct__27ee86e567cb1d97,
+    "4e4016657a07700d6bd8c456ce729c9ac6ef559d1ee265b7e3f3c5943c0db407": guard_pin_direct__4e4016657a07700d,
     "67e183506a0862dd12ebdc7e0ee9160326c7fcd93710dc28f5d352960912fbfd": guard_pin_matched__67e183506a0862dd,
-    "812d2b58ebfd94fff9edf2d040650291394ee1e5c77c8af7486d2263e265470e": guard_pin_pin_cap__812d2b58ebfd94ff,
-    "9a743841897c95c59efb69e944f0f787a596c2d11ee140a7ecbdd4218690ceeb": guard_pin_pin_cap__9a743841897c95c5,
+    "b667277973950be655350009961f4e8dca379b2bd4697a6804f276db33f070e2": guard_pin_pin_cap__b667277973950be6,
+    "e1f0db95b8b99c0854569735b6142509cbd88c890372389ef4f831209ace8ddc": guard_pin_pin_cap__e1f0db95b8b99c08,
     "12bea5ead1bf1df7bb79ccd118a43edf78fbc7e0096582cae4d754e5c046e4d6": guard_pin_present__12bea5ead1bf1df7,
     "483ac24043cc516e9dc402736d4da518b883f2439031531850c475ac0aee5360": guard_pin_present__483ac24043cc516e,
     "06bc94d7151e0bc8b9c4e157e8786927721a93291a28de3dbb1d5d98b724194b": guard_rebuild_done__06bc94d7151e0bc8,

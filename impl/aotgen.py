@@ -15,7 +15,8 @@ nothing else: a global or request scalar is an ``int`` (not the booleans), a par
 ``int``, ``N`` is an ``int``, a block column of the direct form (``M.X``, the metadata's live
 ``list[int]``) is a ``list[int]``, one read from the state (``v.X``: a record-indexed list or a
 view's tuple) a ``Sequence[int]``, as are the chain's record ids (``R``) and a run form's
-blocks (``bs``); every other name stays ``Any``.  (Typed, mypyc indexes natively: the search
+blocks (``bs``), a cap read from the state's constants (``k_pin_cap = v.k.pin_cap``:
+``kvstate.spec.compile.RUNTIME_CONSTS``) an ``int``; every other name stays ``Any``.  (Typed, mypyc indexes natively: the search
 over 256 blocks runs about 5x faster than interpreted; untyped it ran slower.)
 
     python -m kvstate.impl.aotgen            # rewrite impl/_aot.py
@@ -34,9 +35,9 @@ from pathlib import Path
 
 import numpy as np
 
-from kvstate.spec.compile import recording
+from kvstate.spec.compile import CONST_PREFIX, RUNTIME_CONSTS, recording
 from kvstate.spec.geometry import Geometry, deepseek_v4_flash, small
-from kvstate.spec.table import Scope, Table
+from kvstate.spec.table import Consts, Scope, Table
 
 TARGET = Path(__file__).resolve().parent / "_aot.py"
 COMMAND = "python -m kvstate.impl.aotgen"
@@ -93,6 +94,9 @@ def _types(table: Table) -> dict[str, str]:
             out[f"t_{v.name}"] = "int"
         elif v.scope is Scope.REQ:
             out[f"r_{v.name}"] = "int"
+    for c in RUNTIME_CONSTS:  # the caps a deployment sets, read from the state's ``k``
+        if Consts.__annotations__.get(c) in (int, "int"):
+            out[CONST_PREFIX + c] = "int"
     return out
 
 
@@ -128,6 +132,8 @@ def annotate(src: str, types: dict[str, str], columns: frozenset[str]) -> str:
                 ty = "Sequence[int]"  # the chain's record ids (a list, or a tuple)
             elif var == "N" and rhs == "v.N":
                 ty = "int"
+            elif var.startswith(CONST_PREFIX) and rhs == f"v.k.{var[len(CONST_PREFIX) :]}":
+                ty = types.get(var)
             elif var.startswith("p_") and rhs == f"p[{var[2:]!r}]":
                 ty = "int"
             elif req is not None:

@@ -41,6 +41,13 @@ class GraphRegistry:
         self._bt = np.full((rows, max_blocks), -1, dtype=np.int32)
         self._sp = np.zeros((rows, max_blocks), dtype=np.int64)
         self._filled = [0] * rows  # entries of each row the last refill wrote (the rest is padding)
+        # each row's numpy view, made once (indexing the array per refill costs a view each)
+        self._bt_rows = list(self._bt)
+        self._sp_rows = list(self._sp)
+        # what each row holds (the last refill's slots and pointers, copies): a refill with the
+        # same values writes nothing (converting a list into a numpy row costs ~150
+        # instructions per entry; comparing two lists a few).  Only ``refill`` writes the rows.
+        self._held: list[tuple[list[int], list[int]] | None] = [None] * rows
         if device.type == "cuda":
             self.block_tables = torch.full((rows, max_blocks), -1, dtype=torch.int32, device=device)
             self.state_ptrs = torch.zeros((rows, max_blocks), dtype=torch.int64, device=device)
@@ -54,16 +61,26 @@ class GraphRegistry:
         self._graph: Any = None
 
     def refill(self, row: int, slots: list[int], ptrs: list[int]) -> None:
-        """Write one request's block table and state pointers in place (-1 / 0 padding)."""
+        """Write one request's block table and state pointers in place (-1 / 0 padding); a
+        row that already holds exactly these is left as it is."""
         n = len(slots)
         if n > self._bt.shape[1]:  # sized for the longest request's pins: never truncate
             raise InternalError(
                 f"{n} pinned blocks do not fit the graph's block table ({self._bt.shape[1]})"
             )
-        bt, sp = self._bt[row], self._sp[row]
-        bt[:n] = slots  # (no ``slots[:n]`` copy: n is its length)
-        sp[:n] = ptrs if len(ptrs) == n else ptrs[:n]
+        if len(ptrs) != n:
+            ptrs = ptrs[:n]
+        held = self._held[row]
+        if held is not None and held[0] == slots and held[1] == ptrs:
+            return  # the row (and its device copy) holds exactly these, padded as before
+        # a write that fails below (a value that does not fit) leaves the row unknown, and
+        # its first ``max(old, n)`` entries padded over by the next refill
+        self._held[row] = None
         old = self._filled[row]
+        self._filled[row] = max(old, n)
+        bt, sp = self._bt_rows[row], self._sp_rows[row]
+        bt[:n] = slots  # (no ``slots[:n]`` copy: n is its length)
+        sp[:n] = ptrs
         if old > n:  # beyond ``old`` the row is still padding
             bt[n:old] = -1
             sp[n:old] = 0
@@ -71,6 +88,7 @@ class GraphRegistry:
         if self.device.type == "cuda":
             self.block_tables[row].copy_(torch.from_numpy(bt), non_blocking=True)
             self.state_ptrs[row].copy_(torch.from_numpy(sp), non_blocking=True)
+        self._held[row] = (list(slots), list(ptrs))
 
     def record(self) -> None:
         """Capture: every known block's current address is what the graph saw."""

@@ -47,11 +47,19 @@ class CompileError(ValueError):
 # calls (``all``, ``range``, ``max``, ``min``) or another table name:
 #   t_<var>    a block or global variable of the table (``TABLE_PREFIX``)
 #   r<n>_<var> a field of request n;   p_<param> an action parameter;   N the pool size
+#   k_<const>  a deployment constant read at run time from the state's ``k`` (``RUNTIME_CONSTS``)
 #   anything else (v, r, p, h, b, q0, forall0, rq0, ...) is a generator's own local (the
 #   implementation's generators, ``kvstate.impl.fastforms``, add R, R_t_<var>, Rb, M, P, fail, ...)
 # (names are checked to be identifiers that are no keyword when a table is validated, and a
 # generated function's name is checked by :func:`define`).
 TABLE_PREFIX = "t_"
+CONST_PREFIX = "k_"
+# Constants of ``s.k`` that a deployment sets (admission and I/O caps): traced as free names and
+# read at run time from the state's ``k`` (``k_pin_cap = v.k.pin_cap``), not folded into the
+# generated source as literals.  So two caches of one table whose caps differ run the same
+# generated source (and its ahead-of-time twin); every other constant (block and window sizes,
+# load steps, formats) shapes the terms (divisors, ranges, phases) and stays folded.
+RUNTIME_CONSTS = ("pin_cap", "io_cap")
 
 
 def _table_name(n: str) -> str | None:
@@ -83,13 +91,29 @@ class _Req:
         return z3.Int(f"r{self._r}_{name}")
 
 
+class _TraceConsts:
+    """``s.k`` while tracing: the constants of :data:`RUNTIME_CONSTS` as free Z3 integers
+    (``k_pin_cap``), every other one the concrete value of ``k``."""
+
+    def __init__(self, k: Any) -> None:
+        self._k = k
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if name in RUNTIME_CONSTS:
+            return z3.Int(CONST_PREFIX + name)
+        return getattr(self._k, name)
+
+
 class _TraceState:
-    """The table's state shape with every variable a fresh Z3 constant (``s.k`` stays concrete:
-    the geometry is fixed when an implementation is built)."""
+    """The table's state shape with every variable a fresh Z3 constant (``s.k`` stays concrete,
+    the geometry being fixed when an implementation is built, but for the caps a deployment
+    sets, :data:`RUNTIME_CONSTS`: free names read from the state's ``k`` at run time)."""
 
     def __init__(self, table: Table, k: Any, N: Any = None) -> None:
         self._table = table
-        self.k = k
+        self.k = _TraceConsts(k)
         self.N = z3.Int("N") if N is None else N
         self._quants: dict[str, tuple[Any, Any, z3.ExprRef, z3.ExprRef]] = {}
 
@@ -425,7 +449,8 @@ def prelude(names: set[str], bound: set[str], req: Callable[[int], str]) -> list
     """Lines binding each free name over the state interface: columns and scalars from ``v``,
     request fields from ``v.req(...)`` (``req(n)`` spells the request index; a request whose
     fields are read more than once is fetched once, as the local ``rq<n>``), action
-    parameters (``p_b``) from the dict ``p``, ``N`` from ``v.N``."""
+    parameters (``p_b``) from the dict ``p``, ``N`` from ``v.N``, a run-time constant
+    (``k_pin_cap``) from ``v.k``."""
     lines = []
     free = sorted(names - bound)
     fields: dict[str, int] = {}
@@ -441,6 +466,8 @@ def prelude(names: set[str], bound: set[str], req: Callable[[int], str]) -> list
             lines.append(f"{n} = v.{var}")
         elif n == "N":
             lines.append("N = v.N")
+        elif n.startswith(CONST_PREFIX) and n[len(CONST_PREFIX) :] in RUNTIME_CONSTS:
+            lines.append(f"{n} = v.k.{n[len(CONST_PREFIX) :]}")
         elif head == "p" and field_:
             lines.append(f"{n} = p[{field_!r}]")
         elif head[:1] == "r" and head[1:].isdigit() and field_:

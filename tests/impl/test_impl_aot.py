@@ -73,3 +73,26 @@ def test_the_preset_geometry_runs_the_twins_and_another_its_own_source() -> None
         _cycle(other)
         fn = other.core.gate.coord._search_direct
         assert id(fn) not in twins and hasattr(fn, "__code__")
+
+
+def test_a_deployments_caps_and_pools_do_not_change_the_generated_sources() -> None:
+    """A cache of a preset geometry sized for a deployment (its pools, its admission and I/O
+    caps: what ``bench/vs_vllm.py`` and ``bench/impl_bench.py`` size per prefix length) asks
+    for exactly the sources of the twins: the caps are read at run time from the state's
+    constants (``spec/compile.py`` ``RUNTIME_CONSTS``), not folded into the source."""
+    from kvstate.impl import _aot
+    from kvstate.impl.aotgen import collect
+    from kvstate.spec.geometry import deepseek_v4_flash
+
+    for pin_cap, io_cap in ((6, 3), (5, 1)):
+        g = deepseek_v4_flash().with_changes(
+            device_blocks=6, host_blocks=1, disk_blocks=4, pin_cap_blocks=pin_cap, io_cap=io_cap
+        )
+        asked = collect(g)
+        assert asked, "nothing was generated: the sources were compiled before (memo)"
+        missing = sorted(name for key, (name, _src, _env) in asked.items() if key not in _aot.TWINS)
+        assert not missing, (
+            f"sources without a twin at pin_cap={pin_cap}, io_cap={io_cap}: {missing}"
+        )
+        pin = [src for name, src, _env in asked.values() if name == "guard_pin_pin_cap"]
+        assert pin and all("v.k.pin_cap" in s for s in pin)

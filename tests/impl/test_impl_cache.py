@@ -654,3 +654,33 @@ def test_graph_block_table_holds_a_long_hit_whole() -> None:
             c.core.graph.refill(0, [0] * (row.shape[0] + 1), [0] * (row.shape[0] + 1))
     finally:
         c.close()
+
+
+def test_graph_refill_writes_what_it_is_given_even_after_an_equal_one() -> None:
+    """A refill equal to what the row holds writes nothing (``GraphRegistry.refill``); what it
+    compares with is a copy of the last refill's lists, so a caller reusing (mutating) its
+    lists, a shorter or longer table, or a refill that failed half way, all leave the row
+    holding exactly the last refill's values, padded."""
+    from kvstate.impl.graphs import GraphRegistry
+    from kvstate.impl.meta import BlockMeta
+
+    g = GraphRegistry(BlockMeta(4), rows=2, max_blocks=6, device=torch.device("cpu"))
+
+    def row(r: int) -> tuple[list[int], list[int]]:
+        return g.block_tables[r].tolist(), g.state_ptrs[r].tolist()
+
+    slots, ptrs = [3, 1, 4], [30, 10, 40]
+    g.refill(0, slots, ptrs)
+    assert row(0) == ([3, 1, 4, -1, -1, -1], [30, 10, 40, 0, 0, 0])
+    g.refill(0, slots, ptrs)  # equal: nothing to write
+    assert row(0) == ([3, 1, 4, -1, -1, -1], [30, 10, 40, 0, 0, 0])
+    slots[1], ptrs[1] = 5, 50  # the caller's lists, reused
+    g.refill(0, slots, ptrs)
+    assert row(0) == ([3, 5, 4, -1, -1, -1], [30, 50, 40, 0, 0, 0])
+    g.refill(0, [3, 5], [30, 50, 40])  # shorter (the pointers cut to the table)
+    assert row(0) == ([3, 5, -1, -1, -1, -1], [30, 50, 0, 0, 0, 0])
+    assert row(1) == ([-1] * 6, [0] * 6)  # other rows untouched
+    with pytest.raises((ValueError, OverflowError)):  # a pointer past int64: fails half way
+        g.refill(0, [7, 7, 7], [70, 2**70, 70])
+    g.refill(0, [3, 5], [30, 50])  # equal to the last refill that went through: written again
+    assert row(0) == ([3, 5, -1, -1, -1, -1], [30, 50, 0, 0, 0, 0])
