@@ -94,16 +94,22 @@ def drop_cache(files: list[Path]) -> list[str]:
     return done
 
 
-def _available_ram() -> int:
-    """MemAvailable in bytes (Linux), else the whole RAM."""
+def _meminfo(field: str) -> int:
+    """A /proc/meminfo field in bytes (Linux), else -1."""
     try:
         with open("/proc/meminfo") as f:
             for line in f:
-                if line.startswith("MemAvailable:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return -1
+
+
+def _available_ram() -> int:
+    """MemAvailable in bytes (Linux), else the whole RAM."""
+    got = _meminfo("MemAvailable")
+    return got if got >= 0 else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def written_back() -> int:
@@ -162,38 +168,85 @@ def raw_direct_read(files: list[Path]) -> float | None:
 
 
 class Prefix:
-    """One cache and one prefix of ``n`` tokens, moved between disk and device."""
+    """One cache and one prefix of ``n`` tokens, moved between disk and device.
+
+    When the tiers' nominal size exceeds half the available RAM (the 1M row: 31 GiB nominal,
+    most of it the SWA pool's one block of window pages per slot), the prefix is built in a
+    first cache and recovered by a second one opened over the same disk folder (``restart``).
+    The build decodes the whole prefix, and the SWA pool hands out its pages first in, first
+    out, so the build writes every SWA page once (24.6 GiB at 1M): only in the build cache is
+    the SWA device tensor a sparse file in the disk tier's folder (written back while the build
+    runs, untimed).  Every other tier tensor of both caches is a sparse mapping on /dev/shm:
+    only touched pages take RAM (at 1M about 6.5 GiB, the slots the prefix lands in).  The build
+    cache is closed and dropped (its mappings unmapped) before the timed cache opens; that
+    cache adopts the entries by their MACs under the directory's key, as any restart does, and
+    its recoveries touch no file-backed tier page."""
 
     def __init__(self, n: int, root: Path, shm: str | None) -> None:
         self.n = n
         self.nb = n // 256
         dev = self.nb + B.MARGIN_BLOCKS
-        g = deepseek_v4_flash().with_changes(
+        self.g = deepseek_v4_flash().with_changes(
             device_blocks=dev,
             host_blocks=CHUNK_BLOCKS,
             disk_blocks=self.nb + 16,
             pin_cap_blocks=dev,
             max_requests=4,
         )
+        g = self.g
         d, h = planned_bytes(g, dev, CHUNK_BLOCKS)
+        self.limit = d + h + 2**30
         self.cache_dir = Path(tempfile.mkdtemp(prefix="kvstate-disk-bench-", dir=root))
-        if shm is not None and d + h > _available_ram() // 2:
-            # tmpfs pages are RAM and cannot be written back: a 1M-token tier mapped there was
-            # OOM-killed on a 24 GiB machine; a file in the disk tier's folder can be
-            shm = str(root)
+        self.restart = shm is not None and d + h > _available_ram() // 2
+        self.shm = shm
         self.mapped_on = shm or "the temporary folder"
-        with B.mapped_tensors(shm):
-            self.cache = HeterogeneousKVCache(
-                g,
-                cache_dir=self.cache_dir,
-                executors="threads",
-                device="cpu",
-                max_requests=4,
-                max_model_len=n + 512,
-                memory_limit=d + h + 2**30,
+        swa = None
+        if self.restart:
+            ppl = g.lcm_tokens // g.swa_block_tokens
+            swa = len(g.layers) * (1 + dev * ppl) * g.swa_block_tokens * g.entry_bytes
+            touched = d // dev * self.nb - len(g.layers) * g.lcm_tokens * g.entry_bytes * self.nb
+            if _available_ram() < touched + 6 * 2**30:  # never risk an OOM of a shared machine
+                raise MemoryError(
+                    f"{touched / 2**30:.1f} GiB of tier pages will be touched on {shm}, and only "
+                    f"{_available_ram() / 2**30:.1f} GiB are available (6 GiB spare wanted)"
+                )
+            self.mapped_on = (
+                f"{shm} (the build cache's SWA device tensor, {swa / 2**30:.1f} GiB nominal, "
+                f"in {root}; the timed cache opened afresh over the disk folder)"
             )
+        with B.mapped_tensors(shm, {swa: str(root)} if swa else None):
+            self.cache = self._open()
         base = (np.arange(n + 1, dtype=np.int64) * 7919 + 13) % 50_000
         self.tokens = base
+
+    def _open(self) -> HeterogeneousKVCache:
+        return HeterogeneousKVCache(
+            self.g,
+            cache_dir=self.cache_dir,
+            executors="threads",
+            device="cpu",
+            max_requests=4,
+            max_model_len=self.n + 512,
+            memory_limit=self.limit,
+        )
+
+    def reopen(self) -> None:
+        """Close the build cache and open the timed one over the same disk folder."""
+        self.cache.close()
+        del self.cache
+        gc.collect()
+        shmem = _meminfo("Shmem")
+        with B.mapped_tensors(self.shm):
+            self.cache = self._open()
+        st = self.cache.stats()
+        if st["disk_entries"] < self.nb:
+            raise RuntimeError(f"the reopened cache adopted {st['disk_entries']} of {self.nb}")
+        print(
+            f"  [reopened over {self.cache_dir}: {st['disk_entries']} entries adopted; Shmem "
+            f"{shmem / 2**30:.2f} GiB after closing the build cache; MemAvailable "
+            f"{_available_ram() / 2**30:.1f} GiB]",
+            flush=True,
+        )
 
     def close(self) -> None:
         self.cache.close()
@@ -330,6 +383,8 @@ def bench(n: int, args: argparse.Namespace, shm: str | None) -> dict[str, Any]:
     p = Prefix(n, Path(args.dir), shm)
     try:
         p.build()
+        if p.restart:
+            p.reopen()
         files = p.files()
         nbytes = sum(f.stat().st_size for f in files)
         setup = time.perf_counter() - t0
