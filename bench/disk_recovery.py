@@ -56,7 +56,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import kvstate.impl.disk as D  # noqa: E402
-from kvstate.impl import native_modules  # noqa: E402
+from kvstate.impl import native_modules, testdata  # noqa: E402
 from kvstate.impl.cache import HeterogeneousKVCache  # noqa: E402
 from kvstate.impl.tiers import planned_bytes  # noqa: E402
 from kvstate.spec.geometry import deepseek_v4_flash  # noqa: E402
@@ -182,7 +182,7 @@ class Prefix:
     cache adopts the entries by their MACs under the directory's key, as any restart does, and
     its recoveries touch no file-backed tier page."""
 
-    def __init__(self, n: int, root: Path, shm: str | None) -> None:
+    def __init__(self, n: int, root: Path, shm: str | None, keep: Path | None = None) -> None:
         self.n = n
         self.nb = n // 256
         dev = self.nb + B.MARGIN_BLOCKS
@@ -196,12 +196,21 @@ class Prefix:
         g = self.g
         d, h = planned_bytes(g, dev, CHUNK_BLOCKS)
         self.limit = d + h + 2**30
-        self.cache_dir = Path(tempfile.mkdtemp(prefix="kvstate-disk-bench-", dir=root))
-        self.restart = shm is not None and d + h > _available_ram() // 2
+        self.keep = keep
+        if keep is not None:  # (a folder of its own per length: the key file is the folder's)
+            keep.mkdir(parents=True, exist_ok=True)
+            self.cache_dir = keep
+        else:
+            self.cache_dir = Path(tempfile.mkdtemp(prefix="kvstate-disk-bench-", dir=root))
+        # a kept folder that holds the prefix already: no build, the timed cache opens over it
+        self.reused = keep is not None and sum(1 for f in keep.glob("*" + D.SUFFIX)) >= self.nb
+        self.restart = shm is not None and (
+            d + h > _available_ram() // 2 or os.environ.get("KVSTATE_BENCH_RESTART") == "1"
+        )  # (the variable forces the two-cache way at any length, to try it on a short one)
         self.shm = shm
         self.mapped_on = shm or "the temporary folder"
         swa = None
-        if self.restart:
+        if self.restart and not self.reused:
             ppl = g.lcm_tokens // g.swa_block_tokens
             swa = len(g.layers) * (1 + dev * ppl) * g.swa_block_tokens * g.entry_bytes
             touched = d // dev * self.nb - len(g.layers) * g.lcm_tokens * g.entry_bytes * self.nb
@@ -214,6 +223,8 @@ class Prefix:
                 f"{shm} (the build cache's SWA device tensor, {swa / 2**30:.1f} GiB nominal, "
                 f"in {root}; the timed cache opened afresh over the disk folder)"
             )
+        if self.reused:
+            self.mapped_on = f"{shm} (the prefix's files kept from an earlier run, adopted)"
         with B.mapped_tensors(shm, {swa: str(root)} if swa else None):
             self.cache = self._open()
         base = (np.arange(n + 1, dtype=np.int64) * 7919 + 13) % 50_000
@@ -250,7 +261,8 @@ class Prefix:
 
     def close(self) -> None:
         self.cache.close()
-        shutil.rmtree(self.cache_dir, ignore_errors=True)
+        if self.keep is None:
+            shutil.rmtree(self.cache_dir, ignore_errors=True)
 
     def _settle(self) -> None:
         """Wait for the pipelines to go idle (offloads, rebuilds)."""
@@ -380,11 +392,13 @@ class Overlap:
 
 def bench(n: int, args: argparse.Namespace, shm: str | None) -> dict[str, Any]:
     t0 = time.perf_counter()
-    p = Prefix(n, Path(args.dir), shm)
+    keep = None if args.keep is None else Path(args.keep) / B.fmt_length(n)
+    p = Prefix(n, Path(args.dir), shm, keep)
     try:
-        p.build()
-        if p.restart:
-            p.reopen()
+        if not p.reused:
+            p.build()
+            if p.restart:
+                p.reopen()
         files = p.files()
         nbytes = sum(f.stat().st_size for f in files)
         setup = time.perf_counter() - t0
@@ -428,7 +442,7 @@ def bench(n: int, args: argparse.Namespace, shm: str | None) -> dict[str, Any]:
                 f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}]",
                 flush=True,
             )
-            if rep + 1 < args.repeats:  # back to disk for the next repeat (untimed)
+            if rep + 1 < args.repeats or p.keep:  # back to disk (untimed): the next repeat
                 p._settle()
                 p.cache.tick()
                 p._to_disk(p.nb)
@@ -454,8 +468,16 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--dir", default=tempfile.gettempdir(), help="where the disk tier lives")
     ap.add_argument("--profile", action="store_true", help="cProfile the first recovery")
+    ap.add_argument(
+        "--keep",
+        help="keep each length's disk tier in KEEP/<length> (put back on disk after the last "
+        "repeat) and, where it holds the prefix already, recover from it without building it "
+        "(a restart: another build's venv may run over the same files)",
+    )
     args = ap.parse_args()
     torch.set_num_threads(1)
+    if not hasattr(testdata, "_KEPT_BYTES"):  # (a build whose content memo is bounded only in
+        testdata._KEPT_MAX = 32  # entries held 6 MiB a block of a 1M build: keep it small)
     shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
     compiled = native_modules()
     print(
