@@ -422,10 +422,11 @@ def bench(n: int, args: argparse.Namespace, shm: str | None) -> dict[str, Any]:
             if direct is not None:
                 raw_direct.append(nbytes / direct / GB)
                 methods.update(drop_cache(files))
-            c2, wb0 = os.times(), written_back()
+            c2, wb0, gc0 = os.times(), written_back(), [x["collections"] for x in gc.get_stats()]
             dt, ov = p.recover(prof if rep == 0 else None)
             ours.append(nbytes / dt / GB)
             c3, wb1 = os.times(), written_back()
+            gcs = [x["collections"] - y for x, y in zip(gc.get_stats(), gc0, strict=True)]
             after.append(ov.after_io())
             mac_after.append(ov.mac_after_io())
             mac_s.append(ov.mac_seconds())
@@ -438,7 +439,8 @@ def bench(n: int, args: argparse.Namespace, shm: str | None) -> dict[str, Any]:
                 f"kvstate {cpu_ours[-1]:.2f} s, raw {cpu_raw[-1]:.2f} s; MACs {mac_s[-1]:.2f} "
                 f"thread-s, {mac_after[-1] * 1e3:.0f} ms of them after the last read; use "
                 f"returned {after[-1] * 1e3:.0f} ms after the last read; the kernel wrote "
-                f"back {(wb1 - wb0) / 2**30:.2f} GiB meanwhile (machine-wide); load "
+                f"back {(wb1 - wb0) / 2**30:.2f} GiB meanwhile (machine-wide); gc collections "
+                f"by generation {'/'.join(map(str, gcs))}; load "
                 f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}]",
                 flush=True,
             )

@@ -526,12 +526,10 @@ class DiskTier:
         out first)."""
         data = self._read_payload(entry, lo, hi, scratch)
         view = data.numpy().data
-        tag = self._chunk_mac(entry.key, entry.nonce, index, lo, hi, view)
-        view.release()
-        if not hmac.compare_digest(tag, mac):
-            raise CorruptEntry(
-                f"{entry.path.name}: MAC (keyed checksum) mismatch in bytes [{lo}, {hi})"
-            )
+        try:
+            self._check(entry, index, lo, hi, mac, view)
+        finally:
+            view.release()
         return data
 
     def read_chunk(self, entry: DiskEntry, k: int, scratch: bool = False) -> torch.Tensor:
@@ -572,22 +570,23 @@ class DiskTier:
         try:
             out = []
             for k, (_, _, lo, end, mac) in enumerate(chunks):
-                self._check(entry, k, lo, end, mac, view)
+                self._check(entry, k, lo, end, mac, view[lo:end])
                 out.append(data[lo:end])
             swa = None
             if with_swa and entry.swa_section is not None:
                 lo, end, mac = entry.swa_section
-                self._check(entry, -1, lo, end, mac, view)
+                self._check(entry, -1, lo, end, mac, view[lo:end])
                 swa = data[lo:end]
         finally:
             view.release()
         return base, out, swa
 
     def _check(
-        self, entry: DiskEntry, index: int, lo: int, hi: int, mac: bytes, payload: memoryview
+        self, entry: DiskEntry, index: int, lo: int, hi: int, mac: bytes, data: memoryview
     ) -> None:
-        """Raise CorruptEntry unless ``payload[lo:hi]`` carries ``mac`` (section ``index``)."""
-        tag = self._chunk_mac(entry.key, entry.nonce, index, lo, hi, payload[lo:hi])
+        """Raise CorruptEntry unless ``data`` (the payload's bytes ``[lo, hi)``) carries ``mac``
+        (section ``index``): the one place a chunk's or a window's MAC is compared."""
+        tag = self._chunk_mac(entry.key, entry.nonce, index, lo, hi, data)
         if not hmac.compare_digest(tag, mac):
             raise CorruptEntry(
                 f"{entry.path.name}: MAC (keyed checksum) mismatch in bytes [{lo}, {hi})"

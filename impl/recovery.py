@@ -396,7 +396,7 @@ class Recovery:
             ulo, uhi = entry.chunks[k][0], entry.chunks[k][1]
             if data is None:
                 data = self.disk.read_chunk(entry, k)
-            self.tiers.land_bytes(self.tiers.units(False)[ulo:uhi], data, job.dst)
+            self.tiers.land_chunk(ulo, uhi, data, job.dst)
         else:
             units = self.tiers.units(True)
             n = len(units)
