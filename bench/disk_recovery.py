@@ -56,7 +56,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import kvstate.impl.disk as D  # noqa: E402
-from kvstate.impl import native_modules  # noqa: E402
+from kvstate.impl import native_modules, testdata  # noqa: E402
 from kvstate.impl.cache import HeterogeneousKVCache  # noqa: E402
 from kvstate.impl.tiers import planned_bytes  # noqa: E402
 from kvstate.spec.geometry import deepseek_v4_flash  # noqa: E402
@@ -94,16 +94,22 @@ def drop_cache(files: list[Path]) -> list[str]:
     return done
 
 
-def _available_ram() -> int:
-    """MemAvailable in bytes (Linux), else the whole RAM."""
+def _meminfo(field: str) -> int:
+    """A /proc/meminfo field in bytes (Linux), else -1."""
     try:
         with open("/proc/meminfo") as f:
             for line in f:
-                if line.startswith("MemAvailable:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return -1
+
+
+def _available_ram() -> int:
+    """MemAvailable in bytes (Linux), else the whole RAM."""
+    got = _meminfo("MemAvailable")
+    return got if got >= 0 else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def written_back() -> int:
@@ -162,42 +168,101 @@ def raw_direct_read(files: list[Path]) -> float | None:
 
 
 class Prefix:
-    """One cache and one prefix of ``n`` tokens, moved between disk and device."""
+    """One cache and one prefix of ``n`` tokens, moved between disk and device.
 
-    def __init__(self, n: int, root: Path, shm: str | None) -> None:
+    When the tiers' nominal size exceeds half the available RAM (the 1M row: 31 GiB nominal,
+    most of it the SWA pool's one block of window pages per slot), the prefix is built in a
+    first cache and recovered by a second one opened over the same disk folder (``restart``).
+    The build decodes the whole prefix, and the SWA pool hands out its pages first in, first
+    out, so the build writes every SWA page once (24.6 GiB at 1M): only in the build cache is
+    the SWA device tensor a sparse file in the disk tier's folder (written back while the build
+    runs, untimed).  Every other tier tensor of both caches is a sparse mapping on /dev/shm:
+    only touched pages take RAM (at 1M about 6.5 GiB, the slots the prefix lands in).  The build
+    cache is closed and dropped (its mappings unmapped) before the timed cache opens; that
+    cache adopts the entries by their MACs under the directory's key, as any restart does, and
+    its recoveries touch no file-backed tier page."""
+
+    def __init__(self, n: int, root: Path, shm: str | None, keep: Path | None = None) -> None:
         self.n = n
         self.nb = n // 256
         dev = self.nb + B.MARGIN_BLOCKS
-        g = deepseek_v4_flash().with_changes(
+        self.g = deepseek_v4_flash().with_changes(
             device_blocks=dev,
             host_blocks=CHUNK_BLOCKS,
             disk_blocks=self.nb + 16,
             pin_cap_blocks=dev,
             max_requests=4,
         )
+        g = self.g
         d, h = planned_bytes(g, dev, CHUNK_BLOCKS)
-        self.cache_dir = Path(tempfile.mkdtemp(prefix="kvstate-disk-bench-", dir=root))
-        if shm is not None and d + h > _available_ram() // 2:
-            # tmpfs pages are RAM and cannot be written back: a 1M-token tier mapped there was
-            # OOM-killed on a 24 GiB machine; a file in the disk tier's folder can be
-            shm = str(root)
+        self.limit = d + h + 2**30
+        self.keep = keep
+        if keep is not None:  # (a folder of its own per length: the key file is the folder's)
+            keep.mkdir(parents=True, exist_ok=True)
+            self.cache_dir = keep
+        else:
+            self.cache_dir = Path(tempfile.mkdtemp(prefix="kvstate-disk-bench-", dir=root))
+        # a kept folder that holds the prefix already: no build, the timed cache opens over it
+        self.reused = keep is not None and sum(1 for f in keep.glob("*" + D.SUFFIX)) >= self.nb
+        self.restart = shm is not None and (
+            d + h > _available_ram() // 2 or os.environ.get("KVSTATE_BENCH_RESTART") == "1"
+        )  # (the variable forces the two-cache way at any length, to try it on a short one)
+        self.shm = shm
         self.mapped_on = shm or "the temporary folder"
-        with B.mapped_tensors(shm):
-            self.cache = HeterogeneousKVCache(
-                g,
-                cache_dir=self.cache_dir,
-                executors="threads",
-                device="cpu",
-                max_requests=4,
-                max_model_len=n + 512,
-                memory_limit=d + h + 2**30,
+        swa = None
+        if self.restart and not self.reused:
+            ppl = g.lcm_tokens // g.swa_block_tokens
+            swa = len(g.layers) * (1 + dev * ppl) * g.swa_block_tokens * g.entry_bytes
+            touched = d // dev * self.nb - len(g.layers) * g.lcm_tokens * g.entry_bytes * self.nb
+            if _available_ram() < touched + 6 * 2**30:  # never risk an OOM of a shared machine
+                raise MemoryError(
+                    f"{touched / 2**30:.1f} GiB of tier pages will be touched on {shm}, and only "
+                    f"{_available_ram() / 2**30:.1f} GiB are available (6 GiB spare wanted)"
+                )
+            self.mapped_on = (
+                f"{shm} (the build cache's SWA device tensor, {swa / 2**30:.1f} GiB nominal, "
+                f"in {root}; the timed cache opened afresh over the disk folder)"
             )
+        if self.reused:
+            self.mapped_on = f"{shm} (the prefix's files kept from an earlier run, adopted)"
+        with B.mapped_tensors(shm, {swa: str(root)} if swa else None):
+            self.cache = self._open()
         base = (np.arange(n + 1, dtype=np.int64) * 7919 + 13) % 50_000
         self.tokens = base
 
+    def _open(self) -> HeterogeneousKVCache:
+        return HeterogeneousKVCache(
+            self.g,
+            cache_dir=self.cache_dir,
+            executors="threads",
+            device="cpu",
+            max_requests=4,
+            max_model_len=self.n + 512,
+            memory_limit=self.limit,
+        )
+
+    def reopen(self) -> None:
+        """Close the build cache and open the timed one over the same disk folder."""
+        self.cache.close()
+        del self.cache
+        gc.collect()
+        shmem = _meminfo("Shmem")
+        with B.mapped_tensors(self.shm):
+            self.cache = self._open()
+        st = self.cache.stats()
+        if st["disk_entries"] < self.nb:
+            raise RuntimeError(f"the reopened cache adopted {st['disk_entries']} of {self.nb}")
+        print(
+            f"  [reopened over {self.cache_dir}: {st['disk_entries']} entries adopted; Shmem "
+            f"{shmem / 2**30:.2f} GiB after closing the build cache; MemAvailable "
+            f"{_available_ram() / 2**30:.1f} GiB]",
+            flush=True,
+        )
+
     def close(self) -> None:
         self.cache.close()
-        shutil.rmtree(self.cache_dir, ignore_errors=True)
+        if self.keep is None:
+            shutil.rmtree(self.cache_dir, ignore_errors=True)
 
     def _settle(self) -> None:
         """Wait for the pipelines to go idle (offloads, rebuilds)."""
@@ -327,9 +392,13 @@ class Overlap:
 
 def bench(n: int, args: argparse.Namespace, shm: str | None) -> dict[str, Any]:
     t0 = time.perf_counter()
-    p = Prefix(n, Path(args.dir), shm)
+    keep = None if args.keep is None else Path(args.keep) / B.fmt_length(n)
+    p = Prefix(n, Path(args.dir), shm, keep)
     try:
-        p.build()
+        if not p.reused:
+            p.build()
+            if p.restart:
+                p.reopen()
         files = p.files()
         nbytes = sum(f.stat().st_size for f in files)
         setup = time.perf_counter() - t0
@@ -353,10 +422,11 @@ def bench(n: int, args: argparse.Namespace, shm: str | None) -> dict[str, Any]:
             if direct is not None:
                 raw_direct.append(nbytes / direct / GB)
                 methods.update(drop_cache(files))
-            c2, wb0 = os.times(), written_back()
+            c2, wb0, gc0 = os.times(), written_back(), [x["collections"] for x in gc.get_stats()]
             dt, ov = p.recover(prof if rep == 0 else None)
             ours.append(nbytes / dt / GB)
             c3, wb1 = os.times(), written_back()
+            gcs = [x["collections"] - y for x, y in zip(gc.get_stats(), gc0, strict=True)]
             after.append(ov.after_io())
             mac_after.append(ov.mac_after_io())
             mac_s.append(ov.mac_seconds())
@@ -369,11 +439,12 @@ def bench(n: int, args: argparse.Namespace, shm: str | None) -> dict[str, Any]:
                 f"kvstate {cpu_ours[-1]:.2f} s, raw {cpu_raw[-1]:.2f} s; MACs {mac_s[-1]:.2f} "
                 f"thread-s, {mac_after[-1] * 1e3:.0f} ms of them after the last read; use "
                 f"returned {after[-1] * 1e3:.0f} ms after the last read; the kernel wrote "
-                f"back {(wb1 - wb0) / 2**30:.2f} GiB meanwhile (machine-wide); load "
+                f"back {(wb1 - wb0) / 2**30:.2f} GiB meanwhile (machine-wide); gc collections "
+                f"by generation {'/'.join(map(str, gcs))}; load "
                 f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}]",
                 flush=True,
             )
-            if rep + 1 < args.repeats:  # back to disk for the next repeat (untimed)
+            if rep + 1 < args.repeats or p.keep:  # back to disk (untimed): the next repeat
                 p._settle()
                 p.cache.tick()
                 p._to_disk(p.nb)
@@ -399,8 +470,16 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--dir", default=tempfile.gettempdir(), help="where the disk tier lives")
     ap.add_argument("--profile", action="store_true", help="cProfile the first recovery")
+    ap.add_argument(
+        "--keep",
+        help="keep each length's disk tier in KEEP/<length> (put back on disk after the last "
+        "repeat) and, where it holds the prefix already, recover from it without building it "
+        "(a restart: another build's venv may run over the same files)",
+    )
     args = ap.parse_args()
     torch.set_num_threads(1)
+    if not hasattr(testdata, "_KEPT_BYTES"):  # (a build whose content memo is bounded only in
+        testdata._KEPT_MAX = 32  # entries held 6 MiB a block of a 1M build: keep it small)
     shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
     compiled = native_modules()
     print(

@@ -134,13 +134,17 @@ def lazy_tensors() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def mapped_tensors(directory: str | None = None) -> Iterator[None]:
+def mapped_tensors(
+    directory: str | None = None, by_size: dict[int, str] | None = None
+) -> Iterator[None]:
     """Make ``torch.zeros`` of CPU tensors views of sparse, already-unlinked files while the
     tiers are allocated.  A shared file mapping is not refused by the kernel's overcommit check
     (an anonymous one bigger than RAM is, even uninitialised), its untouched pages cost neither
     RAM nor disk, and they read as zeros, exactly like ``torch.zeros``.  Pages the trace does
     write (indexer pages, block tables) go to the page cache.  Bench-only: it makes the 1M row
-    possible on a machine whose RAM is smaller than the tiers."""
+    possible on a machine whose RAM is smaller than the tiers.  ``by_size`` maps a tensor's
+    exact byte size to another folder for it (``disk_recovery``'s build cache puts its SWA
+    device tensor, which the build writes whole, on the disk instead of /dev/shm)."""
     import tempfile
 
     real = torch.zeros
@@ -155,7 +159,8 @@ def mapped_tensors(directory: str | None = None) -> Iterator[None]:
         nbytes = numel * torch.empty(0, dtype=dt).element_size()
         if nbytes < 2**20:  # small buffers: ordinary memory
             return real(*size, dtype=dtype, device=device)
-        fd, path = tempfile.mkstemp(prefix="kvstate-bench-", dir=directory)
+        where = (by_size or {}).get(nbytes, directory)
+        fd, path = tempfile.mkstemp(prefix="kvstate-bench-", dir=where)
         try:
             os.ftruncate(fd, nbytes)
             t = torch.from_file(path, shared=True, size=numel, dtype=dt)

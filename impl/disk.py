@@ -191,6 +191,9 @@ class DiskTier:
         )
         self._mac_chunk = blake3(key=blake3(self._key, derive_key_context=_CHUNK_CONTEXT).digest())
         self._scratch = threading.local()  # each reading thread's reusable chunk buffer
+        # whole-payload buffers of finished loads, for the next ones (``read_block``): a fresh
+        # one would fault in new pages on every block (list.pop / append are atomic)
+        self._spare: list[torch.Tensor] = []
         # payload reads bypass the page cache while the file system allows it (set False, for
         # good, at the first refusal; a test may set it to choose the path)
         self.direct = bool(_O_DIRECT)
@@ -450,22 +453,29 @@ class DiskTier:
             size=size,
         )
 
-    def _buffer(self, n: int, scratch: bool) -> torch.Tensor:
+    def _buffer(self, n: int, scratch: bool | torch.Tensor) -> torch.Tensor:
         """An ``n``-byte buffer starting on a :data:`DIRECT_ALIGN` boundary: fresh, or with
-        ``scratch`` this thread's reusable one.  A chunk read into a fresh buffer paid for
+        ``scratch`` this thread's reusable one, or ``scratch`` itself when it is a tensor (the
+        caller's, used when big enough).  A chunk read into a fresh buffer paid for
         faulting in new pages on every chunk; a load step lands its chunk before the same thread
         reads the next one, so one buffer per thread is enough.  Uninitialised (torch.empty): a
         zero-filled one cost a memset of every byte about to be overwritten by the read."""
         want = n + DIRECT_ALIGN
-        base: torch.Tensor | None = getattr(self._scratch, "buf", None) if scratch else None
+        base: torch.Tensor | None
+        if isinstance(scratch, torch.Tensor):  # a buffer the caller owns (``read_block``)
+            base = scratch
+        else:
+            base = getattr(self._scratch, "buf", None) if scratch else None
         if base is None or base.numel() < want:
             base = torch.empty(want, dtype=torch.uint8)
-            if scratch:
+            if scratch is True:
                 self._scratch.buf = base
         skip = -base.data_ptr() % DIRECT_ALIGN
         return base[skip : skip + n]
 
-    def _read_payload(self, entry: DiskEntry, lo: int, hi: int, scratch: bool) -> torch.Tensor:
+    def _read_payload(
+        self, entry: DiskEntry, lo: int, hi: int, scratch: bool | torch.Tensor
+    ) -> torch.Tensor:
         """The payload bytes ``[lo, hi)`` as read from the file, not yet authenticated: a view
         of a buffer that holds them (with a direct read, inside the aligned window around
         them).  Raises CorruptEntry on a replaced, truncated or unreadable file."""
@@ -516,12 +526,10 @@ class DiskTier:
         out first)."""
         data = self._read_payload(entry, lo, hi, scratch)
         view = data.numpy().data
-        tag = self._chunk_mac(entry.key, entry.nonce, index, lo, hi, view)
-        view.release()
-        if not hmac.compare_digest(tag, mac):
-            raise CorruptEntry(
-                f"{entry.path.name}: MAC (keyed checksum) mismatch in bytes [{lo}, {hi})"
-            )
+        try:
+            self._check(entry, index, lo, hi, mac, view)
+        finally:
+            view.release()
         return data
 
     def read_chunk(self, entry: DiskEntry, k: int, scratch: bool = False) -> torch.Tensor:
@@ -533,6 +541,61 @@ class DiskTier:
         if hi <= lo:
             return torch.empty(0, dtype=torch.uint8)
         return self._read_verified(entry, k, lo, hi, mac, scratch)
+
+    def read_block(
+        self, entry: DiskEntry, with_swa: bool
+    ) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor | None]:
+        """A disk load's whole payload in one read (one open, one ``fstat``, one direct read,
+        where a read per chunk paid them per chunk), then every chunk's MAC (and, ``with_swa``,
+        the window section's) verified before anything is returned: (the buffer, to give back
+        with :meth:`give_back` once nothing uses it; each chunk's authenticated bytes, views of
+        the buffer; the window's, or None).  Raises CorruptEntry if any MAC fails: no byte of a
+        block whose file fails anywhere is returned."""
+        chunks = entry.chunks
+        hi = chunks[-1][3] if chunks else 0
+        if with_swa:
+            sec = entry.swa_section
+            if sec is None:
+                raise CorruptEntry(f"{entry.path.name}: the entry has no window")
+            hi = sec[1]
+        want = hi + 3 * DIRECT_ALIGN  # the aligned window around [0, hi), and its alignment
+        try:
+            base = self._spare.pop()
+        except IndexError:
+            base = torch.empty(0, dtype=torch.uint8)
+        if base.numel() < want:
+            base = torch.empty(want, dtype=torch.uint8)
+        data = self._read_payload(entry, 0, hi, base)
+        view = data.numpy().data
+        try:
+            out = []
+            for k, (_, _, lo, end, mac) in enumerate(chunks):
+                self._check(entry, k, lo, end, mac, view[lo:end])
+                out.append(data[lo:end])
+            swa = None
+            if with_swa and entry.swa_section is not None:
+                lo, end, mac = entry.swa_section
+                self._check(entry, -1, lo, end, mac, view[lo:end])
+                swa = data[lo:end]
+        finally:
+            view.release()
+        return base, out, swa
+
+    def _check(
+        self, entry: DiskEntry, index: int, lo: int, hi: int, mac: bytes, data: memoryview
+    ) -> None:
+        """Raise CorruptEntry unless ``data`` (the payload's bytes ``[lo, hi)``) carries ``mac``
+        (section ``index``): the one place a chunk's or a window's MAC is compared."""
+        tag = self._chunk_mac(entry.key, entry.nonce, index, lo, hi, data)
+        if not hmac.compare_digest(tag, mac):
+            raise CorruptEntry(
+                f"{entry.path.name}: MAC (keyed checksum) mismatch in bytes [{lo}, {hi})"
+            )
+
+    def give_back(self, base: torch.Tensor) -> None:
+        """A :meth:`read_block` buffer nothing reads any more, for the next block's read."""
+        if len(self._spare) < 16:
+            self._spare.append(base)
 
     def read_swa(self, entry: DiskEntry) -> torch.Tensor:
         """The SWA section's bytes, authenticated (raises CorruptEntry)."""

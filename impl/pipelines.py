@@ -79,6 +79,10 @@ class LoadJob(Job):
         self.swa_pages = swa_pages  # device SWA pages reserved for the window, if restored
         self.fault = False  # fault injection: the next step fails as an I/O error would
         self.swa_data: Any = None  # a disk load's window bytes, read without the lock
+        # a disk load's chunks, read at its first step in one read and all authenticated
+        # (``DiskTier.read_block``), and the buffer that holds them (given back at the end)
+        self.chunks: list[Any] | None = None
+        self.buffer: Any = None
 
     def step(self) -> bool:
         c = self.core

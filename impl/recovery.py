@@ -396,7 +396,7 @@ class Recovery:
             ulo, uhi = entry.chunks[k][0], entry.chunks[k][1]
             if data is None:
                 data = self.disk.read_chunk(entry, k)
-            self.tiers.land_bytes(self.tiers.units(False)[ulo:uhi], data, job.dst)
+            self.tiers.land_chunk(ulo, uhi, data, job.dst)
         else:
             units = self.tiers.units(True)
             n = len(units)
@@ -422,18 +422,24 @@ class Recovery:
         return self.meta.ckv[rid] == _CKV_LOADING and self.pipes.for_pipe(job.pipe).get(rid) is job
 
     def disk_load_step(self, job: LoadJob) -> bool:
-        """One step of a disk load, its read and verification *without* the lock (a stalled
-        disk blocks nothing else): decide under the lock, read, then land the bytes only if the
-        job still owns its record at the same progress.  True when the job is over."""
+        """One step of a disk load.  Its first step reads the block's whole file *without* the
+        lock (a stalled disk blocks nothing else) in one read, and authenticates every chunk
+        (and the window's section when the load restores it) before any lands
+        (``DiskTier.read_block``); each later step lands one authenticated chunk under the lock,
+        if the job still owns its record.  True when the job is over."""
         rid = job.rid
         with self.lock:
             if not self.owns(job):
+                self._give_back(job)
                 return True
             entry: DiskEntry = job.src
             done = False
             if self.gate.can("load_done", rid):
                 if not job.swa_pages or job.swa_data is not None or job.fault:
-                    self._load_done(rid)  # (raises CorruptEntry when the load fails)
+                    try:
+                        self._load_done(rid)  # (raises CorruptEntry when the load fails)
+                    finally:
+                        self._give_back(job)
                     done = True
                 k = -1  # the window's section, read before load_done
             elif job.fault:
@@ -441,26 +447,35 @@ class Recovery:
                 return False
             else:
                 k = self.meta.prog[rid]
+                if job.chunks is not None:
+                    self.load_progress(rid, job.chunks[k] if k < len(job.chunks) else None)
+                    return False
         if done:
             self.disk.reap()  # the loaded file's unlink, without the lock
             return True
         try:
-            # a chunk lands in this call, before this thread reads again: into the thread's
-            # reusable buffer; the window's bytes stay on the job until load_done: a fresh one
-            data = self.disk.read_swa(entry) if k < 0 else self.disk.read_chunk(entry, k, True)
+            if k < 0:  # (the chunks landed without this job's read: the window alone)
+                data = self.disk.read_swa(entry)
+            else:
+                job.buffer, job.chunks, job.swa_data = self.disk.read_block(
+                    entry, bool(job.swa_pages)
+                )
         except Exception as exc:
             with self.lock:
                 if self.owns(job):
                     self.fail_load(rid, job, _why(exc), corrupt=True)
             return True
-        with self.lock:
-            if not self.owns(job):
-                return True
-            if k < 0:
-                job.swa_data = data
-            elif self.meta.prog[rid] == k:
-                self.load_progress(rid, data)
-            return False
+        if k < 0:
+            with self.lock:
+                if self.owns(job):
+                    job.swa_data = data
+        return False
+
+    def _give_back(self, job: LoadJob) -> None:
+        """The job's read buffer to the disk tier (nothing reads its chunks any more)."""
+        if job.buffer is not None:
+            self.disk.give_back(job.buffer)
+            job.buffer = job.chunks = job.swa_data = None
 
     def abandon_load(self, job: LoadJob, why: str) -> None:
         """A load job raised: fail its load (the table's ``load_fail`` effects) if it still

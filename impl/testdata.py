@@ -119,7 +119,11 @@ def _expected_state(
 
 
 _KEPT: OrderedDict[tuple[object, ...], torch.Tensor] = OrderedDict()
-_KEPT_MAX = 4096  # row blocks kept (a few MiB); the least recently asked is forgotten first
+_KEPT_MAX = 4096  # row blocks kept; the least recently asked is forgotten first
+# ... and their bytes: a small geometry's row block is a few KiB, but one DeepSeek-V4-Flash
+# block's window rows are 6.1 MiB: 4096 of them (a 1M-token prefix's writes) held 25 GiB
+_KEPT_BYTES = 256 * 2**20
+_kept_bytes = 0
 _KEPT_LOCK = threading.Lock()
 
 
@@ -155,10 +159,18 @@ def _kept(
             _KEPT.move_to_end(key)
     if got is None:
         got = compute(kind[1], layers, positions, tokens, width)
-        with _KEPT_LOCK:
-            _KEPT[key] = got
-            if len(_KEPT) > _KEPT_MAX:
-                _KEPT.popitem(last=False)
+        size = got.numel() * got.element_size()
+        if size <= _KEPT_BYTES // 16:  # (a bigger answer is computed each time, never kept)
+            global _kept_bytes
+            with _KEPT_LOCK:
+                old = _KEPT.pop(key, None)  # (another thread kept it meanwhile)
+                if old is not None:
+                    _kept_bytes -= old.numel() * old.element_size()
+                _KEPT[key] = got
+                _kept_bytes += size
+                while len(_KEPT) > _KEPT_MAX or _kept_bytes > _KEPT_BYTES:
+                    _, gone = _KEPT.popitem(last=False)
+                    _kept_bytes -= gone.numel() * gone.element_size()
     return got.clone()
 
 

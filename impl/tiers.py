@@ -124,6 +124,8 @@ class Tiers:
         self.swa_pool = PagePool(1 + swa_blocks * self.swa.pages_per_block, first=1)
         self.host_slots = PagePool(host_slots)
         self.swa_pages_per_block = self.swa.pages_per_block
+        # a disk chunk's units as kernel runs (group, layers, bytes), worked out once per range
+        self._chunk_runs: dict[tuple[int, int], list[tuple[SlotGroup, range, int]]] = {}
         # (group, device address of slot 0, bytes per slot): pins record page addresses cheaply
         self.slot_bases = tuple(
             (grp.name, grp.device_data.data_ptr(), grp.pages_per_block * grp.page_bytes)
@@ -254,6 +256,23 @@ class Tiers:
         off = 0
         for grp, layers in self._runs(units):
             n = len(layers) * grp.pages_per_block * grp.page_bytes
+            self._scatter(grp, layers, data[off : off + n], slot)
+            off += n
+        return off
+
+    def land_chunk(self, ulo: int, uhi: int, data: torch.Tensor, slot: int) -> int:
+        """``land_bytes`` of the disk units ``[ulo, uhi)``: a disk load lands each of its chunks
+        this way, and the chunk's runs are worked out once per range (not a list of every disk
+        unit and its runs per chunk)."""
+        runs = self._chunk_runs.get((ulo, uhi))
+        if runs is None:
+            runs = [
+                (grp, layers, len(layers) * grp.pages_per_block * grp.page_bytes)
+                for grp, layers in self._runs(self.units(False)[ulo:uhi])
+            ]
+            self._chunk_runs[(ulo, uhi)] = runs
+        off = 0
+        for grp, layers, n in runs:
             self._scatter(grp, layers, data[off : off + n], slot)
             off += n
         return off

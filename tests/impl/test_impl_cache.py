@@ -294,6 +294,8 @@ def test_offload_spill_and_recover_exactly(cache: HeterogeneousKVCache) -> None:
     io = cache.pipelines.io
     rid = next(iter(io.jobs))
     assert isinstance(io.jobs[rid], LoadJob) and cache.core.meta.prog[rid] == 0
+    io.step(rid)  # a disk load's first step reads its block and checks every MAC: none lands
+    assert cache.core.meta.prog[rid] == 0 and io.jobs[rid].chunks is not None
     io.step(rid)
     assert cache.core.meta.prog[rid] == 1 and cache.core.meta.ckv[rid] == CKV.LOADING
     cache.pipelines.drain()

@@ -96,14 +96,19 @@ def test_any_exception_in_a_load_fails_it_cleanly(
         free, swa_free = c.core.tiers.slots.free, c.core.tiers.swa_pool.free
         # the first chunk read comes back one byte short, as from an inconsistent chunk table:
         # landing it raises inside the (possibly compiled) tiers, not a CorruptEntry
+        # (a disk load reads its block with read_block, all chunks at once: the first chunk
+        # of the first block read is the short one)
         disk = c.core.disk
-        name = "read_chunk" if hasattr(disk, "read_chunk") else "read_range"  # (older layout)
+        name = next(n for n in ("read_block", "read_chunk", "read_range") if hasattr(disk, n))
         real = getattr(disk, name)
         calls = itertools.count(1)  # (atomic: the I/O workers read concurrently)
 
         def broken(*args: Any) -> Any:
             first = next(calls) == 1
             data = real(*args)
+            if name == "read_block":
+                base, chunks, swa = data
+                return base, [chunks[0][:-1], *chunks[1:]] if first else chunks, swa
             return data[:-1] if first else data
 
         monkeypatch.setattr(disk, name, broken)
@@ -259,7 +264,7 @@ def test_stalled_disk_read_blocks_no_other_work(tmp_path: Path) -> None:
             pass
         entered, release = threading.Event(), threading.Event()
         disk = c.core.disk
-        name = "read_chunk" if hasattr(disk, "read_chunk") else "read_range"  # (older layout)
+        name = next(n for n in ("read_block", "read_chunk", "read_range") if hasattr(disk, n))
         real = getattr(disk, name)
 
         def stalled(*args: Any) -> Any:
@@ -712,6 +717,50 @@ def test_direct_reads_are_the_buffered_bytes(tmp_path: Path) -> None:
     for k in range(3):
         lo, hi = entry.chunks[k][2], entry.chunks[k][3]
         assert torch.equal(tier.read_chunk(entry, k, True), flat[lo:hi])
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["direct", "buffered"])
+def test_a_block_read_serves_every_chunk_or_nothing(tmp_path: Path, direct: bool) -> None:
+    """``read_block`` (a disk load's one read of its file) returns each chunk's and the
+    window's own bytes, through a buffer given back and reused by a bigger and a smaller entry
+    (nothing of a previous block shows through); one edited byte anywhere it covers (any chunk,
+    the window when asked for) raises and returns nothing; the window is not read unless
+    asked for (an edit there does not fail a load that does not restore it)."""
+    import torch
+
+    tier = DiskTier(tmp_path, {}, 3, key=KEY)
+    tier.direct = direct and tier.direct and _direct_supported(tmp_path)
+    small_entry = _random_entry(tier, b"\x07", 13)
+    big_entry = _random_entry(tier, b"\x08", 14)
+    for entry, flat, swa in (big_entry, small_entry, big_entry, small_entry):
+        for with_swa in (True, False):
+            base, chunks, got_swa = tier.read_block(entry, with_swa)
+            assert len(chunks) == 3
+            for k, data in enumerate(chunks):
+                lo, hi = entry.chunks[k][2], entry.chunks[k][3]
+                assert torch.equal(data, flat[lo:hi])
+            assert (got_swa is not None) == with_swa
+            if got_swa is not None:
+                assert torch.equal(got_swa, swa)
+            tier.give_back(base)
+    entry, flat, swa = big_entry
+    good = entry.path.read_bytes()
+    spots = [entry.chunks[k][2] + (entry.chunks[k][3] - entry.chunks[k][2]) // 2 for k in range(3)]
+    assert entry.swa_section is not None
+    for at in [*spots, entry.chunks[2][3] - 1, entry.swa_section[0], entry.swa_section[1] - 1]:
+        raw = bytearray(good)
+        raw[entry.payload_offset + at] ^= 1
+        entry.path.write_bytes(bytes(raw))
+        in_window = at >= entry.swa_section[0]
+        with pytest.raises(disk_mod.CorruptEntry):
+            tier.read_block(entry, True)
+        if in_window:
+            tier.read_block(entry, False)  # the window is not read, nor needed
+        else:
+            with pytest.raises(disk_mod.CorruptEntry):
+                tier.read_block(entry, False)
+    entry.path.write_bytes(good)
+    assert torch.equal(tier.read_block(entry, True)[1][2], flat[entry.chunks[2][2] :])
 
 
 @pytest.mark.parametrize("where", ["open", "read"])

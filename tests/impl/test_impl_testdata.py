@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
+from typing import Any
+
 import torch
 
 from kvstate.impl import testdata
@@ -25,3 +28,22 @@ def test_kept_rows_equal_fresh_rows_and_are_private_copies() -> None:
     assert torch.equal(as32, want)  # same values in another dtype: the same rows
     state = testdata._expected_state("compressor", layers, pos, tok, 6)
     assert torch.equal(testdata.expected_state_rows(layers, pos, tok, 6), state)
+
+
+def test_kept_rows_are_bounded_in_bytes(monkeypatch: Any) -> None:
+    """The memo keeps at most ``_KEPT_BYTES`` of rows, whatever their count: a DeepSeek-V4-Flash
+    block's window rows are 6.1 MiB, and 4096 kept blocks (a 1M-token prefix's writes) held
+    25 GiB.  What it forgets is recomputed, the same."""
+    monkeypatch.setattr(testdata, "_KEPT", OrderedDict())
+    monkeypatch.setattr(testdata, "_kept_bytes", 0)
+    monkeypatch.setattr(testdata, "_KEPT_BYTES", 4 * 2**20)
+    layers, tok = torch.arange(8), torch.arange(64)
+    first = testdata.expected_rows("swa", layers, torch.arange(64), tok, 512)  # 256 KiB
+    for start in range(64, 64 * 40, 64):
+        testdata.expected_rows("swa", layers, torch.arange(start, start + 64), tok, 512)
+        kept = sum(t.numel() * t.element_size() for t in testdata._KEPT.values())
+        assert kept == testdata._kept_bytes <= 4 * 2**20
+    assert len(testdata._KEPT) == 16  # (at most 4 MiB of 256 KiB answers)
+    assert torch.equal(testdata.expected_rows("swa", layers, torch.arange(64), tok, 512), first)
+    big = testdata.expected_rows("swa", layers, torch.arange(64), tok, 8192)  # 4 MiB: not kept
+    assert big.shape[-1] == 8192 and testdata._kept_bytes <= 4 * 2**20 and len(testdata._KEPT) == 16
