@@ -1411,6 +1411,7 @@ class RunResult:
     blob: str | None = None
     seed: int | None = None
     found_len: int = 0
+    shared: bool = False  # the examples were shared with a forked process (_run_beside)
 
     @property
     def steps(self) -> int:
@@ -1438,8 +1439,6 @@ def run_api(
     ``beside``: where the walk is deterministic (derandomized, or a seed) and a second CPU and
     ``os.fork`` exist, the same work is shared by two processes (:func:`_run_beside`): the
     checks, the counts and the report are those of the run in place."""
-    from hypothesis import HealthCheck, Phase
-
     # What the examples import on first use, imported before the clock starts: the block
     # target's clock, too, starts after Python's start and imports (kvstate/fuzz_cli.py).
     import kvstate.impl.cache
@@ -1453,22 +1452,7 @@ def run_api(
         for name, w in witnesses(N, table.consts.L, table.consts.lease_max).items()
         if all(o.name in allowed for o in w)
     }
-    base = PROFILES[profile]
-    kw = dict(base)
-    if examples is not None:
-        kw["max_examples"] = examples
-    if steps is not None:
-        kw["stateful_step_count"] = steps
-    if seed is not None:
-        kw["derandomize"] = False
-    prof = settings(
-        deadline=None,
-        database=None,
-        print_blob=True,
-        suppress_health_check=list(HealthCheck),
-        phases=tuple(p for p in Phase if p is not Phase.shrink),
-        **kw,
-    )
+    prof = explore_settings(profile, examples, steps, seed)
 
     def machine_cls(
         cov: Coverage, stats: Counter[str], harness: Callable[..., Any] | None = None
@@ -1504,8 +1488,9 @@ def run_api(
     found: Nonconformance | None = None
     origin = ""
     blob = None
-    deterministic = reproduce is None and (seed is not None or bool(kw["derandomize"]))
-    if beside and coverage_pass and deterministic and _second_cpu():
+    deterministic = reproduce is None and (seed is not None or bool(prof.derandomize))
+    shared = beside and coverage_pass and deterministic and _second_cpu()
+    if shared:
         found, origin, blob = _run_beside(
             table,
             N,
@@ -1533,6 +1518,7 @@ def run_api(
         blob=blob,
         seed=seed,
         found_len=len(getattr(found, "api_trace", [])),
+        shared=shared,
     )
     if found is not None and minimize:
         out(f"  minimizing the {len(found.api_trace)}-operation failing trace (fresh replays)...")  # type: ignore[attr-defined]
@@ -1540,6 +1526,30 @@ def run_api(
             table, N, found, max_seconds=minimize_seconds
         )
     return res
+
+
+def explore_settings(
+    profile: str, examples: int | None = None, steps: int | None = None, seed: int | None = None
+) -> settings:
+    """Hypothesis' settings for a run of ``profile`` (no shrinking: findings are minimized by
+    fresh replays)."""
+    from hypothesis import HealthCheck, Phase
+
+    kw = dict(PROFILES[profile])
+    if examples is not None:
+        kw["max_examples"] = examples
+    if steps is not None:
+        kw["stateful_step_count"] = steps
+    if seed is not None:
+        kw["derandomize"] = False
+    return settings(
+        deadline=None,
+        database=None,
+        print_blob=True,
+        suppress_health_check=list(HealthCheck),
+        phases=tuple(p for p in Phase if p is not Phase.shrink),
+        **kw,
+    )
 
 
 def _hypothesis(cls: Any, prof: settings) -> tuple[Nonconformance | None, str]:
