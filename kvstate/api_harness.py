@@ -30,6 +30,7 @@ replayable operation traces.
 from __future__ import annotations
 
 import errno
+import operator
 import os
 import re
 import shutil
@@ -186,6 +187,11 @@ class ApiHarness:
             host_blocks=2,
             disk_blocks=self.N,
             cache_dir=self.dir,
+            # the longest request the harness makes: every request, append and foreign request
+            # is cut from ``tokens``.  The CUDA-graph block table is sized by it (a row holds
+            # any request's pins whole): N + 1 blocks a row instead of the default 2**20
+            # tokens' 65,536, which cost each example's cache 1.5 MB allocated and filled
+            max_model_len=len(self.tokens),
         )
         kw.update(self.cache_kwargs)
         self.cache = HeterogeneousKVCache(**kw)
@@ -195,8 +201,9 @@ class ApiHarness:
         self._blocks = {k: b for b, k in enumerate(self.chain.keys)}
         # observe(): each shown variable where the library keeps it, request rows padded to N
         # (kvstate/testing/adapter.py generates the reader from the table once)
-        rids = tuple(self.rids)
-        self._gather = lambda col: tuple([col[i] for i in rids])
+        # one C call gathers a column over the chain, as kvstate/testing/adapter.py does
+        pick = operator.itemgetter(*self.rids)
+        self._gather = pick if len(self.rids) > 1 else (lambda col: (pick(col),))
         self._read = observe_reader(self.table, self.N, pad=True)
         self.cache.events.subscribe(self._event)
         self._real_write = self.core.disk.prepare
@@ -1477,9 +1484,18 @@ def run_api(
             )
         return cls
 
-    def explore() -> tuple[Nonconformance | None, str, str | None]:
-        """Hypothesis in this process: its first finding, where it was found, its blob."""
-        found, stdout = _hypothesis(machine_cls(cov, stats), prof)
+    def explore(passed: int = 0) -> tuple[Nonconformance | None, str, str | None]:
+        """Hypothesis in this process: its first finding, where it was found, its blob.
+        ``passed``: its first examples already ran and passed (beside, with their counts
+        added): those are drawn again, not run again (:class:`_Recorder`)."""
+        made = 0
+
+        def harness(*a: Any, **k: Any) -> Any:
+            nonlocal made
+            made += 1
+            return _Recorder([]) if made <= passed else ApiHarness(*a, **k)
+
+        found, stdout = _hypothesis(machine_cls(cov, stats, harness if passed else None), prof)
         if found is None:
             return None, "", None
         m = _BLOB.search(stdout + "".join(getattr(found, "__notes__", [])))
@@ -1649,18 +1665,20 @@ def _work_queue(
     N: int,
     exs: Sequence[Sequence[Op]],
     q: int,
-    cov: Coverage,
-    stats: Counter[str],
+    done: dict[int, tuple[dict[str, int], dict[str, int]]],
     stop: Callable[[], bool] = lambda: False,
 ) -> tuple[int, str] | None:
-    """Examples taken from the queue ``q`` and run until it is empty (or ``stop()``): None, or
-    the first one that failed and how (the queue is then emptied: the other process stops)."""
+    """Examples taken from the queue ``q`` and run until it is empty (or ``stop()``), the
+    counts of each that passed put in ``done``: None, or the first one that failed and how
+    (the queue is then emptied: the other process stops)."""
     while not stop():
         k = _take(q)
         if k is None:
             return None
+        cov, stats = Coverage(), Counter[str]()
         try:
             _example(table, N, exs[k], cov, stats)
+            done[k] = (dict(cov.counts), dict(stats))
         except Exception as exc:  # noqa: BLE001 - reported from the run in place
             while _take(q) is not None:
                 pass
@@ -1676,7 +1694,7 @@ def _run_beside(
     prof: settings,
     cov: Coverage,
     stats: Counter[str],
-    explore: Callable[[], tuple[Nonconformance | None, str, str | None]],
+    explore: Callable[[int], tuple[Nonconformance | None, str, str | None]],
     out: Callable[[str], None],
 ) -> tuple[Nonconformance | None, str, str | None]:
     """The run's work shared by this process and a forked one, reported as the run in place.
@@ -1692,8 +1710,10 @@ def _run_beside(
 
     An example that fails (here or there) is not reported from the split: Hypothesis then runs
     here for real, the coverage pass's counts kept, and reports its finding, example number and
-    blob as before.  A recorded example that fails there but not in Hypothesis' run is an
-    error, never a pass.  A child that crashes leaves the exploration to run here in place.
+    blob as before.  The examples before the first that failed, which passed in the split, are
+    drawn again but not run again (their counts are added), so the finding costs little more
+    than in place.  A recorded example that fails there but not in Hypothesis' run is an
+    error, never a pass.  A child that crashes leaves the rest of the exploration to run here.
     """
     import contextlib
     import pickle
@@ -1732,9 +1752,9 @@ def _run_beside(
             writer.start()
             os.write(w_q, b"".join(k.to_bytes(2, "little") for k in range(len(exs))))
             os.close(w_q)
-            e_cov, e_stats = Coverage(), Counter[str]()
-            msg["example"] = _work_queue(table, N, exs, r_q, e_cov, e_stats)
-            msg["e"] = (dict(e_cov.counts), dict(e_stats))
+            done: dict[int, tuple[dict[str, int], dict[str, int]]] = {}
+            msg["example"] = _work_queue(table, N, exs, r_q, done)
+            msg["done"] = done
             writer.join()
             with os.fdopen(w_res, "wb") as fh:
                 fh.write(pickle.dumps(msg))
@@ -1746,7 +1766,8 @@ def _run_beside(
     os.close(w_q)
     child: dict[str, Any] | None = None
     failed_here: tuple[int, str] | None = None
-    e_cov, e_stats = Coverage(), Counter[str]()
+    done: dict[int, tuple[dict[str, int], dict[str, int]]] = {}
+    exs = None
     try:
         found, origin = _coverage_pass(table, N, wit, cov, stats)
         if found is not None:  # found here, as in place: the child's work is not needed
@@ -1767,7 +1788,7 @@ def _run_beside(
                     child = _child_outcome(r_res, pid)
                 return child is not None and child.get("example") is not None
 
-            failed_here = _work_queue(table, N, exs, r_q, e_cov, e_stats, stop=child_failed)
+            failed_here = _work_queue(table, N, exs, r_q, done, stop=child_failed)
         if child is None:
             child = _child_outcome(r_res, pid)
     except BaseException:
@@ -1779,15 +1800,22 @@ def _run_beside(
         for fd in (r_res, r_ex, r_q):
             with contextlib.suppress(OSError):
                 os.close(fd)
+    done.update(child.get("done", {}))
     failed = failed_here or child.get("example")
-    if failed is None and "e" in child:
-        for c, s in ((e_cov.counts, e_stats), (child["e"][0], child["e"][1])):
+    if failed is None and exs is not None and len(done) == len(exs):
+        for c, st_ in done.values():
             cov.counts.update(c)
-            stats.update(s)
+            stats.update(st_)
         return None, "", None
-    # An example failed (here or there), or the child crashed: Hypothesis runs here, in place,
-    # and reports what it finds as before.
-    found, origin, blob = explore()
+    # An example failed (here or there), or the child crashed: Hypothesis runs here and reports
+    # what it finds as before.  The examples before the first that did not pass (all taken from
+    # the queue in order, and all passed) are drawn again without being run: their counts are
+    # added here (the steps and examples the state machine counts itself).
+    passed = 0
+    while passed in done:
+        cov.counts.update(done[passed][0])
+        passed += 1
+    found, origin, blob = explore(passed)
     if found is None and failed is not None:
         raise RuntimeError(
             f"a recorded example failed beside the exploration ({failed}), not in Hypothesis' run"

@@ -117,6 +117,8 @@ def test_a_finding_in_an_example_is_reported_as_hypothesis_reports_it_in_place(
     here = run_api(TABLE, N, profile="ci", minimize=False, beside=False)
     assert split.shared and split.finding is not None
     assert split.origin.startswith("Hypothesis, example") and split.blob
+    # found past the first example: the examples before it passed beside and were not run again
+    assert int(split.origin.rsplit(" ", 1)[1]) > 1
     _same_report(split, here)
 
 
