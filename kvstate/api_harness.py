@@ -1520,10 +1520,17 @@ def _hypothesis(cls: Any, prof: settings) -> tuple[Nonconformance | None, str]:
 
 
 def _coverage_pass(
-    table: Table, N: int, wit: Mapping[str, Sequence[Op]], cov: Coverage, stats: Counter[str]
+    table: Table,
+    N: int,
+    wit: Mapping[str, Sequence[Op]],
+    cov: Coverage,
+    stats: Counter[str],
+    lo: int = 0,
+    hi: int | None = None,
 ) -> tuple[Nonconformance | None, str]:
-    """Every witness replayed on a fresh cache, then quiesced: the first finding, and where."""
-    for idx, (name, w) in enumerate(wit.items()):
+    """Every witness (``lo`` to ``hi``: some) replayed on a fresh cache, then quiesced: the
+    first finding, and where."""
+    for idx, (name, w) in list(enumerate(wit.items()))[lo:hi]:
         h = ApiHarness(table, N, coverage=cov)
         try:
             for o in w:
@@ -1621,6 +1628,9 @@ def _work_queue(
     return None
 
 
+_BEFORE_FORK = 2  # witnesses run before the fork (see _run_beside)
+
+
 def _run_beside(
     table: Table,
     N: int,
@@ -1657,7 +1667,13 @@ def _run_beside(
     import signal
     import sys
 
-    ApiHarness(table, N).close()  # the guards compiled once, before the fork, for both
+    # The first witnesses run before the fork: the guards are compiled once, for both, and
+    # the model's answers and the test rows about the states every witness starts with (a
+    # whole chain stored, offloaded, spilled) are kept once, for both; a finding there is
+    # reported at once, as in place.
+    found, origin = _coverage_pass(table, N, wit, cov, stats, 0, _BEFORE_FORK)
+    if found is not None:
+        return found, origin, None
     r_res, w_res = os.pipe()  # child -> parent: its outcome, once
     r_ex, w_ex = os.pipe()  # child -> parent: the recorded examples, once
     r_q, w_q = os.pipe()  # the queue of example numbers both take from
@@ -1708,7 +1724,7 @@ def _run_beside(
     done: dict[int, tuple[dict[str, int], dict[str, int]]] = {}
     exs = None
     try:
-        found, origin = _coverage_pass(table, N, wit, cov, stats)
+        found, origin = _coverage_pass(table, N, wit, cov, stats, _BEFORE_FORK)
         if found is not None:  # found here, as in place: the child's work is not needed
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)

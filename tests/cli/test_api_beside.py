@@ -122,10 +122,12 @@ def test_a_finding_in_an_example_is_reported_as_hypothesis_reports_it_in_place(
     _same_report(split, here)
 
 
+@pytest.mark.parametrize("when", ["host_tail", "offload"])
 def test_a_finding_in_a_witness_is_reported_as_the_coverage_pass_reports_it(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, when: str
 ) -> None:
-    _plant(monkeypatch, lambda o: o.name == "host_tail")
+    """After the fork (``host_tail``: witness 9) and before it (``offload``: witness 1)."""
+    _plant(monkeypatch, lambda o: o.name == when)
     split = run_api(TABLE, N, profile="ci", minimize=False)
     here = run_api(TABLE, N, profile="ci", minimize=False, beside=False)
     assert split.shared and split.origin.startswith("coverage pass (witness")
