@@ -30,6 +30,7 @@ replayable operation traces.
 from __future__ import annotations
 
 import errno
+import operator
 import os
 import re
 import shutil
@@ -43,8 +44,7 @@ from typing import Any
 
 import numpy as np
 from hypothesis import settings
-from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
+from hypothesis.stateful import RuleBasedStateMachine
 
 from kvstate.model.apimap import Explainer, after_restart, state_diff
 from kvstate.model.concrete import KeptMachine, Machine
@@ -189,6 +189,11 @@ class ApiHarness:
             host_blocks=2,
             disk_blocks=self.N,
             cache_dir=self.dir,
+            # the longest request the harness makes: every request, append and foreign request
+            # is cut from ``tokens``.  The CUDA-graph block table is sized by it (a row holds
+            # any request's pins whole): N + 1 blocks a row instead of the default 2**20
+            # tokens' 65,536, which cost each example's cache 1.5 MB allocated and filled
+            max_model_len=len(self.tokens),
         )
         kw.update(self.cache_kwargs)
         self.cache = HeterogeneousKVCache(**kw)
@@ -198,8 +203,9 @@ class ApiHarness:
         self._blocks = {k: b for b, k in enumerate(self.chain.keys)}
         # observe(): each shown variable where the library keeps it, request rows padded to N
         # (kvstate/testing/adapter.py generates the reader from the table once)
-        rids = tuple(self.rids)
-        self._gather = lambda col: tuple([col[i] for i in rids])
+        # one C call gathers a column over the chain, as kvstate/testing/adapter.py does
+        pick = operator.itemgetter(*self.rids)
+        self._gather = pick if len(self.rids) > 1 else (lambda col: (pick(col),))
         self._read = observe_reader(self.table, self.N, pad=True)
         self.cache.events.subscribe(self._event)
         self._real_write = self.core.disk.prepare
@@ -723,6 +729,8 @@ class ApiHarness:
             )
         self.cov.add("quiescence checks")
 
+
+_HARNESS = ApiHarness  # what build_machine's class body names ``ApiHarness`` by default
 
 _EXPLAINERS: dict[int, Explainer] = {}
 _MACHINES: dict[tuple[int, int], tuple[Table, KeptMachine]] = {}
@@ -1263,79 +1271,21 @@ def build_machine(
     stats: Counter[str] | None = None,
     seeds: Sequence[Sequence[Op]] = (),
     threads: bool = False,
+    harness: Callable[..., Any] | None = None,
 ) -> type[RuleBasedStateMachine]:
-    """A state machine whose rules are the harness operations (``ops``: a subset)."""
-    allowed = frozenset(OPS) if ops is None else ops
-    L, R, lm = table.consts.L, table.consts.R, table.consts.lease_max
-    counts = stats if stats is not None else Counter()
-    cov = coverage if coverage is not None else Coverage()
-    ii = st.integers(0, R - 1)
+    """A state machine whose rules are the harness operations (``kvstate/api_machine.py``)."""
+    from kvstate.api_machine import build_machine as build
 
-    class ApiConformance(RuleBasedStateMachine):
-        def __init__(self) -> None:
-            super().__init__()
-            self.h = ApiHarness(table, N, coverage=cov, threads=threads)
-
-        def do(self, o: Op) -> None:
-            counts["(steps)"] += 1
-            self.h.apply(o)
-
-        def teardown(self) -> None:
-            try:
-                self.h.quiesce()
-            finally:
-                counts["(examples)"] += 1
-                self.h.close()
-
-    def add(name: str, **strats: Any) -> None:
-        if name not in allowed:
-            return
-
-        @rule(**strats)
-        def r(self: Any, **kw: int) -> None:
-            self.do(op(name, **kw))
-
-        r.__name__ = f"op_{name}"
-        setattr(ApiConformance, r.__name__, r)
-
-    add(
-        "request",
-        i=ii,
-        n=st.sampled_from([L + 1, 2 * L + 1, N * L + 1, N * L, 3 * L + 5]),
-        life=st.integers(1, lm),
+    return build(
+        table,
+        N,
+        ops=ops,
+        coverage=coverage,
+        stats=stats,
+        seeds=seeds,
+        threads=threads,
+        harness=harness,
     )
-    add("admit", i=ii)
-    add("use", i=ii)
-    add("finish", i=ii)
-    add("abort", i=ii)
-    add("append", i=ii, k=st.sampled_from([1, L, 2 * L]))
-    add("read", i=ii)
-    add("read_released", i=ii)
-    add("mutate_tokens", i=ii)
-    add("abort_in_use", i=ii)
-    add("foreign", ns=st.integers(0, 1), n=st.sampled_from([2 * L + 1, N * L + 1]))
-    add("tick", t=st.integers(1, lm))
-    for m in ("evict", "offload", "spill", "drop"):
-        add(m, n=st.integers(1, N))
-    add("step", k=st.integers(0, 3))
-    add("drain")
-    add("corrupt", b=st.integers(0, N - 1), kind=st.integers(0, 2))
-    add("read_error", b=st.integers(0, N - 1))
-    add("host_tail", b=st.integers(0, N - 1))
-    add("disk_full", on=st.integers(0, 1))
-    add("restart")
-
-    if seeds:
-        seed_list = [list(s) for s in seeds]
-
-        @initialize(w=st.sampled_from(range(-1, len(seed_list))))
-        def warm_up(self: Any, w: int) -> None:
-            for o in seed_list[w] if w >= 0 else []:
-                if o.name in allowed:
-                    self.do(o)
-
-        ApiConformance.warm_up = warm_up  # type: ignore[attr-defined]
-    return ApiConformance
 
 
 # ---- replay and minimization ------------------------------------------------------------------
@@ -1440,6 +1390,7 @@ class RunResult:
     blob: str | None = None
     seed: int | None = None
     found_len: int = 0
+    shared: bool = False  # the examples were shared with a forked process (_run_beside)
 
     @property
     def steps(self) -> int:
@@ -1459,12 +1410,14 @@ def run_api(
     minimize: bool = True,
     reproduce: str | None = None,
     minimize_seconds: float = 60.0,
+    beside: bool = True,
     out: Callable[[str], None] = lambda s: None,
 ) -> RunResult:
-    """The scripted witnesses, then Hypothesis; the first finding minimized."""
-    from hypothesis import HealthCheck, Phase
-    from hypothesis.stateful import run_state_machine_as_test
+    """The scripted witnesses, then Hypothesis; the first finding minimized.
 
+    ``beside``: where the walk is deterministic (derandomized, or a seed) and a second CPU and
+    ``os.fork`` exist, the same work is shared by two processes (:func:`_run_beside`): the
+    checks, the counts and the report are those of the run in place."""
     # What the examples import on first use, imported before the clock starts: the block
     # target's clock, too, starts after Python's start and imports (kvstate/fuzz_cli.py).
     import kvstate.impl.cache
@@ -1478,43 +1431,19 @@ def run_api(
         for name, w in witnesses(N, table.consts.L, table.consts.lease_max).items()
         if all(o.name in allowed for o in w)
     }
-    found: Nonconformance | None = None
-    origin = ""
-    blob = None
-    if coverage_pass and reproduce is None:
-        for idx, (name, w) in enumerate(wit.items()):
-            h = ApiHarness(table, N, coverage=cov)
-            try:
-                for o in w:
-                    stats["(steps)"] += 1
-                    h.apply(o)
-                h.quiesce()
-            except Nonconformance as exc:
-                found, origin = exc, f"coverage pass (witness {idx + 1} of {len(wit)}: {name})"
-                break
-            finally:
-                h.close()
-        if found is None:
-            out(f"  coverage pass: {len(wit)} witnesses replayed in lockstep")
-    if found is None:
-        base = PROFILES[profile]
-        kw = dict(base)
-        if examples is not None:
-            kw["max_examples"] = examples
-        if steps is not None:
-            kw["stateful_step_count"] = steps
-        if seed is not None:
-            kw["derandomize"] = False
-        prof = settings(
-            deadline=None,
-            database=None,
-            print_blob=True,
-            suppress_health_check=list(HealthCheck),
-            phases=tuple(p for p in Phase if p is not Phase.shrink),
-            **kw,
-        )
+    prof = explore_settings(profile, examples, steps, seed)
+
+    def machine_cls(
+        cov: Coverage, stats: Counter[str], harness: Callable[..., Any] | None = None
+    ) -> Any:
         cls: Any = build_machine(
-            table, N, ops=allowed, coverage=cov, stats=stats, seeds=list(wit.values())
+            table,
+            N,
+            ops=allowed,
+            coverage=cov,
+            stats=stats,
+            seeds=list(wit.values()),
+            harness=harness,
         )
         if seed is not None:
             cls._hypothesis_internal_use_seed = seed
@@ -1525,17 +1454,49 @@ def run_api(
                 hypothesis.__version__,
                 reproduce.encode(),
             )
-        import contextlib
-        import io
+        return cls
 
-        buf = io.StringIO()
-        try:
-            with contextlib.redirect_stdout(buf):
-                run_state_machine_as_test(cls, settings=prof)
-        except Nonconformance as exc:
-            found, origin = exc, f"Hypothesis, example {stats['(examples)'] + 1}"
-            m = _BLOB.search(buf.getvalue() + "".join(getattr(exc, "__notes__", [])))
-            blob = m.group(2) if m else None
+    def explore(passed: int = 0) -> tuple[Nonconformance | None, str, str | None]:
+        """Hypothesis in this process: its first finding, where it was found, its blob.
+        ``passed``: its first examples already ran and passed (beside, with their counts
+        added): those are drawn again, not run again (:class:`_Recorder`)."""
+        made = 0
+
+        def harness(*a: Any, **k: Any) -> Any:
+            nonlocal made
+            made += 1
+            return _Recorder([]) if made <= passed else ApiHarness(*a, **k)
+
+        found, stdout = _hypothesis(machine_cls(cov, stats, harness if passed else None), prof)
+        if found is None:
+            return None, "", None
+        m = _BLOB.search(stdout + "".join(getattr(found, "__notes__", [])))
+        return found, f"Hypothesis, example {stats['(examples)'] + 1}", m.group(2) if m else None
+
+    found: Nonconformance | None = None
+    origin = ""
+    blob = None
+    deterministic = reproduce is None and (seed is not None or bool(prof.derandomize))
+    shared = beside and coverage_pass and deterministic and _second_cpu()
+    if shared:
+        found, origin, blob = _run_beside(
+            table,
+            N,
+            wit,
+            lambda h: machine_cls(Coverage(), Counter(), h),
+            prof,
+            cov,
+            stats,
+            explore,
+            out,
+        )
+    else:
+        if coverage_pass and reproduce is None:
+            found, origin = _coverage_pass(table, N, wit, cov, stats)
+            if found is None:
+                out(f"  coverage pass: {len(wit)} witnesses replayed in lockstep")
+        if found is None:
+            found, origin, blob = explore()
     res = RunResult(
         found,
         cov,
@@ -1545,6 +1506,7 @@ def run_api(
         blob=blob,
         seed=seed,
         found_len=len(getattr(found, "api_trace", [])),
+        shared=shared,
     )
     if found is not None and minimize:
         out(f"  minimizing the {len(found.api_trace)}-operation failing trace (fresh replays)...")  # type: ignore[attr-defined]
@@ -1552,6 +1514,320 @@ def run_api(
             table, N, found, max_seconds=minimize_seconds
         )
     return res
+
+
+def explore_settings(
+    profile: str, examples: int | None = None, steps: int | None = None, seed: int | None = None
+) -> settings:
+    """Hypothesis' settings for a run of ``profile`` (no shrinking: findings are minimized by
+    fresh replays)."""
+    from hypothesis import HealthCheck, Phase
+
+    kw = dict(PROFILES[profile])
+    if examples is not None:
+        kw["max_examples"] = examples
+    if steps is not None:
+        kw["stateful_step_count"] = steps
+    if seed is not None:
+        kw["derandomize"] = False
+    return settings(
+        deadline=None,
+        database=None,
+        print_blob=True,
+        suppress_health_check=list(HealthCheck),
+        phases=tuple(p for p in Phase if p is not Phase.shrink),
+        **kw,
+    )
+
+
+def _hypothesis(cls: Any, prof: settings) -> tuple[Nonconformance | None, str]:
+    """``cls`` run by Hypothesis under ``prof``: its finding (or None) and what it printed."""
+    import contextlib
+    import io
+
+    from hypothesis.stateful import run_state_machine_as_test
+
+    buf = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(buf):
+            run_state_machine_as_test(cls, settings=prof)
+    except Nonconformance as exc:
+        return exc, buf.getvalue()
+    return None, buf.getvalue()
+
+
+def _coverage_pass(
+    table: Table,
+    N: int,
+    wit: Mapping[str, Sequence[Op]],
+    cov: Coverage,
+    stats: Counter[str],
+    lo: int = 0,
+    hi: int | None = None,
+) -> tuple[Nonconformance | None, str]:
+    """Every witness (``lo`` to ``hi``: some) replayed on a fresh cache, then quiesced: the
+    first finding, and where."""
+    for idx, (name, w) in list(enumerate(wit.items()))[lo:hi]:
+        h = ApiHarness(table, N, coverage=cov)
+        try:
+            for o in w:
+                stats["(steps)"] += 1
+                h.apply(o)
+            h.quiesce()
+        except Nonconformance as exc:
+            return exc, f"coverage pass (witness {idx + 1} of {len(wit)}: {name})"
+        finally:
+            h.close()
+    return None, ""
+
+
+def _example(table: Table, N: int, ops: Sequence[Op], cov: Coverage, stats: Counter[str]) -> None:
+    """One recorded Hypothesis example, run as the state machine runs it: a fresh cache, each
+    operation counted and applied, quiescence, the example counted, the cache closed."""
+    h = ApiHarness(table, N, coverage=cov)
+    try:
+        for o in ops:
+            stats["(steps)"] += 1
+            h.apply(o)
+        h.quiesce()
+    finally:
+        stats["(examples)"] += 1
+        h.close()
+
+
+class _Recorder:
+    """Stands in for :class:`ApiHarness` in the exploration's dry run: it keeps the operations
+    each example applies and checks nothing (the rules draw their arguments from strategies
+    alone, with no precondition or bundle, so what Hypothesis draws does not depend on what the
+    harness does; an example that passes leaves the walk where a dry one does)."""
+
+    def __init__(self, sink: list[list[Op]]) -> None:
+        self.ops: list[Op] = []
+        sink.append(self.ops)
+
+    def apply(self, o: Op) -> None:
+        self.ops.append(o)
+
+    def quiesce(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _second_cpu() -> bool:
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return hasattr(os, "fork") and cpus >= 2
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while True:
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
+def _take(fd: int) -> int | None:
+    """The next example number from the queue both processes read (None: no more).  The queue
+    is written once, in one write, two bytes a number, so a two-byte read takes one whole."""
+    rec = os.read(fd, 2)
+    return int.from_bytes(rec, "little") if rec else None
+
+
+def _work_queue(
+    table: Table,
+    N: int,
+    exs: Sequence[Sequence[Op]],
+    q: int,
+    done: dict[int, tuple[dict[str, int], dict[str, int]]],
+    stop: Callable[[], bool] = lambda: False,
+) -> tuple[int, str] | None:
+    """Examples taken from the queue ``q`` and run until it is empty (or ``stop()``), the
+    counts of each that passed put in ``done``: None, or the first one that failed and how
+    (the queue is then emptied: the other process stops)."""
+    while not stop():
+        k = _take(q)
+        if k is None:
+            return None
+        cov, stats = Coverage(), Counter[str]()
+        try:
+            _example(table, N, exs[k], cov, stats)
+            done[k] = (dict(cov.counts), dict(stats))
+        except Exception as exc:  # noqa: BLE001 - reported from the run in place
+            while _take(q) is not None:
+                pass
+            return k, f"{type(exc).__name__}: {exc}"[:2000]
+    return None
+
+
+_BEFORE_FORK = 2  # witnesses run before the fork (see _run_beside)
+
+
+def _run_beside(
+    table: Table,
+    N: int,
+    wit: Mapping[str, Sequence[Op]],
+    dry_cls: Callable[[Callable[..., Any]], Any],
+    prof: settings,
+    cov: Coverage,
+    stats: Counter[str],
+    explore: Callable[[int], tuple[Nonconformance | None, str, str | None]],
+    out: Callable[[str], None],
+) -> tuple[Nonconformance | None, str, str | None]:
+    """The run's work shared by this process and a forked one, reported as the run in place.
+
+    This process runs the coverage pass (the witnesses) exactly as in place, and reports its
+    finding exactly as before.  Meanwhile the child runs Hypothesis' exploration dry
+    (:class:`_Recorder`: the same examples, drawn without running them) and puts the recorded
+    examples on a queue both processes then take from; each is run exactly as the state machine
+    runs it (:func:`_example`).  Every witness and every example still runs on a fresh cache and
+    model, every operation is explained and every read byte-checked; the two processes share
+    nothing but caches kept per pure input (the model's answers per state value), so the split
+    changes no check and no count (the child's counts are added here).
+
+    An example that fails (here or there) is not reported from the split: Hypothesis then runs
+    here for real, the coverage pass's counts kept, and reports its finding, example number and
+    blob as before.  The examples before the first that failed, which passed in the split, are
+    drawn again but not run again (their counts are added), so the finding costs little more
+    than in place.  A recorded example that fails there but not in Hypothesis' run is an
+    error, never a pass.  A child that crashes leaves the rest of the exploration to run here.
+    """
+    import contextlib
+    import gc
+    import pickle
+    import select
+    import signal
+    import sys
+
+    # The first witnesses run before the fork: the guards are compiled once, for both, and
+    # the model's answers and the test rows about the states every witness starts with (a
+    # whole chain stored, offloaded, spilled) are kept once, for both; a finding there is
+    # reported at once, as in place.
+    found, origin = _coverage_pass(table, N, wit, cov, stats, 0, _BEFORE_FORK)
+    if found is not None:
+        return found, origin, None
+    r_res, w_res = os.pipe()  # child -> parent: its outcome, once
+    r_ex, w_ex = os.pipe()  # child -> parent: the recorded examples, once
+    r_q, w_q = os.pipe()  # the queue of example numbers both take from
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the child: the dry run, then examples from the queue; its exit handlers
+        code = 1  # (the parent's scratch folder, open files) are not run
+        try:
+            os.close(r_res)
+            os.close(r_ex)
+            # GNU OpenMP (torch's CPU pool) is not fork-safe: one thread never enters it
+            torch = sys.modules.get("torch")
+            if torch is not None:
+                torch.set_num_threads(1)
+            # what the parent made stays out of this process's collections: a collection that
+            # walked it would write to (and so copy) every page the two processes share
+            gc.freeze()
+            msg: dict[str, Any] = {}
+            exs: list[list[Op]] = []
+            dry_found, _ = _hypothesis(dry_cls(lambda *a, **k: _Recorder(exs)), prof)
+            if dry_found is not None:  # a recorder checks nothing: this cannot happen
+                raise dry_found
+            data = pickle.dumps(exs)
+
+            def send(fd: int) -> None:
+                with contextlib.suppress(OSError), os.fdopen(fd, "wb") as fh:
+                    fh.write(data)  # the parent reads it after the witnesses
+
+            writer = threading.Thread(target=send, args=(w_ex,), daemon=True)
+            writer.start()
+            os.write(w_q, b"".join(k.to_bytes(2, "little") for k in range(len(exs))))
+            os.close(w_q)
+            done: dict[int, tuple[dict[str, int], dict[str, int]]] = {}
+            msg["example"] = _work_queue(table, N, exs, r_q, done)
+            msg["done"] = done
+            writer.join()
+            with os.fdopen(w_res, "wb") as fh:
+                fh.write(pickle.dumps(msg))
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(w_res)
+    os.close(w_ex)
+    os.close(w_q)
+    child: dict[str, Any] | None = None
+    failed_here: tuple[int, str] | None = None
+    done: dict[int, tuple[dict[str, int], dict[str, int]]] = {}
+    exs = None
+    try:
+        found, origin = _coverage_pass(table, N, wit, cov, stats, _BEFORE_FORK)
+        if found is not None:  # found here, as in place: the child's work is not needed
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            return found, origin, None
+        out(f"  coverage pass: {len(wit)} witnesses replayed in lockstep")
+        try:
+            exs: list[list[Op]] | None = pickle.loads(_read_all(r_ex))
+        except Exception:  # noqa: BLE001 - the child crashed before it sent them all
+            exs = None
+        if exs is not None:
+
+            def child_failed() -> bool:
+                nonlocal child
+                if child is None and select.select([r_res], [], [], 0)[0]:
+                    child = _child_outcome(r_res, pid)
+                return child is not None and child.get("example") is not None
+
+            failed_here = _work_queue(table, N, exs, r_q, done, stop=child_failed)
+        if child is None:
+            child = _child_outcome(r_res, pid)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        raise
+    finally:
+        for fd in (r_res, r_ex, r_q):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+    done.update(child.get("done", {}))
+    failed = failed_here or child.get("example")
+    if failed is None and exs is not None and len(done) == len(exs):
+        for c, st_ in done.values():
+            cov.counts.update(c)
+            stats.update(st_)
+        return None, "", None
+    # An example failed (here or there), or the child crashed: Hypothesis runs here and reports
+    # what it finds as before.  The examples before the first that did not pass (all taken from
+    # the queue in order, and all passed) are drawn again without being run: their counts are
+    # added here (the steps and examples the state machine counts itself).
+    passed = 0
+    while passed in done:
+        cov.counts.update(done[passed][0])
+        passed += 1
+    found, origin, blob = explore(passed)
+    if found is None and failed is not None:
+        raise RuntimeError(
+            f"a recorded example failed beside the exploration ({failed}), not in Hypothesis' run"
+        )
+    return found, origin, blob
+
+
+def _child_outcome(fd: int, pid: int) -> dict[str, Any]:
+    """What the child sent (it writes once, then leaves), with its exit status."""
+    import pickle
+
+    data = _read_all(fd)
+    _, status = os.waitpid(pid, 0)
+    try:
+        msg: dict[str, Any] = pickle.loads(data)
+    except Exception:  # noqa: BLE001 - a crashed child sends nothing
+        return {"why": f"the process ended with status {status} and sent nothing"}
+    if status != 0:
+        return {"why": f"the process ended with status {status}"}
+    return msg
 
 
 def summary_lines(res: RunResult) -> list[str]:
