@@ -339,9 +339,41 @@ class BlockStore:
         if not todo:
             return 0
         fmt = self.write_fmt
-        gate.check_run("allocate", todo, f=fmt)
-        self._evict_run(len(todo) - self.tiers.slots.free)
-        got = self._allocate_run(todo, fmt)
+        try:
+            gate.check_run("allocate", todo, f=fmt)
+        except Refused:
+            # one by one, the blocks before the refused one would have been stored, and it and
+            # the rest left FREE: tombstoned (reclaimable), as every FREE record of the index
+            at = gate.first_refused("allocate", todo, f=fmt)
+            at = at if at >= 0 else 0
+            self._tombstone_free(todo[at:])
+            if at:
+                self._store_allowed(todo[:at], fmt, ticks)
+            raise
+        except BaseException:
+            self._tombstone_free(todo)
+            raise
+        return self._store_allowed(todo, fmt, ticks)
+
+    def _tombstone_free(self, rids: Sequence[int]) -> None:
+        """Put the FREE records among ``rids`` (back) on the tombstones: a run that stops
+        early leaves none of its records FREE and off them (indexed for good: leaked)."""
+        ckv, tombstones = self.meta.ckv, self.tombstones
+        for rid in rids:
+            if ckv[rid] == _CKV_FREE:
+                tombstones[rid] = None
+
+    def _store_allowed(self, todo: list[int], fmt: int, ticks: int) -> int:
+        """``store_run`` once the allocate guard allowed every block of ``todo``: evict to make
+        room, allocate, commit, seal, index_update and touch; a block left FREE (no room, or
+        an exception part way) goes back on the tombstones."""
+        gate = self.gate
+        try:
+            self._evict_run(len(todo) - self.tiers.slots.free)
+            got = self._allocate_run(todo, fmt)
+        except BaseException:
+            self._tombstone_free(todo)
+            raise
         for rid in todo[got:]:
             self.tombstones[rid] = None
         todo = todo[:got]
