@@ -273,6 +273,19 @@ class ApiHarness:
                     out.append(
                         f"record {r}: phase {CKV(ck).name}, load job {r in load_dma or r in load_io}"
                     )
+            # a FREE record of the index is reclaimable only from the tombstones: one off them
+            # is never purged (leaked); a tombstone that is not FREE would purge a live block
+            store = core.store
+            idx = set(live)
+            for r in live:
+                if (m.ckv[r] == CKV.FREE) != (r in store.tombstones):
+                    out.append(
+                        f"record {r}: phase {CKV(m.ckv[r]).name}, "
+                        f"on the tombstones {r in store.tombstones}"
+                    )
+            gone = [r for r in store.tombstones if r not in idx]
+            if gone:
+                out.append(f"tombstones {gone} are not records of the index")
             refs = sum(m.ref[r] for r in live)
             pins = sum(len(s.rids) for s in core.slots)
             if not refs == pins == core.pinned_blocks:
