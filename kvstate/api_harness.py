@@ -167,6 +167,10 @@ class ApiHarness:
         self.ended: Live | None = None  # the request the current call finished
         self.foreign_slot: int | None = None
         self.restored: set[int] = set()  # blocks loaded back since they were last written
+        # the chain's block events the current call emitted: (kind, block, tier)
+        self.call_events: list[tuple[str, int, str]] = []
+        # files kvstate did not write, planted in its directory: name -> content (left alone)
+        self.foreign_files: dict[str, bytes] = {}
         self.steps: list[Op] = []
         self.call_override: str | None = None
         # what the library shows after each job step of the current drain (manual pipelines)
@@ -209,6 +213,9 @@ class ApiHarness:
         block where it was has no net effect the model could count)."""
         from kvstate.impl.events import EventKind
 
+        b = self._blocks.get(ev.key)
+        if b is not None:
+            self.call_events.append((ev.kind.value, b, ev.tier))
         if ev.kind is EventKind.LOADED:
             self.cov.add(f"{ev.tier} restores completed")
             b = self._blocks.get(ev.key)
@@ -294,6 +301,13 @@ class ApiHarness:
                     f"pinned_blocks {core.pinned_blocks}"
                 )
             names = [p.name for p in os.scandir(self.dir)]  # one listing: entries and leftovers
+            for name, data in self.foreign_files.items():  # never deleted, never rewritten
+                path = os.path.join(self.dir, name)
+                if not os.path.isfile(path):
+                    out.append(f"disk: a file kvstate did not write is gone: {name}")
+                elif open(path, "rb").read() != data:
+                    out.append(f"disk: a file kvstate did not write was changed: {name}")
+            names = [n for n in names if n not in self.foreign_files]
             files = sorted(n for n in names if n.endswith(".kvb"))
             entries = sorted(e.path.name for e in core.disk_entries.values())
             if files != entries:
@@ -302,6 +316,58 @@ class ApiHarness:
             if tmps:
                 out.append(f"disk: temporary files left behind: {tmps}")
         return out
+
+    def drained_idle(self) -> list[str]:
+        """After a drain of manual pipelines nothing runs, so nothing may wait on something
+        running: no job left, no disk load held back by the I/O cap, no follow-up (rebuild,
+        tail check) waiting on a load (each would leave an admission pending for good)."""
+        core = self.core
+        rec = core.recovery
+        out = []
+        with core.lock:
+            if core.pipes.busy():
+                out.append(f"drained, yet jobs are left: {[e.pending() for e in core.pipes.all]}")
+            if core.io_inflight:
+                out.append(f"drained, yet io_inflight is {core.io_inflight}")
+            if rec.io_waiting:
+                out.append(f"drained, yet loads wait for the I/O cap: {list(rec.io_waiting)}")
+            if rec.want_rebuild or rec.want_tail_check:
+                out.append(
+                    f"drained, yet follow-ups wait on loads: rebuild {sorted(rec.want_rebuild)}, "
+                    f"tail check {sorted(rec.want_tail_check)}"
+                )
+        return out
+
+    def _check_events(
+        self, o: Op, before: ConcreteState, steps: Sequence[tuple[str, dict[str, int]]]
+    ) -> None:
+        """The chain's block events of a call are those its explanation's actions emit (a
+        block stored, evicted, loaded, failed to load or removed), each once, in its tier."""
+        want: Counter[tuple[str, int, str]] = Counter()
+        s = before
+        for name, p in steps:
+            b = p.get("b")
+            if b is not None:
+                v = s.values
+                tier = "disk" if v["ldpipe"][b] == Pipe.IO else "host"
+                for ev in _EVENTS_OF.get(name, ()):
+                    if ev[1] == "load":
+                        want[(ev[0], b, tier)] += 1
+                    elif ev[1] == "drop":
+                        want[(ev[0], b, "host" if v["ckv"][b] == CKV.HOST else "disk")] += 1
+                    else:
+                        want[(ev[0], b, ev[1])] += 1
+            s = self.machine.step(s, name, p)
+        got = Counter(self.call_events)
+        if got != want:
+            raise self.fail(
+                "events",
+                [o.name],
+                f"{o.render()}: the events {sorted(got.items())} are not those of the actions "
+                f"{[n for n, _ in steps]} ({sorted(want.items())})",
+            )
+        if got:
+            self.cov.add("events matched")
 
     # -- findings ---------------------------------------------------------------------------
     def fail(self, kind: str, detail: Sequence[str], message: str) -> Nonconformance:
@@ -375,6 +441,7 @@ class ApiHarness:
         self.foreign_slot: int | None = None
         self.ended: Live | None = None
         self.drained = None
+        self.call_events = []
         raised: BaseException | None = None
         forbid = self._forbid(o)
         try:
@@ -411,6 +478,13 @@ class ApiHarness:
                         f"{o.render()} raised {type(raised).__name__}: {raised}, yet changed "
                         "state:\n  " + "\n  ".join(d),
                     )
+                if self.call_events:
+                    raise self.fail(
+                        "refusal-changed-state",
+                        [o.name],
+                        f"{o.render()} raised {type(raised).__name__}: {raised}, yet emitted "
+                        f"events {self.call_events}",
+                    )
                 self.cov.add(f"refused {o.name}:{type(raised).__name__}")
             else:
                 foreign = self.foreign_slot
@@ -445,6 +519,8 @@ class ApiHarness:
                         row[foreign] = obs[name][foreign]
                         vals[name] = tuple(row)
                     end = self.machine.state(vals)
+                if o.name != "restart":
+                    self._check_events(o, before, steps)
                 # (the model's own successor object: what the machine keeps about its value,
                 # the invariants' answers among them, is found without hashing it again)
                 self.model = end
@@ -452,6 +528,8 @@ class ApiHarness:
                 if o.name == "admit" and req is not None:
                     self._check_longest(before, steps, req)
         bad = self.accounting()
+        if o.name == "drain" and not self.threads and raised is None:
+            bad += self.drained_idle()
         if bad:
             raise self.fail(
                 "accounting",
@@ -676,9 +754,15 @@ class ApiHarness:
         real = self._real_write
 
         def full(key: bytes, **kw: Any) -> Any:
-            # the world: the disk is full (prepare's own cleanup of its temporary is
-            # tests/impl/test_impl_disk_trust.py's to check)
-            raise OSError(errno.ENOSPC, "No space left on device (injected)")
+            # the world: the disk is full; the temporary's first write fails (prepare's own
+            # cleanup of its temporary runs: the accounting sees a temporary left behind)
+            _FULL.on = True
+            try:
+                return real(key, **kw)
+            finally:
+                _FULL.on = False
+
+        _install_full_disk()
 
         disk.prepare = full if self.disk_full else real  # type: ignore[method-assign]
 
@@ -716,6 +800,66 @@ class ApiHarness:
                 f"at quiescence not free: {', '.join(leaks)} (block phases {dict(stuck)})",
             )
         self.cov.add("quiescence checks")
+
+
+# the chain's block events each action emits: (kind, tier), the tier "load" (the load's
+# pipeline's: disk or host) or "drop" (where the dropped copy was)
+_EVENTS_OF: dict[str, tuple[tuple[str, str], ...]] = {
+    "commit": (("stored", "device"),),
+    "evict_done": (("evicted", "device"),),
+    "offload_done": (("evicted", "device"), ("stored", "host")),
+    "spill": (("stored", "disk"),),
+    "load_done": (("loaded", "load"),),
+    "load_fail": (("load_failed", "load"),),
+    "drop": (("removed", "drop"),),
+}
+
+_FULL = threading.local()  # on: this thread's disk writes fail (the disk is full)
+
+
+class _FailingFile:
+    """A file whose writes fail as on a full disk, after the first few bytes land."""
+
+    def __init__(self, f: Any) -> None:
+        self.f = f
+        self.written = 0
+
+    def write(self, data: Any) -> int:
+        if self.written:
+            raise OSError(errno.ENOSPC, "No space left on device (injected)")
+        self.written = self.f.write(bytes(memoryview(data)[:5]))
+        return self.written
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.f, name)
+
+    def __enter__(self) -> _FailingFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.f.close()
+
+
+class _FullDiskOs:
+    """``os`` as the disk tier sees it: ``fdopen`` hands out failing files while this
+    thread's disk is full (``_FULL.on``); everything else is ``os`` itself."""
+
+    def __init__(self, real: Any) -> None:
+        self._real = real
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    def fdopen(self, fd: int, *a: Any, **k: Any) -> Any:
+        f = self._real.fdopen(fd, *a, **k)
+        return _FailingFile(f) if getattr(_FULL, "on", False) else f
+
+
+def _install_full_disk() -> None:
+    from kvstate.impl import disk
+
+    if not isinstance(disk.os, _FullDiskOs):
+        disk.os = _FullDiskOs(disk.os)  # type: ignore[assignment]
 
 
 _EXPLAINERS: dict[int, Explainer] = {}
@@ -1038,8 +1182,27 @@ def _do_restart(h: ApiHarness, o: Op) -> int | None:
     finally:
         h.live = [None] * h.R
         h.released = [None] * h.R
+        _plant_files(h, len(h.steps))
         h._open()
     return None
+
+
+def _plant_files(h: ApiHarness, n: int) -> None:
+    """What a crash and other programs leave in the directory: a temporary of a writer killed
+    after its first bytes (kvstate's: the scan deletes it), and files kvstate did not write
+    under names like its own (an entry's, a temporary's: left alone, never read as entries)."""
+    tag = f"{n:04x}{len(h.foreign_files):04x}"
+    killed = f".{'ab' * 8}{tag}.kvb.killed{tag}.tmp"
+    with open(os.path.join(h.dir, killed), "wb") as f:
+        f.write(b"KVSTA")  # the start of the magic
+    for name, data in (
+        (f"{'cd' * 8}{tag}.kvb", b"not kvstate's: an entry's name, another program's bytes"),
+        (f".{'ef' * 8}{tag}.kvb.other.tmp", b"not kvstate's: a temporary's name"),
+    ):
+        with open(os.path.join(h.dir, name), "wb") as f:
+            f.write(data)
+        h.foreign_files[name] = data
+    h.cov.add("files planted")
 
 
 OPS: dict[str, Callable[[ApiHarness, Op], int | None]] = {
