@@ -50,7 +50,7 @@ from kvstate.model.apimap import Explainer, after_restart, state_diff
 from kvstate.model.concrete import KeptMachine, Machine
 from kvstate.model.fuzz import Nonconformance
 from kvstate.spec.api import API, RESTART_KEEPS
-from kvstate.spec.phases import CKV, Pipe, Req
+from kvstate.spec.phases import CKV, Indexer, Pipe, Req
 from kvstate.spec.state import ConcreteState
 from kvstate.spec.table import Scope, Table
 from kvstate.testing.adapter import observe_reader
@@ -276,6 +276,11 @@ class ApiHarness:
                     out.append(
                         f"record {r}: phase {CKV(ck).name}, disk entry {r in core.disk_entries}"
                     )
+                # a phase a job drives has its job (one whose job is gone stays there for good)
+                if ck == CKV.OFFLOADING and core.pipes.dma.get(r) is None:
+                    out.append(f"record {r}: phase OFFLOADING, no offload job")
+                if m.idx[r] == Indexer.REBUILDING and core.pipes.cpu.get(r) is None:
+                    out.append(f"record {r}: indexer REBUILDING, no rebuild job")
                 if (ck == CKV.LOADING) != (r in load_dma or r in load_io):
                     out.append(
                         f"record {r}: phase {CKV(ck).name}, load job {r in load_dma or r in load_io}"
@@ -737,7 +742,8 @@ class ApiHarness:
         vals = s.values
         init = self.machine.init().values
         for b, kind in list(self.corrupt.items()):
-            if kind == "header":  # rejected by the directory scan
+            if kind in ("header", "truncate"):  # rejected by the directory scan (the MAC,
+                # or the file's size against its header's)
                 for name, v in init.items():
                     if self.machine._scope[name] is Scope.BLOCK:
                         col = list(vals[name])
@@ -1077,15 +1083,21 @@ def _jobs(h: ApiHarness) -> list[tuple[Any, Any]]:
     return [(e, j) for e in h.core.pipes.all for j in list(e.jobs.values())]
 
 
+class _InjectedJobError(RuntimeError):
+    """A job step's failure the harness injected (``read_error`` on an offloading block)."""
+
+
 def _step_job(h: ApiHarness, e: Any, job: Any) -> None:
-    from kvstate.impl.errors import KVStateError, Refused
+    from kvstate.impl.errors import KVStateError
 
     try:
         e._step(job)
-    except Refused:
-        e._drop(job)  # its block moved on without it, as a worker thread does
-    except KVStateError:
-        e._drop(job)  # a worker records it and drops the job; the core already failed it
+    except Exception as exc:
+        # as a worker thread and ``Pipelines.drain`` do: the job is abandoned (its record
+        # back to a consistent phase: a load fails, an offload is cancelled) and dropped
+        e.fail(job, exc)
+        if not isinstance(exc, (KVStateError, _InjectedJobError)):
+            raise  # (a bug in a job: an undocumented error of the call that ran it)
 
 
 def _do_step(h: ApiHarness, o: Op) -> int | None:
@@ -1154,9 +1166,22 @@ def _do_host_tail(h: ApiHarness, o: Op) -> int | None:
 
 
 def _do_read_error(h: ApiHarness, o: Op) -> int | None:
+    """The next step of the block's job fails: a load's read (an I/O error), an offload's copy
+    (the job raises: the library abandons it, which cancels the offload)."""
     b = o.arg("b")
     rid = h.rids[b]
-    if h.core.meta.ckv[rid] != CKV.LOADING:
+    ck = h.core.meta.ckv[rid]
+    if ck == CKV.OFFLOADING and not h.threads:
+        job = h.core.pipes.dma.get(rid)
+        if job is not None:
+
+            def broken() -> bool:
+                raise _InjectedJobError(f"injected copy error in the offload of record {rid}")
+
+            job.step = broken
+            h.cov.add("fault offload job raises")
+        return None
+    if ck != CKV.LOADING:
         return None
     h.core.inject_load_fault(rid)
     h.read_error.add(b)
@@ -1356,6 +1381,23 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[Op]]:
             op("drain"),
             op("use", i=1),
             op("read", i=1),
+        ],
+        "every running disk load fails: the held-back ones start": [
+            *to_disk,
+            op("request", i=1, n=full, life=1),
+            op("admit", i=1),
+            op("read_error", b=0),
+            op("read_error", b=1),
+            op("drain"),
+            op("use", i=1),
+            op("read", i=1),
+        ],
+        "an offload job raises: the library abandons it (the offload is cancelled)": [
+            *store,
+            op("offload", n=1),
+            *[op("read_error", b=b) for b in range(N)],
+            op("drain"),
+            *hit,
         ],
         "abort from another thread inside use": [
             *store,

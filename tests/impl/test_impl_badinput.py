@@ -293,3 +293,26 @@ def test_every_public_entry_point_after_close_raises_cache_closed() -> None:
             w.close()
     assert len(methods) > 50
     assert not problems, "\n".join(problems)
+
+
+def test_append_past_max_model_len_is_refused_and_changes_nothing() -> None:
+    """A request never grows past ``max_model_len``: an append that would is an
+    ``InvalidArgument`` (the tokens fit alone, not after the request's own), by either entry
+    point, and changes nothing."""
+    from kvstate.impl import InvalidArgument
+
+    w = World()
+    try:
+        c, req = w.c, w.busy
+        room = c.max_model_len - len(req.tokens)
+        for append in (lambda t: c.append(req, t), w.run.append):
+            before = (snapshot(c), len(req.tokens))
+            try:
+                append(harness_tokens(room + 1, seed=5))
+            except InvalidArgument:
+                pass
+            else:
+                raise AssertionError("an append past max_model_len was accepted")
+            assert (snapshot(c), len(req.tokens)) == before
+    finally:
+        w.close()
