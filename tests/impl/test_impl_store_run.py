@@ -226,3 +226,28 @@ def test_a_run_refused_part_way_leaves_what_one_block_at_a_time_would() -> None:
         assert _leaked(c) == []
         assert [e.key for e in c.events_of(EventKind.STORED)] == req.chain.keys[:2]
         assert c.core.tiers.slots.free == 12 - 2
+
+
+def test_a_raising_event_callback_does_not_break_the_store() -> None:
+    """A subscriber that raises on STORED: the store completes (every block sealed and indexed,
+    as without the subscriber), nothing is reported as the writer's failure, and the
+    subscriber's exception is recorded (it broke the run half way, as a WriterFailed)."""
+    toks = np.arange(3 * L + 1)
+    with HeterogeneousKVCache(G, executors="manual", device_blocks=12) as c:
+
+        def boom(ev: Any) -> None:
+            if ev.kind is EventKind.STORED:
+                raise ValueError("a subscriber's bug")
+
+        c.events.subscribe(boom)
+        req = c.request(toks, lifetime=2)
+        with c.use(c.admit(req)):
+            pass
+        m = c.core.meta
+        rids = c.core.resolve(req.chain)
+        assert [(m.ckv[r], m.tail[r], m.idx[r]) for r in rids] == [
+            (CKV.READY, Tail.SEALED, Indexer.PRESENT)
+        ] * 3
+        assert len(c.events.callback_errors) == 3
+        assert "a subscriber's bug" in c.events.callback_errors[0]
+        assert req.slot is None  # released
