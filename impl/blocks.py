@@ -383,16 +383,56 @@ class BlockStore:
         if not todo:
             return 0
         fmt = self.write_fmt
-        gate.check_run("allocate", todo, f=fmt)
-        slid: set[int] = set()
-        if end >= 0:  # the window policy: one call for the run's span of the chain
-            starts, L = m.start, self.L
-            first, last = starts[todo[0]] // L, starts[todo[-1]] // L
-            w, p = self.swa_policy
-            kept = swa_kept_blocks(w, p, first, last + 1, end)
-            slid = {rid for rid in todo if starts[rid] // L not in kept}
-        self._evict_run(len(todo) - self.tiers.slots.free)
-        got = self._allocate_run(todo, fmt, slid)
+        slid = self._policy_slid(todo, end)
+        try:
+            gate.check_run("allocate", todo, f=fmt)
+        except Refused:
+            # one by one, the blocks before the refused one would have been stored, and it and
+            # the rest left FREE: tombstoned (reclaimable), as every FREE record of the index
+            at = gate.first_refused("allocate", todo, f=fmt)
+            at = at if at >= 0 else 0
+            self._tombstone_free(todo[at:])
+            if at:  # the prefix stored ends where the refused block starts
+                head = todo[:at]
+                cut = m.start[todo[at]] // self.L if end >= 0 else -1
+                self._store_allowed(head, fmt, ticks, self._policy_slid(head, cut))
+            raise
+        except BaseException:
+            self._tombstone_free(todo)
+            raise
+        return self._store_allowed(todo, fmt, ticks, slid)
+
+    def _policy_slid(self, todo: list[int], end: int) -> set[int]:
+        """The run's blocks the window policy does not keep for a prefix of ``end`` chain
+        blocks (-1: no policy): one call for the run's span of the chain."""
+        if end < 0 or not todo:
+            return set()
+        starts, L = self.meta.start, self.L
+        first, last = starts[todo[0]] // L, starts[todo[-1]] // L
+        w, p = self.swa_policy
+        kept = swa_kept_blocks(w, p, first, last + 1, end)
+        return {rid for rid in todo if starts[rid] // L not in kept}
+
+    def _tombstone_free(self, rids: Sequence[int]) -> None:
+        """Put the FREE records among ``rids`` (back) on the tombstones: a run that stops
+        early leaves none of its records FREE and off them (indexed for good: leaked)."""
+        ckv, tombstones = self.meta.ckv, self.tombstones
+        for rid in rids:
+            if ckv[rid] == _CKV_FREE:
+                tombstones[rid] = None
+
+    def _store_allowed(self, todo: list[int], fmt: int, ticks: int, slid: set[int]) -> int:
+        """``store_run`` once the allocate guard allowed every block of ``todo``: evict to make
+        room, allocate, commit, slide (``slid``: the blocks outside the window policy), seal,
+        index_update and touch; a block left FREE (no room, or an exception part way) goes
+        back on the tombstones."""
+        gate = self.gate
+        try:
+            self._evict_run(len(todo) - self.tiers.slots.free)
+            got = self._allocate_run(todo, fmt, slid)
+        except BaseException:
+            self._tombstone_free(todo)
+            raise
         for rid in todo[got:]:
             self.tombstones[rid] = None
         todo = todo[:got]

@@ -421,6 +421,8 @@ class Run:
         m = core.meta
         pins = self.pins
         with core.lock:
+            if self.cache._closed:
+                raise CacheClosed("verify_pins: the cache is closed")
             bad = self.cache.req_table.stale_pins(
                 [p.rid for p in pins], [p.gen for p in pins], [p.addr for p in pins]
             )
@@ -652,6 +654,7 @@ class HeterogeneousKVCache:
         return req
 
     def get_request(self, request_id: Any) -> Request:
+        self._open()
         rid = args.integer("request_id", request_id)
         req = self._requests.get(rid)
         if req is None:
@@ -959,14 +962,17 @@ class HeterogeneousKVCache:
         return self.core.drop_some(n)
 
     def stats(self) -> dict[str, Any]:
+        self._open()
         return self.core.stats()
 
     def events_of(self, kind: Any) -> list[Any]:
+        self._open()
         if not isinstance(kind, EventKind):
             raise InvalidArgument(f"kind must be an EventKind, got {kind!r}")
         return self.events.of(kind)
 
     def requests(self) -> Iterator[Request]:
+        self._open()
         return iter(list(self._requests.values()))
 
     def forget(self, request: Any) -> None:

@@ -42,7 +42,7 @@ from .args import integer as _int
 from .blocks import BlockStore
 from .coordinator import HitSearch
 from .disk import DiskTier
-from .errors import LayoutError
+from .errors import CacheClosed, LayoutError
 from .events import EventLog
 from .gate import GuardGate
 from .graphs import GraphRegistry
@@ -225,9 +225,15 @@ class CacheCore:
         )
         self.slots = requests.slots
         recovery.scan_disk()
+        self.closed = False  # after ``close``: every transition raises CacheClosed
         self.pipes.start()
 
+    def _live(self) -> None:
+        if self.closed:
+            raise CacheClosed("the cache is closed")
+
     def close(self) -> None:
+        self.closed = True
         self.pipes.stop()
         self.disk.reap()  # loaded files a stopped pipeline had not unlinked yet
         if self._tmp is not None:
@@ -300,6 +306,7 @@ class CacheCore:
 
     def can(self, action: Any, rid: Any) -> bool:
         """Would the block action be allowed now (jobs ask this to choose their next step)."""
+        self._live()
         return self.gate.can(action, rid)
 
     def stats(self) -> dict[str, Any]:
@@ -336,33 +343,42 @@ class CacheCore:
         return self.store.store_run(blocks, ticks, end)
 
     def allocate(self, rid: Any) -> int:
+        self._live()
         return self.store.allocate(rid)
 
     def commit(self, rid: Any) -> None:
+        self._live()
         self.store.commit(rid)
 
     def discard(self, rid: Any) -> None:
+        self._live()
         self.store.discard(rid)
 
     def seal(self, rid: Any) -> None:
+        self._live()
         self.store.seal(rid)
 
     def slide(self, rid: Any) -> None:
+        self._live()
         self.store.slide(rid)
 
     def index_update(self, rid: Any) -> None:
+        self._live()
         self.store.index_update(rid)
 
     def evict_start(self, rid: Any) -> None:
+        self._live()
         self.store.evict_start(rid)
 
     def evict_done(self, rid: Any) -> None:
+        self._live()
         self.store.evict_done(rid)
 
     def evict_one(self) -> bool:
         return self.store.evict_one()
 
     def touch(self, rid: Any, ticks: Any) -> None:
+        self._live()
         self.store.touch(rid, ticks)
 
     def touch_prefix(self, rids: Sequence[int], blocks: int, ticks: int) -> None:
@@ -373,36 +389,47 @@ class CacheCore:
 
     # ---- recovery ---------------------------------------------------------------------------
     def rebuild_start(self, rid: Any) -> None:
+        self._live()
         self.recovery.rebuild_start(rid)
 
     def rebuild_done(self, rid: Any) -> None:
+        self._live()
         self.recovery.rebuild_done(rid)
 
     def offload(self, rid: Any) -> None:
+        self._live()
         self.recovery.offload(rid)
 
     def offload_done(self, rid: Any) -> None:
+        self._live()
         self.recovery.offload_done(rid)
 
     def offload_cancel(self, rid: Any) -> None:
+        self._live()
         self.recovery.offload_cancel(rid)
 
     def spill(self, rid: Any) -> None:
+        self._live()
         self.recovery.spill(rid)
 
     def load_start(self, rid: Any) -> None:
+        self._live()
         self.recovery.load_start(rid)
 
     def load_progress(self, rid: Any, data: torch.Tensor | None = None) -> None:
+        self._live()
         self.recovery.load_progress(rid, data)
 
     def load_done(self, rid: Any) -> tuple[int, int]:
+        self._live()
         return self.recovery.load_done(rid)
 
     def load_fail(self, rid: Any) -> None:
+        self._live()
         self.recovery.load_fail(rid)
 
     def drop(self, rid: Any) -> None:
+        self._live()
         self.recovery.drop(rid)
 
     def offload_some(self, n: int) -> int:
@@ -449,6 +476,7 @@ class CacheCore:
 
     # ---- CUDA graph and time (global actions: the gate's guard, then the effect) ------------
     def tick(self, ticks: Any = 1) -> None:
+        self._live()
         gate = self.gate
         with self.lock:
             t = _int("ticks", ticks, 1, MAX_COUNT)
@@ -456,6 +484,7 @@ class CacheCore:
             gate.now += t
 
     def capture(self) -> None:
+        self._live()
         gate = self.gate
         with self.lock:
             gate.guard("capture", gate.global_state("capture"), {})
@@ -464,12 +493,14 @@ class CacheCore:
     def replay(self) -> None:
         """The CUDA-graph topology safeguard: the table's ``replay`` guard refuses a graph whose
         recorded addresses went stale (a block moved since capture: ``BlockStore.moved``)."""
+        self._live()
         gate = self.gate
         with self.lock:
             gate.guard("replay", gate.global_state("replay"), {})
             self.graph.replay()
 
     def recapture(self) -> None:
+        self._live()
         gate = self.gate
         with self.lock:
             gate.guard("recapture", gate.global_state("recapture"), {})
@@ -489,11 +520,13 @@ class CacheCore:
         rids: Sequence[int] | None = None,
         view: ChainView | None = None,
     ) -> None:
+        self._live()
         self.requests.match(slot, h, rids, view)
 
     def pin(
         self, slot: Any, rids: Sequence[int] | None = None, view: ChainView | None = None
     ) -> None:
+        self._live()
         self.requests.pin(slot, rids, view)
 
     def search(
@@ -508,18 +541,23 @@ class CacheCore:
         proof: tuple[HitSearch, int] | None = None,
         view: ChainView | None = None,
     ) -> None:
+        self._live()
         self.requests.validate(slot, rids, proof, view)
 
     def use(self, slot: Any) -> None:
+        self._live()
         self.requests.use(slot)
 
     def release(self, slot: Any) -> None:
+        self._live()
         self.requests.release(slot)
 
     def abort(self, slot: Any) -> None:
+        self._live()
         self.requests.abort(slot)
 
     def downgrade(self, slot: Any) -> None:
+        self._live()
         self.requests.downgrade(slot)
 
     def abortable(self, s: Slot) -> bool:

@@ -2,7 +2,9 @@
 
 Events are appended to a bounded list and handed to callbacks synchronously, inside the cache's
 lock, so a callback sees them in transition order; callbacks must be quick and must not call
-back into the cache.
+back into the cache.  A callback that raises does not break the call that emitted the event (a
+store half done: committed blocks never sealed, reported as the writer's failure): its
+exception is recorded in :attr:`EventLog.callback_errors` and delivery goes on.
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ class EventLog:
         self.events: deque[Raw] = deque(maxlen=maxlen)
         self._callbacks: list[Callback] = []
         self._lock = threading.Lock()
+        # what raising callbacks raised (the latest 100): never into the emitting call
+        self.callback_errors: deque[str] = deque(maxlen=100)
 
     def subscribe(self, cb: Callback) -> Callable[[], None]:
         """Register ``cb``; returns a function that unsubscribes it."""
@@ -77,9 +81,7 @@ class EventLog:
         raw = (kind, key, tier, detail, request)
         self.events.append(raw)
         if self._callbacks:
-            ev: Event = _tuple_new(Event, raw)
-            for cb in list(self._callbacks):
-                cb(ev)
+            self._deliver(_tuple_new(Event, raw))
 
     def emit_run(self, kind: EventKind, keys: list[bytes | None], tier: str) -> None:
         """One event per key, in order, as ``emit`` one by one would log and deliver them: a
@@ -91,9 +93,14 @@ class EventLog:
         self.events.extend(raws)
         if self._callbacks:
             for raw in raws:
-                ev: Event = _tuple_new(Event, raw)
-                for cb in list(self._callbacks):
-                    cb(ev)
+                self._deliver(_tuple_new(Event, raw))
+
+    def _deliver(self, ev: Event) -> None:
+        for cb in list(self._callbacks):
+            try:
+                cb(ev)
+            except Exception as exc:  # noqa: BLE001 - a subscriber's bug, not the cache's
+                self.callback_errors.append(f"{cb!r} on {ev.kind.value}: {exc!r}")
 
     def of(self, kind: EventKind) -> list[Event]:
         new = _tuple_new

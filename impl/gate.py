@@ -206,6 +206,20 @@ class GuardGate:
             raise InternalError(f"{action}: the run check and the block check disagree")
         self.admitted(action, len(rids))
 
+    def first_refused(self, action: str, rids: Sequence[int], **params: int) -> int:
+        """The position in ``rids`` of the first block whose guard refuses ``action`` now
+        (each judged before any of them moves, as :meth:`check_run` does), -1 if none."""
+        run = self.run_tests.get(action)
+        if run is not None:
+            params["b"] = NULL_RID
+            return int(run(self.records, params, rids))
+        for i, rid in enumerate(rids):
+            state, b = self.block_state(action, rid)
+            params["b"] = b
+            if not self.guards.allows(action, state, params):
+                return i
+        return -1
+
     def refused(self, action: str, rid: int) -> list[str]:
         """The conjuncts of a block action's guard that are false now (none: allowed)."""
         state, b = self.block_state(action, rid)

@@ -700,11 +700,13 @@ class Recovery:
 
     def forget_unwanted(self) -> None:
         """Queued loads nobody is waiting for any more (no request pins their block) leave
-        the I/O queue."""
+        the I/O queue, and so do their follow-ups (a rebuild, a tail check: left behind, they
+        waited for good, and the tail check ran at the block's next load, for nobody)."""
         ref = self.meta.ref
         for rid in list(self.io_waiting):
             if ref[rid] == 0:
                 self.io_waiting.pop(rid, None)
+                self.drop_wants(rid)
 
     # ---- verification -----------------------------------------------------------------------
     def check_tail(self, rid: Any, boundary: Any) -> bool:

@@ -50,7 +50,7 @@ from kvstate.model.apimap import Explainer, after_restart, state_diff
 from kvstate.model.concrete import KeptMachine, Machine
 from kvstate.model.fuzz import Nonconformance
 from kvstate.spec.api import API, RESTART_KEEPS
-from kvstate.spec.phases import CKV, Pipe, Req, Swa
+from kvstate.spec.phases import CKV, Indexer, Pipe, Req, Swa
 from kvstate.spec.state import ConcreteState
 from kvstate.spec.table import Scope, Table
 from kvstate.testing.adapter import observe_reader
@@ -167,6 +167,10 @@ class ApiHarness:
         self.ended: Live | None = None  # the request the current call finished
         self.foreign_slot: int | None = None
         self.restored: set[int] = set()  # blocks loaded back since they were last written
+        # the chain's block events the current call emitted: (kind, block, tier)
+        self.call_events: list[tuple[str, int, str]] = []
+        # files kvstate did not write, planted in its directory: name -> content (left alone)
+        self.foreign_files: dict[str, bytes] = {}
         self.steps: list[Op] = []
         self.call_override: str | None = None
         # what the library shows after each job step of the current drain (manual pipelines)
@@ -218,6 +222,9 @@ class ApiHarness:
         block where it was has no net effect the model could count)."""
         from kvstate.impl.events import EventKind
 
+        b = self._blocks.get(ev.key)
+        if b is not None:
+            self.call_events.append((ev.kind.value, b, ev.tier))
         if ev.kind is EventKind.LOADED:
             self.cov.add(f"{ev.tier} restores completed")
             b = self._blocks.get(ev.key)
@@ -285,10 +292,28 @@ class ApiHarness:
                         f"record {r}: phase {CKV(ck).name}, window {Swa(m.swa[r]).name}, "
                         f"{len(m.swa_pages[r])} SWA pages"
                     )
+                # a phase a job drives has its job (one whose job is gone stays there for good)
+                if ck == CKV.OFFLOADING and core.pipes.dma.get(r) is None:
+                    out.append(f"record {r}: phase OFFLOADING, no offload job")
+                if m.idx[r] == Indexer.REBUILDING and core.pipes.cpu.get(r) is None:
+                    out.append(f"record {r}: indexer REBUILDING, no rebuild job")
                 if (ck == CKV.LOADING) != (r in load_dma or r in load_io):
                     out.append(
                         f"record {r}: phase {CKV(ck).name}, load job {r in load_dma or r in load_io}"
                     )
+            # a FREE record of the index is reclaimable only from the tombstones: one off them
+            # is never purged (leaked); a tombstone that is not FREE would purge a live block
+            store = core.store
+            idx = set(live)
+            for r in live:
+                if (m.ckv[r] == CKV.FREE) != (r in store.tombstones):
+                    out.append(
+                        f"record {r}: phase {CKV(m.ckv[r]).name}, "
+                        f"on the tombstones {r in store.tombstones}"
+                    )
+            gone = [r for r in store.tombstones if r not in idx]
+            if gone:
+                out.append(f"tombstones {gone} are not records of the index")
             refs = sum(m.ref[r] for r in live)
             pins = sum(len(s.rids) for s in core.slots)
             if not refs == pins == core.pinned_blocks:
@@ -297,6 +322,13 @@ class ApiHarness:
                     f"pinned_blocks {core.pinned_blocks}"
                 )
             names = [p.name for p in os.scandir(self.dir)]  # one listing: entries and leftovers
+            for name, data in self.foreign_files.items():  # never deleted, never rewritten
+                path = os.path.join(self.dir, name)
+                if not os.path.isfile(path):
+                    out.append(f"disk: a file kvstate did not write is gone: {name}")
+                elif open(path, "rb").read() != data:
+                    out.append(f"disk: a file kvstate did not write was changed: {name}")
+            names = [n for n in names if n not in self.foreign_files]
             files = sorted(n for n in names if n.endswith(".kvb"))
             entries = sorted(e.path.name for e in core.disk_entries.values())
             if files != entries:
@@ -305,6 +337,58 @@ class ApiHarness:
             if tmps:
                 out.append(f"disk: temporary files left behind: {tmps}")
         return out
+
+    def drained_idle(self) -> list[str]:
+        """After a drain of manual pipelines nothing runs, so nothing may wait on something
+        running: no job left, no disk load held back by the I/O cap, no follow-up (rebuild,
+        tail check) waiting on a load (each would leave an admission pending for good)."""
+        core = self.core
+        rec = core.recovery
+        out = []
+        with core.lock:
+            if core.pipes.busy():
+                out.append(f"drained, yet jobs are left: {[e.pending() for e in core.pipes.all]}")
+            if core.io_inflight:
+                out.append(f"drained, yet io_inflight is {core.io_inflight}")
+            if rec.io_waiting:
+                out.append(f"drained, yet loads wait for the I/O cap: {list(rec.io_waiting)}")
+            if rec.want_rebuild or rec.want_tail_check:
+                out.append(
+                    f"drained, yet follow-ups wait on loads: rebuild {sorted(rec.want_rebuild)}, "
+                    f"tail check {sorted(rec.want_tail_check)}"
+                )
+        return out
+
+    def _check_events(
+        self, o: Op, before: ConcreteState, steps: Sequence[tuple[str, dict[str, int]]]
+    ) -> None:
+        """The chain's block events of a call are those its explanation's actions emit (a
+        block stored, evicted, loaded, failed to load or removed), each once, in its tier."""
+        want: Counter[tuple[str, int, str]] = Counter()
+        s = before
+        for name, p in steps:
+            b = p.get("b")
+            if b is not None:
+                v = s.values
+                tier = "disk" if v["ldpipe"][b] == Pipe.IO else "host"
+                for ev in _EVENTS_OF.get(name, ()):
+                    if ev[1] == "load":
+                        want[(ev[0], b, tier)] += 1
+                    elif ev[1] == "drop":
+                        want[(ev[0], b, "host" if v["ckv"][b] == CKV.HOST else "disk")] += 1
+                    else:
+                        want[(ev[0], b, ev[1])] += 1
+            s = self.machine.step(s, name, p)
+        got = Counter(self.call_events)
+        if got != want:
+            raise self.fail(
+                "events",
+                [o.name],
+                f"{o.render()}: the events {sorted(got.items())} are not those of the actions "
+                f"{[n for n, _ in steps]} ({sorted(want.items())})",
+            )
+        if got:
+            self.cov.add("events matched")
 
     # -- findings ---------------------------------------------------------------------------
     def fail(self, kind: str, detail: Sequence[str], message: str) -> Nonconformance:
@@ -378,6 +462,7 @@ class ApiHarness:
         self.foreign_slot: int | None = None
         self.ended: Live | None = None
         self.drained = None
+        self.call_events = []
         raised: BaseException | None = None
         forbid = self._forbid(o)
         try:
@@ -414,6 +499,13 @@ class ApiHarness:
                         f"{o.render()} raised {type(raised).__name__}: {raised}, yet changed "
                         "state:\n  " + "\n  ".join(d),
                     )
+                if self.call_events:
+                    raise self.fail(
+                        "refusal-changed-state",
+                        [o.name],
+                        f"{o.render()} raised {type(raised).__name__}: {raised}, yet emitted "
+                        f"events {self.call_events}",
+                    )
                 self.cov.add(f"refused {o.name}:{type(raised).__name__}")
             else:
                 foreign = self.foreign_slot
@@ -448,6 +540,8 @@ class ApiHarness:
                         row[foreign] = obs[name][foreign]
                         vals[name] = tuple(row)
                     end = self.machine.state(vals)
+                if o.name != "restart":
+                    self._check_events(o, before, steps)
                 # (the model's own successor object: what the machine keeps about its value,
                 # the invariants' answers among them, is found without hashing it again)
                 self.model = end
@@ -455,6 +549,8 @@ class ApiHarness:
                 if o.name == "admit" and req is not None:
                     self._check_longest(before, steps, req)
         bad = self.accounting()
+        if o.name == "drain" and not self.threads and raised is None:
+            bad += self.drained_idle()
         if bad:
             raise self.fail(
                 "accounting",
@@ -671,7 +767,8 @@ class ApiHarness:
         vals = s.values
         init = self.machine.init().values
         for b, kind in list(self.corrupt.items()):
-            if kind == "header":  # rejected by the directory scan
+            if kind in ("header", "truncate"):  # rejected by the directory scan (the MAC,
+                # or the file's size against its header's)
                 for name, v in init.items():
                     if self.machine._scope[name] is Scope.BLOCK:
                         col = list(vals[name])
@@ -688,9 +785,15 @@ class ApiHarness:
         real = self._real_write
 
         def full(key: bytes, **kw: Any) -> Any:
-            # the world: the disk is full (prepare's own cleanup of its temporary is
-            # tests/impl/test_impl_disk_trust.py's to check)
-            raise OSError(errno.ENOSPC, "No space left on device (injected)")
+            # the world: the disk is full; the temporary's first write fails (prepare's own
+            # cleanup of its temporary runs: the accounting sees a temporary left behind)
+            _FULL.on = True
+            try:
+                return real(key, **kw)
+            finally:
+                _FULL.on = False
+
+        _install_full_disk()
 
         disk.prepare = full if self.disk_full else real  # type: ignore[method-assign]
 
@@ -731,6 +834,66 @@ class ApiHarness:
 
 
 _HARNESS = ApiHarness  # what build_machine's class body names ``ApiHarness`` by default
+
+# the chain's block events each action emits: (kind, tier), the tier "load" (the load's
+# pipeline's: disk or host) or "drop" (where the dropped copy was)
+_EVENTS_OF: dict[str, tuple[tuple[str, str], ...]] = {
+    "commit": (("stored", "device"),),
+    "evict_done": (("evicted", "device"),),
+    "offload_done": (("evicted", "device"), ("stored", "host")),
+    "spill": (("stored", "disk"),),
+    "load_done": (("loaded", "load"),),
+    "load_fail": (("load_failed", "load"),),
+    "drop": (("removed", "drop"),),
+}
+
+_FULL = threading.local()  # on: this thread's disk writes fail (the disk is full)
+
+
+class _FailingFile:
+    """A file whose writes fail as on a full disk, after the first few bytes land."""
+
+    def __init__(self, f: Any) -> None:
+        self.f = f
+        self.written = 0
+
+    def write(self, data: Any) -> int:
+        if self.written:
+            raise OSError(errno.ENOSPC, "No space left on device (injected)")
+        self.written = self.f.write(bytes(memoryview(data)[:5]))
+        return self.written
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.f, name)
+
+    def __enter__(self) -> _FailingFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.f.close()
+
+
+class _FullDiskOs:
+    """``os`` as the disk tier sees it: ``fdopen`` hands out failing files while this
+    thread's disk is full (``_FULL.on``); everything else is ``os`` itself."""
+
+    def __init__(self, real: Any) -> None:
+        self._real = real
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    def fdopen(self, fd: int, *a: Any, **k: Any) -> Any:
+        f = self._real.fdopen(fd, *a, **k)
+        return _FailingFile(f) if getattr(_FULL, "on", False) else f
+
+
+def _install_full_disk() -> None:
+    from kvstate.impl import disk
+
+    if not isinstance(disk.os, _FullDiskOs):
+        disk.os = _FullDiskOs(disk.os)  # type: ignore[assignment]
+
 
 _EXPLAINERS: dict[int, Explainer] = {}
 _MACHINES: dict[tuple[int, int], tuple[Table, KeptMachine]] = {}
@@ -947,15 +1110,21 @@ def _jobs(h: ApiHarness) -> list[tuple[Any, Any]]:
     return [(e, j) for e in h.core.pipes.all for j in list(e.jobs.values())]
 
 
+class _InjectedJobError(RuntimeError):
+    """A job step's failure the harness injected (``read_error`` on an offloading block)."""
+
+
 def _step_job(h: ApiHarness, e: Any, job: Any) -> None:
-    from kvstate.impl.errors import KVStateError, Refused
+    from kvstate.impl.errors import KVStateError
 
     try:
         e._step(job)
-    except Refused:
-        e._drop(job)  # its block moved on without it, as a worker thread does
-    except KVStateError:
-        e._drop(job)  # a worker records it and drops the job; the core already failed it
+    except Exception as exc:
+        # as a worker thread and ``Pipelines.drain`` do: the job is abandoned (its record
+        # back to a consistent phase: a load fails, an offload is cancelled) and dropped
+        e.fail(job, exc)
+        if not isinstance(exc, (KVStateError, _InjectedJobError)):
+            raise  # (a bug in a job: an undocumented error of the call that ran it)
 
 
 def _do_step(h: ApiHarness, o: Op) -> int | None:
@@ -1024,9 +1193,22 @@ def _do_host_tail(h: ApiHarness, o: Op) -> int | None:
 
 
 def _do_read_error(h: ApiHarness, o: Op) -> int | None:
+    """The next step of the block's job fails: a load's read (an I/O error), an offload's copy
+    (the job raises: the library abandons it, which cancels the offload)."""
     b = o.arg("b")
     rid = h.rids[b]
-    if h.core.meta.ckv[rid] != CKV.LOADING:
+    ck = h.core.meta.ckv[rid]
+    if ck == CKV.OFFLOADING and not h.threads:
+        job = h.core.pipes.dma.get(rid)
+        if job is not None:
+
+            def broken() -> bool:
+                raise _InjectedJobError(f"injected copy error in the offload of record {rid}")
+
+            job.step = broken
+            h.cov.add("fault offload job raises")
+        return None
+    if ck != CKV.LOADING:
         return None
     h.core.inject_load_fault(rid)
     h.read_error.add(b)
@@ -1052,8 +1234,27 @@ def _do_restart(h: ApiHarness, o: Op) -> int | None:
     finally:
         h.live = [None] * h.R
         h.released = [None] * h.R
+        _plant_files(h, len(h.steps))
         h._open()
     return None
+
+
+def _plant_files(h: ApiHarness, n: int) -> None:
+    """What a crash and other programs leave in the directory: a temporary of a writer killed
+    after its first bytes (kvstate's: the scan deletes it), and files kvstate did not write
+    under names like its own (an entry's, a temporary's: left alone, never read as entries)."""
+    tag = f"{n:04x}{len(h.foreign_files):04x}"
+    killed = f".{'ab' * 8}{tag}.kvb.killed{tag}.tmp"
+    with open(os.path.join(h.dir, killed), "wb") as f:
+        f.write(b"KVSTA")  # the start of the magic
+    for name, data in (
+        (f"{'cd' * 8}{tag}.kvb", b"not kvstate's: an entry's name, another program's bytes"),
+        (f".{'ef' * 8}{tag}.kvb.other.tmp", b"not kvstate's: a temporary's name"),
+    ):
+        with open(os.path.join(h.dir, name), "wb") as f:
+            f.write(data)
+        h.foreign_files[name] = data
+    h.cov.add("files planted")
 
 
 OPS: dict[str, Callable[[ApiHarness, Op], int | None]] = {
@@ -1256,6 +1457,23 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[Op]]:
             op("foreign", ns=1, n=2 * L + 1),
             op("foreign", ns=0, n=full),
             op("finish", i=1),
+            *hit,
+        ],
+        "every running disk load fails: the held-back ones start": [
+            *to_disk,
+            op("request", i=1, n=full, life=1),
+            op("admit", i=1),
+            op("read_error", b=0),
+            op("read_error", b=1),
+            op("drain"),
+            op("use", i=1),
+            op("read", i=1),
+        ],
+        "an offload job raises: the library abandons it (the offload is cancelled)": [
+            *store,
+            op("offload", n=1),
+            *[op("read_error", b=b) for b in range(N)],
+            op("drain"),
             *hit,
         ],
     }

@@ -233,6 +233,77 @@ MUTANTS: tuple[Mutant, ...] = (
         "                cap = min(cap, (_cdiv(adm.hit_tokens, self.L) - 1) * self.L)",
         "                cap = min(cap, _cdiv(adm.hit_tokens, self.L) * self.L)",
     ),
+    # planted by hand on branch gaps, where the 26 above do not reach (docs/api-harness-findings.md)
+    Mutant(
+        "scan_deletes_foreign_files",
+        "file kvstate did not write deleted",
+        "impl/disk.py",
+        "                if self._ours(path, magic_prefix_ok=False):",
+        "                if True:",
+    ),
+    Mutant(
+        "scan_keeps_unpublished_temporary",
+        "crash leftover never reaped",
+        "impl/disk.py",
+        "                    path.unlink(missing_ok=True)  # a write that never got published",
+        "                    pass  # a write that never got published",
+    ),
+    Mutant(
+        "reap_never_unlinks",
+        "retired file never reaped",
+        "impl/disk.py",
+        "            path.unlink(missing_ok=True)\n\n    def delete",
+        "            pass\n\n    def delete",
+    ),
+    Mutant(
+        "failed_load_keeps_io_counter",
+        "admission cap accounting",
+        "impl/recovery.py",
+        "        if from_disk:\n            self.gate.io_inflight -= 1\n            self.disk_lru[rid] = None",
+        "        if from_disk:\n            self.disk_lru[rid] = None",
+    ),
+    Mutant(
+        "finished_load_starts_no_held_back_load",
+        "held-back load never started",
+        "impl/recovery.py",
+        "        if from_disk:\n            self._start_waiting_io()\n\n    def _start_waiting_io",
+        "        if from_disk:\n            pass\n\n    def _start_waiting_io",
+    ),
+    Mutant(
+        "failed_load_starts_no_held_back_load",
+        "held-back load never started",
+        "impl/recovery.py",
+        "        if from_disk:\n            self._start_waiting_io()\n        self.gate.notify_changed()",
+        "        self.gate.notify_changed()",
+    ),
+    Mutant(
+        "unwanted_load_keeps_follow_ups",
+        "follow-up left waiting",
+        "impl/recovery.py",
+        "            if ref[rid] == 0:\n                self.io_waiting.pop(rid, None)\n                self.drop_wants(rid)",
+        "            if ref[rid] == 0:\n                self.io_waiting.pop(rid, None)",
+    ),
+    Mutant(
+        "raising_offload_not_cancelled",
+        "raising job left stuck",
+        "impl/recovery.py",
+        "            if self.meta.ckv[rid] == _CKV_OFFLOADING and self.pipes.dma.get(rid) is job:",
+        "            if False:",
+    ),
+    Mutant(
+        "raising_job_not_abandoned",
+        "raising job left stuck",
+        "impl/pipelines.py",
+        '            job.abandon(f"{type(exc).__name__}: {exc}")',
+        "            pass",
+    ),
+    Mutant(
+        "freed_record_not_tombstoned",
+        "record leaked",
+        "impl/blocks.py",
+        "        if in_lru:\n            self.lru.pop(rid, None)\n        self.tombstones[rid] = None",
+        "        if in_lru:\n            self.lru.pop(rid, None)",
+    ),
 )
 
 

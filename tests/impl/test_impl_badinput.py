@@ -78,7 +78,7 @@ def snapshot(c: HeterogeneousKVCache) -> Any:
     m = core.meta
     cols = ("ckv", "gen", "ref", "ver", "idx", "iver", "tail", "swa", "lease", "addr", "slot")
     return (
-        c.stats(),
+        core.stats(),
         {f: list(getattr(m, f)) for f in cols},
         [
             (s.phase, s.hit, s.pinned, s.deadline, s.rids[:], s.request is not None)
@@ -253,3 +253,66 @@ def test_every_public_parameter_refuses_bad_values(
         )
     assert not problems, "\n".join(problems)
     assert counts["calls"] > 500 and counts["documented"] > 0.9 * counts["calls"]
+
+
+def test_every_public_entry_point_after_close_raises_cache_closed() -> None:
+    """The error contract: any call after ``close()`` raises :class:`CacheClosed` (the
+    constructor and ``close`` itself aside), the queries too, and changes nothing."""
+    from kvstate.impl.errors import CacheClosed
+
+    problems: list[str] = []
+    methods = [m for m in surface() if m[0] != "HeterogeneousKVCache"]
+    for owner, method, sig in methods:
+        w = World()
+        try:
+            ps = params(owner, sig)
+            args: list[Any] = []
+            kwargs: dict[str, Any] = {}
+            for p in ps:
+                if p.default is not inspect.Parameter.empty:
+                    continue
+                val = w.valid(owner, method, p.name)
+                if p.kind is inspect.Parameter.KEYWORD_ONLY:
+                    kwargs[p.name] = val
+                else:
+                    args.append(val)
+            w.c.close()
+            before = snapshot(w.c)
+            target = {"cache": w.c, "run": w.run, "admission": w.adm, "core": w.c.core}[owner]
+            try:
+                got = getattr(target, method)(*args, **kwargs)
+            except CacheClosed:
+                pass
+            except Exception as exc:  # noqa: BLE001 - what this test looks for
+                problems.append(f"{owner}.{method}: {type(exc).__name__}: {exc}")
+            else:
+                problems.append(f"{owner}.{method}: returned {type(got).__name__}")
+            if snapshot(w.c) != before:
+                problems.append(f"{owner}.{method}: changed the state of a closed cache")
+        finally:
+            w.close()
+    assert len(methods) > 50
+    assert not problems, "\n".join(problems)
+
+
+def test_append_past_max_model_len_is_refused_and_changes_nothing() -> None:
+    """A request never grows past ``max_model_len``: an append that would is an
+    ``InvalidArgument`` (the tokens fit alone, not after the request's own), by either entry
+    point, and changes nothing."""
+    from kvstate.impl import InvalidArgument
+
+    w = World()
+    try:
+        c, req = w.c, w.busy
+        room = c.max_model_len - len(req.tokens)
+        for append in (lambda t: c.append(req, t), w.run.append):
+            before = (snapshot(c), len(req.tokens))
+            try:
+                append(harness_tokens(room + 1, seed=5))
+            except InvalidArgument:
+                pass
+            else:
+                raise AssertionError("an append past max_model_len was accepted")
+            assert (snapshot(c), len(req.tokens)) == before
+    finally:
+        w.close()

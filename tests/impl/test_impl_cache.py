@@ -686,3 +686,39 @@ def test_graph_refill_writes_what_it_is_given_even_after_an_equal_one() -> None:
         g.refill(0, [7, 7, 7], [70, 2**70, 70])
     g.refill(0, [3, 5], [30, 50])  # equal to the last refill that went through: written again
     assert row(0) == ([3, 5, -1, -1, -1, -1], [30, 50, 0, 0, 0, 0])
+
+
+def test_graph_rows_are_the_last_refill_then_padding() -> None:
+    """Each refill leaves its row exactly the slots and pointers it wrote, then padding (-1 /
+    0): a shorter refill after a longer one leaves no stale entry the graph would read."""
+    import random
+
+    from kvstate.spec import small
+
+    with HeterogeneousKVCache(small(), executors="manual") as c:
+        g = c.core.graph
+        width = g.block_tables.shape[1]
+        rng = random.Random(3)
+        # every length down by one (each refill one shorter than the last), then at random
+        plan = [(0, n) for n in range(width, -1, -1)]
+        plan += [(rng.randrange(g.block_tables.shape[0]), rng.randint(0, width)) for _ in range(40)]
+        for row, n in plan:
+            slots = [rng.randrange(100) for _ in range(n)]
+            ptrs = [rng.randrange(1, 1 << 40) for _ in range(n)]
+            g.refill(row, slots, ptrs)
+            assert g.block_tables[row].tolist() == slots + [-1] * (width - n)
+            assert g.state_ptrs[row].tolist() == ptrs + [0] * (width - n)
+
+
+def test_a_captured_graph_goes_stale_when_any_recorded_address_moves() -> None:
+    """A move of a block the graph recorded stales it, whatever the address (slot 0 too)."""
+    from kvstate.spec import small
+
+    for old in (0, 1, 5):
+        with HeterogeneousKVCache(small(), executors="manual") as c:
+            core = c.core
+            rid = core.register(c.chain(np.arange(small().lcm_tokens)))[0]
+            core.meta.addr[rid] = old
+            core.capture()
+            assert core.graph.moved(rid, old, old + 7)
+            assert core.graph.phase != 0 and not core.graph.captured

@@ -101,7 +101,9 @@ def test_corrupt_payload_is_rejected_and_recomputed(tmp_path: Path) -> None:
         c.close()
 
 
-@pytest.mark.parametrize("damage", ["header", "magic", "truncate", "format", "geometry", "name"])
+@pytest.mark.parametrize(
+    "damage", ["header", "magic", "truncate", "extended", "format", "geometry", "name"]
+)
 def test_bad_files_are_rejected_at_scan(tmp_path: Path, damage: str) -> None:
     toks = harness_tokens(2 * L + 1)
     persist(tmp_path, toks)
@@ -113,6 +115,8 @@ def test_bad_files_are_rejected_at_scan(tmp_path: Path, damage: str) -> None:
         raw[0] ^= 0xFF
     elif damage == "truncate":
         raw = raw[:10]
+    elif damage == "extended":  # bytes after the payload: not the file kvstate wrote
+        raw += b"\0" * 16
     elif damage in ("format", "geometry"):
         c = HeterogeneousKVCache(G, cache_dir=tmp_path / "y", executors="manual")
         fp = c.core.disk.fingerprint

@@ -191,3 +191,68 @@ def test_page_pool_runs_equal_calls_per_block() -> None:
     assert got is not None
     a.untake(got)  # as if never taken
     assert (list(a._free), bytes(a.busy)) == before
+
+
+def _leaked(c: HeterogeneousKVCache) -> list[int]:
+    """Indexed FREE records off the tombstones (never purged, never reused: leaked)."""
+    store = c.core.store
+    m = store.meta
+    return sorted(
+        r for r in store.index.values() if m.ckv[r] == CKV.FREE and r not in store.tombstones
+    )
+
+
+def test_a_run_refused_part_way_leaves_what_one_block_at_a_time_would() -> None:
+    """allocate refused at the third block of a run (a table whose allocate also wants a home
+    slot, which only the registered blocks have): the two blocks before it are stored, the
+    refused one and the rest stay FREE on the tombstones (reclaimable), as a store one block at
+    a time would leave them, and the refusal reaches the caller through ``finish``."""
+    from kvstate.spec.expr import AND
+
+    table = default_table(G).derive(
+        name="allocate-needs-a-home",
+        replace_guard={
+            ("allocate", "free"): lambda s, p: AND(s.ckv[p.b] == CKV.FREE, s.addr[p.b] >= 0)
+        },
+    )
+    toks = np.arange(4 * L + 1)
+    with HeterogeneousKVCache(table=table, executors="manual", device_blocks=12) as c:
+        home = c.register(c.chain(toks[: 2 * L]))  # two FREE records with their home slots
+        req = c.request(toks, lifetime=2)
+        adm = c.admit(req)
+        with pytest.raises(Refused) as err:
+            with c.use(adm):
+                pass
+        assert err.value.failed == ("free",)
+        rids = c.core.resolve(req.chain)
+        assert rids[:2] == home
+        m = c.core.meta
+        assert [m.ckv[r] for r in rids] == [CKV.READY, CKV.READY, CKV.FREE, CKV.FREE]
+        assert _leaked(c) == []
+        assert [e.key for e in c.events_of(EventKind.STORED)] == req.chain.keys[:2]
+        assert c.core.tiers.slots.free == 12 - 2
+
+
+def test_a_raising_event_callback_does_not_break_the_store() -> None:
+    """A subscriber that raises on STORED: the store completes (every block sealed and indexed,
+    as without the subscriber), nothing is reported as the writer's failure, and the
+    subscriber's exception is recorded (it broke the run half way, as a WriterFailed)."""
+    toks = np.arange(3 * L + 1)
+    with HeterogeneousKVCache(G, executors="manual", device_blocks=12) as c:
+
+        def boom(ev: Any) -> None:
+            if ev.kind is EventKind.STORED:
+                raise ValueError("a subscriber's bug")
+
+        c.events.subscribe(boom)
+        req = c.request(toks, lifetime=2)
+        with c.use(c.admit(req)):
+            pass
+        m = c.core.meta
+        rids = c.core.resolve(req.chain)
+        assert [(m.ckv[r], m.tail[r], m.idx[r]) for r in rids] == [
+            (CKV.READY, Tail.SEALED, Indexer.PRESENT)
+        ] * 3
+        assert len(c.events.callback_errors) == 3
+        assert "a subscriber's bug" in c.events.callback_errors[0]
+        assert req.slot is None  # released

@@ -95,9 +95,11 @@ def test_pruned_search_answers_as_the_plain_one() -> None:
         assert got.searched <= want.searched  # dead states are not expanded
 
 
-def test_pruned_search_answers_as_the_plain_one_on_random_walks() -> None:
+def _random_walk_questions(
+    seed: int = 14, longest: int = 8
+) -> list[tuple[Explainer, tuple[Any, ...]]]:
     """Questions the witnesses do not ask: from states they reach, a random walk the call's
-    patterns allow (pruning must agree on paths the library never took, too)."""
+    patterns allow, and the state it ends in as the observed one."""
     asked: list[tuple[Explainer, ConcreteState]] = []
     explain = Explainer.explain  # (the explainer keeps its answers: asked again, no search)
 
@@ -110,15 +112,15 @@ def test_pruned_search_answers_as_the_plain_one_on_random_walks() -> None:
         _replay_witnesses(6)
     finally:
         Explainer.explain = explain  # type: ignore[method-assign]
-    rng = random.Random(14)
+    rng = random.Random(seed)
     shown = [v.name for v in TABLE.vars if not v.ghost]
-    checked = 0
+    out: list[tuple[Explainer, tuple[Any, ...]]] = []
     for ex, before in asked[::2]:
         m = ex.m
         for call in ("drain", "admit", "evict", "tick"):
             nfa, start, accept = ex.nfas[call]
             s, states, path = before, nfa.closure([start]), 0
-            for _ in range(rng.randint(1, 8)):
+            for _ in range(rng.randint(1, longest)):
                 moves = nfa.moves(states)
                 opts = [(n, p) for n, p in m.enabled(s) if n in moves]
                 if not opts:
@@ -128,18 +130,60 @@ def test_pruned_search_answers_as_the_plain_one_on_random_walks() -> None:
             if not path or accept not in states:
                 continue
             observed = {n: s.values[n] for n in shown}
-            q: tuple[Any, ...] = (
-                call,
-                before,
-                observed,
-                None,
-                frozenset(),
-                frozenset(),
-                None,
-                None,
-                4000,
-            )
-            got, want = ex._search(*q), plain_search(ex, *q)
-            assert got.steps == want.steps, (call, want.steps, got.steps)
-            checked += 1
+            q = (call, before, observed, None, frozenset(), frozenset(), None, None, 4000)
+            out.append((ex, q))
+    return out
+
+
+def test_pruned_search_answers_as_the_plain_one_on_random_walks() -> None:
+    """Pruning must agree on paths the library never took, too."""
+    checked = 0
+    for ex, q in _random_walk_questions():
+        got, want = ex._search(*q), plain_search(ex, *q)
+        assert got.steps == want.steps, (q[0], want.steps, got.steps)
+        checked += 1
     assert checked > 40
+
+
+def test_a_state_is_pushed_again_only_at_fewer_steps() -> None:
+    """The "already pushed no deeper" skip, pinned: a (state, pattern states) key is pushed a
+    second time only when it is reached in strictly fewer steps than every earlier push (at the
+    same number of steps the earlier push has the same distance and pops first, so the copy
+    could only be skipped when popped: the answers stay the same either way, which is why the
+    test above cannot tell ``<`` from ``<=``; a deeper copy is never useful either), and a
+    state reached again in fewer steps is pushed again (skipping it would answer with the
+    longer path: the plain search's answer differs)."""
+    import kvstate.model.apimap as apimap
+
+    pushed: dict[Any, list[int]] = {}  # of the search running now (its heap: ``current``)
+    current: list[Any] = []
+    keys = again = 0
+    real = heapq.heappush
+
+    def push(heap: list[Any], item: Any) -> None:
+        nonlocal current, keys, again
+        if heap is not current:  # a new search: its states are numbered afresh
+            current = heap
+            pushed.clear()
+        depths = pushed.setdefault(item[-1], [])
+        keys += not depths
+        if depths:
+            again += 1
+            assert item[1] < min(depths), (item[-1], depths, item[1])
+        depths.append(item[1])
+        real(heap, item)
+
+    shim = type("heapq", (), {"heappush": staticmethod(push), "heappop": heapq.heappop})
+    # (seed 21, walks up to 14 steps: its drain question 105 reaches a state in 3 steps that
+    # was pushed at 5; none of the seed-14 questions reaches a state again in fewer steps)
+    questions = _random_walk_questions() + _random_walk_questions(21, 14)[100:110]
+    saved = apimap.heapq
+    apimap.heapq = shim  # type: ignore[assignment]
+    try:
+        answers = [ex._search(*q) for ex, q in questions]
+    finally:
+        apimap.heapq = saved
+    assert keys > 1000  # the searches ran through the shim
+    assert again > 0  # and some state was reached again, in fewer steps, before it was expanded
+    for (ex, q), got in zip(questions, answers, strict=True):
+        assert got.steps == plain_search(ex, *q).steps, q[0]
