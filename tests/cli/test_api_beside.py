@@ -111,8 +111,8 @@ def _plant(monkeypatch: pytest.MonkeyPatch, when: Any) -> None:
 def test_a_finding_in_an_example_is_reported_as_hypothesis_reports_it_in_place(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # no witness reads a block with an error planted on block 3: Hypothesis' examples do
-    _plant(monkeypatch, lambda o: o.name == "read_error" and o.arg("b") == 3)
+    # no witness corrupts block 0 (they corrupt blocks 2 and 3): Hypothesis' examples do
+    _plant(monkeypatch, lambda o: o.name == "corrupt" and o.arg("b") == 0)
     split = run_api(TABLE, N, profile="ci", minimize=False)
     here = run_api(TABLE, N, profile="ci", minimize=False, beside=False)
     assert split.shared and split.finding is not None
