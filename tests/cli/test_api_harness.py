@@ -263,6 +263,19 @@ def test_planted_mutants_apply() -> None:
     assert not stale, stale
 
 
+def test_equivalent_mutants_are_equivalent_on_small() -> None:
+    """The one mutant marked equivalent (``gather_first_page_only``) is so only while every slot
+    group of the harness's geometry has one page per block: if that changes, it must be run."""
+    from kvstate.api_mutants import MUTANTS
+    from kvstate.impl import HeterogeneousKVCache
+    from kvstate.spec import small
+
+    assert [m.name for m in MUTANTS if m.equivalent] == ["gather_first_page_only"]
+    with HeterogeneousKVCache(small(), executors="manual") as c:
+        groups = c.core.tiers.slot_groups
+        assert groups and all(g.pages_per_block == 1 for g in groups)
+
+
 def test_planted_mutants_are_killed() -> None:
     """One of the planted bugs, end to end through the runner (python -m kvstate.api_mutants
     runs all of them: minutes, not in the default run)."""
