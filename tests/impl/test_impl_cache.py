@@ -695,9 +695,12 @@ def test_graph_rows_are_the_last_refill_then_padding() -> None:
 
     from kvstate.spec import small
 
-    with HeterogeneousKVCache(small(), executors="manual") as c:
+    # a row as wide as 16 blocks: the plan refills every width down to 0 (quadratic in it)
+    g_ = small()
+    with HeterogeneousKVCache(g_, executors="manual", max_model_len=16 * g_.lcm_tokens) as c:
         g = c.core.graph
         width = g.block_tables.shape[1]
+        assert width <= 32
         rng = random.Random(3)
         # every length down by one (each refill one shorter than the last), then at random
         plan = [(0, n) for n in range(width, -1, -1)]
