@@ -174,9 +174,10 @@ def test_a_state_is_pushed_again_only_at_fewer_steps() -> None:
         real(heap, item)
 
     shim = type("heapq", (), {"heappush": staticmethod(push), "heappop": heapq.heappop})
-    # (seed 21, walks up to 14 steps: its drain question 105 reaches a state in 3 steps that
-    # was pushed at 5; none of the seed-14 questions reaches a state again in fewer steps)
-    questions = _random_walk_questions() + _random_walk_questions(21, 14)[100:110]
+    # (seed 35, walks up to 24 steps: its question 154 reaches a state again in fewer steps;
+    # none of the seed-14 questions does.  The walks start from the witnesses' states, so a
+    # change to the witnesses may move this question: the assertion below then says so)
+    questions = _random_walk_questions() + _random_walk_questions(35, 24)[150:160]
     saved = apimap.heapq
     apimap.heapq = shim  # type: ignore[assignment]
     try:
