@@ -165,7 +165,13 @@ class Request:
         self.lifetime = lifetime
         self.chain = Chain(tokens, cache.L, namespace)
         self.slot: Slot | None = None
+        # The current admission, while the request holds a slot: a pending one is finalized
+        # through it.  Dropped at release, so a finished request and its admission are freed by
+        # reference counting, never left as a cycle for the garbage collector (a server's GC
+        # pauses grow with every cycle left behind).  ``admissions`` numbers them: an older
+        # Admission, Run or use() context is told apart by its number, not by identity.
         self.admission: Admission | None = None
+        self.admissions = 0
         self.stored = 0  # chain blocks already stored (or found cached) by this request
         self._buf = np.array(tokens, dtype="<i8")
         self._n = len(tokens)
@@ -209,6 +215,8 @@ class Admission:
     # slots); the Pin objects are built from it on first read
     _snapshot: tuple[Any, ...] | None = field(default=None, repr=False)
     _pins: tuple[Pin, ...] | None = field(default=None, repr=False)
+    # which admission of its request this is (``Request.admissions``): stale once it differs
+    seq: int = field(default=0, repr=False)
 
     def __init__(
         self,
@@ -222,9 +230,11 @@ class Admission:
         tail_check: TailCheckJob | None = None,
         _snapshot: tuple[Any, ...] | None = None,
         _pins: tuple[Pin, ...] | None = None,
+        seq: int = 0,
     ) -> None:
         """The dataclass's own fields and defaults (``recovery``: the shared empty plan,
         ``rids``: a new list each)."""
+        self.seq = seq
         self.request = request
         self.requested = requested
         self.hit_tokens = hit_tokens
@@ -282,7 +292,8 @@ class Run:
     ) -> None:
         self.cache = cache
         self.request = request
-        self._admission = request.admission
+        self._admission = request.admission  # its pins (no cycle: nothing points back)
+        self._seq = request.admissions
         self._slot = request.slot
         if prefix is not None:  # a view of the first blocks of a run (see ``prefix``)
             self.hit_tokens, self.rids = prefix
@@ -301,7 +312,7 @@ class Run:
             s is not None
             and s is self._slot
             and self.cache.req_table.in_use(s)
-            and req.admission is self._admission
+            and req.admissions == self._seq
             and not self.cache._closed
         )
 
@@ -323,7 +334,7 @@ class Run:
         with self.cache.core.lock:
             self._check("prefix")
             run = Run(self.cache, self.request, (h, self.rids[: h // L]))
-            run._admission, run._slot = self._admission, self._slot
+            run._admission, run._seq, run._slot = self._admission, self._seq, self._slot
             return run
 
     @property
@@ -453,7 +464,7 @@ class UseContext:
         self.cache = cache
         self.request = request
         self.store = store
-        self.admission = request.admission if admission is None else admission
+        self.seq = request.admissions if admission is None else admission.seq
         self.run: Run | None = None
 
     def __enter__(self) -> Run:
@@ -466,7 +477,7 @@ class UseContext:
             slot = req.slot
             if slot is None:
                 raise AlreadyReleased("use", ("checked",), f"{req!r} holds no slot")
-            if req.admission is not self.admission:
+            if req.admissions != self.seq:
                 raise StaleAdmission("use", ("checked",), f"{req!r} was admitted again")
             cache.req_table.use_locked(slot)
             self.run = run = Run(cache, req)
@@ -718,10 +729,14 @@ class HeterogeneousKVCache:
                 expl.unrecoverable = ext
         if got.rejection is not None:
             expl.rejection = got.rejection
-            adm = Admission(req, h_max, 0, "downgraded", expl)
+            req.admissions += 1
+            adm = Admission(req, h_max, 0, "downgraded", expl, seq=req.admissions)
             req.admission = adm
             return adm
-        adm = Admission(req, h_max, got.target, "pending", expl, got.plan, rids=got.rids)
+        req.admissions += 1
+        adm = Admission(
+            req, h_max, got.target, "pending", expl, got.plan, rids=got.rids, seq=req.admissions
+        )
         req.admission = adm
         if got.plan:
             adm.tail_check = got.tail_check
@@ -828,7 +843,7 @@ class HeterogeneousKVCache:
         truncated hit passes, downgraded to a recompute (``state == "downgraded"``)."""
         if isinstance(admission, Admission):
             req = self._own(admission.request)
-            if req.admission is not admission:
+            if req.admissions != admission.seq:
                 raise StaleAdmission("use", ("checked",), f"{req!r} was admitted again since")
             adm: Admission | None = admission
         else:
@@ -913,11 +928,13 @@ class HeterogeneousKVCache:
                     self._store_checked(req)
                 except BaseException:
                     requests.release_locked(s)
+                    req.admission = None  # released: see Request.admission
                     raise
             rids = self.store.resolve(req.chain)
             if rids != s.rids:  # else releasing the pins moves exactly these blocks, likewise
                 self.store.used(rids)
             requests.release_locked(s)
+            req.admission = None
 
     def abort(self, request: Any) -> None:
         """Abort at any point; in-flight loads finish in their pipelines (nothing is reused
@@ -928,6 +945,7 @@ class HeterogeneousKVCache:
             if s is None:
                 raise AlreadyReleased("abort", ("active",), f"{req!r} was already released")
             self.req_table.abort(s)
+            req.admission = None  # released: see Request.admission
 
     # ---- time, maintenance ----------------------------------------------------------------
     def tick(self, ticks: Any = 1) -> None:
