@@ -723,7 +723,7 @@ class HeterogeneousKVCache:
         expl = Explanation(h_max, got.immediate)
         ext = got.projected
         if ext is not None:
-            if got.plan:
+            if got.plan.steps:  # (not ``if got.plan``: its __bool__ runs interpreted)
                 expl.after_recovery = ext
             else:
                 expl.unrecoverable = ext
@@ -738,7 +738,7 @@ class HeterogeneousKVCache:
             req, h_max, got.target, "pending", expl, got.plan, rids=got.rids, seq=req.admissions
         )
         req.admission = adm
-        if got.plan:
+        if got.plan.steps:
             adm.tail_check = got.tail_check
             if not self._pending(adm):
                 self._finalize(adm)

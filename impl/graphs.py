@@ -14,6 +14,7 @@ the function eagerly.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable
 from typing import Any
 
@@ -41,9 +42,16 @@ class GraphRegistry:
         self._bt = np.full((rows, max_blocks), -1, dtype=np.int32)
         self._sp = np.zeros((rows, max_blocks), dtype=np.int64)
         self._filled = [0] * rows  # entries of each row the last refill wrote (the rest is padding)
-        # each row's numpy view, made once (indexing the array per refill costs a view each)
-        self._bt_rows = list(self._bt)
-        self._sp_rows = list(self._sp)
+        # each row as a memoryview, made once: a refill writes it from an ``array`` of the same
+        # item format, a C copy (assigning a list to a numpy slice costs ~150 instructions per
+        # entry, and numpy's own call overhead ~4 times over per refill); padding is copied
+        # from a row of -1 / 0 held for that
+        self._bt_rows = [r.data for r in self._bt]  # (a row's memoryview)
+        self._sp_rows = [r.data for r in self._sp]
+        self._bt_fmt = self._bt_rows[0].format if rows else "i"
+        self._sp_fmt = self._sp_rows[0].format if rows else "q"
+        self._bt_pad = memoryview(array(self._bt_fmt, [-1]) * max_blocks)
+        self._sp_pad = memoryview(array(self._sp_fmt, [0]) * max_blocks)
         # what each row holds (the last refill's slots and pointers, copies): a refill with the
         # same values writes nothing (converting a list into a numpy row costs ~150
         # instructions per entry; comparing two lists a few).  Only ``refill`` writes the rows.
@@ -79,15 +87,15 @@ class GraphRegistry:
         old = self._filled[row]
         self._filled[row] = max(old, n)
         bt, sp = self._bt_rows[row], self._sp_rows[row]
-        bt[:n] = slots  # (no ``slots[:n]`` copy: n is its length)
-        sp[:n] = ptrs
+        bt[:n] = array(self._bt_fmt, slots)  # OverflowError for a value that does not fit
+        sp[:n] = array(self._sp_fmt, ptrs)
         if old > n:  # beyond ``old`` the row is still padding
-            bt[n:old] = -1
-            sp[n:old] = 0
+            bt[n:old] = self._bt_pad[: old - n]
+            sp[n:old] = self._sp_pad[: old - n]
         self._filled[row] = n
         if self.device.type == "cuda":
-            self.block_tables[row].copy_(torch.from_numpy(bt), non_blocking=True)
-            self.state_ptrs[row].copy_(torch.from_numpy(sp), non_blocking=True)
+            self.block_tables[row].copy_(torch.from_numpy(self._bt[row]), non_blocking=True)
+            self.state_ptrs[row].copy_(torch.from_numpy(self._sp[row]), non_blocking=True)
         self._held[row] = (list(slots), list(ptrs))
 
     def record(self) -> None:

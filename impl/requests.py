@@ -237,7 +237,7 @@ class RequestTable:
             return Admitted(s, rids, now, ext, _NO_RECOVERY, 0, f"admission cap: {exc}", None)
         self._fx_pin(s, rids, view)
         tc: TailCheckJob | None = None
-        if plan:
+        if plan.steps:  # (not ``if plan``: RecoveryPlan.__bool__ runs interpreted)
             tc = self.recovery.start_recovery(plan.steps, rids, target)
         else:
             self.validate_checked(s, rids, view, (now, epoch))
