@@ -159,6 +159,9 @@ class ApiHarness:
         self.dir = tempfile.mkdtemp(prefix="kvstate-api-")
         self.live: list[Live | None] = [None] * self.R
         self.released: list[Any] = [None] * self.R  # (run, want) of the last released use
+        # the request that ended last at each index, kept for ``admit`` to admit again (the
+        # same Request object: its earlier runs must stay dead while it is in use again)
+        self.done: list[Live | None] = [None] * self.R
         self.corrupt: dict[int, str] = {}  # block -> kind of a corrupt published entry
         self.read_error: set[int] = set()  # blocks whose running load was told to fail
         self.disk_full = False
@@ -932,6 +935,7 @@ def _do_request(h: ApiHarness, o: Op) -> int | None:
     i, n, life = o.arg("i"), o.arg("n"), o.arg("life")
     if h.live[i] is not None:
         return None  # the mapping of request() changes nothing either way
+    h.done[i] = None
     buf = np.array(h.tokens, dtype=np.int64)  # the caller's reusable buffer
     want = np.array(h.tokens[:n], dtype=np.int64)
     req = h.cache.request(buf[:n], namespace=NAMESPACE, lifetime=life)
@@ -940,7 +944,14 @@ def _do_request(h: ApiHarness, o: Op) -> int | None:
 
 
 def _do_admit(h: ApiHarness, o: Op) -> int | None:
-    lv = h.live[o.arg("i")]
+    i = o.arg("i")
+    lv = h.live[i]
+    back = h.done[i]
+    if lv is None and back is not None:  # the request that ended here, admitted again
+        back.ctx = back.run = None
+        lv = h.live[i] = back
+        h.done[i] = None
+        h.cov.add("admissions again")
     if lv is None or lv.req.slot is not None:
         h.call_override = "read"
         return None
@@ -986,6 +997,7 @@ def _end(h: ApiHarness, i: int, finish: bool) -> int | None:
     if lv.run is not None:
         h.released[i] = (lv.run, lv.want[: len(lv.req.tokens)].copy())
     h.live[i] = None
+    h.done[i] = lv
     h.ended = lv
     return r
 
@@ -1055,6 +1067,7 @@ def _do_abort_in_use(h: ApiHarness, o: Op) -> int | None:
     lv.ctx.__exit__(None, None, None)  # the with block ends after the abort: nothing more
     h.released[i] = (lv.run, lv.want[: len(lv.req.tokens)].copy())
     h.live[i] = None
+    h.done[i] = lv
     return r
 
 
@@ -1234,6 +1247,7 @@ def _do_restart(h: ApiHarness, o: Op) -> int | None:
     finally:
         h.live = [None] * h.R
         h.released = [None] * h.R
+        h.done = [None] * h.R
         _plant_files(h, len(h.steps))
         h._open()
     return None
@@ -1436,6 +1450,16 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[Op]]:
             *hit,
         ],
         "read after release": [*store, *hit, op("finish", i=1), op("read_released", i=1)],
+        # the same request admitted and in use again: its earlier run still must not read (a
+        # run is told apart by its admission, not by the slot or the request it shares)
+        "an older run of a request in use again": [
+            *store,
+            *hit,
+            op("finish", i=1),
+            op("admit", i=1),
+            op("use", i=1),
+            op("read_released", i=1),
+        ],
         # the chain's stored windows and a foreign store's outgrow the N blocks' SWA pages:
         # the least recently used window (the chain's deepest) is slid, its blocks kept, and
         # the chain hits up to the last boundary whose window is still there

@@ -309,6 +309,15 @@ MUTANTS: tuple[Mutant, ...] = (
         "        if in_lru:\n            self.lru.pop(rid, None)\n        self.tombstones[rid] = None",
         "        if in_lru:\n            self.lru.pop(rid, None)",
     ),
+    # ninth session: staleness by the admission's number; the harness admits an ended request
+    # again (kvstate/api_harness.py ``_do_admit``) for this one
+    Mutant(
+        "run_live_across_readmission",
+        "stale run served",
+        "impl/cache.py",
+        "            and req.admissions == self._seq\n",
+        "            and True\n",
+    ),
 )
 
 
