@@ -431,26 +431,38 @@ class ApiHarness:
         if run.hit_tokens == 0:
             return  # a run without a hit reads no pages: nothing to serve after release
         self.cov.add("fault read_after_release")
-        try:
-            pages = run.read_compressed("csa", 0)
-        except KVStateError:
-            return  # documented: the pins are gone
-        except Exception as exc:  # noqa: BLE001 - an undocumented error is a finding too
+        L = self.core.g.lcm_tokens
+        # every reader a Run has: each must refuse with a documented error (one that still
+        # answers serves a block table, pages or a view of blocks that may be someone else's)
+        readers: list[tuple[str, Callable[[], Any]]] = [
+            ("read_compressed", lambda: run.read_compressed("csa", 0)),
+            ("read_window", lambda: run.read_window(0)),
+            ("read_tail", lambda: run.read_tail(0)),
+            ("block_table", run.block_table),
+            ("prefix", lambda: run.prefix(L)),
+        ]
+        for name, read in readers:
+            try:
+                got = read()
+            except KVStateError:
+                continue  # documented: the pins are gone
+            except Exception as exc:  # noqa: BLE001 - an undocumented error is a finding too
+                raise self.fail(
+                    "read-after-release",
+                    [type(exc).__name__],
+                    f"{name} after release raised {type(exc).__name__}: {exc} (not a KVStateError)",
+                ) from exc
+            from kvstate.testing.datacheck import verify_run
+
+            wrong = verify_run(run, want) if name == "read_compressed" else []
+            shape = tuple(got.shape) if hasattr(got, "shape") else type(got).__name__
             raise self.fail(
                 "read-after-release",
-                [type(exc).__name__],
-                f"a read after release raised {type(exc).__name__}: {exc} (not a KVStateError)",
-            ) from exc
-        from kvstate.testing.datacheck import verify_run
-
-        wrong = verify_run(run, want)
-        raise self.fail(
-            "read-after-release",
-            ["served"],
-            f"a Run whose pins were released still reads ({tuple(pages.shape)} pages"
-            + (f"; wrong bytes: {wrong[0]}" if wrong else "; the bytes happen to be intact")
-            + "): it must raise a documented error",
-        )
+                ["served"],
+                f"a Run whose pins were released still answers {name} ({shape}"
+                + (f"; wrong bytes: {wrong[0]}" if wrong else "")
+                + "): it must raise a documented error",
+            )
 
     # -- one operation ----------------------------------------------------------------------
     def apply(self, o: Op) -> None:

@@ -318,6 +318,15 @@ MUTANTS: tuple[Mutant, ...] = (
         "            and req.admissions == self._seq\n",
         "            and True\n",
     ),
+    # found by a random mutant campaign (docs/api-harness-findings.md): the harness read a
+    # released run through read_compressed only
+    Mutant(
+        "block_table_after_release",
+        "stale run served",
+        "impl/cache.py",
+        '            self._check("block_table")\n',
+        "            pass\n",
+    ),
 )
 
 

@@ -191,3 +191,37 @@ def test_disk_recovery_restores_the_end_window(cache: HeterogeneousKVCache) -> N
         check_window(run, toks)
         check_tail(run, toks)
     assert windows(cache, toks) == [G.swa_kept(b, N) for b in range(N)]
+
+
+def test_load_without_swa_pages_gives_its_device_slot_back() -> None:
+    """A load that takes a device slot and then finds no SWA pages (the pool's one window
+    pinned by a request in use, nothing left to slide) fails, and the slot goes back: the hit
+    is truncated and recomputed, and every device slot is free once the requests end.
+
+    Found by a random mutant campaign (docs/api-harness-findings.md): deleting the slot's
+    release on this path leaked it, and no test or harness run reached the path."""
+    c = make(swa_blocks=1)
+    try:
+        slots, pool = c.core.tiers.slots, c.core.tiers.swa_pool
+        a, b = harness_tokens(2 * L + 1, seed=1), harness_tokens(2 * L + 1, seed=2)
+        store(c, a)
+        c.tick(10)
+        offload_all(c)  # a's blocks on host only
+        c.evict(10)
+        store(c, b)
+        held = c.use(c.admit(c.request(b)))
+        held.__enter__()  # b's window, the pool's only one, pinned while in use
+        assert pool.free == 0
+        free = slots.free
+        adm = c.admit(c.request(a))  # a's load from host needs SWA pages: there are none
+        c.pipelines.drain()
+        with c.use(adm) as run:
+            assert run.hit_tokens == 0
+        assert any(t.rule == "recovery" for t in adm.explanation.truncations)
+        assert slots.free == free, "the failed load kept a device slot"
+        held.__exit__(None, None, None)
+        c.tick(10)
+        assert c.evict(100) >= 0
+        assert slots.free == slots.n, f"{slots.n - slots.free} device slots leaked"
+    finally:
+        c.close()
