@@ -981,6 +981,13 @@ def _do_use(h: ApiHarness, o: Op) -> int | None:
         return None
     r = _slot_of(h, o.arg("i"))
     try:
+        # a pending admission is waited for through its own ``wait`` first (the same
+        # finalization ``use`` runs; it must leave the admission ready), then used
+        adm = lv.req.admission
+        if adm is not None and not adm.ready:
+            adm.wait(timeout=0.5 if h.threads else 30.0)
+            if not adm.ready:
+                raise h.fail("api", ["wait"], "Admission.wait() returned while still pending")
         ctx = h.cache.use(lv.req, timeout=0.5 if h.threads else 30.0)
         run = ctx.__enter__()
     except NotReady:
@@ -1273,9 +1280,14 @@ def _plant_files(h: ApiHarness, n: int) -> None:
     killed = f".{'ab' * 8}{tag}.kvb.killed{tag}.tmp"
     with open(os.path.join(h.dir, killed), "wb") as f:
         f.write(b"KVSTA")  # the start of the magic
+    from kvstate.impl.disk import MAGIC
+
     for name, data in (
         (f"{'cd' * 8}{tag}.kvb", b"not kvstate's: an entry's name, another program's bytes"),
         (f".{'ef' * 8}{tag}.kvb.other.tmp", b"not kvstate's: a temporary's name"),
+        # kvstate's magic under a name it never gives an entry (an odd number of hex digits):
+        # not an entry, so never read as one, nor deleted as a damaged one
+        (f"{'cd' * 8}{tag}0.kvb", MAGIC + b"\x00\x00\x00\x00 not kvstate's: odd-length name"),
     ):
         with open(os.path.join(h.dir, name), "wb") as f:
             f.write(data)

@@ -327,6 +327,20 @@ MUTANTS: tuple[Mutant, ...] = (
         '            self._check("block_table")\n',
         "            pass\n",
     ),
+    Mutant(
+        "odd_length_entry_name_read",
+        "file kvstate did not write trusted",
+        "impl/disk.py",
+        "            if not _ENTRY_NAME.fullmatch(name) or len(name) % 2:",
+        "            if not _ENTRY_NAME.fullmatch(name) and len(name) % 2:",
+    ),
+    Mutant(
+        "wait_does_not_finalize",
+        "pending admission reported ready",
+        "impl/cache.py",
+        "        cache._finalize(self, timeout=wait)\n",
+        "        pass\n",
+    ),
 )
 
 

@@ -358,14 +358,16 @@ def test_an_event_no_action_explains_is_found() -> None:
 
 
 def test_files_kvstate_did_not_write_are_left_alone_and_its_leftovers_reaped() -> None:
-    """A restart plants a killed writer's temporary (the scan must delete it) and two files
-    of another program under kvstate-like names (left alone, never read as entries)."""
+    """A restart plants a killed writer's temporary (the scan must delete it) and three files
+    of another program under kvstate-like names (left alone, never read as entries; one carries
+    kvstate's magic under a name of an odd number of hex digits, which no entry has)."""
     from kvstate.impl import disk
 
     h = ApiHarness(TABLE, N)
     try:
         h.apply(op("restart"))
-        assert len(h.foreign_files) == 2
+        assert len(h.foreign_files) == 3
+        assert any(len(n[: -len(".kvb")]) % 2 for n in h.foreign_files if n.endswith(".kvb"))
         names = sorted(p.name for p in __import__("pathlib").Path(h.dir).iterdir())
         assert all(n in names for n in h.foreign_files)
         assert not [n for n in names if n.endswith(".tmp") and n not in h.foreign_files]

@@ -25,6 +25,7 @@ from kvstate.impl import (
     InvalidArgument,
     KVStateError,
     LayoutError,
+    NotReady,
     UnknownRequest,
 )
 from kvstate.impl.errors import CacheClosed, RunReleased, StaleAdmission, WriterFailed
@@ -136,6 +137,29 @@ def test_run_is_stale_after_readmission(cache: HeterogeneousKVCache) -> None:
     with cache.use(cache.admit(req)):  # the same request in use again: the old run stays dead
         with pytest.raises(RunReleased):
             old.read_compressed("csa", 0)
+
+
+def test_wait_finalizes_a_pending_admission(cache: HeterogeneousKVCache) -> None:
+    """``Admission.wait`` is the documented way to block on a recovery: once it returns the
+    admission is ready (here: validated, the whole prefix).  Under manual pipelines it refuses
+    while jobs are queued, as ``use`` does.  (Found by a random mutant campaign: a ``wait``
+    that did nothing passed every test and the API harness.)"""
+    toks = harness_tokens(3 * L + 1)
+    store(cache, toks)
+    cache.tick(10)
+    cache.offload(10)
+    cache.pipelines.drain()
+    cache.evict(10)
+    adm = cache.admit(cache.request(toks, lifetime=3))
+    assert adm.state == "pending" and not adm.ready
+    with pytest.raises(NotReady):
+        adm.wait()
+    assert adm.state == "pending"
+    cache.pipelines.drain()
+    assert adm.wait() is adm
+    assert adm.ready and adm.state == "validated" and adm.hit_tokens == 3 * L
+    with cache.use(adm) as run:
+        assert verify_run(run, toks) == []
 
 
 # ---- item 7: no state change behind a refusal -------------------------------------------------
