@@ -162,7 +162,13 @@ def _quantifier(
     """A quantifier placeholder's body, bound variable and concrete range, ``(src, q, range)``:
     the one translation both the expression form (``all(...)``) and the statement form (a
     ``for`` loop) are written from."""
-    lo, hi, q, body = quants[e.decl().name()]
+    return _quantifier_named(e.decl().name(), names, quants, via)
+
+
+def _quantifier_named(
+    name: str, names: set[str], quants: Quants, via: Via | None
+) -> tuple[str, str, str]:
+    lo, hi, q, body = quants[name]
     inner: set[str] = set()
     src = to_python(body, inner, quants, via)
     qn = q.decl().name()
@@ -181,29 +187,45 @@ def to_python(
 
     ``via(array)`` names an index array to read ``array`` through (``array[via[index]]``), or
     None: the *direct* form, where block columns are the implementation's live record-indexed
-    lists and the chain's record ids map block positions to records."""
-    quants = quants or {}
-    if z3.is_const(e) and e.decl().name() in quants:
-        src, qn, rng = _quantifier(e, names, quants, via)
-        return f"all({src} for {qn} in {rng})"
-    if z3.is_true(e):
-        return "True"
-    if z3.is_false(e):
-        return "False"
-    if z3.is_int_value(e):
-        return str(e.as_long())
-    if z3.is_const(e) and e.decl().kind() == z3.Z3_OP_UNINTERPRETED:
-        names.add(e.decl().name())
-        return e.decl().name()
-    if not z3.is_app(e):
-        raise CompileError(f"cannot translate {e}")
-    op = e.decl().kind()
-    args = [to_python(a, names, quants, via) for a in e.children()]
+    lists and the chain's record ids map block positions to records.
+
+    The walk reads Z3's C interface directly, like :func:`read_sites` (an ``ExprRef`` per node
+    costs several calls, each checked): every guard is translated in the timed window of a fuzz
+    run, twice (plain and direct form)."""
+    return _py(e.ctx, e.as_ast(), names, quants or {}, via)
+
+
+def _py(c: z3.Context, a: Any, names: set[str], quants: Quants, via: Via | None) -> str:
+    ctx = c.ref()
+    kind = z3.Z3_get_ast_kind(ctx, a)
+    if kind != z3.Z3_APP_AST and kind != z3.Z3_NUMERAL_AST:
+        raise CompileError(f"cannot translate {z3.ExprRef(a, c)}")
+    decl = z3.Z3_get_app_decl(ctx, a)
+    op = z3.Z3_get_decl_kind(ctx, decl)
+    nargs = z3.Z3_get_app_num_args(ctx, a)
+    if nargs == 0:
+        if op == z3.Z3_OP_UNINTERPRETED:
+            n = _decl_name(ctx, decl)
+            if n in quants:
+                src, qn, rng = _quantifier_named(n, names, quants, via)
+                return f"all({src} for {qn} in {rng})"
+            names.add(n)
+            return n
+        if op == z3.Z3_OP_TRUE:
+            return "True"
+        if op == z3.Z3_OP_FALSE:
+            return "False"
+        if _is_int_value(ctx, a):
+            return str(int(z3.Z3_get_numeral_string(ctx, a)))
+    args = [_py(c, z3.Z3_get_app_arg(ctx, a, i), names, quants, via) for i in range(nargs)]
     if op == z3.Z3_OP_SELECT:
-        arr = e.arg(0)
-        if not (z3.is_const(arr) and arr.decl().kind() == z3.Z3_OP_UNINTERPRETED):
-            raise CompileError(f"cannot translate a read of a computed array: {e}")
-        through = via(arr.decl().name()) if via is not None else None
+        arr = z3.Z3_get_app_arg(ctx, a, 0)
+        if not (
+            _is_const(ctx, arr)
+            and z3.Z3_get_decl_kind(ctx, z3.Z3_get_app_decl(ctx, arr)) == z3.Z3_OP_UNINTERPRETED
+        ):
+            raise CompileError(f"cannot translate a read of a computed array: {z3.ExprRef(a, c)}")
+        through = via(_decl_name(ctx, z3.Z3_get_app_decl(ctx, arr))) if via is not None else None
         if through is not None:
             names.add(through)
             return f"{args[0]}[{through}[{args[1]}]]"
@@ -220,7 +242,7 @@ def to_python(
         return f"({args[1]} if {args[0]} else {args[2]})"
     if op == z3.Z3_OP_DISTINCT:
         if len(args) != 2:
-            raise CompileError(f"cannot translate an n-ary distinct: {e}")
+            raise CompileError(f"cannot translate an n-ary distinct: {z3.ExprRef(a, c)}")
         return f"({args[0]} != {args[1]})"
     if op in _BIN:
         return f"({args[0]} {_BIN[op]} {args[1]})"
@@ -229,10 +251,13 @@ def to_python(
     if op == z3.Z3_OP_UMINUS:
         return f"(-{args[0]})"
     if op in (z3.Z3_OP_IDIV, z3.Z3_OP_MOD):
-        d = e.arg(1)
-        if not (z3.is_int_value(d) and d.as_long() > 0):
-            raise CompileError(f"only positive constant divisors are translated: {e}")
+        d = z3.Z3_get_app_arg(ctx, a, 1)
+        if not (_is_int_value(ctx, d) and int(z3.Z3_get_numeral_string(ctx, d)) > 0):
+            raise CompileError(
+                f"only positive constant divisors are translated: {z3.ExprRef(a, c)}"
+            )
         return f"({args[0]} {'//' if op == z3.Z3_OP_IDIV else '%'} {args[1]})"
+    e = z3.ExprRef(a, c)
     raise CompileError(f"no translation for {e.decl()} in {e}")
 
 
