@@ -661,8 +661,8 @@ def test_graph_block_table_holds_a_long_hit_whole() -> None:
 def test_graph_refill_writes_what_it_is_given_even_after_an_equal_one() -> None:
     """A refill equal to what the row holds writes nothing (``GraphRegistry.refill``); what it
     compares with is a copy of the last refill's lists, so a caller reusing (mutating) its
-    lists, a shorter or longer table, or a refill that failed half way, all leave the row
-    holding exactly the last refill's values, padded."""
+    lists, a shorter or longer table, or a refill refused (a value that does not fit), all
+    leave the row holding exactly the last refill's values, padded."""
     from kvstate.impl.graphs import GraphRegistry
     from kvstate.impl.meta import BlockMeta
 
@@ -682,9 +682,11 @@ def test_graph_refill_writes_what_it_is_given_even_after_an_equal_one() -> None:
     g.refill(0, [3, 5], [30, 50, 40])  # shorter (the pointers cut to the table)
     assert row(0) == ([3, 5, -1, -1, -1, -1], [30, 50, 0, 0, 0, 0])
     assert row(1) == ([-1] * 6, [0] * 6)  # other rows untouched
-    with pytest.raises((ValueError, OverflowError)):  # a pointer past int64: fails half way
+    with pytest.raises((ValueError, OverflowError)):  # a pointer past int64: refused
         g.refill(0, [7, 7, 7], [70, 2**70, 70])
-    g.refill(0, [3, 5], [30, 50])  # equal to the last refill that went through: written again
+    # converted before anything is written: the row still holds the last refill's values
+    assert row(0) == ([3, 5, -1, -1, -1, -1], [30, 50, 0, 0, 0, 0])
+    g.refill(0, [3, 5], [30, 50])  # equal to the last refill that went through
     assert row(0) == ([3, 5, -1, -1, -1, -1], [30, 50, 0, 0, 0, 0])
 
 
