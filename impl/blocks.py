@@ -37,6 +37,8 @@ _CKV_FREE, _CKV_WRITING, _CKV_READY, _CKV_EVICTING = (
 _TAIL_NONE, _TAIL_OPEN, _TAIL_SEALED = int(Tail.NONE), int(Tail.OPEN), int(Tail.SEALED)
 _SWA_NULL, _SWA_VALID = int(Swa.NULL), int(Swa.VALID)
 _IDX_ABSENT, _IDX_PRESENT = int(Indexer.ABSENT), int(Indexer.PRESENT)
+_FMT_PRIMARY = int(Fmt.PRIMARY)
+_KEPT_MEMO = 256  # window-policy answers kept (``_policy_slid``); cleared when full
 
 
 class BlockStore:
@@ -73,6 +75,9 @@ class BlockStore:
         self.tombstones: OrderedDict[int, None] = OrderedDict()  # FREE records still indexed
         g = table.geometry  # the window policy (spec/geometry.py swa_kept_blocks), its
         self.swa_policy = (g.window_lcm_blocks, g.checkpoint_blocks)  # constants read once
+        # the policy's answer per (first, stop, end): the spec's function is interpreted (~9k
+        # instructions a store run), and a server stores the same spans again and again
+        self._kept: dict[tuple[int, int, int], set[int]] = {}
 
     # ---- records ----------------------------------------------------------------------------
     def record(self, key: bytes, tokens: np.ndarray | None, start: int) -> int:
@@ -269,7 +274,10 @@ class BlockStore:
     def write_fmt(self) -> int:
         """The stored form (``Fmt``) of the blocks the writer produces (read at each store: a
         writer may change it)."""
-        return int(getattr(self.writer, "fmt", Fmt.PRIMARY))
+        w = self.writer
+        if w is None:  # (getattr with a default would raise and catch AttributeError: ~5k
+            return _FMT_PRIMARY  # instructions per store in the compiled build)
+        return int(getattr(w, "fmt", _FMT_PRIMARY))
 
     def allocate(self, rid: Any) -> int:
         """Take a device slot for the block's new content; returns the stored form (``Fmt``)
@@ -409,8 +417,14 @@ class BlockStore:
             return set()
         starts, L = self.meta.start, self.L
         first, last = starts[todo[0]] // L, starts[todo[-1]] // L
-        w, p = self.swa_policy
-        kept = swa_kept_blocks(w, p, first, last + 1, end)
+        span = (first, last + 1, end)
+        kept = self._kept.get(span)
+        if kept is None:
+            w, p = self.swa_policy
+            kept = swa_kept_blocks(w, p, first, last + 1, end)
+            if len(self._kept) >= _KEPT_MEMO:
+                self._kept.clear()
+            self._kept[span] = kept  # read only: never changed once kept
         return {rid for rid in todo if starts[rid] // L not in kept}
 
     def _tombstone_free(self, rids: Sequence[int]) -> None:
