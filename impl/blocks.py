@@ -121,7 +121,7 @@ class BlockStore:
 
     def purge_tombstones(self) -> None:
         while len(self.index) >= self.max_records and self.tombstones:
-            rid, _ = self.tombstones.popitem(last=False)
+            rid, _ = self.tombstones.popitem(False)  # (positional: no keyword call)
             key = self.meta.key[rid]
             if key is not None:
                 self.index.pop(key, None)

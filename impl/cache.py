@@ -70,6 +70,10 @@ _ids = itertools.count(1)
 _NO_RECOVERY = RecoveryPlan()  # immutable: one shared empty plan for every hit that needs none
 _DEFAULT_WRITER: Any = object()
 _SLOT_GROUPS = ("csa", "hca", "indexer", "compressor")
+# phases as plain ints: ``Req.X`` is read off the (interpreted) enum class at run time, and
+# compared to an int through the enum's rich comparison (~1k instructions a use, compiled)
+_REQ_RECOMPUTE = int(Req.RECOMPUTE)
+_SWA_VALID = int(Swa.VALID)
 MAX_MODEL_LEN = 1 << 40  # no token id reaches it either (hashing.MAX_TOKEN_ID)
 
 
@@ -300,7 +304,7 @@ class Run:
             return
         slot = request.slot
         assert slot is not None
-        self.hit_tokens = slot.pinned if slot.phase != Req.RECOMPUTE else 0
+        self.hit_tokens = slot.pinned if slot.phase != _REQ_RECOMPUTE else 0
         self.rids = list(slot.rids)
 
     @property
@@ -397,7 +401,7 @@ class Run:
                 rid = rids[b] if b < len(rids) else NULL_RID
                 pages = core.meta.swa_pages[rid]
                 table.append(
-                    pages[i] if pages and core.meta.swa[rid] == Swa.VALID else swa.NULL_PAGE
+                    pages[i] if pages and core.meta.swa[rid] == _SWA_VALID else swa.NULL_PAGE
                 )
             tier = swa.device_data[li].view(-1, bt, g.entry_bytes)
             t = torch.tensor(table, dtype=torch.int64, device=tier.device)

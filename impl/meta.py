@@ -139,7 +139,7 @@ class BlockMeta:
 
     def retire(self, rid: int) -> None:
         """Forget a FREE record (a tombstone); its id (and generation counter) is reused."""
-        if rid == NULL_RID or self.ckv[rid] != CKV.FREE or self.ref[rid]:
+        if rid == NULL_RID or self.ckv[rid] != _FREE or self.ref[rid]:
             raise InternalError(f"retiring record {rid} that is not a free tombstone")
         self.key[rid] = None
         self.tokens[rid] = None

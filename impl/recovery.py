@@ -36,7 +36,9 @@ from .projection import RecoveryStep
 from .tiers import Tiers
 
 _CKV_READY, _CKV_LOADING, _CKV_OFFLOADING = int(CKV.READY), int(CKV.LOADING), int(CKV.OFFLOADING)
-_SWA_NULL = int(Swa.NULL)
+_SWA_NULL, _SWA_VALID = int(Swa.NULL), int(Swa.VALID)
+_CKV_DISK, _CKV_HOST = int(CKV.DISK), int(CKV.HOST)
+_PIPE_NONE, _PIPE_DMA, _PIPE_CPU = int(Pipe.NONE), int(Pipe.DMA), int(Pipe.CPU)
 _IDX_ABSENT, _IDX_REBUILDING = int(Indexer.ABSENT), int(Indexer.REBUILDING)
 # what :meth:`Recovery.admit_load` did with a load
 STARTED, QUEUED, REFUSED, NO_ROOM = 0, 1, 2, 3
@@ -101,7 +103,7 @@ class Recovery:
         for e in good[: self.disk_blocks]:
             rid = self.store.record(e.key, None, -1)
             self.store.tombstones.pop(rid, None)
-            m.ckv[rid], m.ver[rid], m.gen[rid] = int(CKV.DISK), e.ver, e.gen
+            m.ckv[rid], m.ver[rid], m.gen[rid] = _CKV_DISK, e.ver, e.gen
             m.fmt[rid] = m.disk_fmt[rid] = e.fmt
             m.tail[rid], m.swa[rid], m.idx[rid] = e.tail, e.swa, _IDX_ABSENT
             m.on_disk[rid] = True
@@ -133,8 +135,8 @@ class Recovery:
         with self.lock:
             self.gate.check_block("rebuild_start", rid)
             m = self.meta
-            m.idx[rid] = int(Indexer.REBUILDING)
-            m.ixpipe[rid] = int(Pipe.CPU)
+            m.idx[rid] = _IDX_REBUILDING
+            m.ixpipe[rid] = _PIPE_CPU
             self.pipes.cpu.submit(RebuildJob(self, rid))
 
     def rebuild_done(self, rid: Any) -> None:
@@ -142,7 +144,7 @@ class Recovery:
             self.gate.check_block("rebuild_done", rid)
             m = self.meta
             self.store.stamp_index(rid)
-            m.ixpipe[rid] = int(Pipe.NONE)
+            m.ixpipe[rid] = _PIPE_NONE
             self.pipes.cpu.forget(rid)
             self.gate.notify_changed()
 
@@ -152,9 +154,9 @@ class Recovery:
         with self.lock:
             rid = job.rid
             m = self.meta
-            if m.idx[rid] == int(Indexer.REBUILDING) and self.pipes.cpu.get(rid) is job:
+            if m.idx[rid] == _IDX_REBUILDING and self.pipes.cpu.get(rid) is job:
                 m.idx[rid] = _IDX_ABSENT
-                m.ixpipe[rid] = int(Pipe.NONE)
+                m.ixpipe[rid] = _PIPE_NONE
                 self.pipes.cpu.forget(rid)
                 self.gate.notify_changed()
 
@@ -165,8 +167,8 @@ class Recovery:
             m = self.meta
             hslot = self._take_host()
             m.hslot[rid] = hslot
-            m.ckv[rid] = int(CKV.OFFLOADING)
-            m.ldpipe[rid] = int(Pipe.DMA)
+            m.ckv[rid] = _CKV_OFFLOADING
+            m.ldpipe[rid] = _PIPE_DMA
             self.store.lru.pop(rid, None)
             self.pipes.dma.submit(OffloadJob(self, rid, hslot))
 
@@ -174,11 +176,11 @@ class Recovery:
         with self.lock:
             self.gate.check_block("offload_done", rid)
             m = self.meta
-            pages = m.swa_pages[rid] if m.swa[rid] == Swa.VALID else ()
+            pages = m.swa_pages[rid] if m.swa[rid] == _SWA_VALID else ()
             self.tiers.to_host(m.slot[rid], pages, m.hslot[rid])
             self.store.free_device(rid)
-            m.ckv[rid] = int(CKV.HOST)
-            m.ldpipe[rid] = int(Pipe.NONE)
+            m.ckv[rid] = _CKV_HOST
+            m.ldpipe[rid] = _PIPE_NONE
             self.host_lru[rid] = None
             self.pipes.dma.forget(rid)
             self.events.emit(EventKind.EVICTED, m.key[rid], "device", "offloaded to host")
@@ -195,7 +197,7 @@ class Recovery:
         self.tiers.host_slots.release([m.hslot[rid]])
         m.hslot[rid] = -1
         m.ckv[rid] = _CKV_READY
-        m.ldpipe[rid] = int(Pipe.NONE)
+        m.ldpipe[rid] = _PIPE_NONE
         self.store.lru[rid] = None
         self.pipes.dma.forget(rid)
         self.gate.notify_changed()
@@ -216,7 +218,7 @@ class Recovery:
         key = m.key[rid]
         if key is None:
             raise InternalError(f"record {rid} has no key to name its disk entry")
-        with_swa = m.swa[rid] == Swa.VALID and self.k.swa_restored_from_disk
+        with_swa = m.swa[rid] == _SWA_VALID and self.k.swa_restored_from_disk
         units, swa = self.tiers.host_payload(m.hslot[rid], with_swa)
         fields: dict[str, Any] = {
             "ver": m.ver[rid],
@@ -321,7 +323,7 @@ class Recovery:
         m = self.meta
         self.tiers.host_slots.release([m.hslot[rid]])
         m.hslot[rid] = -1
-        m.ckv[rid] = int(CKV.DISK)
+        m.ckv[rid] = _CKV_DISK
         m.on_disk[rid] = True
         m.disk_fmt[rid] = m.fmt[rid]
         self.disk_entries[rid] = entry
@@ -334,7 +336,7 @@ class Recovery:
         with self.lock:
             self.gate.check_block("load_start", rid)
             m = self.meta
-            from_disk = m.ckv[rid] == CKV.DISK
+            from_disk = m.ckv[rid] == _CKV_DISK
             src: Any
             if from_disk:
                 src = self.disk_entries.get(rid)
@@ -342,7 +344,7 @@ class Recovery:
                     raise InternalError(f"record {rid} is on disk without an entry")
             else:
                 src = m.hslot[rid]
-            restore_swa = m.swa[rid] == Swa.VALID and (
+            restore_swa = m.swa[rid] == _SWA_VALID and (
                 not from_disk or self.k.swa_restored_from_disk
             )
             dst = self.store.take_slot(rid, -1)
@@ -354,7 +356,7 @@ class Recovery:
                     self.tiers.slots.release(dst)
                     raise
             pipe = Pipe.IO if from_disk else Pipe.DMA
-            m.ckv[rid] = int(CKV.LOADING)
+            m.ckv[rid] = _CKV_LOADING
             m.ldpipe[rid] = int(pipe)
             m.prog[rid] = 0
             self.gate.io_inflight += int(from_disk)
@@ -548,7 +550,7 @@ class Recovery:
             # queued or running, or its block still loading (the load submits it when it lands)
             return (
                 tc.key in self.pipes.cpu.jobs
-                or m.ckv[tc.rid] == CKV.LOADING
+                or m.ckv[tc.rid] == _CKV_LOADING
                 or tc.rid in self.io_waiting
             )
         return False
@@ -601,7 +603,7 @@ class Recovery:
             m.slot[rid] = job.dst
             m.swa_pages[rid] = job.swa_pages
             m.ckv[rid] = _CKV_READY
-            m.ldpipe[rid] = int(Pipe.NONE)
+            m.ldpipe[rid] = _PIPE_NONE
             if from_disk:
                 self.gate.io_inflight -= 1
                 m.idx[rid] = _IDX_ABSENT
@@ -656,8 +658,8 @@ class Recovery:
             self.tiers.swa_pool.release(job.swa_pages)
             job.swa_pages = ()
         from_disk = job.pipe is Pipe.IO
-        m.ckv[rid] = int(CKV.DISK if from_disk else CKV.HOST)
-        m.ldpipe[rid] = int(Pipe.NONE)
+        m.ckv[rid] = _CKV_DISK if from_disk else _CKV_HOST
+        m.ldpipe[rid] = _PIPE_NONE
         m.prog[rid] = self.k.load_steps
         if from_disk:
             self.gate.io_inflight -= 1
@@ -683,7 +685,7 @@ class Recovery:
         with self.lock:
             self.gate.check_block("drop", rid)
             m = self.meta
-            tier = "host" if m.ckv[rid] == CKV.HOST else "disk"
+            tier = "host" if m.ckv[rid] == _CKV_HOST else "disk"
             if tier == "host":
                 self.tiers.host_slots.release([m.hslot[rid]])
                 m.hslot[rid] = -1

@@ -38,9 +38,9 @@ from .projection import Projector, RecoveryPlan, Trace
 from .recovery import Recovery
 from .tiers import Tiers
 
-_IDLE, _WAITING, _MATCHED, _PINNED, _VALIDATED, _USING = (
+_IDLE, _WAITING, _MATCHED, _PINNED, _VALIDATED, _USING, _RECOMPUTE = (
     int(Req.IDLE), int(Req.WAITING), int(Req.MATCHED), int(Req.PINNED), int(Req.VALIDATED),
-    int(Req.USING),
+    int(Req.USING), int(Req.RECOMPUTE),
 )  # fmt: skip
 _ACTING = {"r": 0}  # a guard's parameters on a slot or view: the acting request is r = 0
 _NO_RECOVERY = RecoveryPlan()  # immutable: one shared empty plan for every hit that needs none
@@ -277,7 +277,7 @@ class RequestTable:
         with self.lock:
             t = _int("ticks", ticks, 1, MAX_COUNT)
             s = self.free_slot() if slot is None else self.slot(slot)
-            if s.request is not None and s.phase != Req.IDLE:
+            if s.request is not None and s.phase != _IDLE:
                 raise Refused("admit", ("idle",), f"slot {s.index} is busy")
             self._check("admit", s, (), t=t)
             self._fx_admit(s, request, t)
@@ -435,7 +435,7 @@ class RequestTable:
         if bad:
             why = (
                 "; ".join(str(x) for x in gate.coord.failures(view, 0, s.hit))
-                if s.phase == Req.PINNED
+                if s.phase == _PINNED
                 else ""
             )
             raise Refused("validate", bad, why)
@@ -484,7 +484,7 @@ class RequestTable:
     def release(self, slot: Any) -> None:
         with self.lock:
             s = self.slot(slot)
-            exc = AlreadyReleased if s.phase == Req.IDLE else Refused
+            exc = AlreadyReleased if s.phase == _IDLE else Refused
             gate = self.gate
             gate.guard("release", gate.req_state("release", s, ()), {"r": 0}, exc=exc)
             self._fx_release(s)
@@ -492,11 +492,11 @@ class RequestTable:
     def abort(self, slot: Any) -> None:
         with self.lock:
             s = self.slot(slot)
-            exc = AlreadyReleased if s.phase == Req.IDLE else Refused
+            exc = AlreadyReleased if s.phase == _IDLE else Refused
             gate = self.gate
             gate.guard("abort", gate.req_state("abort", s, ()), {"r": 0}, exc=exc)
             self._unpin(s)
-            s.phase = int(Req.IDLE)
+            s.phase = _IDLE
             self._detach(s)
 
     def downgrade(self, slot: Any) -> None:
@@ -504,7 +504,7 @@ class RequestTable:
             s = self.slot(slot)
             self._check("downgrade", s, ())
             self._unpin(s)
-            s.phase = int(Req.RECOMPUTE)
+            s.phase = _RECOMPUTE
             req = s.request
             self.events.emit(EventKind.DOWNGRADED, None, "", "", getattr(req, "id", None))
 

@@ -34,7 +34,7 @@ class SlotPool:
         """Reserve a preferred slot for a new record without taking it (-1 when none spare)."""
         if not self._unclaimed:
             return -1
-        slot, _ = self._unclaimed.popitem(last=False)
+        slot, _ = self._unclaimed.popitem(False)  # (positional: no keyword call)
         self.claim[slot] = rid
         self._claimed[slot] = None
         return slot
@@ -47,9 +47,9 @@ class SlotPool:
             self._claimed.pop(slot, None)
             self._unclaimed.pop(slot, None)
         elif self._unclaimed:
-            slot, _ = self._unclaimed.popitem(last=False)
+            slot, _ = self._unclaimed.popitem(False)  # (positional: no keyword call)
         elif self._claimed:
-            slot, _ = self._claimed.popitem(last=False)
+            slot, _ = self._claimed.popitem(False)  # (positional: no keyword call)
         else:
             return -1
         self.busy[slot] = True
