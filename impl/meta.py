@@ -260,7 +260,16 @@ class ChainView:
     recovery state).  A view without overrides is *direct*: the compiled direct forms
     (:mod:`kvstate.impl.fastforms`) read the live lists ``_m.X`` through ``_rids`` /
     ``rids_of(X)`` instead of gathering columns.
+
+    Its own fields are slots (a view is made per admission: an instance dict grown field by
+    field cost most of the ~9k instructions of making one); the ``__dict__`` slot holds the
+    gathered columns only, made on the first one (a direct view's forms never gather).
     """
+
+    __slots__ = (
+        "_m", "_rids", "_gather", "_over", "_maps", "_direct", "_cached", "_reqs",
+        "N", "k", "now", "graph", "io_inflight", "nfree", "__dict__",
+    )  # fmt: skip
 
     def __init__(
         self,
