@@ -118,16 +118,19 @@ class GuardGate:
             if agg is None:  # read-only aggregates, one per value
                 agg = self.others[others] = Others(self.L * others)
             reqs = (slot, agg)
+        # positionally (a view per admission: parsing keywords costs ~1k instructions)
+        nfree = 0
         return ChainView(
             self.meta,
             rids,
             self.vk,
-            now=self.now,
-            graph=self.graph.phase,
-            io_inflight=self.io_inflight,
-            reqs=reqs,
-            overrides=overrides,
-            maps=self.maps,
+            self.now,
+            self.graph.phase,
+            self.io_inflight,
+            nfree,
+            reqs,
+            overrides,
+            self.maps,
         )
 
     def block_state(self, action: str, rid: Any) -> tuple[Any, int]:

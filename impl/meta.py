@@ -261,22 +261,27 @@ class ChainView:
     (:mod:`kvstate.impl.fastforms`) read the live lists ``_m.X`` through ``_rids`` /
     ``rids_of(X)`` instead of gathering columns.
 
-    Its own fields are slots (a view is made per admission: an instance dict grown field by
-    field cost most of the ~9k instructions of making one); the ``__dict__`` slot holds the
-    gathered columns only, made on the first one (a direct view's forms never gather).
+    A view is made per admission (about 8k instructions, mostly the call of a non-native
+    class), so its own fields are slots: no instance dict is made or grown for them.  The
+    ``__dict__`` slot holds the gathered columns only, made on the first one (a direct view's
+    forms never gather).
     """
 
     __slots__ = (
         "_m", "_rids", "_gather", "_over", "_maps", "_direct", "_cached", "_reqs",
-        "N", "k", "now", "graph", "io_inflight", "nfree", "__dict__",
+        "N", "k", "now", "graph", "io_inflight", "nfree", "req", "__dict__",
     )  # fmt: skip
+    # ``req(r)``: the requests' own ``__getitem__``, bound at construction.  The generated
+    # guards and search call ``v.req(n)`` per request they read (several per admission); a
+    # method of this (non-native) class costs ~1k instructions a call from compiled code, a
+    # bound C method a fraction of it
+    req: Callable[[int], Any]
 
     def __init__(
         self,
         meta: BlockMeta,
         rids: Sequence[int],
         k: Any,
-        *,
         now: int,
         graph: int,
         io_inflight: int,
@@ -294,6 +299,7 @@ class ChainView:
         self._direct = not overrides
         self._cached: list[str] = []  # gathered columns (snapshots), dropped by refresh()
         self._reqs = reqs
+        self.req = reqs.__getitem__
         self.N = len(rids)
         self.k = k
         self.now = now
@@ -317,9 +323,6 @@ class ChainView:
         """The records column ``column`` is read from, by chain position."""
         m = self._maps.get(column)
         return self._rids if m is None else m(self._rids)
-
-    def req(self, r: int) -> Any:
-        return self._reqs[r]
 
     def forall_blocks(self, lo: Any, hi: Any, body: Callable[[Any], Any]) -> bool:
         for b in range(max(lo, 0), min(hi, self.N)):
