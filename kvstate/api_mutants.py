@@ -221,8 +221,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "spill_keeps_host_slot",
         "free without reset (leak)",
         "impl/recovery.py",
-        "        self.tiers.host_slots.release([m.hslot[rid]])\n        m.hslot[rid] = -1\n        m.ckv[rid] = int(CKV.DISK)",
-        "        m.hslot[rid] = -1\n        m.ckv[rid] = int(CKV.DISK)",
+        "        self.tiers.host_slots.release([m.hslot[rid]])\n        m.hslot[rid] = -1\n        m.ckv[rid] = _CKV_DISK",
+        "        m.hslot[rid] = -1\n        m.ckv[rid] = _CKV_DISK",
     ),
     Mutant(
         "disk_load_wrong_form",
