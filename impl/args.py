@@ -11,7 +11,7 @@ two comparisons, so the request path pays almost nothing for it.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
@@ -19,8 +19,8 @@ from .errors import InvalidArgument
 
 # the most ticks / counts / ids a caller may pass: far beyond any real use, and small enough
 # that no int64 column or C-level wait overflows on them
-MAX_COUNT = 1 << 62
-MAX_TIMEOUT = 86400.0 * 365  # a year; threading's own limit is lower on some platforms
+MAX_COUNT: Final = 1 << 62
+MAX_TIMEOUT: Final = 86400.0 * 365  # a year; threading's own limit is lower on some platforms
 
 
 def integer(name: str, v: Any, lo: int | None = None, hi: int | None = None) -> int:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from os import PathLike
 from types import TracebackType
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 import numpy as np
 import torch
@@ -67,14 +67,16 @@ from .requests import Admitted, Slot
 from .testdata import DeterministicWriter
 
 _ids = itertools.count(1)
-_NO_RECOVERY = RecoveryPlan()  # immutable: one shared empty plan for every hit that needs none
+_NO_RECOVERY: Final = (
+    RecoveryPlan()
+)  # immutable: one shared empty plan for every hit that needs none
 _DEFAULT_WRITER: Any = object()
-_SLOT_GROUPS = ("csa", "hca", "indexer", "compressor")
+_SLOT_GROUPS: Final = ("csa", "hca", "indexer", "compressor")
 # phases as plain ints: ``Req.X`` is read off the (interpreted) enum class at run time, and
 # compared to an int through the enum's rich comparison (~1k instructions a use, compiled)
-_REQ_RECOMPUTE = int(Req.RECOMPUTE)
-_SWA_VALID = int(Swa.VALID)
-MAX_MODEL_LEN = 1 << 40  # no token id reaches it either (hashing.MAX_TOKEN_ID)
+_REQ_RECOMPUTE: Final = int(Req.RECOMPUTE)
+_SWA_VALID: Final = int(Swa.VALID)
+MAX_MODEL_LEN: Final = 1 << 40  # no token id reaches it either (hashing.MAX_TOKEN_ID)
 
 
 def _cdiv(a: int, b: int) -> int:

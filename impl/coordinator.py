@@ -20,7 +20,7 @@ rule-by-rule oracle (tests/impl/test_impl_search.py).
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from kvstate.spec.layers import HitRule, Rule, RuleScope, scope_range
 
@@ -58,7 +58,7 @@ class HitSearch(NamedTuple):
 
 # a named tuple built by ``tuple.__new__`` directly: its own ``__new__`` is interpreted code (also
 # in the compiled build), about as costly as the search itself on a short hit
-_tuple_new: Any = tuple.__new__
+_tuple_new: Final[Any] = tuple.__new__
 
 
 def _short(rule: Rule, block: int | None, frm: int, to: int) -> Shortening:

@@ -13,7 +13,7 @@ import enum
 import threading
 from collections import deque
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 
 class EventKind(enum.Enum):
@@ -37,7 +37,7 @@ class Event(NamedTuple):
 
 
 Callback = Callable[[Event], None]
-_tuple_new: Any = tuple.__new__
+_tuple_new: Final[Any] = tuple.__new__
 
 
 Raw = tuple[EventKind, bytes | None, str, str, int | None]  # an Event's fields

@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
 from .args import text
 from .errors import InvalidArgument
 
-KEY_BYTES = 16
-MAX_TOKEN_ID = 2**40  # anything larger is not a token id, it is a bug upstream
+KEY_BYTES: Final = 16
+MAX_TOKEN_ID: Final = 2**40  # anything larger is not a token id, it is a bug upstream
 
 
 def namespace_root(namespace: Any) -> bytes:

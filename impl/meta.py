@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from operator import itemgetter
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 from mypy_extensions import mypyc_attr
@@ -30,10 +30,15 @@ VIEW_FIELDS: tuple[str, ...] = (
     "addr", "gaddr", "prog", "fmt", "ldpipe", "ixpipe",
 )  # fmt: skip
 
-NULL_RID = 0
+NULL_RID: Final = 0
 # initial phases of a new record, as plain ints (an IntEnum member is a lookup and a call)
-_FREE, _ABSENT, _TAIL_NONE = int(CKV.FREE), int(Indexer.ABSENT), int(Tail.NONE)
-_SWA_NULL, _PRIMARY, _PIPE_NONE = int(Swa.NULL), int(Fmt.PRIMARY), int(Pipe.NONE)
+# (``Final``: C statics in the compiled build, see blocks.py)
+_FREE: Final = int(CKV.FREE)
+_ABSENT: Final = int(Indexer.ABSENT)
+_TAIL_NONE: Final = int(Tail.NONE)
+_SWA_NULL: Final = int(Swa.NULL)
+_PRIMARY: Final = int(Fmt.PRIMARY)
+_PIPE_NONE: Final = int(Pipe.NONE)
 
 
 class BlockMeta:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import torch
 
@@ -35,11 +35,19 @@ from .pipelines import LoadJob, OffloadJob, Pipelines, RebuildJob, TailCheckJob
 from .projection import RecoveryStep
 from .tiers import Tiers
 
-_CKV_READY, _CKV_LOADING, _CKV_OFFLOADING = int(CKV.READY), int(CKV.LOADING), int(CKV.OFFLOADING)
-_SWA_NULL, _SWA_VALID = int(Swa.NULL), int(Swa.VALID)
-_CKV_DISK, _CKV_HOST = int(CKV.DISK), int(CKV.HOST)
-_PIPE_NONE, _PIPE_DMA, _PIPE_CPU = int(Pipe.NONE), int(Pipe.DMA), int(Pipe.CPU)
-_IDX_ABSENT, _IDX_REBUILDING = int(Indexer.ABSENT), int(Indexer.REBUILDING)
+# (``Final``: C statics in the compiled build, see blocks.py)
+_CKV_READY: Final = int(CKV.READY)
+_CKV_LOADING: Final = int(CKV.LOADING)
+_CKV_OFFLOADING: Final = int(CKV.OFFLOADING)
+_CKV_DISK: Final = int(CKV.DISK)
+_CKV_HOST: Final = int(CKV.HOST)
+_SWA_NULL: Final = int(Swa.NULL)
+_SWA_VALID: Final = int(Swa.VALID)
+_PIPE_NONE: Final = int(Pipe.NONE)
+_PIPE_DMA: Final = int(Pipe.DMA)
+_PIPE_CPU: Final = int(Pipe.CPU)
+_IDX_ABSENT: Final = int(Indexer.ABSENT)
+_IDX_REBUILDING: Final = int(Indexer.REBUILDING)
 # what :meth:`Recovery.admit_load` did with a load
 STARTED, QUEUED, REFUSED, NO_ROOM = 0, 1, 2, 3
 

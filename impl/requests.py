@@ -13,7 +13,7 @@ validate or start the recovery.  The façade calls it once and only dresses the 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 from kvstate.spec.phases import Req
 from kvstate.spec.table import Table
@@ -38,12 +38,18 @@ from .projection import Projector, RecoveryPlan, Trace
 from .recovery import Recovery
 from .tiers import Tiers
 
-_IDLE, _WAITING, _MATCHED, _PINNED, _VALIDATED, _USING, _RECOMPUTE = (
-    int(Req.IDLE), int(Req.WAITING), int(Req.MATCHED), int(Req.PINNED), int(Req.VALIDATED),
-    int(Req.USING), int(Req.RECOMPUTE),
-)  # fmt: skip
-_ACTING = {"r": 0}  # a guard's parameters on a slot or view: the acting request is r = 0
-_NO_RECOVERY = RecoveryPlan()  # immutable: one shared empty plan for every hit that needs none
+# (``Final``: C statics in the compiled build, see blocks.py)
+_IDLE: Final = int(Req.IDLE)
+_WAITING: Final = int(Req.WAITING)
+_MATCHED: Final = int(Req.MATCHED)
+_PINNED: Final = int(Req.PINNED)
+_VALIDATED: Final = int(Req.VALIDATED)
+_USING: Final = int(Req.USING)
+_RECOMPUTE: Final = int(Req.RECOMPUTE)
+_ACTING: Final = {"r": 0}  # a guard's parameters on a slot or view: the acting request is r = 0
+_NO_RECOVERY: Final = (
+    RecoveryPlan()
+)  # immutable: one shared empty plan for every hit that needs none
 
 
 class Slot:
