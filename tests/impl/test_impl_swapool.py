@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_impl_cache import check_compressed, check_tail, check_window, offload_all, store
 
 from kvstate.impl import HeterogeneousKVCache
@@ -89,6 +91,30 @@ def test_kept_blocks_are_the_windows_of_the_kept_boundaries() -> None:
             for lo in range(n + 1):
                 for hi in range(lo, n + 1):
                     assert g.swa_kept_blocks(lo, hi, n) == {b for b in want if lo <= b < hi}
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    runs=st.lists(
+        st.tuples(st.integers(0, 12), st.integers(1, 7), st.integers(0, 10)),
+        min_size=1,
+        max_size=10,
+    )
+)
+def test_window_policy_is_asked_afresh_for_every_run(runs: list[tuple[int, int, int]]) -> None:
+    """A store run's blocks outside the window policy (``BlockStore._policy_slid``, whose
+    answers are memoized per span) are those of the spec's function asked afresh, for any
+    sequence of runs on one cache: the same blocks stored toward different prefix ends (the
+    blocks past them already cached) included."""
+    with make() as c:
+        core = c.core
+        rids = [core.record(bytes([b + 1]) * 16, None, b * L) for b in range(20)]
+        for first, n, extra in runs:
+            stop = first + n
+            end = stop + extra  # the prefix being stored ends at or past the run
+            kept = G.swa_kept_blocks(first, stop, end)
+            want = {rids[b] for b in range(first, stop) if b not in kept}
+            assert core.store._policy_slid(rids[first:stop], end) == want, (first, stop, end)
 
 
 def test_planned_device_bytes_shrink_on_long_prefixes() -> None:
