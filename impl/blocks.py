@@ -622,7 +622,7 @@ class BlockStore:
 
     def touch_prefix_locked(self, rids: Sequence[int], blocks: int, ticks: int) -> None:
         """:meth:`touch_prefix` for a caller that holds the lock (an admission: taking the
-        reentrant lock again costs ~800 instructions)."""
+        reentrant lock again costs ~1k instructions)."""
         gate = self.gate
         t = _int("ticks", ticks, 1, self.k.lease_max)
         lease, now = self.meta.lease, gate.now

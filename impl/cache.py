@@ -67,9 +67,8 @@ from .requests import Admitted, Slot
 from .testdata import DeterministicWriter
 
 _ids = itertools.count(1)
-_NO_RECOVERY: Final = (
-    RecoveryPlan()
-)  # immutable: one shared empty plan for every hit that needs none
+# immutable: one shared empty plan for every hit that needs none
+_NO_RECOVERY: Final = RecoveryPlan()
 _DEFAULT_WRITER: Any = object()
 _SLOT_GROUPS: Final = ("csa", "hca", "indexer", "compressor")
 # phases as plain ints: ``Req.X`` is read off the (interpreted) enum class at run time, and
@@ -928,7 +927,7 @@ class HeterogeneousKVCache:
 
     def _finish_locked(self, req: Request, store: bool) -> None:
         """:meth:`finish` of a checked request for a caller that holds the lock (a ``use``
-        block's exit: taking the reentrant lock again costs ~800 instructions)."""
+        block's exit: taking the reentrant lock again costs ~1k instructions)."""
         requests = self.req_table
         s = req.slot
         if s is None:
