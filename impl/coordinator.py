@@ -61,16 +61,23 @@ class HitSearch(NamedTuple):
 _tuple_new: Final[Any] = tuple.__new__
 
 
-def _short(rule: Rule, block: int | None, frm: int, to: int) -> Shortening:
-    fields = (rule.qualname, rule.layer, rule.state, rule.group, block, frm, to, rule.doc)
-    return _tuple_new(Shortening, fields)  # type: ignore[no-any-return]
-
-
 def _named(rule: Rule) -> tuple[str, str, str, str, str]:
     """A rule's own fields of a :class:`Shortening`, read once: a miss's search records a cut
     per rule that fails, and reading them off the (interpreted, frozen) rule costs ~3k
     instructions a cut in the compiled build."""
     return (rule.qualname, rule.layer, rule.state, rule.group, rule.doc)
+
+
+def _shortening(
+    named: tuple[str, str, str, str, str], block: int | None, frm: int, to: int
+) -> Shortening:
+    """The one place a :class:`Shortening` is put together (its field order)."""
+    q, layer, state, group, doc = named
+    return _tuple_new(Shortening, (q, layer, state, group, block, frm, to, doc))  # type: ignore[no-any-return]
+
+
+def _short(rule: Rule, block: int | None, frm: int, to: int) -> Shortening:
+    return _shortening(_named(rule), block, frm, to)
 
 
 class Coordinator:
@@ -85,8 +92,7 @@ class Coordinator:
         self._named = [_named(r) for r in hit_rule.rules]
 
     def _cut(self, i: int, block: int | None, frm: int, to: int) -> Shortening:
-        q, layer, state, group, doc = self._named[i]
-        return _tuple_new(Shortening, (q, layer, state, group, block, frm, to, doc))  # type: ignore[no-any-return]
+        return _shortening(self._named[i], block, frm, to)
 
     def search(self, view: Any, r: int, h_max: int) -> HitSearch:
         whole = self._search_direct if getattr(view, "_direct", False) else self._search
