@@ -46,6 +46,8 @@ import numpy as np
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine
 
+from kvstate.calls import parse_calls
+from kvstate.examples_db import run_machine, saved, with_database
 from kvstate.model.apimap import Explainer, after_restart, state_diff
 from kvstate.model.concrete import KeptMachine, Machine
 from kvstate.model.fuzz import Nonconformance
@@ -90,23 +92,14 @@ def op(name: str, **args: int) -> Op:
     return Op(name, tuple(args.items()))
 
 
-_OP = re.compile(r"^\s*(?:\d+[.)]\s*)?([a-z_]+)\s*\(([^()]*)\)\s*(?:#.*)?$")
-
-
 def parse_ops(text: str) -> list[Op]:
-    """``'request(i=0, n=49, life=2); admit(i=0)'`` (or one per line, as reports print them)."""
+    """``'request(i=0, n=49, life=2); admit(i=0)'`` (or one per line, as reports print them;
+    read by :func:`kvstate.calls.parse_calls`)."""
     out = []
-    for part in re.split(r"[;\n]", text):
-        if not part.strip():
-            continue
-        m = _OP.match(part)
-        if m is None or m.group(1) not in OPS:
-            raise ValueError(f"cannot parse API operation {part.strip()!r}")
-        args = []
-        for kv in filter(None, (x.strip() for x in m.group(2).split(","))):
-            k, _, v = kv.partition("=")
-            args.append((k.strip(), int(v)))
-        out.append(Op(m.group(1), tuple(args)))
+    for name, args in parse_calls(text):
+        if name not in OPS:
+            raise ValueError(f"cannot parse API operation {name!r} (known: {', '.join(OPS)})")
+        out.append(Op(name, tuple(args)))
     return out
 
 
@@ -1678,12 +1671,17 @@ def run_api(
     minimize_seconds: float = 60.0,
     beside: bool = True,
     out: Callable[[str], None] = lambda s: None,
+    database: Any = None,
+    key: bytes = b"",
 ) -> RunResult:
     """The scripted witnesses, then Hypothesis; the first finding minimized.
 
     ``beside``: where the walk is deterministic (derandomized, or a seed) and a second CPU and
     ``os.fork`` exist, the same work is shared by two processes (:func:`_run_beside`): the
-    checks, the counts and the report are those of the run in place."""
+    checks, the counts and the report are those of the run in place.  ``database`` (not in
+    ``ci``): Hypothesis' example database, examples filed under ``key``
+    (:mod:`kvstate.examples_db`); a run with one is not shared (the dry run would judge the
+    saved failures passed and delete them)."""
     # What the examples import on first use, imported before the clock starts: the block
     # target's clock, too, starts after Python's start and imports (kvstate/fuzz_cli.py).
     import kvstate.impl.cache
@@ -1697,7 +1695,8 @@ def run_api(
         for name, w in witnesses(N, table.consts.L, table.consts.lease_max).items()
         if all(o.name in allowed for o in w)
     }
-    prof = explore_settings(profile, examples, steps, seed)
+    prof = with_database(explore_settings(profile, examples, steps, seed), database)
+    stats["(saved examples)"] = saved(prof, key)
 
     def machine_cls(
         cov: Coverage, stats: Counter[str], harness: Callable[..., Any] | None = None
@@ -1733,17 +1732,20 @@ def run_api(
             made += 1
             return _Recorder([]) if made <= passed else ApiHarness(*a, **k)
 
-        found, stdout = _hypothesis(machine_cls(cov, stats, harness if passed else None), prof)
+        found, stdout = _hypothesis(machine_cls(cov, stats, harness if passed else None), prof, key)
         if found is None:
             return None, "", None
         m = _BLOB.search(stdout + "".join(getattr(found, "__notes__", [])))
-        return found, f"Hypothesis, example {stats['(examples)'] + 1}", m.group(2) if m else None
+        at = stats["(examples)"] + 1
+        where = ", a saved example of the example database" * (at <= stats["(saved examples)"])
+        return found, f"Hypothesis, example {at}{where}", m.group(2) if m else None
 
     found: Nonconformance | None = None
     origin = ""
     blob = None
     deterministic = reproduce is None and (seed is not None or bool(prof.derandomize))
-    shared = beside and coverage_pass and deterministic and _second_cpu()
+    shared = beside and coverage_pass and deterministic and prof.database is None
+    shared = shared and _second_cpu()
     if shared:
         found, origin, blob = _run_beside(
             table,
@@ -1806,17 +1808,16 @@ def explore_settings(
     )
 
 
-def _hypothesis(cls: Any, prof: settings) -> tuple[Nonconformance | None, str]:
-    """``cls`` run by Hypothesis under ``prof``: its finding (or None) and what it printed."""
+def _hypothesis(cls: Any, prof: settings, key: bytes = b"") -> tuple[Nonconformance | None, str]:
+    """``cls`` run by Hypothesis under ``prof`` (examples filed under ``key`` in its database):
+    its finding (or None) and what it printed."""
     import contextlib
     import io
-
-    from hypothesis.stateful import run_state_machine_as_test
 
     buf = io.StringIO()
     try:
         with contextlib.redirect_stdout(buf):
-            run_state_machine_as_test(cls, settings=prof)
+            run_machine(cls, prof, key or b"kvstate-api")
     except Nonconformance as exc:
         return exc, buf.getvalue()
     return None, buf.getvalue()
@@ -2203,6 +2204,14 @@ def run_api_cli(args: Any, table: Table) -> int:
 
         seed = random.randrange(2**32)
     prof = PROFILES[args.profile]
+    from kvstate.examples_db import database_key, database_spec, open_database
+
+    try:
+        db = open_database(database_spec(getattr(args, "example_db", None)))
+    except ValueError as exc:  # SpecError: a bad --example-db
+        print(f"kvstate fuzz: error: {exc}", file=sys.stderr)
+        return 2
+    key = database_key("kvstate-api", table.name, table.geometry.name, N, (), frozenset(OPS) - ops)
     print(
         f"kvstate fuzz: target kvstate-api (the public API, bytes, faults) vs table "
         f"{table.name}, pool N={N}, profile {args.profile} "
@@ -2222,6 +2231,8 @@ def run_api_cli(args: Any, table: Table) -> int:
         coverage_pass=not args.no_coverage,
         reproduce=args.reproduce,
         out=lambda s: print(s, flush=True),
+        database=db,
+        key=key,
     )
     if res.finding is None:
         print("kvstate fuzz: ok, no nonconformance")
@@ -2251,6 +2262,8 @@ def run_api_cli(args: Any, table: Table) -> int:
     )
     if args.no_coverage:
         rerun.append("--no-coverage")
+    if getattr(args, "example_db", None) is not None:
+        rerun += ["--example-db", args.example_db]
     print(f"  rerun:     {shlex.join(rerun)}")
     if res.blob:
         print(f"  reproduce: {shlex.join([*rerun, '--reproduce', res.blob])}")

@@ -347,6 +347,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="BLOB",
         help="rerun the one Hypothesis example of a printed @reproduce_failure blob",
     )
+    from kvstate.fuzz_report import add_arguments as add_fuzz_outputs
+
+    add_fuzz_outputs(fz)  # --example-db, --json, --junit, --sarif, --itf, --github-annotations
     fz.set_defaults(func=_cmd_fuzz)
     return p
 

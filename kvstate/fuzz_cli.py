@@ -35,6 +35,16 @@ import hypothesis
 from hypothesis import Phase, settings
 from hypothesis.errors import DidNotReproduce
 
+from kvstate.calls import parse_calls
+from kvstate.examples_db import (
+    database_key,
+    database_spec,
+    open_database,
+    run_machine,
+    saved,
+    with_database,
+)
+from kvstate.fuzz_report import Outcome, block_states, emit, itf, spec_location
 from kvstate.model.concrete import Machine
 from kvstate.model.fuzz import (
     OUTPUT_KINDS,
@@ -52,7 +62,6 @@ from kvstate.spec.table import Table
 
 MINIMIZE_SECONDS = 60.0  # budget of the replay minimizer (it stops earlier at a fixpoint)
 _BLOB = re.compile(r"@reproduce_failure\('([^']+)', b'([^']+)'\)")
-_STEP = re.compile(r"^\s*(?:\d+[.)]\s*)?([A-Za-z_]\w*)\s*\(([^()]*)\)\s*$")
 
 
 def resolve_target(spec: str, bugs: list[str]) -> Any:
@@ -90,25 +99,25 @@ def parse_trace(text: str, table: Table, n: int) -> list[Step]:
     machine = Machine(table, n)
     names = {a.name for a in table.actions}
     steps: list[Step] = []
-    for raw in re.split(r"[;\n]", text):
-        line = raw.split("#")[0].strip()
-        if not line:
-            continue
-        m = _STEP.match(line)
-        if m is None or m.group(1) not in names:
-            raise SpecError(f"--replay: cannot read step {line!r} (expected action(p=1, ...))")
-        action = table.action(m.group(1))
+    try:
+        calls = parse_calls(text)
+    except ValueError as exc:
+        raise SpecError(f"--replay: {exc}") from None
+    for name, args in calls:
+        line = f"{name}({', '.join(f'{k}={v}' for k, v in args)})"
+        if name not in names:
+            raise SpecError(f"--replay: unknown action {name!r} in {line!r}")
+        action = table.action(name)
         kinds = {q.name: q.kind for q in action.params}
         params: dict[str, int] = {}
-        for item in filter(None, (x.strip() for x in m.group(2).split(","))):
-            key, eq, value = (x.strip() for x in item.partition("="))
-            if not eq or key not in kinds or not re.fullmatch(r"-?\d+", value):
-                raise SpecError(f"--replay: bad parameter {item!r} in {line!r}")
+        for key, value in args:
+            if key not in kinds:
+                raise SpecError(f"--replay: bad parameter {key!r} in {line!r}")
             if kinds[key] in OUTPUT_KINDS:
                 continue
-            if int(value) not in machine.domain(kinds[key]):
+            if value not in machine.domain(kinds[key]):
                 raise SpecError(f"--replay: {key}={value} out of range for pool N={n} in {line!r}")
-            params[key] = int(value)
+            params[key] = value
         missing = [q for q, k in kinds.items() if k not in OUTPUT_KINDS and q not in params]
         if missing:
             raise SpecError(f"--replay: {line!r} lacks parameter(s) {', '.join(missing)}")
@@ -130,6 +139,8 @@ def _flags(args: argparse.Namespace, *, run: bool) -> list[str]:
         for flag in ("seed", "examples", "steps"):
             if getattr(args, flag) is not None:
                 out += [f"--{flag}", str(getattr(args, flag))]
+        if getattr(args, "example_db", None) is not None:
+            out += ["--example-db", args.example_db]
         for flag in ("no_coverage", "no_warmup", "hypothesis_shrink"):
             if getattr(args, flag):
                 out.append("--" + flag.replace("_", "-"))
@@ -167,11 +178,16 @@ def _report(
     finding = _nonconformance(exc)
     print("", flush=True)
     print(f"kvstate fuzz: FAILED after {time.monotonic() - started:.1f} s")
+    outcome = _outcome(args, cls.table, seed, started, counts, ok=False)
     if finding is None:  # not a conformance finding: a crash of the target or of the harness
         print(f"  failure:   {type(exc).__name__}: {exc}")
         if notes:
             print("  " + notes.replace("\n", "\n  "))
         print(f"  rerun:     {_command(args, run=True)}")
+        outcome.kind, outcome.detail = "crash", (type(exc).__name__,)
+        outcome.message = f"{type(exc).__name__}: {exc}"
+        outcome.commands = {"rerun": _command(args, run=True)}
+        emit(args, outcome)
         return 1
     if hypothesis_found:
         finding.origin = "Hypothesis" + (
@@ -180,6 +196,8 @@ def _report(
             if "(first failure)" in counts
             else ""
         )
+        if 0 < counts["(first failure)"] <= counts["(saved examples)"]:
+            finding.origin += ", a saved example of the example database"
     print(
         f"  minimizing the {len(finding.trace)}-step failing trace (fresh replays)...", flush=True
     )
@@ -224,7 +242,49 @@ def _report(
         print(f"  reproduce: {_command(args, run=True, extra=['--reproduce', blob.group(2)])}")
     trace = "; ".join(s.call() for s in mini.steps)
     print(f"  replay:    {_command(args, run=False, extra=['--replay', trace])}")
+    table, n = cls.table, args.pool or cls.table.geometry.model_blocks
+    outcome.kind, outcome.detail = failure.kind, failure.detail
+    outcome.message, outcome.origin = str(failure), failure.origin
+    outcome.trace = [s.call() for s in mini.steps]
+    outcome.commands = {"replay": _command(args, run=False, extra=["--replay", trace])}
+    if args.replay is None:
+        outcome.commands["rerun"] = _command(args, run=True)
+    if blob is not None and args.reproduce is None:
+        outcome.commands["reproduce"] = _command(
+            args, run=True, extra=["--reproduce", blob.group(2)]
+        )
+    last = next((s.action for s in reversed(mini.steps) if not s.refused), "")
+    outcome.location = spec_location(table, failure.kind, failure.detail, last)
+    outcome.states = lambda: itf(
+        block_states(table, n, mini.steps),
+        description=f"{failure.signature} ({args.target})",
+        meta=outcome.to_dict(),
+    )
+    emit(args, outcome)
     return 1
+
+
+def _outcome(
+    args: argparse.Namespace,
+    table: Table,
+    seed: int | None,
+    started: float,
+    counts: Counter[str],
+    *,
+    ok: bool,
+) -> Outcome:
+    return Outcome(
+        target=args.target,
+        table=table.name,
+        geometry=table.geometry.name,
+        pool=args.pool or table.geometry.model_blocks,
+        profile=args.profile,
+        seed=seed,
+        ok=ok,
+        seconds=time.monotonic() - started,
+        steps=sum(v for k, v in counts.items() if not k.startswith("(")),
+        examples=counts["(examples)"],
+    )
 
 
 class _CoverageBeside:
@@ -341,6 +401,7 @@ def run_fuzz_cli(args: argparse.Namespace, table: Table) -> int:
         ("replay", None),
         ("reproduce", None),
         ("hypothesis_shrink", False),
+        ("example_db", None),
     ):
         if not hasattr(args, name):  # callers that build the namespace themselves
             setattr(args, name, default)
@@ -369,9 +430,12 @@ def run_fuzz_cli(args: argparse.Namespace, table: Table) -> int:
             print(f"kvstate fuzz: error: {exc}", file=sys.stderr)
             return 2
     base = settings.get_profile(args.profile)
-    # No example database: a saved failure would be replayed first by the next run, whatever
-    # the bug or target (the generated machine's digest is the same), hiding how it was found.
-    overrides: dict[str, Any] = {"database": None}
+    try:
+        db = open_database(database_spec(args.example_db))
+    except SpecError as exc:
+        print(f"kvstate fuzz: error: {exc}", file=sys.stderr)
+        return 2
+    overrides: dict[str, Any] = {}
     if args.examples is not None:
         overrides["max_examples"] = args.examples
     if args.steps is not None:
@@ -384,7 +448,16 @@ def run_fuzz_cli(args: argparse.Namespace, table: Table) -> int:
     if seed is not None or args.profile != "ci":
         seed = seed if seed is not None else random.randrange(2**32)
         overrides["derandomize"] = False
-    prof = settings(base, **overrides)
+    # dev/nightly: found failures kept and replayed first, under this run's own key
+    # (kvstate/examples_db.py); ci (derandomized) runs without a database
+    prof = with_database(settings(base, **overrides), db)
+    key = database_key(
+        args.target,
+        table.name,
+        table.geometry.name,
+        n,
+        args.bug if args.target == "kvstate" else (),
+    )
     counts: Counter[str] = Counter()
     started = time.monotonic()
     last = [started]
@@ -437,8 +510,9 @@ def run_fuzz_cli(args: argparse.Namespace, table: Table) -> int:
         f"seed {'derandomized' if seed is None else seed}",
         flush=True,
     )
-    from hypothesis.stateful import run_state_machine_as_test
-
+    replayed = counts["(saved examples)"] = saved(prof, key)
+    if replayed:
+        print(f"  example database: {replayed} saved example(s), run before new ones", flush=True)
     coverage = not args.no_coverage and args.reproduce is None
     beside = _CoverageBeside.start(cls, table, seeds, counts) if coverage else None
 
@@ -472,7 +546,7 @@ def run_fuzz_cli(args: argparse.Namespace, table: Table) -> int:
             flush=True,
         )
     try:
-        run_state_machine_as_test(cls, settings=prof)
+        run_machine(cls, prof, key)
     except DidNotReproduce as exc:
         if beside is not None:
             beside.join()
@@ -521,6 +595,7 @@ def run_fuzz_cli(args: argparse.Namespace, table: Table) -> int:
     never = [a.name for a in table.actions if counts[a.name] == 0]
     if never:
         print(f"never fired: {', '.join(never)}")
+    emit(args, _outcome(args, table, seed, started, counts, ok=True))
     return 0
 
 
