@@ -10,6 +10,11 @@ import os
 os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
 os.environ.setdefault("KVSTATE_KERNEL_BACKEND", "torch")
 
+# `kvstate fuzz` keeps found failures in an example database (.kvstate/examples by default) and
+# replays them first; the tests run without one unless they ask for one, so no run depends on
+# what an earlier run left behind.
+os.environ.setdefault("KVSTATE_EXAMPLE_DB", "none")
+
 from hypothesis import settings  # noqa: E402
 
 import kvstate.model.fuzz  # noqa: E402,F401  (registers the ci/dev/nightly profiles)
