@@ -2205,6 +2205,7 @@ def run_api_cli(args: Any, table: Table) -> int:
         seed = random.randrange(2**32)
     prof = PROFILES[args.profile]
     from kvstate.examples_db import database_key, database_spec, open_database
+    from kvstate.fuzz_report import api_outcome, emit
 
     try:
         db = open_database(database_spec(getattr(args, "example_db", None)))
@@ -2237,6 +2238,7 @@ def run_api_cli(args: Any, table: Table) -> int:
     if res.finding is None:
         print("kvstate fuzz: ok, no nonconformance")
         print("\n".join(summary_lines(res)))
+        emit(args, api_outcome(args, table, N, res, {}))
         return 0
     f = res.finding
     trace = res.minimized or list(getattr(f, "api_trace", []))
@@ -2267,6 +2269,11 @@ def run_api_cli(args: Any, table: Table) -> int:
     print(f"  rerun:     {shlex.join(rerun)}")
     if res.blob:
         print(f"  reproduce: {shlex.join([*rerun, '--reproduce', res.blob])}")
-    print(f"  replay:    {shlex.join([*base, '--replay', '; '.join(o.render() for o in trace)])}")
+    commands = {"rerun": shlex.join(rerun)}
+    if res.blob:
+        commands["reproduce"] = shlex.join([*rerun, "--reproduce", res.blob])
+    commands["replay"] = shlex.join([*base, "--replay", "; ".join(o.render() for o in trace)])
+    print(f"  replay:    {commands['replay']}")
     print("\n".join(summary_lines(res)))
+    emit(args, api_outcome(args, table, N, res, commands))
     return 1

@@ -12,7 +12,8 @@ from __future__ import annotations
 import ast
 import re
 
-_NUMBER = re.compile(r"^(\s*)\d+[.)](?=\s)", re.MULTILINE)  # "  3. " before a call
+# a line's indentation and step number ("  3. " before a call), dropped before parsing
+_NUMBER = re.compile(r"^[ \t]*(?:\d+[.)][ \t]+)?", re.MULTILINE)
 
 
 def parse_calls(text: str) -> list[tuple[str, list[tuple[str, int]]]]:
@@ -20,7 +21,7 @@ def parse_calls(text: str) -> list[tuple[str, list[tuple[str, int]]]]:
 
     Raises :class:`ValueError`, naming the piece it cannot read, for anything but calls of a
     plain name with integer keyword arguments."""
-    source = _NUMBER.sub(r"\1", text)
+    source = _NUMBER.sub("", text)
     try:
         tree = ast.parse(source, mode="exec")
     except SyntaxError as exc:
@@ -35,6 +36,7 @@ def parse_calls(text: str) -> list[tuple[str, list[tuple[str, int]]]]:
             or not isinstance(call.func, ast.Name)
             or call.args
             or any(k.arg is None for k in call.keywords)
+            or len({k.arg for k in call.keywords}) < len(call.keywords)
         ):
             raise ValueError(f"cannot read {piece!r} (expected action(p=1, ...))")
         args: list[tuple[str, int]] = []

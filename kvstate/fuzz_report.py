@@ -388,3 +388,30 @@ def emit(args: Any, o: Outcome) -> None:
         write(args.itf, json.dumps(o.states(), indent=1))
     if getattr(args, "github_annotations", False) and not o.ok:
         print(annotation(o), flush=True)
+
+
+def api_outcome(args: Any, table: Table, n: int, res: Any, commands: Mapping[str, str]) -> Outcome:
+    """The reports' view of a ``--target kvstate-api`` run (``res``: its ``RunResult``)."""
+    o = Outcome(
+        target="kvstate-api",
+        table=table.name,
+        geometry=table.geometry.name,
+        pool=n,
+        profile=args.profile,
+        seed=res.seed,
+        ok=res.finding is None,
+        seconds=res.seconds,
+        steps=res.steps,
+        examples=res.stats["(examples)"],
+    )
+    f = res.finding
+    if f is None:
+        return o
+    ops = list(res.minimized or getattr(f, "api_trace", []))
+    o.kind, o.detail, o.message, o.origin = f.kind, tuple(f.detail), str(f), res.origin
+    o.trace, o.commands = [op.render() for op in ops], dict(commands)
+    o.location = spec_location(table, f.kind, f.detail)
+    o.states = lambda: itf(
+        api_states(table, n, ops), description=f"{o.signature} (kvstate-api)", meta=o.to_dict()
+    )
+    return o

@@ -69,9 +69,13 @@ def render_text(report: Report, *, verbose: bool = False) -> str:
     return "\n".join(lines)
 
 
+SCHEMA = "kvstate.prove/1"  # the JSON report's version: bumped when a field changes meaning
+
+
 def render_json(report: Report) -> str:
     return json.dumps(
         {
+            "schema": SCHEMA,
             "table": report.table,
             "geometry": report.geometry,
             "ok": report.ok,
