@@ -154,3 +154,12 @@ def test_two_workers_share_a_redis_example_database(redis_url):
 
     rc, alone = _worker(2, "none")  # the same worker without the campaign's database
     assert rc == 0 or _found(alone)[0] > 1, alone
+
+
+def test_the_api_target_runs_with_a_database(tmp_path, capsys):
+    """dev profile with a directory database: the run is not shared with a forked process (the
+    dry run would delete saved failures) and conforms as before."""
+    db = str(tmp_path / "examples")
+    argv = ["fuzz", "--target", "kvstate-api", "--profile", "dev", "--seed", "1"]
+    assert main([*argv, "--examples", "2", "--steps", "5", "--example-db", db]) == 0
+    assert "kvstate fuzz: ok" in capsys.readouterr().out

@@ -37,7 +37,11 @@ def test_a_finding_in_every_report(tmp_path, capsys):
     f = rep["finding"]
     assert f["signature"] == "accepted-disabled: load_done[complete]"
     assert f["trace"][-1] == "load_done(b=0)" and "--replay" in f["commands"]["replay"]
-    assert f["location"] == {"path": path, "line": line, "what": "guard conjunct load_done.complete"}
+    assert f["location"] == {
+        "path": path,
+        "line": line,
+        "what": "guard conjunct load_done.complete",
+    }
 
     case = ET.parse(paths["junit"]).getroot().find("testcase")
     failure = case.find("failure")
@@ -126,3 +130,28 @@ def test_prove_json_report_has_a_schema_version():
 
     rep = json.loads(render_json(Report("t", "small", [], 0.0, 1)))
     assert rep["schema"] == "kvstate.prove/1"
+
+
+def test_api_target_reports(tmp_path):
+    """An API-target finding in the reports: its operations as calls, the model's states."""
+    import argparse
+    from collections import Counter
+
+    from kvstate.api_harness import Coverage, RunResult
+    from kvstate.fuzz_report import api_outcome, emit
+    from kvstate.model.fuzz import Nonconformance
+
+    table = default_table(small())
+    ops = parse_ops(f"request(i=0, n={2 * table.consts.L + 1}, life=1); admit(i=0)")
+    found = Nonconformance("observe", ["phase"], "a planted finding")
+    res = RunResult(found, Coverage(), Counter({"(steps)": 7}), 1.5, "coverage pass", ops, seed=3)
+    args = argparse.Namespace(
+        profile="dev", json=str(tmp_path / "a.json"), itf=str(tmp_path / "a.itf")
+    )
+    emit(args, api_outcome(args, table, 4, res, {"replay": "kvstate fuzz ... --replay ..."}))
+    rep = json.load(open(args.json))
+    assert rep["schema"] == SCHEMA and rep["target"] == "kvstate-api" and rep["seed"] == 3
+    assert rep["finding"]["trace"] == [o.render() for o in ops]
+    assert rep["finding"]["signature"] == "observe: phase"
+    itf = json.load(open(args.itf))
+    assert [s["mbt::actionTaken"] for s in itf["states"]] == ["init", "request", "admit", "quiesce"]
