@@ -125,7 +125,7 @@ def machine_test(cls: Any, prof: settings, key: bytes) -> Any:
     test = get_state_machine_test(cls, settings=prof)
     # The key Hypothesis' engine reads before digesting the function's source (what ``find``
     # sets too): examples are filed, and replayed first, under this key.
-    test._hypothesis_internal_database_key = key
+    test._hypothesis_internal_database_key = key  # type: ignore[attr-defined]
     return test
 
 
