@@ -81,6 +81,19 @@ class OptionalBuildExt(build_ext):
             self.warn(f"kvstate: could not build {ext.name}, using its Python source ({exc})")
 
 
+def _docstrings(extensions: list) -> None:  # type: ignore[type-arg]
+    """The C that mypyc generated gets each compiled function's, class's and property's
+    docstring (without them the build runs the same, but ``help()`` shows bare signatures)."""
+    try:
+        add = runpy.run_path(str(ROOT / "impl" / "mypyc_docs.py"))["add_docstrings"]
+        c_files = {Path(src) for ext in extensions for src in ext.sources if src.endswith(".c")}
+        modules = [(f"kvstate.impl.{m}", ROOT / "impl" / f"{m}.py") for m in NATIVE["COMPILED"]]
+        placed = add(sorted(c_files), modules)
+        print(f"kvstate: {placed} docstrings placed in the compiled modules", file=sys.stderr)
+    except Exception as exc:  # noqa: BLE001
+        print(f"kvstate: WARNING: compiling without docstrings ({exc})", file=sys.stderr)
+
+
 def ext_modules() -> list:  # type: ignore[type-arg]
     if os.environ.get("KVSTATE_PURE_PYTHON", "") not in ("", "0"):
         return []
@@ -91,11 +104,13 @@ def ext_modules() -> list:  # type: ignore[type-arg]
         return []
     try:
         paths = _stage()
-        return mypycify(
+        extensions = mypycify(
             ["--config-file", str(STAGE / "mypy.ini"), *paths],
             opt_level="3",
             group_name=f"kvstate.impl.{NATIVE['GROUP']}",
         )
+        _docstrings(extensions)
+        return extensions
     except BaseException as exc:  # noqa: BLE001 - mypyc exits on a type error
         print(f"kvstate: mypyc could not compile, installing pure Python ({exc})", file=sys.stderr)
         return []

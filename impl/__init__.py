@@ -46,3 +46,9 @@ __all__ = [
     "RecoveryPlan", "RecoveryStep", "Refused", "Request", "Run", "Shortening", "UnknownRequest",
     "UseContext", "Writer", "native_modules",
 ]  # fmt: skip
+
+# the public classes' signatures with their declared types (the compiled classes keep none)
+from .signatures import attach  # noqa: E402
+
+attach(globals()[name] for name in __all__)
+del attach

@@ -23,6 +23,18 @@ MAX_COUNT: Final = 1 << 62
 MAX_TIMEOUT: Final = 86400.0 * 365  # a year; threading's own limit is lower on some platforms
 
 
+class Default:
+    """A default standing for a value made per call (a fresh writer, a new list), compared by
+    identity.  Its ``repr`` says what it stands for, so a signature (``help``) reads
+    ``writer=<a new DeterministicWriter>``, not ``<object object at 0x...>``."""
+
+    def __init__(self, meaning: str) -> None:
+        self.meaning = meaning
+
+    def __repr__(self) -> str:
+        return f"<{self.meaning}>"
+
+
 def integer(name: str, v: Any, lo: int | None = None, hi: int | None = None) -> int:
     """An int (a numpy integer too; never a bool) within ``[lo, hi]``."""
     if v.__class__ is not int:

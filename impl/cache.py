@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import itertools
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
 from os import PathLike
 from types import TracebackType
-from typing import Any, Final, NamedTuple
+from typing import Annotated as Checked
+from typing import Any, Final, Literal, NamedTuple
 
 import numpy as np
 import torch
@@ -58,18 +59,18 @@ from .errors import (
     UnknownRequest,
     WriterFailed,
 )
-from .events import EventKind, EventLog
+from .events import Event, EventKind, EventLog
 from .hashing import Chain, as_tokens
 from .meta import NULL_RID
 from .pipelines import TailCheckJob
 from .projection import RecoveryPlan
 from .requests import Admitted, Slot
-from .testdata import DeterministicWriter
+from .testdata import DeterministicWriter, Writer
 
 _ids = itertools.count(1)
 # immutable: one shared empty plan for every hit that needs none
 _NO_RECOVERY: Final = RecoveryPlan()
-_DEFAULT_WRITER: Any = object()
+_DEFAULT_WRITER: Final = args.Default("a new DeterministicWriter")
 _SLOT_GROUPS: Final = ("csa", "hca", "indexer", "compressor")
 # phases as plain ints: ``Req.X`` is read off the (interpreted) enum class at run time, and
 # compared to an int through the enum's rich comparison (~1k instructions a use, compiled)
@@ -100,7 +101,7 @@ class Pin(NamedTuple):
         return {name: base + self.slot * stride for name, base, stride in self.bases}
 
 
-_FRESH: Any = object()  # a default standing for the field's ``default_factory=list``
+_FRESH: Final = args.Default("a new list")  # the field's ``default_factory=list``
 
 
 @dataclass(init=False)  # the dataclasses-made __init__ runs interpreted: one per admission
@@ -122,7 +123,7 @@ class Explanation:
         immediate: HitSearch,
         after_recovery: HitSearch | None = None,
         unrecoverable: HitSearch | None = None,
-        truncations: Any = _FRESH,
+        truncations: Checked[Any, list[Shortening]] = _FRESH,
         rejection: str | None = None,
     ) -> None:
         """The dataclass's own fields and defaults (``truncations``: a new list each)."""
@@ -135,10 +136,13 @@ class Explanation:
 
     @property
     def shortenings(self) -> list[Shortening]:
+        """Every cut of the final hit: the search's (after recovery, if it ran) and the
+        truncations of a failed recovery."""
         final = self.after_recovery or self.immediate
         return [*final.shortenings, *self.truncations]
 
     def lines(self) -> list[str]:
+        """The explanation as readable lines, one per cut (``str()`` joins them)."""
         out = [f"requested {self.requested} tokens"]
         out += [f"shortened: {s}" for s in self.immediate.shortenings]
         if self.after_recovery is not None:
@@ -183,10 +187,12 @@ class Request:
 
     @property
     def phase(self) -> Req:
+        """The request's phase in the table (``Req.IDLE`` when it holds no slot)."""
         return Req(self.slot.phase) if self.slot is not None else Req.IDLE
 
     @property
     def tokens(self) -> np.ndarray:
+        """The prompt and the appended tokens (read-only: the keys were computed from them)."""
         return self.chain.tokens
 
     def _extend(self, new: np.ndarray) -> None:
@@ -208,6 +214,10 @@ class Request:
 
 @dataclass(init=False)  # the dataclasses-made __init__ runs interpreted: one per admission
 class Admission:
+    """What ``admit`` gave a request: the hit (``hit_tokens``; ``state`` "validated", "pending"
+    a recovery, or "downgraded" to a recompute), why it is that long (``explanation``), and
+    the recovery plan a pending one waits for (``recovery``)."""
+
     request: Request
     requested: int
     hit_tokens: int
@@ -231,7 +241,7 @@ class Admission:
         state: str,
         explanation: Explanation,
         recovery: RecoveryPlan = _NO_RECOVERY,
-        rids: Any = _FRESH,
+        rids: Checked[Any, list[int]] = _FRESH,
         tail_check: TailCheckJob | None = None,
         _snapshot: tuple[Any, ...] | None = None,
         _pins: tuple[Pin, ...] | None = None,
@@ -268,9 +278,10 @@ class Admission:
 
     @property
     def ready(self) -> bool:
+        """Not waiting for a recovery: ``use`` will not block on this admission."""
         return self.state != "pending"
 
-    def wait(self, timeout: Any = None) -> Admission:
+    def wait(self, timeout: Checked[Any, float | None] = None) -> Admission:
         """Block until recovery completes (threaded pipelines); then validated or truncated."""
         cache = self.request.cache
         wait = args.timeout("timeout", timeout)
@@ -330,7 +341,7 @@ class Run:
                 "use", ("using",), f"{what}: {self.request!r} released the pins of this run"
             )
 
-    def prefix(self, h: Any) -> Run:
+    def prefix(self, h: Checked[Any, int]) -> Run:
         """This run read as a hit of its first ``h`` tokens (whole blocks, ``h <= hit_tokens``)."""
         L = self.cache.L
         h = args.integer("h", h, 0, self.hit_tokens)
@@ -344,10 +355,12 @@ class Run:
 
     @property
     def pins(self) -> tuple[Pin, ...]:
+        """The pins this run was validated under (its admission's ``state_data_ptrs``)."""
         return self._admission.pins if self._admission is not None else ()
 
     @property
     def blocks(self) -> int:
+        """How many LCM blocks the hit covers (the last may be partial)."""
         return _cdiv(self.hit_tokens, self.cache.L)
 
     def block_table(self) -> list[int]:
@@ -360,7 +373,11 @@ class Run:
         slot = self.cache.core.meta.slot
         return [slot[r] for r in self.rids]
 
-    def read_compressed(self, group: Any, layer: Any) -> torch.Tensor:
+    def read_compressed(
+        self,
+        group: Checked[Any, Literal["csa", "hca", "indexer", "compressor"]],
+        layer: Checked[Any, int],
+    ) -> torch.Tensor:
         """Pages ``[blocks * pages_per_block, page_bytes]`` of one layer of a slot group."""
         tiers = self.cache.core.tiers
         name = args.choice("group", group, _SLOT_GROUPS)
@@ -381,7 +398,7 @@ class Run:
             )
             return gather_blocks(grp.device_data[li], table, backend=self.cache.core.backend)
 
-    def read_window(self, layer: Any) -> torch.Tensor:
+    def read_window(self, layer: Checked[Any, int]) -> torch.Tensor:
         """The SWA rows of positions ``[h - n_win, h)`` of model layer ``layer`` (zeros before 0)."""
         core = self.cache.core
         g = core.g
@@ -412,7 +429,7 @@ class Run:
         out[n_win - got.shape[0] :] = got
         return out
 
-    def read_tail(self, layer: Any) -> torch.Tensor:
+    def read_tail(self, layer: Checked[Any, int]) -> torch.Tensor:
         """The compressor state of CSA layer ``layer`` at the hit boundary, checked by the tail
         splice kernel (raises ``TailDiscontinuityError`` if it is not the state of this boundary)."""
         core = self.cache.core
@@ -450,7 +467,9 @@ class Run:
             for p, gen, addr, ckv in now
         ]
 
-    def append(self, tokens: Any) -> None:
+    def append(self, tokens: Checked[Any, np.ndarray | torch.Tensor | Sequence[int]]) -> None:
+        """Decode ``tokens`` into this run's request (see :meth:`HeterogeneousKVCache.append`);
+        refused with :class:`RunReleased` once the run's pins are gone."""
         with self.cache.core.lock:
             self._check("append")
             self.cache.append(self.request, tokens)
@@ -491,9 +510,12 @@ class UseContext:
         return run
 
     def finish(self) -> None:
+        """Finish the request now (store its new blocks unless ``store=False``); exiting the
+        ``with`` block afterwards does nothing more."""
         self.cache.finish(self.request, store=self.store)
 
     def abort(self) -> None:
+        """Abort the request now, storing nothing; exiting the block afterwards does nothing."""
         self.cache.abort(self.request)
 
     def __exit__(
@@ -535,24 +557,24 @@ class HeterogeneousKVCache:
 
     def __init__(
         self,
-        geometry: Any = None,
+        geometry: Checked[Any, Geometry | None] = None,
         *,
-        table: Any = None,
-        cache_dir: Any = None,
-        device: Any = None,
-        executors: Any = "threads",
-        max_requests: Any = None,
-        device_blocks: Any = None,
-        host_blocks: Any = None,
-        disk_blocks: Any = None,
-        writer: Any = _DEFAULT_WRITER,
-        kernel_backend: Any = None,
-        memory_limit: Any = 8 * 2**30,
-        max_model_len: Any = 1 << 20,
-        durable: Any = False,
-        derive_index: Any = None,
-        disk_key: Any = None,
-        swa_blocks: Any = None,
+        table: Checked[Any, Table | None] = None,
+        cache_dir: Checked[Any, str | PathLike[str] | None] = None,
+        device: Checked[Any, str | torch.device | None] = None,
+        executors: Checked[Any, Literal["threads", "manual"]] = "threads",
+        max_requests: Checked[Any, int | None] = None,
+        device_blocks: Checked[Any, int | None] = None,
+        host_blocks: Checked[Any, int | None] = None,
+        disk_blocks: Checked[Any, int | None] = None,
+        writer: Checked[Any, Writer | None] = _DEFAULT_WRITER,
+        kernel_backend: Checked[Any, Literal["cuda", "simulator", "torch"] | None] = None,
+        memory_limit: Checked[Any, int] = 8 * 2**30,
+        max_model_len: Checked[Any, int] = 1 << 20,
+        durable: Checked[Any, bool] = False,
+        derive_index: Checked[Any, bool | None] = None,
+        disk_key: Checked[Any, bytes | bytearray | None] = None,
+        swa_blocks: Checked[Any, int | None] = None,
     ) -> None:
         # every argument is checked before anything is built (InvalidArgument / LayoutError)
         self._closed = True  # until built: a half-built cache serves nothing
@@ -650,12 +672,24 @@ class HeterogeneousKVCache:
         self.close()
 
     # ---- requests -----------------------------------------------------------------------
-    def chain(self, tokens: Any, namespace: Any = "") -> Chain:
+    def chain(
+        self,
+        tokens: Checked[Any, np.ndarray | torch.Tensor | Sequence[int]],
+        namespace: Checked[Any, str] = "",
+    ) -> Chain:
+        """The chained per-block prefix keys of ``tokens`` in ``namespace``, without a request
+        (what :meth:`register` takes, and what an engine's router compares)."""
         self._open()
         namespace = args.text("namespace", namespace)
         return Chain(as_tokens(tokens, max_len=self.max_model_len), self.L, namespace)
 
-    def request(self, tokens: Any, *, namespace: Any = "", lifetime: Any = None) -> Request:
+    def request(
+        self,
+        tokens: Checked[Any, np.ndarray | torch.Tensor | Sequence[int]],
+        *,
+        namespace: Checked[Any, str] = "",
+        lifetime: Checked[Any, int | None] = None,
+    ) -> Request:
         """A new request; ``lifetime`` (ticks it will live, default ``lease_max``) sets its
         deadline when admitted, which every block's residency lease must cover (layer L1).
         The tokens are copied: the caller may reuse its buffer at once."""
@@ -670,7 +704,8 @@ class HeterogeneousKVCache:
         self._requests[req.id] = req
         return req
 
-    def get_request(self, request_id: Any) -> Request:
+    def get_request(self, request_id: Checked[Any, int]) -> Request:
+        """The live request with this ``Request.id`` (:class:`UnknownRequest` otherwise)."""
         self._open()
         rid = args.integer("request_id", request_id)
         req = self._requests.get(rid)
@@ -690,19 +725,21 @@ class HeterogeneousKVCache:
             raise CacheClosed("the cache is closed")
         return request
 
-    def register(self, chain: Any) -> list[int]:
+    def register(self, chain: Checked[Any, Chain]) -> list[int]:
         """Pre-register a prefix's blocks (records with reserved device slots; see core)."""
         self._open()
         if not isinstance(chain, Chain) or chain.block_tokens != self.L:
             raise InvalidArgument(f"expected a Chain of this cache (see chain()), got {chain!r}")
         return self.core.register(chain)
 
-    def max_hit(self, request: Any) -> int:
+    def max_hit(self, request: Checked[Any, Request]) -> int:
         """The longest hit a request could use: every token but the last, which is computed for
         the logits.  The search cuts it to whole LCM blocks (and says so: L1.lcm_aligned)."""
         return max(len(self._own(request).tokens) - 1, 0)
 
-    def admit(self, request: Any, *, recover: Any = True) -> Admission:
+    def admit(
+        self, request: Checked[Any, Request], *, recover: Checked[Any, bool] = True
+    ) -> Admission:
         """Longest valid hit for ``request``: pinned, validated (or recovering), explained."""
         req = self._own(request)
         recover = args.flag("recover", recover)
@@ -839,7 +876,13 @@ class HeterogeneousKVCache:
         req = adm.request
         req.stored = max(req.stored, len(s.rids))  # found cached: nothing to store for them
 
-    def use(self, admission: Any, *, store: Any = True, timeout: Any = 30.0) -> UseContext:
+    def use(
+        self,
+        admission: Checked[Any, Admission | Request],
+        *,
+        store: Checked[Any, bool] = True,
+        timeout: Checked[Any, float | None] = 30.0,
+    ) -> UseContext:
         """Context manager: the request computes from its pinned hit inside the block.
 
         ``admission`` is the request's current :class:`Admission` (an older one, from before
@@ -862,7 +905,11 @@ class HeterogeneousKVCache:
         return UseContext(self, req, store, adm)
 
     # ---- decode and completion ------------------------------------------------------------
-    def append(self, request: Any, tokens: Any) -> None:
+    def append(
+        self,
+        request: Checked[Any, Request],
+        tokens: Checked[Any, np.ndarray | torch.Tensor | Sequence[int]],
+    ) -> None:
         """Decode ``tokens``: completed blocks are stored (committed, indexed, tail sealed) and
         blocks that left the sliding window are slid to the null block, except the windows
         of checkpoint boundaries (:meth:`Geometry.swa_kept`, the store's policy)."""
@@ -917,7 +964,7 @@ class HeterogeneousKVCache:
             err.__cause__ = exc  # (set by hand: compiled code drops ``raise ... from``)
             raise err from exc
 
-    def finish(self, request: Any, *, store: Any = True) -> None:
+    def finish(self, request: Checked[Any, Request], *, store: Checked[Any, bool] = True) -> None:
         """The request is done: store its new blocks and release its pins.  If storing fails
         (:class:`WriterFailed`, or no device room left) the pins are released all the same."""
         req = self._own(request)
@@ -947,7 +994,7 @@ class HeterogeneousKVCache:
         requests.release_locked(s)
         req.admission = None
 
-    def abort(self, request: Any) -> None:
+    def abort(self, request: Checked[Any, Request]) -> None:
         """Abort at any point; in-flight loads finish in their pipelines (nothing is reused
         mid-write, nothing leaks)."""
         req = self._own(request)
@@ -959,11 +1006,13 @@ class HeterogeneousKVCache:
             req.admission = None  # released: see Request.admission
 
     # ---- time, maintenance ----------------------------------------------------------------
-    def tick(self, ticks: Any = 1) -> None:
+    def tick(self, ticks: Checked[Any, int] = 1) -> None:
+        """Advance the cache's clock: leases and request deadlines are counted in ticks, so a
+        block becomes evictable only once the lease covering its last reader has run out."""
         self._open()
         self.core.tick(args.integer("ticks", ticks, 1, args.MAX_COUNT))
 
-    def evict(self, n: Any = 1) -> int:
+    def evict(self, n: Checked[Any, int] = 1) -> int:
         """Evict up to ``n`` least recently used unpinned, lease-expired device blocks."""
         self._open()
         n = args.integer("n", n, 0)
@@ -973,38 +1022,41 @@ class HeterogeneousKVCache:
                 done += 1
         return done
 
-    def offload(self, n: Any = 1) -> int:
+    def offload(self, n: Checked[Any, int] = 1) -> int:
         """Start offloading up to ``n`` LRU device blocks to host (DMA pipeline)."""
         self._open()
         n = args.integer("n", n, 0)
         return self.core.offload_some(n)
 
-    def spill(self, n: Any = 1) -> int:
+    def spill(self, n: Checked[Any, int] = 1) -> int:
         """Write up to ``n`` LRU host blocks to disk."""
         self._open()
         return self.core.spill_some(args.integer("n", n, 0))
 
-    def drop(self, n: Any = 1) -> int:
+    def drop(self, n: Checked[Any, int] = 1) -> int:
         """Delete up to ``n`` LRU (or corrupt) host/disk entries whose lease expired."""
         self._open()
         n = args.integer("n", n, 0)
         return self.core.drop_some(n)
 
     def stats(self) -> dict[str, Any]:
+        """A snapshot of the pools, tiers, pipelines and counters, for monitoring."""
         self._open()
         return self.core.stats()
 
-    def events_of(self, kind: Any) -> list[Any]:
+    def events_of(self, kind: Checked[Any, EventKind]) -> list[Event]:
+        """The logged events of one kind, oldest first (``events.subscribe`` for a stream)."""
         self._open()
         if not isinstance(kind, EventKind):
             raise InvalidArgument(f"kind must be an EventKind, got {kind!r}")
         return self.events.of(kind)
 
     def requests(self) -> Iterator[Request]:
+        """The requests this cache knows (a copy: the caller may finish them while iterating)."""
         self._open()
         return iter(list(self._requests.values()))
 
-    def forget(self, request: Any) -> None:
+    def forget(self, request: Checked[Any, Request]) -> None:
         """Drop a finished request from the id table (its slot must be released)."""
         req = self._own(request)
         if req.slot is not None:

@@ -17,6 +17,9 @@ from typing import Any, Final, NamedTuple
 
 
 class EventKind(enum.Enum):
+    """What happened to a block or a request; an engine's own index (a KV-aware router, a
+    metrics exporter) follows the cache through these instead of polling ``stats()``."""
+
     STORED = "stored"  # a block's content became available in a tier (device/host/disk)
     REMOVED = "removed"  # a cached entry was deleted (dropped, or rejected as corrupt)
     LOADED = "loaded"  # a host/disk copy finished loading back to the device
@@ -78,6 +81,8 @@ class EventLog:
         detail: str = "",
         request: int | None = None,
     ) -> None:
+        """Log one event and deliver it to the subscribers (kept as a plain tuple: the
+        :class:`Event` is made only when someone reads or receives it)."""
         raw = (kind, key, tier, detail, request)
         self.events.append(raw)
         if self._callbacks:
@@ -103,8 +108,10 @@ class EventLog:
                 self.callback_errors.append(f"{cb!r} on {ev.kind.value}: {exc!r}")
 
     def of(self, kind: EventKind) -> list[Event]:
+        """The logged events of one kind, oldest first (the log keeps the latest ``maxlen``)."""
         new = _tuple_new
         return [new(Event, e) for e in self.events if e[0] is kind]
 
     def clear(self) -> None:
+        """Forget the logged events (subscribers stay subscribed)."""
         self.events.clear()

@@ -51,6 +51,8 @@ class RecoveryPlan:
     notes: tuple[str, ...] = field(default=())
 
     def by_state(self) -> dict[str, list[RecoveryStep]]:
+        """The steps grouped by the state they restore (e.g. ``"Indexer State"``), in plan
+        order: which of the five states a hit waits for."""
         out: dict[str, list[RecoveryStep]] = {}
         for s in self.steps:
             out.setdefault(s.state, []).append(s)

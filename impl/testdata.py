@@ -78,11 +78,15 @@ class DeterministicWriter:
         tokens: torch.Tensor,
         width: int,
     ) -> torch.Tensor:
+        """uint8 ``[len(layers), len(positions), width]``, a function of (group, layer,
+        position, token) alone: a byte check recomputes what any block should hold."""
         return expected_rows(group, layers, positions, tokens, width)
 
     def state_rows(
         self, layers: torch.Tensor, positions: torch.Tensor, tokens: torch.Tensor, width: int
     ) -> torch.Tensor:
+        """float32 ``[len(layers), len(positions), width]`` compressor rows, likewise a
+        function of the inputs alone (the tail splice check recomputes them)."""
         return expected_state_rows(layers, positions, tokens, width)
 
 
