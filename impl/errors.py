@@ -92,7 +92,20 @@ class WriterFailed(KVStateError):
     releases the request all the same (nothing stays pinned), ``append`` leaves it in use."""
 
 
-class DiskWriteError(KVStateError):
+class StorageError(KVStateError):
+    """The file system refused the cache directory: it cannot be created, locked, listed or
+    written (a read-only or full file system, EACCES, EPERM, EIO: the OSError is
+    ``__cause__``).  Raised by the constructor (nothing is left open) and by a disk write; a
+    refused *unlink* is never raised: the file is left behind (``DiskTier.orphans``) and the
+    cache goes on without it (its bytes are exact, see README's threat model)."""
+
+
+class DirectoryInUse(StorageError):
+    """Another cache (in this or another process) holds the directory's lock: two caches
+    never share a directory, so neither deletes or overwrites the other's files."""
+
+
+class DiskWriteError(StorageError):
     """Writing a disk entry failed (a full disk, an I/O error: the OSError is ``__cause__``).
     Its temporary file is removed and nothing is published; ``spill`` returns the blocks it
     spilled before the failure, and raises this only when it spilled none."""

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 from test_impl_cache import check_compressed as _check_compressed
-from test_impl_disk import files, persist
+from test_impl_disk import entry_path, files, persist
 
 import kvstate.impl.disk as disk_mod
 from kvstate.impl import EventKind, HeterogeneousKVCache, InvalidArgument
@@ -72,16 +72,16 @@ def check_compressed(run: Any, toks: Any) -> None:
 def rewrite_header(path: Path, mutate: Any, key: bytes = KEY) -> None:
     """Rewrite an entry's header as a holder of the key would (a valid header MAC)."""
     raw = path.read_bytes()
-    pre = struct.Struct("<8sI32s")
-    magic, hlen, _ = pre.unpack(raw[: pre.size])
+    pre = struct.Struct("<8sI32s16s")
+    magic, hlen, _, kid = pre.unpack(raw[: pre.size])
     header = json.loads(raw[pre.size : pre.size + hlen])
     hb = mutate(header)
     if not isinstance(hb, bytes):
         hb = json.dumps(hb, sort_keys=True).encode()
-    tier = DiskTier(path.parent / "mac", {}, G.load_steps, key=key)
-    blockkey = bytes.fromhex(path.name[: -len(SUFFIX)])
-    mac = tier._header_mac(blockkey, hb)
-    path.write_bytes(pre.pack(magic, len(hb), mac) + hb + raw[pre.size + hlen :])
+    tier = DiskTier(path.parent.parent / f"mac-{path.parent.name}", {}, G.load_steps, key=key)
+    mac = tier._header_mac(hb)
+    tier.close()
+    path.write_bytes(pre.pack(magic, len(hb), mac, kid) + hb + raw[pre.size + hlen :])
 
 
 # ---- item 3: a failing load job -----------------------------------------------------------
@@ -371,7 +371,9 @@ def test_planted_entry_under_a_victims_key_is_not_served(tmp_path: Path) -> None
     c0.close()
     attacker_key = os.urandom(32)  # all an attacker without the directory's key can use
     for vk, ok in zip(vkeys[:2], okeys[:2], strict=True):
-        src, dst = tmp_path / (ok.hex() + SUFFIX), tmp_path / (vk.hex() + SUFFIX)
+        # the names a predictable scheme would give the victim's entries (the keyed names
+        # cannot be computed without the directory's key)
+        src, dst = entry_path(tmp_path, ok), tmp_path / (vk.hex() + SUFFIX)
         raw = src.read_bytes()
         magic = raw[:8]
         if magic == b"KVSTATE\x01":  # the unkeyed layout: CRC-32 of the header
@@ -383,12 +385,13 @@ def test_planted_entry_under_a_victims_key_is_not_served(tmp_path: Path) -> None
                 raw[:8] + struct.pack("<II", hlen, zlib.crc32(hb)) + hb + raw[16 + hlen :]
             )
         else:
-            pre = struct.Struct("<8sI32s")
-            _, hlen, _ = pre.unpack(raw[: pre.size])
+            pre = struct.Struct("<8sI32s16s")
+            _, hlen, _, kid = pre.unpack(raw[: pre.size])
             hb = raw[pre.size : pre.size + hlen].replace(ok.hex().encode(), vk.hex().encode())
             mac = hashlib.blake2b(attacker_key + vk + hb, digest_size=32).digest()
-            dst.write_bytes(pre.pack(magic, hlen, mac) + hb + raw[pre.size + hlen :])
-        src.unlink()
+            forged = pre.pack(magic, hlen, mac, kid) + hb + raw[pre.size + hlen :]
+            dst.write_bytes(forged)
+            src.write_bytes(forged)  # and under the other entry's own (keyed) name
     c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors="manual")
     try:
         a = c.admit(c.request(victim_toks))
@@ -429,11 +432,11 @@ def test_a_mac_failure_in_a_concurrent_load_fails_it_cleanly(tmp_path: Path, sec
     c0 = HeterogeneousKVCache(G, cache_dir=tmp_path / "keys", executors="manual", disk_key=KEY)
     keys = c0.chain(toks).keys
     c0.close()
-    pre = struct.Struct("<8sI32s")
+    pre = struct.Struct("<8sI32s16s")
     victim = 3  # blocks 1-3 kept their windows at the store (Geometry.swa_kept)
-    path = tmp_path / (keys[victim].hex() + SUFFIX)
+    path = entry_path(tmp_path, keys[victim], KEY)
     raw = bytearray(path.read_bytes())
-    _, hlen, _ = pre.unpack(bytes(raw[: pre.size]))
+    _, hlen, _, _ = pre.unpack(bytes(raw[: pre.size]))
     header = json.loads(raw[pre.size : pre.size + hlen])
     lo, hi = header["chunks"][1][2:4] if section == "chunk" else header["swa_section"][:2]
     raw[pre.size + hlen + (lo + hi) // 2] ^= 0x01
@@ -476,12 +479,36 @@ def test_directory_key_is_private_and_checked(tmp_path: Path) -> None:
         HeterogeneousKVCache(G, cache_dir=tmp_path, executors="manual")
 
 
-def test_entries_written_under_another_key_are_misses(tmp_path: Path) -> None:
+def test_entries_written_under_another_key_are_misses_and_left_alone(tmp_path: Path) -> None:
+    """Opening a directory with another key neither reads nor deletes the first key's entries
+    (their key id names another key: someone else's, not damage), and the first key serves
+    them again afterwards, every byte exact."""
     toks = harness_tokens(2 * L + 1)
     persist_keyed(tmp_path, toks, key=b"a" * 32)
+    before = {p.name: p.read_bytes() for p in files(tmp_path)}
+    assert len(before) == 2
     c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors="manual", disk_key=b"b" * 32)
     try:
-        assert c.stats()["disk_entries"] == 0 and files(tmp_path) == []
+        assert c.stats()["disk_entries"] == 0 and c.events.of(EventKind.REMOVED) == []
+        assert (
+            sorted(why.split(": ")[1] for _, why in c.core.disk.foreign)
+            == ["written under another key"] * 2
+        )
+        a = c.admit(c.request(toks))
+        c.pipelines.drain()
+        with c.use(a) as run:
+            assert run.hit_tokens == 0
+    finally:
+        c.close()
+    assert {p.name: p.read_bytes() for p in files(tmp_path)} == before
+    c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors="manual", disk_key=b"a" * 32)
+    try:
+        assert c.stats()["disk_entries"] == 2
+        a = c.admit(c.request(toks))
+        c.pipelines.drain()
+        with c.use(a) as run:
+            assert run.hit_tokens == 2 * L
+            check_compressed(run, toks)
     finally:
         c.close()
     with pytest.raises(InvalidArgument):
@@ -494,15 +521,19 @@ def _rewrite(
     chunk_mac: Callable[[bytes, bytes, int, int, int, bytes], bytes],
     header_mac: Callable[[bytes, bytes], bytes],
 ) -> None:
-    """Rewrite an entry as kvstate's format ``fmt`` wrote it: its magic and version, every MAC
-    recomputed with that format's ``chunk_mac(blockkey, nonce, index, lo, hi, bytes)`` and
-    ``header_mac(blockkey, header)`` (valid under the directory's key)."""
+    """Rewrite an entry as kvstate's format ``fmt`` wrote it: its magic and version, its
+    prefix (no key id) and its name (the block key's hex), every MAC recomputed with that
+    format's ``chunk_mac(blockkey, nonce, index, lo, hi, bytes)`` and ``header_mac(blockkey,
+    header)`` (valid under the directory's key)."""
     raw = path.read_bytes()
+    now = struct.Struct("<8sI32s16s")
     pre = struct.Struct("<8sI32s")
-    _, hlen, _ = pre.unpack(raw[: pre.size])
-    header = json.loads(raw[pre.size : pre.size + hlen])
-    payload = raw[pre.size + hlen :]
-    blockkey = bytes.fromhex(path.name[: -len(SUFFIX)])
+    _, hlen, _, _ = now.unpack(raw[: now.size])
+    header = json.loads(raw[now.size : now.size + hlen])
+    payload = raw[now.size + hlen :]
+    blockkey = bytes.fromhex(header["key"])
+    path.unlink()
+    path = path.with_name(blockkey.hex() + SUFFIX)
     nonce = bytes.fromhex(header["nonce"])
 
     def mac(index: int, lo: int, hi: int) -> str:
@@ -551,17 +582,41 @@ def _as_format_3(path: Path, key: bytes) -> None:
     _rewrite(path, 3, chunk, head)
 
 
-@pytest.mark.parametrize("old_format", [2, 3])
+def _as_format_4(path: Path, key: bytes) -> None:
+    """Format 4: keyed BLAKE3, one derived key per domain, over the block key's length, the
+    block key and the data (entries named by the block key's hex)."""
+    from blake3 import blake3
+
+    def derived(context: str) -> bytes:
+        return blake3(key, derive_key_context=context).digest()
+
+    head_key = derived("kvstate 2026-12-01 disk entry header MAC, format 4")
+    chunk_key = derived("kvstate 2026-12-01 disk entry chunk MAC, format 4")
+
+    def chunk(bk: bytes, nonce: bytes, i: int, lo: int, hi: int, data: bytes) -> bytes:
+        h = blake3(key=chunk_key)
+        for part in (struct.pack("<I", len(bk)), bk, nonce, struct.pack("<qqq", i, lo, hi), data):
+            h.update(part)
+        return h.digest()
+
+    def head(bk: bytes, hb: bytes) -> bytes:
+        return blake3(struct.pack("<I", len(bk)) + bk + hb, key=head_key).digest()
+
+    _rewrite(path, 4, chunk, head)
+
+
+@pytest.mark.parametrize("old_format", [2, 3, 4])
 def test_entries_of_a_previous_format_are_stale_never_read(tmp_path: Path, old_format: int) -> None:
-    """Format 3 moved the MACs to HMAC-SHA256, format 4 to keyed BLAKE3: a file of an older
-    format, valid under this directory's key, is kvstate's but stale (another magic): deleted
-    at open, never loaded."""
+    """Format 3 moved the MACs to HMAC-SHA256, format 4 to keyed BLAKE3, format 5 to keyed
+    names and a key id: a file of an older format, valid under this directory's key, is
+    kvstate's but stale (another magic): deleted at open, never loaded."""
     toks = harness_tokens(2 * L + 1)
     persist_keyed(tmp_path, toks)
     old = files(tmp_path)
-    assert old and MAGIC == b"KVSTATE\x04"
+    assert old and MAGIC == b"KVSTATE\x05"
     for f in old:
-        (_as_format_2 if old_format == 2 else _as_format_3)(f, KEY)
+        {2: _as_format_2, 3: _as_format_3, 4: _as_format_4}[old_format](f, KEY)
+    assert len(files(tmp_path)) == len(old)
     c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors="manual", disk_key=KEY)
     try:
         removed = c.events.of(EventKind.REMOVED)
