@@ -426,7 +426,12 @@ class DiskTier:
         except OSError as exc:  # a read-only or full directory: nothing was created
             raise self._write_error(key, exc) from exc
         try:
-            with os.fdopen(fd, "wb") as f:
+            try:
+                f = os.fdopen(fd, "wb")
+            except BaseException:
+                os.close(fd)
+                raise
+            with f:
                 f.write(_PREFIX.pack(MAGIC, len(hb), self._header_mac(hb), self.key_id))
                 f.write(hb)
                 for p in parts:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 PATH_CALLS = ("open", "unlink", "rename", "replace", "link", "listdir", "scandir", "mkdir")
-FD_CALLS = ("write", "fsync", "fstat", "pread", "preadv")
+FD_CALLS = ("write", "fsync", "fstat", "pread", "preadv", "fdopen")
 Predicate = Callable[[str, tuple[Any, ...]], bool]
 
 
@@ -75,12 +75,31 @@ class FaultyOs:
             with self.changed:
                 self.entered[name] = self.entered.get(name, 0) + 1
                 self.changed.notify_all()
+            if kind == "fail" and name == "fdopen":  # a file whose writes fail (a full disk)
+                return _FailingFile(real(*args, **kw), arg)
             if kind == "fail":
                 raise OSError(arg, f"{os.strerror(arg)} (injected)")
             arg.wait(seconds)
             return real(*args, **kw)
 
         return call
+
+
+class _FailingFile:
+    def __init__(self, f: Any, code: int) -> None:
+        self._f, self._code = f, code
+
+    def write(self, data: Any) -> int:
+        raise OSError(self._code, f"{os.strerror(self._code)} (injected)")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._f, name)
+
+    def __enter__(self) -> _FailingFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._f.close()
 
 
 @contextmanager
