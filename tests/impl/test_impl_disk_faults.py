@@ -69,7 +69,9 @@ def timed(fn: Any) -> float:
 
 
 # ---- item 1: a hung disk blocks nothing that needs no disk ---------------------------------
-def test_a_stalled_unlink_and_rename_block_no_other_work(tmp_path: Path, monkeypatch: Any) -> None:
+def test_a_stalled_unlink_and_rename_block_no_other_work(
+    tmp_path: Path, monkeypatch: Any, capsys: Any
+) -> None:
     """An 8 s unlink (a drop's, a finished load's) and an 8 s rename (a spill's publish) run
     with the cache's lock free: ``stats()``, ``tick()`` and an admission served from the device
     each finish in under 100 ms while all three stall; afterwards everything completes."""
@@ -130,6 +132,11 @@ def test_a_stalled_unlink_and_rename_block_no_other_work(tmp_path: Path, monkeyp
             t.join(timeout=30)
         assert not errors, errors
         assert stalled.get("unlink", 0) >= 2 and stalled.get("rename", 0) >= 1, stalled
+        with capsys.disabled():
+            print(
+                "\nduring an 8 s unlink and rename: "
+                + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in waits.items())
+            )
         assert all(w < 0.1 for w in waits.values()), waits
         with c.use(adm, timeout=30) as run_:
             assert run_.hit_tokens == 2 * L
