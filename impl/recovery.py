@@ -424,7 +424,9 @@ class Recovery:
         if job.pipe is Pipe.IO:
             entry: DiskEntry = job.src
             ulo, uhi = entry.chunks[k][0], entry.chunks[k][1]
-            if data is None:
+            if data is None and job.chunks is not None and k < len(job.chunks):
+                data = job.chunks[k]  # (read by the job's first step)
+            if data is None:  # (only where a step's read-ahead lost a race: read here)
                 data = self.disk.read_chunk(entry, k)
             self.tiers.land_chunk(ulo, uhi, data, job.dst)
         else:
@@ -434,9 +436,17 @@ class Recovery:
             self.tiers.land_host(chunk, job.src, job.dst)
 
     def load_progress(self, rid: Any, data: torch.Tensor | None = None) -> None:
+        """Land the load's next chunk: ``data`` (read by its job), else, for a disk load driven
+        step by step (the core's surface), the chunk read and authenticated first without the
+        lock (:meth:`_read_ahead`; Refused, nothing changed, if the load moved on meanwhile)."""
+        ahead = self._read_ahead(rid) if data is None else None
         with self.lock:
             self.gate.check_block("load_progress", rid)
             job = self.load_job(rid)
+            if ahead is not None:
+                if ahead[0] is not job or ahead[1] != self.meta.prog[rid]:
+                    raise Refused("load_progress", (), "the load moved on while its chunk was read")
+                data = ahead[2]
             try:
                 self._chunk(job, self.meta.prog[rid], data)
             except Exception as exc:  # any failure is a failed load: nothing stays LOADING
@@ -445,6 +455,63 @@ class Recovery:
                     raise
                 raise CorruptEntry(f"loading record {rid}: {_why(exc)}") from exc
             self.meta.prog[rid] += 1
+
+    def _read_ahead(self, rid: Any) -> tuple[LoadJob, int, torch.Tensor] | None:
+        """A step-by-step disk load's next chunk, read and authenticated *without* the lock:
+        (its job, the chunk's index, its bytes), or None where there is nothing to read (the
+        guard refuses: the locked step says why; a host load; an injected fault; chunks the
+        job already read).  A failed read fails the load, as a failure under the lock did."""
+        with self.lock:
+            if not self.gate.can("load_progress", rid):
+                return None
+            job = self.pipes.io.get(rid)
+            if not isinstance(job, LoadJob) or job.fault or job.chunks is not None:
+                return None
+            entry: DiskEntry = job.src
+            k = self.meta.prog[rid]
+        try:
+            return job, k, self.disk.read_chunk(entry, k)
+        except Exception as exc:
+            self._failed_read(job, k, exc)
+            raise  # (not reached: _failed_read raises)
+
+    def _failed_read(self, job: LoadJob, k: int, exc: Exception) -> None:
+        """A read made without the lock failed: fail the load if it is still where the read
+        left it, and raise CorruptEntry."""
+        rid = job.rid
+        with self.lock:
+            if self.owns(job) and (k < 0 or self.meta.prog[rid] == k):
+                self.fail_load(rid, job, _why(exc), corrupt=True)
+        if isinstance(exc, CorruptEntry):
+            raise exc
+        err = CorruptEntry(f"loading record {rid}: {_why(exc)}")
+        err.__cause__ = exc
+        raise err
+
+    def _read_window_ahead(self, rid: Any) -> None:
+        """A step-by-step disk load's window section, read and authenticated without the lock
+        before ``load_done`` installs it (the job keeps it; nothing to do where the guard
+        refuses or the job read it already)."""
+        with self.lock:
+            if not self.gate.can("load_done", rid):
+                return
+            job = self.pipes.io.get(rid)
+            if (
+                not isinstance(job, LoadJob)
+                or job.fault
+                or not job.swa_pages
+                or job.swa_data is not None
+            ):
+                return
+            entry: DiskEntry = job.src
+        try:
+            data = self.disk.read_swa(entry)
+        except Exception as exc:
+            self._failed_read(job, -1, exc)
+            raise
+        with self.lock:
+            if self.owns(job) and job.swa_data is None:
+                job.swa_data = data
 
     def owns(self, job: LoadJob) -> bool:
         """Is ``job`` still the load of its record (the lock held)?"""
@@ -599,6 +666,7 @@ class Recovery:
         (A disk load's window section is read here unless its job read it without the lock.)
         A disk load's file is doomed under the lock and unlinked after it."""
         try:
+            self._read_window_ahead(rid)
             return self._load_done(rid)
         finally:
             self.disk.reap()

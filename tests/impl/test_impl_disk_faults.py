@@ -333,3 +333,44 @@ def test_the_cache_directory_is_created_private(tmp_path: Path) -> None:
     finally:
         os.umask(old)
     assert d.stat().st_mode & 0o777 == 0o700
+
+
+def test_the_cores_step_by_step_load_touches_no_file_under_the_lock(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """The core's surface (the conformance adapter drives loads action by action): each
+    ``load_progress`` reads and authenticates its chunk, and ``load_done`` the window, before
+    taking the lock; the loaded file is unlinked after it.  No open or unlink of the cache's
+    files runs with the lock held, and the block lands whole."""
+    toks = harness_tokens(2 * L + 1)
+    persist(tmp_path, toks)
+    c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors="manual")
+    core = c.core
+    calls: list[tuple[str, bool]] = []
+    for name in ("open", "unlink", "rename"):
+        real = getattr(os, name)
+
+        def spy(path: Any, *a: Any, _name: str = name, _real: Any = real, **kw: Any) -> Any:
+            if os.fspath(path).startswith(str(tmp_path)):
+                calls.append((_name, core.lock._is_owned()))
+            return _real(path, *a, **kw)
+
+        monkeypatch.setattr(os, name, spy)
+    try:
+        for rid in core.resolve(c.chain(toks)):
+            core.load_start(rid)
+            for _ in range(G.load_steps):
+                core.load_progress(rid)
+            core.load_done(rid)
+            assert core.meta.ckv[rid] == CKV.READY
+        monkeypatch.undo()
+        assert calls and [call for call in calls if call[1]] == []
+        assert [n for n, _ in calls].count("unlink") == 2 and files(tmp_path) == []
+        a = c.admit(c.request(toks))
+        c.pipelines.drain()  # (the indexer rebuilds a disk load asks for)
+        with c.use(a) as run:
+            assert run.hit_tokens == 2 * L
+            check_compressed(run, toks)
+            check_window(run, toks)
+    finally:
+        c.close()
