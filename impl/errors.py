@@ -24,7 +24,13 @@ class KVStateError(Exception):
 
 
 class InvalidArgument(KVStateError, ValueError):
-    """A malformed argument: negative or absurd length, wrong type, out-of-range index."""
+    """A malformed argument: negative or absurd length, wrong type, out-of-range index.
+
+    One rule for integers at every entry point (the library's, ``Run``'s and the core's: a
+    count, ticks, a layer, a record, a request slot, a boundary): a Python ``int`` or a NumPy
+    integer scalar (``np.int64(0)``) is an int; a ``bool`` (``np.bool_`` too), a float or
+    anything else is refused (``tests/impl/test_impl_badinput.py`` checks that every int
+    parameter answers the same to ``np.int64``, ``np.int32`` and ``np.uint16`` as to ``int``)."""
 
 
 class UnknownRequest(KVStateError, KeyError):
