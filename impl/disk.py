@@ -259,6 +259,8 @@ class DiskTier:
         self.swa_bytes = swa_bytes
         self._lock_fd = -1
         self._doomed: list[Path] = []  # files to unlink once the cache's lock is released
+        self._in_flight = 0  # unlinks running now (``unlinking`` counts them)
+        self._reaping = threading.Lock()  # guards the two above; no file-system call under it
         # files whose unlink the file system refused (a read-only mount): left behind, with why
         self.orphans: list[tuple[Path, str]] = []
         # entries the scan left alone: another key's, or this key's for another geometry
@@ -799,17 +801,23 @@ class DiskTier:
         unlink (a read-only file system) leaves the file in ``orphans``: authentic and exact,
         it is only space (a later opener may adopt it)."""
         doomed = self._doomed
-        while doomed:
-            try:
+        while True:
+            with self._reaping:  # (never held over a file-system call)
+                if not doomed:
+                    return
                 path = doomed.pop()
-            except IndexError:  # another thread took the last one
-                return
-            self._remove(path)
+                self._in_flight += 1
+            try:
+                self._remove(path)  # (refused: left in orphans)
+            finally:
+                with self._reaping:
+                    self._in_flight -= 1
 
     @property
     def unlinking(self) -> int:
         """Doomed files not yet unlinked (an unlink in flight counts until it returns)."""
-        return len(self._doomed)
+        with self._reaping:
+            return len(self._doomed) + self._in_flight
 
     # ---- the directory ------------------------------------------------------------------
     def _ours(self, path: Path, magic_prefix_ok: bool | None) -> bool:

@@ -257,8 +257,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "reap_never_unlinks",
         "doomed file never reaped",
         "impl/disk.py",
-        "            self._remove(path)\n\n    @property\n    def unlinking",
-        "            pass\n\n    @property\n    def unlinking",
+        "                self._remove(path)  # (refused: left in orphans)",
+        "                pass  # (refused: left in orphans)",
     ),
     Mutant(
         "failed_load_keeps_io_counter",

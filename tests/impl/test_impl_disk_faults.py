@@ -126,12 +126,14 @@ def test_a_stalled_unlink_and_rename_block_no_other_work(
                     "admission": timed(serve_hot),
                 }
                 stalled = dict(fs.entered)
+                unlinking = c.stats()["disk_unlinking"]  # the unlinks in flight are counted
             finally:
                 release.set()
         for t in threads:
             t.join(timeout=30)
         assert not errors, errors
         assert stalled.get("unlink", 0) >= 2 and stalled.get("rename", 0) >= 1, stalled
+        assert unlinking >= 2
         with capsys.disabled():
             print(
                 "\nduring an 8 s unlink and rename: "
@@ -142,6 +144,7 @@ def test_a_stalled_unlink_and_rename_block_no_other_work(
             assert run_.hit_tokens == 2 * L
             check_compressed(run_, loaded)
         c.pipelines.stop()
+        assert c.stats()["disk_unlinking"] == 0
         assert c.core.meta.ckv[warm_rid] == CKV.DISK
         assert accounting(c) == []
         names = sorted(e.path.name for e in c.core.disk_entries.values())
