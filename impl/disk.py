@@ -19,16 +19,11 @@ key), so nobody without the key can tell from a listing which prompts are cached
 file at a name an entry will take; the random part makes every write's name new, so an entry
 being deleted never shares its name with the key's next one.
 
-The key is the caller's (``disk_key``) or a per-directory secret, ``.kvstate-key``: 32 random
-bytes created atomically with mode 0600 (a private temporary linked into place), and refused
-when it is a symlink, not a regular file, not owned by this user or readable by others.  Each
-entry's prefix carries the key's *id* (a one-way derivation of it): an entry of another key or
-another geometry is someone else's, left alone and never counted, while one of this key that
-fails its checks is damage, deleted.
-
-The directory: created 0700; locked (``flock`` on the directory itself, exclusive, for the
-cache's lifetime: another opener, in this process or another, is refused with
-:class:`DirectoryInUse`); only the lock holder deletes anything in it.
+The key is the caller's (``disk_key``) or the directory's (``.kvstate-key``; the directory,
+its lock and when its files go: :mod:`kvstate.impl.diskdir`).  Each entry's prefix carries the
+key's *id* (a one-way derivation of it): an entry of another key or another geometry is someone
+else's, left alone and never counted, while one of this key that fails its checks is damage,
+deleted.
 
 File layout: a fixed prefix (magic, header length, header MAC, key id), a JSON header (format
 version, geometry fingerprint, key, content version and stored form, saved tail/window phases,
@@ -37,11 +32,9 @@ temporary (``O_CREAT|O_EXCL|O_NOFOLLOW``, mode 0600, an unpredictable name) in t
 directory and are published with ``os.rename`` to the entry's fresh name, so a reader or a
 restarted process sees a whole entry or none, never a torn write.
 
-No file-system call runs under the cache's lock: the cache publishes a written entry before
-taking the lock to adopt it, and an entry it drops or loads back is only *doomed* under the lock
-(``delete``) and unlinked after it is released (``reap``).  A refused unlink (a read-only file
-system) leaves the file behind (``orphans``): it is authentic and exact, so a later opener may
-adopt it.
+No file-system call runs under the cache's lock: a written entry is renamed to its fresh name
+before the lock is taken to adopt it, and an entry dropped or loaded back is only doomed under
+the lock (``delete``) and unlinked after it (``reap``).
 
 Payload reads use ``O_DIRECT`` where the file system takes it (no copy out of the page cache,
 no cached pages to free when the loaded file goes), else the page cache: the same bytes, the same
@@ -57,7 +50,6 @@ more entries than ``disk_blocks``, the most recently written are kept.
 from __future__ import annotations
 
 import errno
-import fcntl
 import hmac  # compare_digest: constant-time tag comparison
 import json
 import os
@@ -68,19 +60,20 @@ import struct
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from blake3 import blake3
 
-from .errors import CorruptEntry, DirectoryInUse, DiskWriteError, InvalidArgument, StorageError
+from .diskdir import KEY_BYTES, OPEN_FLAGS, Directory, create_private, load_key
+from .diskdir import KEY_FILE as KEY_FILE  # (re-exported: the directory's key file)
+from .diskheader import MAC_BYTES, DiskEntry, parse_header, text
+from .errors import CorruptEntry, DiskWriteError, InvalidArgument
 
 FILE_FORMAT = 5  # 5: keyed names and a key id (4: keyed BLAKE3, 3: HMAC-SHA256, 2: keyed BLAKE2b)
 MAGIC = b"KVSTATE\x05"
 MAGIC_FAMILY = b"KVSTATE"  # any format version: kvstate's own (a stale one is deleted)
-MAC_BYTES = 32
 MAC_NAME = "keyed BLAKE3"
 KEY_MIN, KEY_MAX = 16, 64
 KEY_ID_BYTES = 16
@@ -95,21 +88,11 @@ MAX_HEADER = 1 << 20  # a header is a few KiB; a bigger length field is damage, 
 SUFFIX = ".kvb"
 STEM_HEX = 32  # the keyed hash of the block's key, in hex digits
 NAME_HEX = STEM_HEX + 16  # and a random part: every write's name is new
-KEY_FILE = ".kvstate-key"
-KEY_BYTES = 32
-DIR_MODE = 0o700  # a created cache directory: nobody else lists it
 # the names kvstate gives (and gave: a format before 5 named an entry by its key's hex) entries
 _ENTRY_NAME = re.compile(r"[0-9a-f]{2,128}\.kvb")
 _TMP_NAME = re.compile(r"\.[0-9a-f]{2,128}\.kvb\.[A-Za-z0-9_.]+\.tmp")
 _KEY_TMP_NAME = re.compile(r"\.kvstate-key\.[A-Za-z0-9_]+\.new")
-_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-_CREATE_FLAGS = (
-    os.O_WRONLY
-    | os.O_CREAT
-    | os.O_EXCL
-    | getattr(os, "O_NOFOLLOW", 0)
-    | getattr(os, "O_CLOEXEC", 0)
-)
+_OPEN_FLAGS = OPEN_FLAGS
 # Direct reads (``O_DIRECT``: the device writes into our buffer, no page-cache copy and no cached
 # pages to free when the loaded file is deleted) need a buffer, a file offset and a length
 # aligned to the device's logical block; 4096 covers every common one.  A chunk's bytes are read
@@ -119,10 +102,6 @@ _CREATE_FLAGS = (
 # checks.
 _O_DIRECT = getattr(os, "O_DIRECT", 0)
 DIRECT_ALIGN = 4096
-_HEADER_KEYS = frozenset(
-    ("format", "fingerprint", "key", "nonce", "ver", "gen", "fmt", "tail", "swa", "units",
-     "chunks", "swa_section")
-)  # fmt: skip
 
 
 def name_stem(secret: bytes, key: bytes) -> str:
@@ -136,98 +115,6 @@ def name_stem(secret: bytes, key: bytes) -> str:
 class ForeignEntry(CorruptEntry):
     """An entry that is not this cache's to read or delete: written under another key, or
     authentic under this key for another geometry.  Left alone, never counted."""
-
-
-def _storage(what: str, exc: OSError) -> StorageError:
-    err = StorageError(f"{what}: {exc}")
-    err.__cause__ = exc
-    return err
-
-
-def _create(root: Path, prefix: str, suffix: str) -> tuple[int, Path]:
-    """A private new file in ``root`` (``mkstemp``'s guarantees: created exclusively, no
-    symlink followed, mode 0600, an unpredictable name), through this module's ``os`` (the
-    tests' file-system faults reach every call the disk tier makes)."""
-    for _ in range(16):
-        path = root / f"{prefix}{secrets.token_hex(8)}{suffix}"
-        try:
-            return os.open(path, _CREATE_FLAGS, 0o600), path
-        except FileExistsError:
-            continue
-    raise FileExistsError(errno.EEXIST, "no fresh temporary name", str(root))
-
-
-@dataclass(frozen=True)
-class DiskEntry:
-    key: bytes
-    path: Path
-    ver: int
-    gen: int
-    fmt: int
-    tail: int
-    swa: int
-    nonce: bytes
-    units: tuple[tuple[str, int, int], ...]  # (group, layer position in group, bytes)
-    chunks: tuple[tuple[int, int, int, int, bytes], ...]  # (unit lo, unit hi, byte lo, hi, MAC)
-    swa_section: tuple[int, int, bytes] | None  # (byte lo, byte hi, MAC) or None
-    payload_offset: int
-    size: int  # the file's length when its header was read
-    mtime_ns: int = 0  # when it was written (the scan keeps the most recent ones)
-
-
-def load_key(root: Path) -> bytes:
-    """The directory's secret: created (atomically, mode 0600) when absent, else checked.
-    Raises InvalidArgument for a key file that is not one (a symlink, another owner's, readable
-    by others), StorageError when the file system refuses to create or read it."""
-    path = root / KEY_FILE
-    for _ in range(3):
-        try:
-            fd = os.open(path, _OPEN_FLAGS)
-        except FileNotFoundError:
-            try:
-                _create_key(root, path)
-            except OSError as exc:  # a read-only or full file system
-                raise _storage(f"cache_dir key {path} cannot be created", exc) from exc
-            continue
-        except OSError as exc:  # ELOOP: a symlink planted at the key's name
-            raise InvalidArgument(f"cache_dir key {path} cannot be opened safely: {exc}") from exc
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise InvalidArgument(f"cache_dir key {path} is not a regular file")
-            if st.st_uid != os.geteuid():
-                raise InvalidArgument(f"cache_dir key {path} is not owned by this user")
-            if st.st_mode & 0o077:
-                raise InvalidArgument(f"cache_dir key {path} is readable by others (not 0600)")
-            key = os.pread(fd, KEY_BYTES + 1, 0)
-        except OSError as exc:
-            raise _storage(f"cache_dir key {path} cannot be read", exc) from exc
-        finally:
-            os.close(fd)
-        if len(key) != KEY_BYTES:
-            raise InvalidArgument(f"cache_dir key {path} is not {KEY_BYTES} bytes")
-        return key
-    raise InvalidArgument(f"cache_dir key {path} keeps disappearing")
-
-
-def _create_key(root: Path, path: Path) -> None:
-    fd, tmp = _create(root, ".kvstate-key.", ".new")  # 0600
-    try:
-        os.write(fd, secrets.token_bytes(KEY_BYTES))
-        os.fsync(fd)
-        os.close(fd)
-        fd = -1
-        try:
-            os.link(tmp, path)  # atomic and exclusive: a concurrent opener's key wins
-        except FileExistsError:
-            pass
-    finally:
-        if fd >= 0:
-            os.close(fd)
-        try:
-            os.unlink(tmp)
-        except OSError:  # (the error that brought us here is the one to report)
-            pass
 
 
 class DiskTier:
@@ -257,15 +144,11 @@ class DiskTier:
         self.durable = durable
         self.layout = None if layout is None else tuple(layout)
         self.swa_bytes = swa_bytes
-        self._lock_fd = -1
-        self._doomed: list[Path] = []  # files to unlink once the cache's lock is released
-        self._in_flight = 0  # unlinks running now (``unlinking`` counts them)
-        self._reaping = threading.Lock()  # guards the two above; no file-system call under it
-        # files whose unlink the file system refused (a read-only mount): left behind, with why
-        self.orphans: list[tuple[Path, str]] = []
         # entries the scan left alone: another key's, or this key's for another geometry
         self.foreign: list[tuple[Path, str]] = []
-        self._lock_directory()
+        self.dir = Directory(self.root)  # created 0700 if missing, and locked
+        # files whose unlink the file system refused (a read-only mount): left behind, with why
+        self.orphans = self.dir.orphans
         try:
             self._key = key if key is not None else load_key(self.root)
         except BaseException:
@@ -287,53 +170,9 @@ class DiskTier:
         # good, at the first refusal; a test may set it to choose the path)
         self.direct = bool(_O_DIRECT)
 
-    def _lock_directory(self) -> None:
-        """Create the directory (0700) if it is missing and take its lock: an exclusive
-        ``flock`` on the directory itself (no lock file: a read-only directory locks too),
-        held until :meth:`close` or the process's end (the kernel drops it on a crash).
-        Another holder, in this process or another, is :class:`DirectoryInUse`."""
-        root = self.root
-        try:
-            os.makedirs(root, mode=DIR_MODE, exist_ok=True)
-        except (FileExistsError, NotADirectoryError) as exc:  # a file where a directory goes
-            raise InvalidArgument(f"cache_dir {root} is not a directory: {exc}") from exc
-        except OSError as exc:
-            raise _storage(f"cache_dir {root} cannot be created", exc) from exc
-        flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
-        try:
-            fd = os.open(root, flags)
-        except NotADirectoryError as exc:
-            raise InvalidArgument(f"cache_dir {root} is not a directory: {exc}") from exc
-        except OSError as exc:
-            raise _storage(f"cache_dir {root} cannot be opened", exc) from exc
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError as exc:
-            os.close(fd)
-            err = DirectoryInUse(
-                f"cache_dir {root} is in use by another cache (this or another process holds "
-                "its lock); two caches never share a directory: give each its own, or close "
-                "the other first"
-            )
-            err.__cause__ = exc
-            raise err from exc
-        except OSError as exc:  # a file system without locks (ENOLCK, EOPNOTSUPP)
-            os.close(fd)
-            raise _storage(f"cache_dir {root} cannot be locked", exc) from exc
-        self._lock_fd = fd
-
     def close(self) -> None:
         """Release the directory's lock (the files stay)."""
-        fd, self._lock_fd = self._lock_fd, -1
-        if fd >= 0:
-            os.close(fd)
-
-    def __del__(self) -> None:
-        # a cache dropped without ``close`` (a test's crash) still lets the directory go
-        try:
-            self.close()
-        except (OSError, AttributeError):
-            pass
+        self.dir.close()
 
     def new_path(self, key: bytes) -> Path:
         """A fresh name for one of ``key``'s entries: its keyed stem and a random part."""
@@ -424,7 +263,7 @@ class DiskTier:
         hb = json.dumps(header, sort_keys=True).encode()
         final = self.new_path(key)
         try:
-            fd, tmp = _create(self.root, f".{final.name}.", ".tmp")
+            fd, tmp = create_private(self.root, f".{final.name}.", ".tmp")
         except OSError as exc:  # a read-only or full directory: nothing was created
             raise self._write_error(key, exc) from exc
         try:
@@ -447,7 +286,7 @@ class DiskTier:
                 raise self._write_error(key, exc) from exc
             raise
         size = _PREFIX.size + len(hb) + sum(len(p) for p in parts)
-        entry = self._entry(key, final, header, _PREFIX.size + len(hb), size, time.time_ns())
+        entry = self._entry(header, key, final, _PREFIX.size + len(hb), size, time.time_ns())
         return tmp, entry
 
     def publish(self, prepared: tuple[Path, DiskEntry]) -> DiskEntry:
@@ -471,16 +310,7 @@ class DiskTier:
         return err
 
     def _remove(self, path: Path) -> bool:
-        """Unlink ``path`` now (a file of this process, or the lock holder's scan); a refusal
-        leaves it in ``orphans``.  True when it is gone."""
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            return True
-        except OSError as exc:
-            self.orphans.append((path, f"{type(exc).__name__}: {exc}"))
-            return False
-        return True
+        return self.dir.remove(path)
 
     # ---- reading ------------------------------------------------------------------------
     def _pread(self, fd: int, buf: memoryview, offset: int, need: int | None = None) -> int:
@@ -571,73 +401,25 @@ class DiskTier:
         if header.get("fingerprint") != self.fingerprint:
             raise ForeignEntry(f"{path.name}: written for another geometry/layout")
         try:
-            key = bytes.fromhex(_str(header.get("key")))
+            key = bytes.fromhex(text(header.get("key")))
         except (TypeError, ValueError) as exc:
             raise CorruptEntry(f"{path.name}: malformed key: {exc}") from exc
         name = path.name
         if len(name) != NAME_HEX + len(SUFFIX) or not name.startswith(self.stem(key)):
             raise CorruptEntry(f"{path.name}: not the name of an entry of its key")
         try:
-            entry = self._entry(key, path, header, _PREFIX.size + hlen, size, st.st_mtime_ns)
+            entry = self._entry(header, key, path, _PREFIX.size + hlen, size, st.st_mtime_ns)
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             raise CorruptEntry(f"{path.name}: malformed header: {exc}") from exc
         return entry
 
     def _entry(
-        self, key: bytes, path: Path, h: dict[str, Any], offset: int, size: int, mtime_ns: int
+        self, h: dict[str, Any], key: bytes, path: Path, offset: int, size: int, mtime_ns: int
     ) -> DiskEntry:
-        """The header as an entry, its schema checked against this cache's layout (any
-        inconsistency raises: the entry is damaged or not kvstate's)."""
-        if set(h) != _HEADER_KEYS:
-            raise ValueError(f"header fields {sorted(h)}")
-        ints = {f: h[f] for f in ("ver", "gen", "fmt", "tail", "swa")}
-        for f, v in ints.items():
-            if type(v) is not int or not 0 <= v < 1 << 62:
-                raise ValueError(f"{f}={v!r}")
-        nonce = bytes.fromhex(_str(h["nonce"]))
-        units = tuple((_str(g), _nat(layer), _nat(n)) for g, layer, n in _seq(h["units"], 3))
-        if self.layout is not None and units != self.layout:
-            raise ValueError("unit table does not match this cache's layout")
-        offsets = [0]
-        for _, _, n in units:
-            offsets.append(offsets[-1] + n)
-        chunks = []
-        raw_chunks = _seq(h["chunks"], 5)
-        if len(raw_chunks) != self.load_steps:
-            raise ValueError(f"{len(raw_chunks)} chunks, not {self.load_steps}")
-        nu = len(units)
-        for c, (ulo, uhi, blo, bhi, mac) in enumerate(raw_chunks):
-            want = (c * nu // self.load_steps, (c + 1) * nu // self.load_steps)
-            if (ulo, uhi) != want or (blo, bhi) != (offsets[want[0]], offsets[want[1]]):
-                raise ValueError(f"chunk {c} is not the layout's chunk {want}")
-            chunks.append((ulo, uhi, blo, bhi, _mac(mac)))
-        sw = h["swa_section"]
-        section: tuple[int, int, bytes] | None = None
-        end = offsets[-1]
-        if sw is not None:
-            lo, hi, mac = _seq([sw], 3)[0]
-            if lo != end or hi < lo or (self.swa_bytes is not None and hi - lo != self.swa_bytes):
-                raise ValueError(f"SWA section [{lo}, {hi}) is not the layout's")
-            section = (lo, hi, _mac(mac))
-            end = hi
-        if offset + end != size:
-            raise ValueError(f"file is {size} bytes, the header describes {offset + end}")
-        return DiskEntry(
-            key=key,
-            path=path,
-            ver=ints["ver"],
-            gen=ints["gen"],
-            fmt=ints["fmt"],
-            tail=ints["tail"],
-            swa=ints["swa"],
-            nonce=nonce,
-            units=units,
-            chunks=tuple(chunks),
-            swa_section=section,
-            payload_offset=offset,
-            size=size,
-            mtime_ns=mtime_ns,
-        )
+        return parse_header(
+            h, key, path, offset, size, mtime_ns,
+            layout=self.layout, load_steps=self.load_steps, swa_bytes=self.swa_bytes,
+        )  # fmt: skip
 
     def _buffer(self, n: int, scratch: bool | torch.Tensor) -> torch.Tensor:
         """An ``n``-byte buffer starting on a :data:`DIRECT_ALIGN` boundary: fresh, or with
@@ -794,30 +576,18 @@ class DiskTier:
         """Doom an entry the cache let go of (dropped, or loaded back): no file-system call, so
         the cache's lock may be held; :meth:`reap` unlinks it once the lock is released.  Its
         name is its own (random, never reused), so a later entry of its key is never hit."""
-        self._doomed.append(entry.path)
+        self.dir.doom(entry.path)
 
     def reap(self) -> None:
         """Unlink the doomed entries (any thread, never under the cache's lock).  A refused
         unlink (a read-only file system) leaves the file in ``orphans``: authentic and exact,
         it is only space (a later opener may adopt it)."""
-        doomed = self._doomed
-        while True:
-            with self._reaping:  # (never held over a file-system call)
-                if not doomed:
-                    return
-                path = doomed.pop()
-                self._in_flight += 1
-            try:
-                self._remove(path)  # (refused: left in orphans)
-            finally:
-                with self._reaping:
-                    self._in_flight -= 1
+        self.dir.reap()
 
     @property
     def unlinking(self) -> int:
         """Doomed files not yet unlinked (an unlink in flight counts until it returns)."""
-        with self._reaping:
-            return len(self._doomed) + self._in_flight
+        return self.dir.unlinking
 
     # ---- the directory ------------------------------------------------------------------
     def _ours(self, path: Path, magic_prefix_ok: bool | None) -> bool:
@@ -851,11 +621,7 @@ class DiskTier:
         directory cannot be listed."""
         good: dict[bytes, DiskEntry] = {}
         bad: list[tuple[Path, str]] = []
-        try:
-            names = sorted(os.listdir(self.root))
-        except OSError as exc:
-            raise _storage(f"cache_dir {self.root} cannot be listed", exc) from exc
-        for name in names:
+        for name in self.dir.listing():
             path = self.root / name
             if _KEY_TMP_NAME.fullmatch(name):
                 if self._ours(path, magic_prefix_ok=None):
@@ -885,33 +651,3 @@ class DiskTier:
                 self._remove(old.path)
             good[e.key] = e
         return sorted(good.values(), key=lambda e: (e.mtime_ns, e.path.name)), bad
-
-
-def _str(v: Any) -> str:
-    if not isinstance(v, str):
-        raise TypeError(f"expected a string, got {type(v).__name__}")
-    return v
-
-
-def _nat(v: Any) -> int:
-    if type(v) is not int or v < 0:
-        raise ValueError(f"expected a non-negative int, got {v!r}")
-    return v
-
-
-def _mac(v: Any) -> bytes:
-    mac = bytes.fromhex(_str(v))
-    if len(mac) != MAC_BYTES:
-        raise ValueError("MAC of the wrong length")
-    return mac
-
-
-def _seq(v: Any, width: int) -> list[Any]:
-    """A list of ``width``-long lists (integers checked by the caller)."""
-    if not isinstance(v, list) or not all(isinstance(x, list) and len(x) == width for x in v):
-        raise ValueError(f"expected a list of {width}-item lists")
-    for x in v:
-        for item in x[:-1]:
-            if not isinstance(item, str):
-                _nat(item)
-    return v

@@ -256,8 +256,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "reap_never_unlinks",
         "doomed file never reaped",
-        "impl/disk.py",
-        "                self._remove(path)  # (refused: left in orphans)",
+        "impl/diskdir.py",
+        "                self.remove(path)  # (refused: left in orphans)",
         "                pass  # (refused: left in orphans)",
     ),
     Mutant(
