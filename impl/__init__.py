@@ -18,6 +18,7 @@ from .coordinator import HitSearch, Shortening  # noqa: E402
 from .errors import (  # noqa: E402
     AlreadyReleased,
     CorruptEntry,
+    DirectoryInUse,
     DiskWriteError,
     InternalError,
     InvalidArgument,
@@ -26,6 +27,7 @@ from .errors import (  # noqa: E402
     NotReady,
     OutOfCapacity,
     Refused,
+    StorageError,
     UnknownRequest,
 )
 from .events import Event, EventKind, EventLog  # noqa: E402
@@ -40,10 +42,11 @@ if "_aot" in native_modules():
     register_twins(_aot.TWINS)
 
 __all__ = [
-    "Admission", "AlreadyReleased", "CorruptEntry", "DiskWriteError", "DeterministicWriter", "Event",
+    "Admission", "AlreadyReleased", "CorruptEntry", "DirectoryInUse", "DiskWriteError", "DeterministicWriter", "Event",
     "EventKind", "EventLog", "Explanation", "HeterogeneousKVCache", "HitSearch", "InternalError",
     "InvalidArgument", "KVStateError", "LayoutError", "NotReady", "OutOfCapacity", "Pin",
-    "RecoveryPlan", "RecoveryStep", "Refused", "Request", "Run", "Shortening", "UnknownRequest",
+    "RecoveryPlan", "RecoveryStep", "Refused", "Request", "Run", "Shortening", "StorageError",
+    "UnknownRequest",
     "UseContext", "Writer", "native_modules",
 ]  # fmt: skip
 

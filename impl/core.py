@@ -42,7 +42,7 @@ from .args import integer as _int
 from .blocks import BlockStore
 from .coordinator import HitSearch
 from .disk import DiskTier
-from .errors import CacheClosed, LayoutError
+from .errors import CacheClosed, InvalidArgument, LayoutError, StorageError
 from .events import EventLog
 from .gate import GuardGate
 from .graphs import GraphRegistry
@@ -159,8 +159,38 @@ class CacheCore:
         )
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         if cache_dir is None:
-            self._tmp = tempfile.TemporaryDirectory(prefix="kvstate-disk-")
+            try:
+                self._tmp = tempfile.TemporaryDirectory(prefix="kvstate-disk-")
+            except OSError as exc:  # a full or read-only temporary directory
+                err = StorageError(f"no temporary cache directory: {exc}")
+                err.__cause__ = exc
+                raise err from exc
             cache_dir = self._tmp.name
+        try:
+            self._build(table, g, caps, cache_dir, durable, disk_key, mode, writer, graph_blocks)
+        except BaseException:
+            if getattr(self, "disk", None) is not None:
+                self.disk.close()  # the directory's lock goes with a failed construction
+            if self._tmp is not None:
+                self._tmp.cleanup()
+            raise
+        self.closed = False  # after ``close``: every transition raises CacheClosed
+        self.pipes.start()
+
+    def _build(
+        self,
+        table: Table,
+        g: Any,
+        caps: dict[str, int],
+        cache_dir: Any,
+        durable: bool,
+        disk_key: bytes | None,
+        mode: str,
+        writer: Writer | None,
+        graph_blocks: int,
+    ) -> None:
+        """The parts over the tiers: the disk tier (the directory locked and scanned), the
+        pipelines, the graph registry, the gate and the three parts."""
         swa = self.tiers.swa
         self.disk = DiskTier(
             cache_dir,
@@ -225,17 +255,23 @@ class CacheCore:
         )
         self.slots = requests.slots
         recovery.scan_disk()
-        self.closed = False  # after ``close``: every transition raises CacheClosed
-        self.pipes.start()
 
     def _live(self) -> None:
         if self.closed:
             raise CacheClosed("the cache is closed")
 
+    def _rid(self, rid: Any) -> int:
+        """A block action's record argument: the cache is open, and a NumPy integer is an int
+        (the one rule of every entry point, :func:`kvstate.impl.args.integer`); the range and
+        the rest are the part's guard's."""
+        self._live()
+        return rid if rid.__class__ is int else self.gate.rid(rid)
+
     def close(self) -> None:
         self.closed = True
         self.pipes.stop()
         self.disk.reap()  # loaded files a stopped pipeline had not unlinked yet
+        self.disk.close()  # the directory's lock: another cache may open it now
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
@@ -321,6 +357,9 @@ class CacheCore:
                 "device_free": self.tiers.slots.free,
                 "host_free": self.tiers.host_slots.free,
                 "disk_entries": len(self.disk_entries),
+                # files let go of whose unlink is in flight; files a refused unlink left behind
+                "disk_unlinking": self.disk.unlinking,
+                "disk_orphans": len(self.disk.orphans),
                 "pinned_blocks": gate.pinned_blocks,
                 "io_inflight": gate.io_inflight,
                 "graph": self.graph.phase,
@@ -343,42 +382,42 @@ class CacheCore:
         return self.store.store_run(blocks, ticks, end)
 
     def allocate(self, rid: Any) -> int:
-        self._live()
+        rid = self._rid(rid)
         return self.store.allocate(rid)
 
     def commit(self, rid: Any) -> None:
-        self._live()
+        rid = self._rid(rid)
         self.store.commit(rid)
 
     def discard(self, rid: Any) -> None:
-        self._live()
+        rid = self._rid(rid)
         self.store.discard(rid)
 
     def seal(self, rid: Any) -> None:
-        self._live()
+        rid = self._rid(rid)
         self.store.seal(rid)
 
     def slide(self, rid: Any) -> None:
-        self._live()
+        rid = self._rid(rid)
         self.store.slide(rid)
 
     def index_update(self, rid: Any) -> None:
-        self._live()
+        rid = self._rid(rid)
         self.store.index_update(rid)
 
     def evict_start(self, rid: Any) -> None:
-        self._live()
+        rid = self._rid(rid)
         self.store.evict_start(rid)
 
     def evict_done(self, rid: Any) -> None:
-        self._live()
+        rid = self._rid(rid)
         self.store.evict_done(rid)
 
     def evict_one(self) -> bool:
         return self.store.evict_one()
 
     def touch(self, rid: Any, ticks: Any) -> None:
-        self._live()
+        rid = self._rid(rid)
         self.store.touch(rid, ticks)
 
     def touch_prefix(self, rids: Sequence[int], blocks: int, ticks: int) -> None:
@@ -389,47 +428,47 @@ class CacheCore:
 
     # ---- recovery ---------------------------------------------------------------------------
     def rebuild_start(self, rid: Any) -> None:
-        self._live()
+        rid = self._rid(rid)
         self.recovery.rebuild_start(rid)
 
     def rebuild_done(self, rid: Any) -> None:
-        self._live()
+        rid = self._rid(rid)
         self.recovery.rebuild_done(rid)
 
     def offload(self, rid: Any) -> None:
-        self._live()
+        rid = self._rid(rid)
         self.recovery.offload(rid)
 
     def offload_done(self, rid: Any) -> None:
-        self._live()
+        rid = self._rid(rid)
         self.recovery.offload_done(rid)
 
     def offload_cancel(self, rid: Any) -> None:
-        self._live()
+        rid = self._rid(rid)
         self.recovery.offload_cancel(rid)
 
     def spill(self, rid: Any) -> None:
-        self._live()
+        rid = self._rid(rid)
         self.recovery.spill(rid)
 
     def load_start(self, rid: Any) -> None:
-        self._live()
+        rid = self._rid(rid)
         self.recovery.load_start(rid)
 
     def load_progress(self, rid: Any, data: torch.Tensor | None = None) -> None:
-        self._live()
+        rid = self._rid(rid)
         self.recovery.load_progress(rid, data)
 
     def load_done(self, rid: Any) -> tuple[int, int]:
-        self._live()
+        rid = self._rid(rid)
         return self.recovery.load_done(rid)
 
     def load_fail(self, rid: Any) -> None:
-        self._live()
+        rid = self._rid(rid)
         self.recovery.load_fail(rid)
 
     def drop(self, rid: Any) -> None:
-        self._live()
+        rid = self._rid(rid)
         self.recovery.drop(rid)
 
     def offload_some(self, n: int) -> int:
@@ -469,10 +508,22 @@ class CacheCore:
 
     def inject_load_fault(self, rid: Any) -> None:
         """Test hook: the next step of this block's load fails as an I/O error would."""
-        self.recovery.inject_load_fault(rid)
+        self.recovery.inject_load_fault(self._rid(rid))
 
     def check_tail(self, rid: Any, boundary: Any) -> bool:
-        return self.recovery.check_tail(rid, boundary)
+        """Does the compressor state saved at the end of record ``rid`` splice at token
+        ``boundary``, the record's end (a positive multiple of the block, the record's own when
+        it knows its start)?  A failure marks the record corrupt; a bad argument is refused
+        (InvalidArgument) before anything is read or marked."""
+        rid = self.gate.rid(self._rid(rid))
+        b = _int("boundary", boundary, self.L, MAX_COUNT)
+        start = self.meta.start[rid]
+        if b % self.L or (start >= 0 and b != start + self.L):
+            raise InvalidArgument(
+                f"boundary={b} is not the end of record {rid} "
+                f"({'a multiple of ' + str(self.L) if start < 0 else start + self.L})"
+            )
+        return self.recovery.check_tail(rid, b)
 
     # ---- CUDA graph and time (global actions: the gate's guard, then the effect) ------------
     def tick(self, ticks: Any = 1) -> None:

@@ -5,37 +5,46 @@ its key must not be able to make kvstate serve other content under a key; all th
 delete entries (a miss, recomputed).  So every entry is authenticated with a keyed MAC
 (BLAKE3 in its keyed mode, a PRF, through the ``blake3`` bindings of the reference Rust crate:
 about 4 GB/s a core here against HMAC-SHA256's 1.75 (format 3) and keyed BLAKE2b's 0.8
-(format 2); older formats carry another magic and are deleted as stale, never read; one key
-per domain, header or chunk, derived from the directory's key with BLAKE3's key derivation and
-a context string of this format): the header's MAC covers the block's
-chained key (taken from the file name, which must match the header) and the header, which holds
-a per-entry nonce and one MAC per load chunk (and one for the SWA section); each chunk's MAC
-covers the key, the nonce, the chunk's index and byte range, and its bytes.  A file written for
-another key, a header rewritten with a recomputed CRC, a payload edit, chunks of two entries
-mixed: each fails a MAC and is a load failure (the hit is truncated and recomputed, never
-served from garbage: vLLM 52234).  A chunk is verified in one pass as it lands (OpenSSL's
-bindings release the GIL on long inputs, so verification overlaps the other loads' reads).
+(format 2); older formats (2 to 4) carry another magic and are deleted as stale, never read; one
+key per domain, header, chunk or name, derived from the directory's key with BLAKE3's key
+derivation and a context string of this format): the header's MAC covers the header, which
+names the block's chained key and holds a per-entry nonce and one MAC per load chunk (and one
+for the SWA section); each chunk's MAC covers the key, the nonce, the chunk's index and byte
+range, and its bytes.  A file written for another key, a header rewritten with a recomputed
+CRC, a payload edit, chunks of two entries mixed: each fails a MAC and is a load failure (the
+hit is truncated and recomputed, never served from garbage: vLLM 52234).
 
-The key is the caller's (``disk_key``) or a per-directory secret, ``.kvstate-key``: 32 random
-bytes created atomically with mode 0600 (a private temporary linked into place), and refused
-when it is a symlink, not a regular file, not owned by this user or readable by others.
+Names: an entry is ``<stem><random>.kvb``, the stem a keyed hash of the block's key (the name
+key), so nobody without the key can tell from a listing which prompts are cached, nor create a
+file at a name an entry will take; the random part makes every write's name new, so an entry
+being deleted never shares its name with the key's next one.
 
-File layout: a fixed prefix (magic, header length, header MAC), a JSON header (format version,
-geometry fingerprint, key, content version and stored form, saved tail/window phases, the
-payload's units, the chunk table with its MACs), then the payload.  Writes go to a temporary
-made with ``tempfile.mkstemp`` (``O_CREAT|O_EXCL|O_NOFOLLOW``, an unpredictable name) in the
-same directory and are published with ``os.replace``, so a reader or a restarted process sees
-the whole old file or the whole new one, never a torn write.
+The key is the caller's (``disk_key``) or the directory's (``.kvstate-key``; the directory,
+its lock and when its files go: :mod:`kvstate.impl.diskdir`).  Each entry's prefix carries the
+key's *id* (a one-way derivation of it): an entry of another key or another geometry is someone
+else's, left alone and never counted, while one of this key that fails its checks is damage,
+deleted.
+
+File layout: a fixed prefix (magic, header length, header MAC, key id), a JSON header (format
+version, geometry fingerprint, key, content version and stored form, saved tail/window phases,
+the payload's units, the chunk table with its MACs), then the payload.  Writes go to a private
+temporary (``O_CREAT|O_EXCL|O_NOFOLLOW``, mode 0600, an unpredictable name) in the same
+directory and are published with ``os.rename`` to the entry's fresh name, so a reader or a
+restarted process sees a whole entry or none, never a torn write.
+
+No file-system call runs under the cache's lock: a written entry is renamed to its fresh name
+before the lock is taken to adopt it, and an entry dropped or loaded back is only doomed under
+the lock (``delete``) and unlinked after it (``reap``).
 
 Payload reads use ``O_DIRECT`` where the file system takes it (no copy out of the page cache,
 no cached pages to free when the loaded file goes), else the page cache: the same bytes, the same
-checks.  A loaded entry leaves its name at once (``retire``, under the cache's lock) and is
-unlinked later (``reap``, without it).
+checks.
 
 Opening a cache scans the directory: every file is opened ``O_NOFOLLOW|O_NONBLOCK`` and must be
 a regular file (a directory, FIFO or symlink with an entry's name is left alone), headers are
-bounded and schema-checked, and only what carries kvstate's magic *and* naming is deleted when
-stale or damaged (a foreign file is never touched).
+bounded and schema-checked, and only what carries kvstate's magic *and* naming *and* this key's
+id is deleted when stale or damaged (a foreign file is never touched); when the directory holds
+more entries than ``disk_blocks``, the most recently written are kept.
 """
 
 from __future__ import annotations
@@ -48,36 +57,42 @@ import re
 import secrets
 import stat
 import struct
-import tempfile
 import threading
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from blake3 import blake3
 
-from .errors import CorruptEntry, InvalidArgument
+from .diskdir import KEY_BYTES, OPEN_FLAGS, Directory, create_private, load_key
+from .diskdir import KEY_FILE as KEY_FILE  # (re-exported: the directory's key file)
+from .diskheader import MAC_BYTES, DiskEntry, parse_header, text
+from .errors import CorruptEntry, DiskWriteError, InvalidArgument
 
-FILE_FORMAT = 4  # 4: keyed BLAKE3 (3: HMAC-SHA256, 2: keyed BLAKE2b: stale, deleted at open)
-MAGIC = b"KVSTATE\x04"
+FILE_FORMAT = 5  # 5: keyed names and a key id (4: keyed BLAKE3, 3: HMAC-SHA256, 2: keyed BLAKE2b)
+MAGIC = b"KVSTATE\x05"
 MAGIC_FAMILY = b"KVSTATE"  # any format version: kvstate's own (a stale one is deleted)
-MAC_BYTES = 32
 MAC_NAME = "keyed BLAKE3"
 KEY_MIN, KEY_MAX = 16, 64
+KEY_ID_BYTES = 16
 # domain separation: a header MAC is never a chunk MAC (each keyed state starts with its label)
-_HEADER_CONTEXT = "kvstate 2026-12-01 disk entry header MAC, format 4"
-_CHUNK_CONTEXT = "kvstate 2026-12-01 disk entry chunk MAC, format 4"
-_PREFIX = struct.Struct(f"<8sI{MAC_BYTES}s")  # magic, header length, header MAC
+_HEADER_CONTEXT = "kvstate 2026-12-03 disk entry header MAC, format 5"
+_CHUNK_CONTEXT = "kvstate 2026-12-03 disk entry chunk MAC, format 5"
+_NAME_CONTEXT = "kvstate 2026-12-03 disk entry name, format 5"
+_KEY_ID_CONTEXT = "kvstate 2026-12-03 disk key id, format 5"
+# magic, header length, header MAC, key id (the MAC first: a damaged header MAC is damage)
+_PREFIX = struct.Struct(f"<8sI{MAC_BYTES}s{KEY_ID_BYTES}s")
 MAX_HEADER = 1 << 20  # a header is a few KiB; a bigger length field is damage, not a read
 SUFFIX = ".kvb"
-KEY_FILE = ".kvstate-key"
-KEY_BYTES = 32
+STEM_HEX = 32  # the keyed hash of the block's key, in hex digits
+NAME_HEX = STEM_HEX + 16  # and a random part: every write's name is new
+# the names kvstate gives (and gave: a format before 5 named an entry by its key's hex) entries
 _ENTRY_NAME = re.compile(r"[0-9a-f]{2,128}\.kvb")
 _TMP_NAME = re.compile(r"\.[0-9a-f]{2,128}\.kvb\.[A-Za-z0-9_.]+\.tmp")
 _KEY_TMP_NAME = re.compile(r"\.kvstate-key\.[A-Za-z0-9_]+\.new")
-_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+_OPEN_FLAGS = OPEN_FLAGS
 # Direct reads (``O_DIRECT``: the device writes into our buffer, no page-cache copy and no cached
 # pages to free when the loaded file is deleted) need a buffer, a file offset and a length
 # aligned to the device's logical block; 4096 covers every common one.  A chunk's bytes are read
@@ -87,72 +102,19 @@ _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLO
 # checks.
 _O_DIRECT = getattr(os, "O_DIRECT", 0)
 DIRECT_ALIGN = 4096
-_HEADER_KEYS = frozenset(
-    ("format", "fingerprint", "key", "nonce", "ver", "gen", "fmt", "tail", "swa", "units",
-     "chunks", "swa_section")
-)  # fmt: skip
 
 
-@dataclass(frozen=True)
-class DiskEntry:
-    key: bytes
-    path: Path
-    ver: int
-    gen: int
-    fmt: int
-    tail: int
-    swa: int
-    nonce: bytes
-    units: tuple[tuple[str, int, int], ...]  # (group, layer position in group, bytes)
-    chunks: tuple[tuple[int, int, int, int, bytes], ...]  # (unit lo, unit hi, byte lo, hi, MAC)
-    swa_section: tuple[int, int, bytes] | None  # (byte lo, byte hi, MAC) or None
-    payload_offset: int
-    size: int  # the file's length when its header was read
+def name_stem(secret: bytes, key: bytes) -> str:
+    """The keyed stem of ``key``'s entry names under the directory key ``secret`` (what
+    :meth:`DiskTier.stem` computes from its derived state; for tools and tests that hold the
+    key)."""
+    name_key = blake3(secret, derive_key_context=_NAME_CONTEXT).digest()
+    return blake3(key, key=name_key).hexdigest(STEM_HEX // 2)
 
 
-def load_key(root: Path) -> bytes:
-    """The directory's secret: created (atomically, mode 0600) when absent, else checked."""
-    path = root / KEY_FILE
-    for _ in range(3):
-        try:
-            fd = os.open(path, _OPEN_FLAGS)
-        except FileNotFoundError:
-            _create_key(root, path)
-            continue
-        except OSError as exc:  # ELOOP: a symlink planted at the key's name
-            raise InvalidArgument(f"cache_dir key {path} cannot be opened safely: {exc}") from exc
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise InvalidArgument(f"cache_dir key {path} is not a regular file")
-            if st.st_uid != os.geteuid():
-                raise InvalidArgument(f"cache_dir key {path} is not owned by this user")
-            if st.st_mode & 0o077:
-                raise InvalidArgument(f"cache_dir key {path} is readable by others (not 0600)")
-            key = os.pread(fd, KEY_BYTES + 1, 0)
-        finally:
-            os.close(fd)
-        if len(key) != KEY_BYTES:
-            raise InvalidArgument(f"cache_dir key {path} is not {KEY_BYTES} bytes")
-        return key
-    raise InvalidArgument(f"cache_dir key {path} keeps disappearing")
-
-
-def _create_key(root: Path, path: Path) -> None:
-    fd, tmp = tempfile.mkstemp(dir=root, prefix=".kvstate-key.", suffix=".new")  # 0600
-    try:
-        os.write(fd, secrets.token_bytes(KEY_BYTES))
-        os.fsync(fd)
-        os.close(fd)
-        fd = -1
-        try:
-            os.link(tmp, path)  # atomic and exclusive: a concurrent opener's key wins
-        except FileExistsError:
-            pass
-    finally:
-        if fd >= 0:
-            os.close(fd)
-        os.unlink(tmp)
+class ForeignEntry(CorruptEntry):
+    """An entry that is not this cache's to read or delete: written under another key, or
+    authentic under this key for another geometry.  Left alone, never counted."""
 
 
 class DiskTier:
@@ -171,25 +133,35 @@ class DiskTier:
             raise InvalidArgument("cache_dir must name a directory, got '' (use '.' explicitly)")
         if not isinstance(root, (str, os.PathLike)):
             raise InvalidArgument(f"cache_dir must be a path, got {type(root).__name__}")
+        name = os.fspath(root)
+        if not isinstance(name, str) or "\x00" in name:
+            raise InvalidArgument(f"cache_dir {name!r} is not a directory name (a NUL byte)")
         if key is not None and (not isinstance(key, bytes) or not KEY_MIN <= len(key) <= KEY_MAX):
             raise InvalidArgument("disk_key must be 16 to 64 bytes")
-        self.root = Path(root)
-        try:
-            self.root.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise InvalidArgument(f"cache_dir {self.root} cannot be created: {exc}") from exc
+        self.root = Path(name)
         self.fingerprint = fingerprint
         self.load_steps = load_steps
         self.durable = durable
         self.layout = None if layout is None else tuple(layout)
         self.swa_bytes = swa_bytes
-        self._key = key if key is not None else load_key(self.root)
-        # one key per domain (a header MAC is never a chunk MAC), derived once; each MAC copies
-        # the keyed state
+        # entries the scan left alone: another key's, or this key's for another geometry
+        self.foreign: list[tuple[Path, str]] = []
+        self.dir = Directory(self.root)  # created 0700 if missing, and locked
+        # files whose unlink the file system refused (a read-only mount): left behind, with why
+        self.orphans = self.dir.orphans
+        try:
+            self._key = key if key is not None else load_key(self.root)
+        except BaseException:
+            self.close()
+            raise
+        # one key per domain (a header MAC is never a chunk MAC, a name no MAC), derived once;
+        # each MAC copies the keyed state
         self._mac_header = blake3(
             key=blake3(self._key, derive_key_context=_HEADER_CONTEXT).digest()
         )
         self._mac_chunk = blake3(key=blake3(self._key, derive_key_context=_CHUNK_CONTEXT).digest())
+        self._name_hash = blake3(key=blake3(self._key, derive_key_context=_NAME_CONTEXT).digest())
+        self.key_id = blake3(self._key, derive_key_context=_KEY_ID_CONTEXT).digest(KEY_ID_BYTES)
         self._scratch = threading.local()  # each reading thread's reusable chunk buffer
         # whole-payload buffers of finished loads, for the next ones (``read_block``): a fresh
         # one would fault in new pages on every block (list.pop / append are atomic)
@@ -197,16 +169,26 @@ class DiskTier:
         # payload reads bypass the page cache while the file system allows it (set False, for
         # good, at the first refusal; a test may set it to choose the path)
         self.direct = bool(_O_DIRECT)
-        self._dead: list[Path] = []  # retired entries not yet unlinked (see retire / reap)
 
-    def path(self, key: bytes) -> Path:
-        return self.root / (key.hex() + SUFFIX)
+    def close(self) -> None:
+        """Release the directory's lock (the files stay)."""
+        self.dir.close()
+
+    def new_path(self, key: bytes) -> Path:
+        """A fresh name for one of ``key``'s entries: its keyed stem and a random part."""
+        return self.root / f"{self.stem(key)}{secrets.token_hex(8)}{SUFFIX}"
+
+    def stem(self, key: bytes) -> str:
+        """The keyed hash of a block's key that starts its entries' names (nobody without
+        the directory's key can compute it)."""
+        h = self._name_hash.copy()
+        h.update(key)
+        return h.hexdigest(STEM_HEX // 2)
 
     # ---- MACs ---------------------------------------------------------------------------
-    def _header_mac(self, key: bytes, hb: bytes) -> bytes:
+    def _header_mac(self, hb: bytes) -> bytes:
         h = self._mac_header.copy()
-        h.update(struct.pack("<I", len(key)))
-        h.update(key)
+        h.update(self.key_id)
         h.update(hb)
         return h.digest()
 
@@ -279,31 +261,56 @@ class DiskTier:
             "swa_section": swa_section,
         }
         hb = json.dumps(header, sort_keys=True).encode()
-        final = self.path(key)
-        fd, name = tempfile.mkstemp(dir=self.root, prefix=f".{final.name}.", suffix=".tmp")
-        tmp = Path(name)
+        final = self.new_path(key)
         try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(_PREFIX.pack(MAGIC, len(hb), self._header_mac(key, hb)))
+            fd, tmp = create_private(self.root, f".{final.name}.", ".tmp")
+        except OSError as exc:  # a read-only or full directory: nothing was created
+            raise self._write_error(key, exc) from exc
+        try:
+            try:
+                f = os.fdopen(fd, "wb")
+            except BaseException:
+                os.close(fd)
+                raise
+            with f:
+                f.write(_PREFIX.pack(MAGIC, len(hb), self._header_mac(hb), self.key_id))
                 f.write(hb)
                 for p in parts:
                     f.write(p)
                 if self.durable:
                     f.flush()
                     os.fsync(f.fileno())
-        except BaseException:
-            tmp.unlink(missing_ok=True)
+        except BaseException as exc:
+            self._remove(tmp)
+            if isinstance(exc, OSError):
+                raise self._write_error(key, exc) from exc
             raise
         size = _PREFIX.size + len(hb) + sum(len(p) for p in parts)
-        return tmp, self._entry(key, final, header, _PREFIX.size + len(hb), size)
+        entry = self._entry(header, key, final, _PREFIX.size + len(hb), size, time.time_ns())
+        return tmp, entry
 
     def publish(self, prepared: tuple[Path, DiskEntry]) -> DiskEntry:
+        """Give a prepared entry its name (a rename to a name nothing else has: no lock needed,
+        nobody else's file replaced).  Raises DiskWriteError, the temporary removed, when the
+        file system refuses."""
         tmp, entry = prepared
-        os.replace(tmp, entry.path)
+        try:
+            os.rename(tmp, entry.path)
+        except OSError as exc:
+            self._remove(tmp)
+            raise self._write_error(entry.key, exc) from exc
         return entry
 
     def discard(self, prepared: tuple[Path, DiskEntry]) -> None:
-        prepared[0].unlink(missing_ok=True)
+        self._remove(prepared[0])
+
+    def _write_error(self, key: bytes, exc: OSError) -> DiskWriteError:
+        err = DiskWriteError(f"writing an entry in {self.root}: {exc}")
+        err.__cause__ = exc  # (kept when a compiled caller re-raises it)
+        return err
+
+    def _remove(self, path: Path) -> bool:
+        return self.dir.remove(path)
 
     # ---- reading ------------------------------------------------------------------------
     def _pread(self, fd: int, buf: memoryview, offset: int, need: int | None = None) -> int:
@@ -355,18 +362,25 @@ class DiskTier:
         return self._open(path), False
 
     def read_header(self, path: Path) -> DiskEntry:
+        """The entry at ``path``, its header authenticated.  Raises :class:`ForeignEntry` for
+        an entry of another key (its key id) or, authentic, of another geometry (not this
+        cache's: left alone), CorruptEntry for anything else (damaged, stale, not kvstate's)."""
         try:
             fd = self._open(path)
         except OSError as exc:
             raise CorruptEntry(f"{path.name}: {exc}") from exc
         try:
-            size = os.fstat(fd).st_size
+            st = os.fstat(fd)
+            size = st.st_size
             prefix = self._read_exact(fd, _PREFIX.size, 0)
-            if len(prefix) != _PREFIX.size:
-                raise CorruptEntry(f"{path.name}: truncated prefix")
-            magic, hlen, mac = _PREFIX.unpack(prefix)
+            magic = prefix[: len(MAGIC)]
             if magic != MAGIC:
                 raise CorruptEntry(f"{path.name}: bad magic {magic!r} (file format)")
+            if len(prefix) != _PREFIX.size:
+                raise CorruptEntry(f"{path.name}: truncated prefix")
+            _, hlen, mac, key_id = _PREFIX.unpack(prefix)
+            if not hmac.compare_digest(key_id, self.key_id):
+                raise ForeignEntry(f"{path.name}: written under another key")
             if hlen > MAX_HEADER or _PREFIX.size + hlen > size:
                 raise CorruptEntry(f"{path.name}: header length {hlen} out of bounds")
             hb = self._read_exact(fd, hlen, _PREFIX.size)
@@ -374,11 +388,7 @@ class DiskTier:
             raise CorruptEntry(f"{path.name}: {exc}") from exc
         finally:
             os.close(fd)
-        m = _ENTRY_NAME.fullmatch(path.name)
-        if m is None or len(path.name) % 2:
-            raise CorruptEntry(f"{path.name}: not an entry's name")
-        key = bytes.fromhex(path.name[: -len(SUFFIX)])
-        if len(hb) != hlen or not hmac.compare_digest(self._header_mac(key, hb), mac):
+        if len(hb) != hlen or not hmac.compare_digest(self._header_mac(hb), mac):
             raise CorruptEntry(f"{path.name}: header MAC (keyed checksum) mismatch")
         try:
             header = json.loads(hb)
@@ -389,69 +399,27 @@ class DiskTier:
         if header.get("format") != FILE_FORMAT:
             raise CorruptEntry(f"{path.name}: file format {header.get('format')} != {FILE_FORMAT}")
         if header.get("fingerprint") != self.fingerprint:
-            raise CorruptEntry(f"{path.name}: written for another geometry/layout")
-        if header.get("key") != key.hex():
-            raise CorruptEntry(f"{path.name}: header names another key")
+            raise ForeignEntry(f"{path.name}: written for another geometry/layout")
         try:
-            entry = self._entry(key, path, header, _PREFIX.size + hlen, size)
+            key = bytes.fromhex(text(header.get("key")))
+        except (TypeError, ValueError) as exc:
+            raise CorruptEntry(f"{path.name}: malformed key: {exc}") from exc
+        name = path.name
+        if len(name) != NAME_HEX + len(SUFFIX) or not name.startswith(self.stem(key)):
+            raise CorruptEntry(f"{path.name}: not the name of an entry of its key")
+        try:
+            entry = self._entry(header, key, path, _PREFIX.size + hlen, size, st.st_mtime_ns)
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             raise CorruptEntry(f"{path.name}: malformed header: {exc}") from exc
         return entry
 
     def _entry(
-        self, key: bytes, path: Path, h: dict[str, Any], offset: int, size: int
+        self, h: dict[str, Any], key: bytes, path: Path, offset: int, size: int, mtime_ns: int
     ) -> DiskEntry:
-        """The header as an entry, its schema checked against this cache's layout (any
-        inconsistency raises: the entry is damaged or not kvstate's)."""
-        if set(h) != _HEADER_KEYS:
-            raise ValueError(f"header fields {sorted(h)}")
-        ints = {f: h[f] for f in ("ver", "gen", "fmt", "tail", "swa")}
-        for f, v in ints.items():
-            if type(v) is not int or not 0 <= v < 1 << 62:
-                raise ValueError(f"{f}={v!r}")
-        nonce = bytes.fromhex(_str(h["nonce"]))
-        units = tuple((_str(g), _nat(layer), _nat(n)) for g, layer, n in _seq(h["units"], 3))
-        if self.layout is not None and units != self.layout:
-            raise ValueError("unit table does not match this cache's layout")
-        offsets = [0]
-        for _, _, n in units:
-            offsets.append(offsets[-1] + n)
-        chunks = []
-        raw_chunks = _seq(h["chunks"], 5)
-        if len(raw_chunks) != self.load_steps:
-            raise ValueError(f"{len(raw_chunks)} chunks, not {self.load_steps}")
-        nu = len(units)
-        for c, (ulo, uhi, blo, bhi, mac) in enumerate(raw_chunks):
-            want = (c * nu // self.load_steps, (c + 1) * nu // self.load_steps)
-            if (ulo, uhi) != want or (blo, bhi) != (offsets[want[0]], offsets[want[1]]):
-                raise ValueError(f"chunk {c} is not the layout's chunk {want}")
-            chunks.append((ulo, uhi, blo, bhi, _mac(mac)))
-        sw = h["swa_section"]
-        section: tuple[int, int, bytes] | None = None
-        end = offsets[-1]
-        if sw is not None:
-            lo, hi, mac = _seq([sw], 3)[0]
-            if lo != end or hi < lo or (self.swa_bytes is not None and hi - lo != self.swa_bytes):
-                raise ValueError(f"SWA section [{lo}, {hi}) is not the layout's")
-            section = (lo, hi, _mac(mac))
-            end = hi
-        if offset + end != size:
-            raise ValueError(f"file is {size} bytes, the header describes {offset + end}")
-        return DiskEntry(
-            key=key,
-            path=path,
-            ver=ints["ver"],
-            gen=ints["gen"],
-            fmt=ints["fmt"],
-            tail=ints["tail"],
-            swa=ints["swa"],
-            nonce=nonce,
-            units=units,
-            chunks=tuple(chunks),
-            swa_section=section,
-            payload_offset=offset,
-            size=size,
-        )
+        return parse_header(
+            h, key, path, offset, size, mtime_ns,
+            layout=self.layout, load_steps=self.load_steps, swa_bytes=self.swa_bytes,
+        )  # fmt: skip
 
     def _buffer(self, n: int, scratch: bool | torch.Tensor) -> torch.Tensor:
         """An ``n``-byte buffer starting on a :data:`DIRECT_ALIGN` boundary: fresh, or with
@@ -604,35 +572,22 @@ class DiskTier:
             raise CorruptEntry(f"{entry.path.name}: the entry has no window")
         return self._read_verified(entry, -1, sec[0], sec[1], sec[2])
 
-    def retire(self, entry: DiskEntry) -> None:
-        """Take a loaded entry off its name now (a rename: the key has no disk copy from here
-        on, for this process and after a crash) and leave the unlink, which frees the file's
-        blocks and costs milliseconds on a journaling file system, to :meth:`reap`, called
-        without the cache's lock.  The retired name is a temporary's (``_TMP_NAME``, never an
-        ``mkstemp`` one), so a crash before the reap leaves a file the next scan deletes."""
-        dead = entry.path.with_name(f".{entry.path.name}.dead_{secrets.token_hex(8)}.tmp")
-        try:
-            os.rename(entry.path, dead)
-        except FileNotFoundError:
-            return
-        self._dead.append(dead)
+    def delete(self, entry: DiskEntry) -> None:
+        """Doom an entry the cache let go of (dropped, or loaded back): no file-system call, so
+        the cache's lock may be held; :meth:`reap` unlinks it once the lock is released.  Its
+        name is its own (random, never reused), so a later entry of its key is never hit."""
+        self.dir.doom(entry.path)
 
     def reap(self) -> None:
-        """Unlink the entries :meth:`retire` took off their names (any thread, no lock)."""
-        dead = self._dead
-        while dead:
-            try:
-                path = dead.pop()
-            except IndexError:  # another thread took the last one
-                return
-            path.unlink(missing_ok=True)
+        """Unlink the doomed entries (any thread, never under the cache's lock).  A refused
+        unlink (a read-only file system) leaves the file in ``orphans``: authentic and exact,
+        it is only space (a later opener may adopt it)."""
+        self.dir.reap()
 
-    def delete(self, entry_or_key: DiskEntry | bytes) -> None:
-        path = entry_or_key.path if isinstance(entry_or_key, DiskEntry) else self.path(entry_or_key)
-        try:
-            path.unlink()
-        except FileNotFoundError:
-            pass
+    @property
+    def unlinking(self) -> int:
+        """Doomed files not yet unlinked (an unlink in flight counts until it returns)."""
+        return self.dir.unlinking
 
     # ---- the directory ------------------------------------------------------------------
     def _ours(self, path: Path, magic_prefix_ok: bool | None) -> bool:
@@ -659,56 +614,40 @@ class DiskTier:
         return head == MAGIC_FAMILY
 
     def scan(self) -> tuple[list[DiskEntry], list[tuple[Path, str]]]:
-        """Valid entries in the directory, and the rejected entries (deleted) with the reason.
-        Files without kvstate's naming and magic are left alone, whatever they hold."""
-        good: list[DiskEntry] = []
+        """Valid entries in the directory, oldest first (one per key: the most recent), and
+        the rejected ones (deleted: the scan runs with the directory's lock) with the reason.
+        Files without kvstate's naming and magic are left alone, whatever they hold, and so
+        are entries of another key or geometry (``foreign``).  Raises StorageError when the
+        directory cannot be listed."""
+        good: dict[bytes, DiskEntry] = {}
         bad: list[tuple[Path, str]] = []
-        for path in sorted(self.root.iterdir()):
-            name = path.name
+        for name in self.dir.listing():
+            path = self.root / name
             if _KEY_TMP_NAME.fullmatch(name):
                 if self._ours(path, magic_prefix_ok=None):
-                    path.unlink(missing_ok=True)  # a key being created when its writer died
+                    self._remove(path)  # a key being created when its writer died
                 continue
             if _TMP_NAME.fullmatch(name):
                 if self._ours(path, magic_prefix_ok=True):
-                    path.unlink(missing_ok=True)  # a write that never got published
+                    self._remove(path)  # a write that never got published
                 continue
             if not _ENTRY_NAME.fullmatch(name) or len(name) % 2:
                 continue
             try:
-                good.append(self.read_header(path))
+                e = self.read_header(path)
+            except ForeignEntry as exc:
+                self.foreign.append((path, str(exc)))
+                continue
             except CorruptEntry as exc:
                 if self._ours(path, magic_prefix_ok=False):
                     bad.append((path, str(exc)))
-                    path.unlink(missing_ok=True)
-        return good, bad
-
-
-def _str(v: Any) -> str:
-    if not isinstance(v, str):
-        raise TypeError(f"expected a string, got {type(v).__name__}")
-    return v
-
-
-def _nat(v: Any) -> int:
-    if type(v) is not int or v < 0:
-        raise ValueError(f"expected a non-negative int, got {v!r}")
-    return v
-
-
-def _mac(v: Any) -> bytes:
-    mac = bytes.fromhex(_str(v))
-    if len(mac) != MAC_BYTES:
-        raise ValueError("MAC of the wrong length")
-    return mac
-
-
-def _seq(v: Any, width: int) -> list[Any]:
-    """A list of ``width``-long lists (integers checked by the caller)."""
-    if not isinstance(v, list) or not all(isinstance(x, list) and len(x) == width for x in v):
-        raise ValueError(f"expected a list of {width}-item lists")
-    for x in v:
-        for item in x[:-1]:
-            if not isinstance(item, str):
-                _nat(item)
-    return v
+                    self._remove(path)
+                continue
+            old = good.get(e.key)
+            if old is not None:  # two entries of one key (a crash before a reap): the newer
+                if (old.mtime_ns, old.path.name) > (e.mtime_ns, e.path.name):
+                    old, e = e, old
+                bad.append((old.path, f"{old.path.name}: superseded by {e.path.name}"))
+                self._remove(old.path)
+            good[e.key] = e
+        return sorted(good.values(), key=lambda e: (e.mtime_ns, e.path.name)), bad

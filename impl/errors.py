@@ -24,7 +24,13 @@ class KVStateError(Exception):
 
 
 class InvalidArgument(KVStateError, ValueError):
-    """A malformed argument: negative or absurd length, wrong type, out-of-range index."""
+    """A malformed argument: negative or absurd length, wrong type, out-of-range index.
+
+    One rule for integers at every entry point (the library's, ``Run``'s and the core's: a
+    count, ticks, a layer, a record, a request slot, a boundary): a Python ``int`` or a NumPy
+    integer scalar (``np.int64(0)``) is an int; a ``bool`` (``np.bool_`` too), a float or
+    anything else is refused (``tests/impl/test_impl_badinput.py`` checks that every int
+    parameter answers the same to ``np.int64``, ``np.int32`` and ``np.uint16`` as to ``int``)."""
 
 
 class UnknownRequest(KVStateError, KeyError):
@@ -92,7 +98,20 @@ class WriterFailed(KVStateError):
     releases the request all the same (nothing stays pinned), ``append`` leaves it in use."""
 
 
-class DiskWriteError(KVStateError):
+class StorageError(KVStateError):
+    """The file system refused the cache directory: it cannot be created, locked, listed or
+    written (a read-only or full file system, EACCES, EPERM, EIO: the OSError is
+    ``__cause__``).  Raised by the constructor (nothing is left open) and by a disk write; a
+    refused *unlink* is never raised: the file is left behind (``DiskTier.orphans``) and the
+    cache goes on without it (its bytes are exact, see README's threat model)."""
+
+
+class DirectoryInUse(StorageError):
+    """Another cache (in this or another process) holds the directory's lock: two caches
+    never share a directory, so neither deletes or overwrites the other's files."""
+
+
+class DiskWriteError(StorageError):
     """Writing a disk entry failed (a full disk, an I/O error: the OSError is ``__cause__``).
     Its temporary file is removed and nothing is published; ``spill`` returns the blocks it
     spilled before the failure, and raises this only when it spilled none."""

@@ -20,6 +20,7 @@ from typing import Any
 
 from kvstate.spec.table import Table
 
+from .args import integer
 from .coordinator import Coordinator
 from .errors import InternalError, InvalidArgument, Refused
 from .fastforms import compile_search
@@ -182,7 +183,7 @@ class GuardGate:
 
     def check_block(self, action: str, rid: Any, skip: Sequence[str] = (), **params: int) -> None:
         if rid.__class__ is not int or not 0 < rid < len(self.meta.ckv):
-            self.rid(rid)  # raises InvalidArgument (an int subclass is checked there too)
+            rid = self.rid(rid)  # InvalidArgument, or a NumPy (or int subclass) record as int
         if not skip and action in self.by_record:  # the common case, inline
             params["b"] = rid
             if self.accept[action](self.records, params):
@@ -232,13 +233,19 @@ class GuardGate:
         """Would the block action be allowed now (jobs ask this to choose their next step)."""
         if not isinstance(action, str) or action not in self.actions:
             raise InvalidArgument(f"no block action {action!r}")
-        if rid.__class__ is not int or not 0 <= rid < len(self.meta):  # 0: the null record
+        if rid.__class__ is not int:  # a NumPy integer is an int; a bool is not (args.integer)
+            rid = integer("record", rid)
+        if not 0 <= rid < len(self.meta):  # 0: the null record
             raise InvalidArgument(f"no block record {rid!r}")
         with self.lock:
             state, b = self.block_state(action, rid)
             return self.guards.allows(action, state, {"b": b})
 
     def rid(self, rid: Any) -> int:
-        if rid.__class__ is not int or not 0 < rid < len(self.meta):
+        """A record argument: an int (a NumPy integer too, never a bool: :func:`integer`)
+        naming a record (not the null record 0)."""
+        if rid.__class__ is not int:
+            rid = integer("record", rid)
+        if not 0 < rid < len(self.meta):
             raise InvalidArgument(f"no block record {rid!r}")
         return rid

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, Final
 
 import torch
@@ -103,12 +102,14 @@ class Recovery:
         self.gate.notify_changed()
 
     def scan_disk(self) -> None:
-        """Adopt the entries a previous process left in the cache directory (valid ones only)."""
+        """Adopt the entries a previous process left in the cache directory (valid ones only;
+        over ``disk_blocks``, the most recently written, in the LRU by age)."""
         good, bad = self.disk.scan()
         for path, why in bad:
             self.events.emit(EventKind.REMOVED, None, "disk", f"rejected {path.name}: {why}")
         m = self.meta
-        for e in good[: self.disk_blocks]:
+        over = max(0, len(good) - self.disk_blocks)
+        for e in good[over:]:
             rid = self.store.record(e.key, None, -1)
             self.store.tombstones.pop(rid, None)
             m.ckv[rid], m.ver[rid], m.gen[rid] = _CKV_DISK, e.ver, e.gen
@@ -117,26 +118,17 @@ class Recovery:
             m.on_disk[rid] = True
             self.disk_entries[rid] = e
             self.disk_lru[rid] = None
-        for e in good[self.disk_blocks :]:
+        for e in good[:over]:
             self.disk.delete(e)
+        self.disk.reap()  # (the constructor: nothing else holds the lock yet)
 
     # ---- capacity of the host and disk tiers ------------------------------------------------
-    def _take_host(self) -> int:
-        got = self.tiers.host_slots.take(1)
-        while got is None:
-            victim = next((r for r in self.host_lru if self.gate.can("spill", r)), None)
-            if victim is None:
-                raise OutOfCapacity("offload", (), f"all {self.host_blocks} host slots are busy")
-            self.spill(victim)
-            got = self.tiers.host_slots.take(1)
-        return got[0]
-
     def _make_disk_room(self) -> None:
         while len(self.disk_entries) >= self.disk_blocks:
             victim = next((r for r in self.disk_lru if self.gate.can("drop", r)), None)
             if victim is None:
                 raise OutOfCapacity("spill", (), f"all {self.disk_blocks} disk entries are in use")
-            self.drop(victim)
+            self._drop(victim)  # (its file is unlinked by the caller's reap, after the lock)
 
     # ---- Indexer State: the rebuild ---------------------------------------------------------
     def rebuild_start(self, rid: Any) -> None:
@@ -170,15 +162,30 @@ class Recovery:
 
     # ---- offload: device -> host -> disk ----------------------------------------------------
     def offload(self, rid: Any) -> None:
-        with self.lock:
-            self.gate.check_block("offload", rid)
-            m = self.meta
-            hslot = self._take_host()
-            m.hslot[rid] = hslot
-            m.ckv[rid] = _CKV_OFFLOADING
-            m.ldpipe[rid] = _PIPE_DMA
-            self.store.lru.pop(rid, None)
-            self.pipes.dma.submit(OffloadJob(self, rid, hslot))
+        """The table's ``offload``; with every host slot taken, the LRU host block the table
+        lets spill goes to disk first, its file written without the lock (:meth:`spill`)."""
+        for _ in range(self.host_blocks + 2):  # (a spilled victim's slot taken meanwhile)
+            with self.lock:
+                self.gate.check_block("offload", rid)
+                got = self.tiers.host_slots.take(1)
+                if got is not None:
+                    self._fx_offload(rid, got[0])
+                    return
+                victim = next((r for r in self.host_lru if self.gate.can("spill", r)), None)
+                if victim is None:
+                    raise OutOfCapacity(
+                        "offload", (), f"all {self.host_blocks} host slots are busy"
+                    )
+            self.spill(victim)
+        raise OutOfCapacity("offload", (), "host slots freed by spills were taken by others")
+
+    def _fx_offload(self, rid: int, hslot: int) -> None:
+        m = self.meta
+        m.hslot[rid] = hslot
+        m.ckv[rid] = _CKV_OFFLOADING
+        m.ldpipe[rid] = _PIPE_DMA
+        self.store.lru.pop(rid, None)
+        self.pipes.dma.submit(OffloadJob(self, rid, hslot))
 
     def offload_done(self, rid: Any) -> None:
         with self.lock:
@@ -211,13 +218,21 @@ class Recovery:
         self.gate.notify_changed()
 
     def spill(self, rid: Any) -> None:
-        """The table's ``spill`` in one step, the file written under the lock (the conformance
-        adapter and ``_take_host``); :meth:`spill_some` writes without it."""
+        """The table's ``spill`` of one block (the conformance adapter, and ``offload`` making
+        host room): the guard checked and room made under the lock, the file written and
+        published without it, then adopted if the block is still the same host copy (else
+        :class:`Refused`, the file thrown away).  Raises DiskWriteError, nothing changed but
+        the room made, when the disk refuses the write."""
         with self.lock:
             self.gate.check_block("spill", rid)
             self._make_disk_room()
-            snap = self._spill_snapshot(rid)
-            self._fx_spill(rid, self.disk.write(snap[0], **snap[1]))
+            key, fields, state = self._spill_snapshot(rid)
+        try:
+            entry = self.disk.publish(self.disk.prepare(key, **fields))  # no lock held
+            if not self._adopt_spill(rid, key, state, entry):
+                raise Refused("spill", (), "the block changed while its file was written")
+        finally:
+            self.disk.reap()  # victims dropped for room, a file not adopted: after the lock
 
     def _spill_snapshot(self, rid: int) -> tuple[bytes, dict[str, Any], tuple[int, ...]]:
         """What a spill writes (copies of the host pages), and the record's state it was taken
@@ -260,15 +275,19 @@ class Recovery:
         return done
 
     def drop_some(self, n: int) -> int:
-        """Delete up to ``n`` LRU (or corrupt) disk, then host, entries the table lets go."""
+        """Delete up to ``n`` LRU (or corrupt) disk, then host, entries the table lets go (the
+        files unlinked once the lock is released)."""
         done = 0
-        with self.lock:
-            for rid in [*list(self.disk_lru), *list(self.host_lru)]:
-                if done >= n:
-                    break
-                if self.gate.can("drop", rid):
-                    self.drop(rid)
-                    done += 1
+        try:
+            with self.lock:
+                for rid in [*list(self.disk_lru), *list(self.host_lru)]:
+                    if done >= n:
+                        break
+                    if self.gate.can("drop", rid):
+                        self._drop(rid)
+                        done += 1
+        finally:
+            self.disk.reap()
         return done
 
     def spill_some(self, n: int) -> int:
@@ -284,14 +303,16 @@ class Recovery:
                 break
             rid, key, fields, state = snap
             try:
-                prepared = self.disk.prepare(key, **fields)  # the write: no lock held
-            except OSError as exc:  # a full disk: the temporary is gone, nothing published
+                # the write and its rename to a fresh name: no lock held
+                entry = self.disk.publish(self.disk.prepare(key, **fields))
+            except DiskWriteError:  # a full disk: the temporary is gone, nothing published
                 if done:
                     return done
-                err = DiskWriteError(f"spill of record {rid}: {exc}")
-                err.__cause__ = exc  # set by hand: compiled code drops `raise ... from`
-                raise err from exc
-            done += self._publish_spill(rid, key, state, prepared)
+                raise
+            try:
+                done += self._adopt_spill(rid, key, state, entry)
+            finally:
+                self.disk.reap()
         return done
 
     def _next_spill(
@@ -308,11 +329,10 @@ class Recovery:
             key, fields, state = self._spill_snapshot(rid)
             return rid, key, fields, state
 
-    def _publish_spill(
-        self, rid: int, key: bytes, state: tuple[int, ...], prepared: tuple[Path, DiskEntry]
-    ) -> int:
-        """Publish a spill written without the lock if its block is still the same host copy
-        and the table still allows it (1); else throw the file away (0)."""
+    def _adopt_spill(self, rid: int, key: bytes, state: tuple[int, ...], entry: DiskEntry) -> int:
+        """Adopt an entry written and published without the lock if its block is still the
+        same host copy and the table still allows it (1); else doom the file (0: the caller
+        reaps it after the lock)."""
         with self.lock:
             still = self.meta.key[rid] == key and self._spill_state(rid) == state
             if still:
@@ -322,9 +342,9 @@ class Recovery:
                 except Refused:
                     still = False
             if not still:
-                self.disk.discard(prepared)
+                self.disk.delete(entry)
                 return 0
-            self._fx_spill(rid, self.disk.publish(prepared))
+            self._fx_spill(rid, entry)
             return 1
 
     def _fx_spill(self, rid: int, entry: DiskEntry) -> None:
@@ -404,7 +424,9 @@ class Recovery:
         if job.pipe is Pipe.IO:
             entry: DiskEntry = job.src
             ulo, uhi = entry.chunks[k][0], entry.chunks[k][1]
-            if data is None:
+            if data is None and job.chunks is not None and k < len(job.chunks):
+                data = job.chunks[k]  # (read by the job's first step)
+            if data is None:  # (only where a step's read-ahead lost a race: read here)
                 data = self.disk.read_chunk(entry, k)
             self.tiers.land_chunk(ulo, uhi, data, job.dst)
         else:
@@ -414,9 +436,17 @@ class Recovery:
             self.tiers.land_host(chunk, job.src, job.dst)
 
     def load_progress(self, rid: Any, data: torch.Tensor | None = None) -> None:
+        """Land the load's next chunk: ``data`` (read by its job), else, for a disk load driven
+        step by step (the core's surface), the chunk read and authenticated first without the
+        lock (:meth:`_read_ahead`; Refused, nothing changed, if the load moved on meanwhile)."""
+        ahead = self._read_ahead(rid) if data is None else None
         with self.lock:
             self.gate.check_block("load_progress", rid)
             job = self.load_job(rid)
+            if ahead is not None:
+                if ahead[0] is not job or ahead[1] != self.meta.prog[rid]:
+                    raise Refused("load_progress", (), "the load moved on while its chunk was read")
+                data = ahead[2]
             try:
                 self._chunk(job, self.meta.prog[rid], data)
             except Exception as exc:  # any failure is a failed load: nothing stays LOADING
@@ -425,6 +455,63 @@ class Recovery:
                     raise
                 raise CorruptEntry(f"loading record {rid}: {_why(exc)}") from exc
             self.meta.prog[rid] += 1
+
+    def _read_ahead(self, rid: Any) -> tuple[LoadJob, int, torch.Tensor] | None:
+        """A step-by-step disk load's next chunk, read and authenticated *without* the lock:
+        (its job, the chunk's index, its bytes), or None where there is nothing to read (the
+        guard refuses: the locked step says why; a host load; an injected fault; chunks the
+        job already read).  A failed read fails the load, as a failure under the lock did."""
+        with self.lock:
+            if not self.gate.can("load_progress", rid):
+                return None
+            job = self.pipes.io.get(rid)
+            if not isinstance(job, LoadJob) or job.fault or job.chunks is not None:
+                return None
+            entry: DiskEntry = job.src
+            k = self.meta.prog[rid]
+        try:
+            return job, k, self.disk.read_chunk(entry, k)
+        except Exception as exc:
+            self._failed_read(job, k, exc)
+            raise  # (not reached: _failed_read raises)
+
+    def _failed_read(self, job: LoadJob, k: int, exc: Exception) -> None:
+        """A read made without the lock failed: fail the load if it is still where the read
+        left it, and raise CorruptEntry."""
+        rid = job.rid
+        with self.lock:
+            if self.owns(job) and (k < 0 or self.meta.prog[rid] == k):
+                self.fail_load(rid, job, _why(exc), corrupt=True)
+        if isinstance(exc, CorruptEntry):
+            raise exc
+        err = CorruptEntry(f"loading record {rid}: {_why(exc)}")
+        err.__cause__ = exc
+        raise err
+
+    def _read_window_ahead(self, rid: Any) -> None:
+        """A step-by-step disk load's window section, read and authenticated without the lock
+        before ``load_done`` installs it (the job keeps it; nothing to do where the guard
+        refuses or the job read it already)."""
+        with self.lock:
+            if not self.gate.can("load_done", rid):
+                return
+            job = self.pipes.io.get(rid)
+            if (
+                not isinstance(job, LoadJob)
+                or job.fault
+                or not job.swa_pages
+                or job.swa_data is not None
+            ):
+                return
+            entry: DiskEntry = job.src
+        try:
+            data = self.disk.read_swa(entry)
+        except Exception as exc:
+            self._failed_read(job, -1, exc)
+            raise
+        with self.lock:
+            if self.owns(job) and job.swa_data is None:
+                job.swa_data = data
 
     def owns(self, job: LoadJob) -> bool:
         """Is ``job`` still the load of its record (the lock held)?"""
@@ -577,8 +664,9 @@ class Recovery:
     def load_done(self, rid: Any) -> tuple[int, int]:
         """Install the loaded block; returns (device address, stored form) it came back in.
         (A disk load's window section is read here unless its job read it without the lock.)
-        A disk load's file is taken off its name under the lock and unlinked after it."""
+        A disk load's file is doomed under the lock and unlinked after it."""
         try:
+            self._read_window_ahead(rid)
             return self._load_done(rid)
         finally:
             self.disk.reap()
@@ -618,7 +706,7 @@ class Recovery:
                 if not self.k.swa_restored_from_disk:
                     m.swa[rid] = _SWA_NULL
                 m.fmt[rid] = job.src.fmt
-                self.disk.retire(job.src)
+                self.disk.delete(job.src)  # unlinked after the lock (load_done's reap)
                 self.disk_entries.pop(rid, None)
                 m.on_disk[rid] = False
             else:
@@ -690,6 +778,16 @@ class Recovery:
             self.load_job(self.gate.rid(rid)).fault = True
 
     def drop(self, rid: Any) -> None:
+        """The table's ``drop``: the record's effects under the lock, a disk entry's unlink
+        after it (a refused unlink leaves the file behind: ``DiskTier.orphans``)."""
+        try:
+            self._drop(rid)
+        finally:
+            self.disk.reap()
+
+    def _drop(self, rid: Any) -> None:
+        """:meth:`drop` under the lock (re-entrant: a caller already holding it reaps after
+        releasing it)."""
         with self.lock:
             self.gate.check_block("drop", rid)
             m = self.meta

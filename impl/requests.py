@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
+import numpy as np
+
 from kvstate.spec.phases import Req
 from kvstate.spec.table import Table
 
@@ -156,8 +158,12 @@ class RequestTable:
         )
 
     def slot(self, slot: Any) -> Slot:
+        """A request-slot argument: a :class:`Slot`, or its index as an int (a NumPy integer
+        too, never a bool: the rule of :func:`kvstate.impl.args.integer`)."""
         if isinstance(slot, Slot):
             return slot
+        if isinstance(slot, np.integer) and not isinstance(slot, np.bool_):
+            slot = int(slot)
         if not isinstance(slot, int) or isinstance(slot, bool) or not 0 <= slot < len(self.slots):
             raise UnknownRequest(f"no request slot {slot!r} (slots 0..{len(self.slots) - 1})")
         return self.slots[slot]

@@ -1256,6 +1256,7 @@ def _do_restart(h: ApiHarness, o: Op) -> int | None:
     h.cov.add("fault crash")
     try:
         h.cache.core.pipes.stop()  # the process dies: nothing of it runs on
+        h.cache.core.disk.close()  # and the kernel drops its lock on the directory
     finally:
         h.live = [None] * h.R
         h.released = [None] * h.R

@@ -389,17 +389,16 @@ def test_a_full_disk_fails_the_write_itself() -> None:
     try:
         for o in witnesses(N, L, TABLE.consts.lease_max)["full disk"][:-1]:
             h.apply(o)  # blocks on the host; the disk full
-        real = disk_mod.Path.unlink
+        real = disk_mod.DiskTier._remove
 
-        def keep(self: object, missing_ok: bool = False) -> None:  # the cleanup, undone
-            if not str(self).endswith(".tmp"):
-                real(self, missing_ok=missing_ok)  # type: ignore[arg-type]
+        def keep(self: object, path: object) -> bool:  # the cleanup, undone
+            return True if str(path).endswith(".tmp") else real(self, path)  # type: ignore[arg-type]
 
-        disk_mod.Path.unlink = keep  # type: ignore[method-assign]
+        disk_mod.DiskTier._remove = keep  # type: ignore[method-assign]
         try:
             with pytest.raises(AssertionError, match="temporary files left behind"):
                 h.apply(op("spill", n=1))
         finally:
-            disk_mod.Path.unlink = real  # type: ignore[method-assign]
+            disk_mod.DiskTier._remove = real  # type: ignore[method-assign]
     finally:
         h.close()

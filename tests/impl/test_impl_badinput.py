@@ -15,6 +15,7 @@ give the same documented errors.  The counts are printed (``pytest -s``).
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import inspect
 import math
@@ -25,10 +26,12 @@ from types import ModuleType
 from typing import Any
 
 import numpy as np
+import pytest
 import torch
+from fs_faults import creating, faulty_fs
 
 from kvstate import impl
-from kvstate.impl import HeterogeneousKVCache, KVStateError
+from kvstate.impl import HeterogeneousKVCache, InvalidArgument, KVStateError
 from kvstate.impl.events import EventKind
 from kvstate.impl.testdata import harness_tokens
 from kvstate.spec import default_table, small
@@ -159,7 +162,7 @@ def surface() -> list[tuple[str, str, inspect.Signature]]:
                 continue
             out.append((owner, name, inspect.signature(fn)))
     for name, fn in inspect.getmembers(core_src.CacheCore, inspect.isroutine):
-        if name in ACTIONS or name == "can":
+        if name in ACTIONS or name in ("can", "check_tail"):
             out.append(("core", name, inspect.signature(fn)))
     return out
 
@@ -316,3 +319,169 @@ def test_append_past_max_model_len_is_refused_and_changes_nothing() -> None:
             assert (snapshot(c), len(req.tokens)) == before
     finally:
         w.close()
+
+
+# ---- the constructor on a failing file system ----------------------------------------------
+# every call the disk tier makes at open, each failing with each errno a file system gives
+FS_CALLS = ("mkdir", "open", "create", "write", "fdopen", "fsync", "link", "unlink", "listdir",
+            "fstat", "pread", "preadv")  # fmt: skip
+FS_ERRNOS = {"ENOSPC": errno.ENOSPC, "EROFS": errno.EROFS, "EACCES": errno.EACCES,
+             "EPERM": errno.EPERM, "EIO": errno.EIO}  # fmt: skip
+
+
+def _directory(tmp: Any, state: str) -> Any:
+    """A cache directory as an opener finds it: absent, holding a key only, or holding
+    entries, a stale temporary and a key temporary (what a crash leaves)."""
+    d = tmp / state
+    if state == "fresh":
+        return d
+    c = HeterogeneousKVCache(table=TABLE, cache_dir=d, executors="manual")
+    if state == "used":
+        with c.use(c.admit(c.request(harness_tokens(2 * L + 1)))):
+            pass
+        c.tick(10)
+        c.offload(100)
+        c.pipelines.drain()
+        c.spill(100)
+        (d / f".{'ab' * 24}.kvb.x1.tmp").write_bytes(b"KVSTA")
+        (d / ".kvstate-key.x2.new").write_bytes(b"k" * 8)
+    c.close()
+    return d
+
+
+def test_the_constructor_on_a_failing_file_system_raises_only_documented_errors(
+    tmp_path: Any, monkeypatch: Any, capsys: Any
+) -> None:
+    """Generated like the bad values above: each file-system call the disk tier makes when a
+    cache opens (``create``: an ``open`` that creates) fails with each errno (a full disk, a
+    read-only mount, a refused permission, an I/O error), on a fresh directory, one holding
+    its key, and one holding entries and a crash's leftovers, with and without ``disk_key``.
+    The constructor either opens (a documented fallback: a file it cannot remove is left) or
+    raises a documented error (StorageError, InvalidArgument); never a raw OSError.  After
+    either, the directory is not left locked."""
+    counts: Counter[str] = Counter()
+    problems: list[str] = []
+    for state in ("fresh", "keyed", "used"):
+        for call in FS_CALLS:
+            for code_name, code in FS_ERRNOS.items():
+                for disk_key in (None, b"k" * 32):
+                    d = _directory(tmp_path / f"{call}-{code_name}-{disk_key is None}", state)
+                    what = f"{state} directory, {call} fails {code_name}, disk_key={disk_key!r}"
+                    counts["calls"] += 1
+                    with faulty_fs(monkeypatch, d.parent) as fs:
+                        if call == "create":
+                            fs.fail("open", code, when=creating)
+                        else:
+                            fs.fail(call, code)
+                        try:
+                            made = HeterogeneousKVCache(
+                                table=TABLE, cache_dir=d, executors="manual", disk_key=disk_key
+                            )
+                        except KVStateError:
+                            counts["documented"] += 1
+                            made = None
+                        except Exception as exc:  # noqa: BLE001 - what this test looks for
+                            problems.append(f"{what}: {type(exc).__name__}: {exc}")
+                            continue
+                    if made is not None:
+                        counts["opened"] += 1
+                        made.close()
+                    try:
+                        HeterogeneousKVCache(
+                            table=TABLE, cache_dir=d, executors="manual", disk_key=disk_key
+                        ).close()
+                    except KVStateError as exc:
+                        problems.append(f"{what}: the directory does not open again: {exc}")
+    for bad in ("a\x00b", tmp_path / "a\x00b"):
+        counts["calls"] += 1
+        try:
+            HeterogeneousKVCache(table=TABLE, cache_dir=bad, executors="manual").close()
+            problems.append(f"cache_dir={bad!r}: accepted")
+        except InvalidArgument:
+            counts["documented"] += 1
+        except Exception as exc:  # noqa: BLE001
+            problems.append(f"cache_dir={bad!r}: {type(exc).__name__}: {exc}")
+    with capsys.disabled():
+        print(
+            f"\nstorage failures at open: {counts['calls']} constructions, "
+            f"{counts['documented']} documented errors, {counts['opened']} opened (fallbacks), "
+            f"{len(problems)} undocumented exceptions"
+        )
+    assert not problems, "\n".join(problems)
+    assert counts["documented"] > 100 and counts["opened"] > 100
+
+
+# ---- item 4: check_tail, and NumPy integers as int arguments --------------------------------
+def test_check_tail_refuses_bad_arguments_and_marks_nothing() -> None:
+    """``core.check_tail`` with a wrong type, a bool, a negative, a boundary that is not the
+    record's end, or no such record: InvalidArgument, the record not marked corrupt, so the
+    prefix still hits whole after an offload (it used to drop from 2 blocks to 1)."""
+    w = World()
+    try:
+        c, core = w.c, w.c.core
+        rids = core.resolve(c.chain(w.toks))
+        last = rids[-1]
+        for boundary in (-1, True, False, 0, L - 1, L, L + 1, 3 * L, 2**64, 1.5, "x", None,
+                         np.int64(-1), np.bool_(True)):  # fmt: skip
+            with pytest.raises(InvalidArgument):
+                core.check_tail(last, boundary)
+        for rid in (-1, True, 0, 10**9, 1.5, "x", None, np.int64(-1)):
+            with pytest.raises(InvalidArgument):
+                core.check_tail(rid, 2 * L)
+        assert not any(core.meta.corrupt[r] for r in rids)
+        assert core.check_tail(np.int64(last), np.int64(2 * L)) is True
+        c.finish(w.busy)
+        c.tick(100)
+        c.offload(100)
+        c.pipelines.drain()
+        a = c.admit(c.request(w.toks))
+        c.pipelines.drain()
+        with c.use(a) as run:
+            assert run.hit_tokens == 2 * L
+    finally:
+        w.close()
+
+
+def _outcome(w: World, owner: str, method: str, sig: inspect.Signature, p: Any, v: Any) -> str:
+    try:
+        got = call(w, owner, method, params(owner, sig), p, v)
+    except KVStateError as exc:
+        return type(exc).__name__
+    except Exception as exc:  # noqa: BLE001 - an undocumented error: reported by the caller
+        return f"undocumented {type(exc).__name__}"
+    return f"returned {type(got).__name__}"
+
+
+def test_numpy_integers_are_ints_at_every_entry_point() -> None:
+    """One rule for every public entry point (``kvstate.impl.args.integer``): a NumPy integer
+    scalar (``np.int64(0)``) is an int, a bool (``np.bool_`` too) is not.  Each parameter whose
+    valid value is an int gets the same value as ``np.int64``, ``np.int32`` and ``np.uint16``:
+    every entry point answers exactly as it does for the int."""
+    checked: list[str] = []
+    problems: list[str] = []
+    for owner, method, sig in surface():
+        if owner == "HeterogeneousKVCache":
+            continue
+        for p in params(owner, sig):
+            w = World()
+            try:
+                v = w.valid(owner, method, p.name)
+            except KeyError:  # (a flag, a timeout: no int to give)
+                continue
+            finally:
+                w.close()
+            if type(v) is not int:
+                continue
+            outcomes = {}
+            for kind, value in (("int", v), ("int64", np.int64(v)), ("int32", np.int32(v)),
+                                ("uint16", np.uint16(v))):  # fmt: skip
+                w = World()
+                try:
+                    outcomes[kind] = _outcome(w, owner, method, sig, p, value)
+                finally:
+                    w.close()
+            checked.append(f"{owner}.{method}({p.name})")
+            if len(set(outcomes.values())) != 1:
+                problems.append(f"{owner}.{method}({p.name}): {outcomes}")
+    assert len(checked) > 30, checked
+    assert not problems, "\n".join(problems)

@@ -12,7 +12,7 @@ import torch
 from test_impl_cache import check_compressed, check_tail, check_window
 
 from kvstate.impl import EventKind, HeterogeneousKVCache
-from kvstate.impl.disk import FILE_FORMAT, KEY_FILE, SUFFIX, DiskTier
+from kvstate.impl.disk import FILE_FORMAT, KEY_FILE, SUFFIX, DiskTier, name_stem
 from kvstate.impl.testdata import harness_tokens
 from kvstate.spec import small
 from kvstate.spec.phases import CKV
@@ -38,6 +38,14 @@ def persist(d: Path, toks: Any) -> None:
 
 def files(d: Path) -> list[Path]:
     return sorted(p for p in d.iterdir() if p.name.endswith(SUFFIX))
+
+
+def entry_path(d: Path, key: bytes, disk_key: bytes | None = None) -> Path:
+    """The file of block ``key``'s entry in ``d``: its name is keyed (a stem only the holder of
+    the directory's key computes, and a random part), so it is found through the key."""
+    secret = disk_key if disk_key is not None else (d / KEY_FILE).read_bytes()
+    (path,) = [p for p in files(d) if p.name.startswith(name_stem(secret, key))]
+    return path
 
 
 def test_restart_serves_valid_entries(tmp_path: Path) -> None:
@@ -68,7 +76,7 @@ def test_corrupt_payload_is_rejected_and_recomputed(tmp_path: Path) -> None:
     c0 = HeterogeneousKVCache(G, cache_dir=tmp_path / "x", executors="manual")
     key3 = c0.chain(toks).keys[3]  # block 3: the boundary before it keeps its window
     c0.close()
-    victim = tmp_path / (key3.hex() + SUFFIX)
+    victim = entry_path(tmp_path, key3)
     raw = bytearray(victim.read_bytes())
     raw[-100] ^= 0x40  # flip one payload bit of block 3
     victim.write_bytes(bytes(raw))
@@ -118,8 +126,9 @@ def test_bad_files_are_rejected_at_scan(tmp_path: Path, damage: str) -> None:
     elif damage == "extended":  # bytes after the payload: not the file kvstate wrote
         raw += b"\0" * 16
     elif damage in ("format", "geometry"):
-        c = HeterogeneousKVCache(G, cache_dir=tmp_path / "y", executors="manual")
+        c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors="manual")
         fp = c.core.disk.fingerprint
+        (vkey,) = [e.key for e in c.core.disk_entries.values() if e.path == victim]
         c.close()
         other = DiskTier(
             tmp_path / "z",
@@ -127,17 +136,19 @@ def test_bad_files_are_rejected_at_scan(tmp_path: Path, damage: str) -> None:
             G.load_steps,
             key=(tmp_path / KEY_FILE).read_bytes(),  # this directory's key: a valid MAC
         )
-        vkey = bytes.fromhex(victim.name[: -len(SUFFIX)])
         entry = other.write(vkey, ver=1, gen=1, fmt=0, tail=2, swa=1,
                             units=[("csa", 0, torch.zeros(8, dtype=torch.uint8))], swa_data=None)  # fmt: skip
         data = bytearray(entry.path.read_bytes())
+        other.close()
         if damage == "format":
-            pre = struct.Struct("<8sI32s")
-            magic, hlen, _ = pre.unpack(bytes(data[: pre.size]))
+            pre = struct.Struct("<8sI32s16s")
+            magic, hlen, _, kid = pre.unpack(bytes(data[: pre.size]))
             hb = bytes(data[pre.size : pre.size + hlen])
             hb = hb.replace(f'"format": {FILE_FORMAT}'.encode(), b'"format": 9')
-            mac = other._header_mac(vkey, hb)
-            data = bytearray(pre.pack(magic, len(hb), mac) + hb + bytes(data[pre.size + hlen :]))
+            mac = other._header_mac(hb)
+            data = bytearray(
+                pre.pack(magic, len(hb), mac, kid) + hb + bytes(data[pre.size + hlen :])
+            )
         raw = data
     elif damage == "name":
         victim.rename(victim.with_name("00" * 16 + SUFFIX))
@@ -148,9 +159,15 @@ def test_bad_files_are_rejected_at_scan(tmp_path: Path, damage: str) -> None:
         removed = c.events.of(EventKind.REMOVED)
         if damage == "magic":  # without kvstate's magic it is not kvstate's: ignored, kept
             assert removed == [] and victim.exists()
+        elif damage == "geometry":  # authentic under this key, for another geometry: another
+            # cache's entry, left alone and not counted (never deleted, never read)
+            assert removed == [] and victim.exists()
+            assert [why for _, why in c.core.disk.foreign] == [
+                f"{victim.name}: written for another geometry/layout"
+            ]
         else:
             assert len(removed) == 1 and "rejected" in removed[0].detail
-            if damage in ("format", "geometry"):  # (its MAC is valid: the header is at fault)
+            if damage == "format":  # (its MAC is valid: the header is at fault)
                 assert damage in removed[0].detail
             assert not victim.exists()
         assert c.stats()["blocks"]["disk"] == 1
@@ -177,24 +194,30 @@ def test_threaded_restart(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("executors", ["manual", "threads"])
-def test_loaded_files_leave_their_names_at_once_and_are_unlinked_without_the_lock(
+def test_loaded_files_are_unlinked_without_the_lock(
     tmp_path: Path, executors: str, monkeypatch: Any
 ) -> None:
-    """A disk load takes its file off the entry's name under the lock (nothing can find it
-    from there on) and unlinks it after the lock is released: every unlink runs with the lock
-    free, and once the loads are done no entry and no retired file is left."""
+    """A disk load dooms its file under the lock (the record no longer names it) and unlinks
+    it after the lock is released: every unlink runs with the lock free, no rename runs at all,
+    and once the loads are done no entry is left."""
     toks = harness_tokens(4 * L + 1)
     persist(tmp_path, toks)
     c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors=executors)
     core = c.core
-    real_unlink = os.unlink
+    real_unlink, real_rename = os.unlink, os.rename
     unlinks: list[tuple[str, bool]] = []
+    renames: list[str] = []
 
     def unlink(path: Any, *a: Any, **kw: Any) -> None:
         unlinks.append((Path(path).name, core.lock._is_owned()))
         real_unlink(path, *a, **kw)
 
+    def rename(src: Any, dst: Any, *a: Any, **kw: Any) -> None:
+        renames.append(Path(src).name)
+        real_rename(src, dst, *a, **kw)
+
     monkeypatch.setattr(os, "unlink", unlink)
+    monkeypatch.setattr(os, "rename", rename)
     try:
         a = c.admit(c.request(toks))
         if executors == "manual":
@@ -205,7 +228,8 @@ def test_loaded_files_leave_their_names_at_once_and_are_unlinked_without_the_loc
         if executors == "threads":
             c.pipelines.stop()  # (a reap runs after its load's lock section: let them end)
         loaded = [name for name, _ in unlinks if ".kvb" in name]
-        assert len(loaded) == 4 and all(".dead_" in name for name in loaded)
+        assert len(loaded) == 4 and all(name.endswith(SUFFIX) for name in loaded)
+        assert renames == []
         assert not [name for name, locked in unlinks if locked]  # none under the lock
         assert (
             sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".kvstate-key"))
@@ -288,10 +312,10 @@ def test_a_block_with_one_bad_chunk_lands_no_chunk(tmp_path: Path) -> None:
         c.close()
 
 
-def test_a_retired_file_left_by_a_crash_is_deleted_at_open(tmp_path: Path) -> None:
-    """A crash between a load's rename and its unlink leaves a retired file under a
-    temporary's name: the entry is gone for the next process (the model's view: the load took
-    the block off disk), and the next open deletes the file."""
+def test_a_loaded_file_left_by_a_crash_is_adopted_with_exact_bytes(tmp_path: Path) -> None:
+    """A crash between a load and its file's unlink (the unlink runs after the cache's lock is
+    released) leaves the entry under its name: the next process adopts it, and what it serves
+    is the block's exact content (entries are content-addressed: README, threat model)."""
     toks = harness_tokens(2 * L + 1)
     persist(tmp_path, toks)
     c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors="manual")
@@ -301,14 +325,17 @@ def test_a_retired_file_left_by_a_crash_is_deleted_at_open(tmp_path: Path) -> No
         c.pipelines.drain()
         with c.use(a) as run:
             assert run.hit_tokens == 2 * L
-        assert files(tmp_path) == []
-        dead = [p for p in tmp_path.iterdir() if ".dead_" in p.name]
-        assert len(dead) == 2 and all(p.name.endswith(".tmp") for p in dead)
+        assert len(files(tmp_path)) == 2 and c.stats()["disk_unlinking"] == 2
     finally:
         c.close()  # (its reap is the no-op too)
     c2 = HeterogeneousKVCache(G, cache_dir=tmp_path, executors="manual")
     try:
-        assert c2.stats()["disk_entries"] == 0
-        assert not [p for p in tmp_path.iterdir() if ".dead_" in p.name]
+        assert c2.stats()["disk_entries"] == 2
+        a = c2.admit(c2.request(toks))
+        c2.pipelines.drain()
+        with c2.use(a) as run:
+            assert run.hit_tokens == 2 * L
+            check_compressed(run, toks)
+            check_window(run, toks)
     finally:
         c2.close()

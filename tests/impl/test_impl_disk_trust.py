@@ -9,20 +9,18 @@ only its own files.
 from __future__ import annotations
 
 import hashlib
-import hmac
 import itertools
 import json
 import os
 import struct
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from test_impl_cache import check_compressed as _check_compressed
-from test_impl_disk import files, persist
+from test_impl_disk import entry_path, files, persist
 
 import kvstate.impl.disk as disk_mod
 from kvstate.impl import EventKind, HeterogeneousKVCache, InvalidArgument
@@ -72,16 +70,16 @@ def check_compressed(run: Any, toks: Any) -> None:
 def rewrite_header(path: Path, mutate: Any, key: bytes = KEY) -> None:
     """Rewrite an entry's header as a holder of the key would (a valid header MAC)."""
     raw = path.read_bytes()
-    pre = struct.Struct("<8sI32s")
-    magic, hlen, _ = pre.unpack(raw[: pre.size])
+    pre = struct.Struct("<8sI32s16s")
+    magic, hlen, _, kid = pre.unpack(raw[: pre.size])
     header = json.loads(raw[pre.size : pre.size + hlen])
     hb = mutate(header)
     if not isinstance(hb, bytes):
         hb = json.dumps(hb, sort_keys=True).encode()
-    tier = DiskTier(path.parent / "mac", {}, G.load_steps, key=key)
-    blockkey = bytes.fromhex(path.name[: -len(SUFFIX)])
-    mac = tier._header_mac(blockkey, hb)
-    path.write_bytes(pre.pack(magic, len(hb), mac) + hb + raw[pre.size + hlen :])
+    tier = DiskTier(path.parent.parent / f"mac-{path.parent.name}", {}, G.load_steps, key=key)
+    mac = tier._header_mac(hb)
+    tier.close()
+    path.write_bytes(pre.pack(magic, len(hb), mac, kid) + hb + raw[pre.size + hlen :])
 
 
 # ---- item 3: a failing load job -----------------------------------------------------------
@@ -371,7 +369,9 @@ def test_planted_entry_under_a_victims_key_is_not_served(tmp_path: Path) -> None
     c0.close()
     attacker_key = os.urandom(32)  # all an attacker without the directory's key can use
     for vk, ok in zip(vkeys[:2], okeys[:2], strict=True):
-        src, dst = tmp_path / (ok.hex() + SUFFIX), tmp_path / (vk.hex() + SUFFIX)
+        # the names a predictable scheme would give the victim's entries (the keyed names
+        # cannot be computed without the directory's key)
+        src, dst = entry_path(tmp_path, ok), tmp_path / (vk.hex() + SUFFIX)
         raw = src.read_bytes()
         magic = raw[:8]
         if magic == b"KVSTATE\x01":  # the unkeyed layout: CRC-32 of the header
@@ -383,12 +383,13 @@ def test_planted_entry_under_a_victims_key_is_not_served(tmp_path: Path) -> None
                 raw[:8] + struct.pack("<II", hlen, zlib.crc32(hb)) + hb + raw[16 + hlen :]
             )
         else:
-            pre = struct.Struct("<8sI32s")
-            _, hlen, _ = pre.unpack(raw[: pre.size])
+            pre = struct.Struct("<8sI32s16s")
+            _, hlen, _, kid = pre.unpack(raw[: pre.size])
             hb = raw[pre.size : pre.size + hlen].replace(ok.hex().encode(), vk.hex().encode())
             mac = hashlib.blake2b(attacker_key + vk + hb, digest_size=32).digest()
-            dst.write_bytes(pre.pack(magic, hlen, mac) + hb + raw[pre.size + hlen :])
-        src.unlink()
+            forged = pre.pack(magic, hlen, mac, kid) + hb + raw[pre.size + hlen :]
+            dst.write_bytes(forged)
+            src.write_bytes(forged)  # and under the other entry's own (keyed) name
     c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors="manual")
     try:
         a = c.admit(c.request(victim_toks))
@@ -429,11 +430,11 @@ def test_a_mac_failure_in_a_concurrent_load_fails_it_cleanly(tmp_path: Path, sec
     c0 = HeterogeneousKVCache(G, cache_dir=tmp_path / "keys", executors="manual", disk_key=KEY)
     keys = c0.chain(toks).keys
     c0.close()
-    pre = struct.Struct("<8sI32s")
+    pre = struct.Struct("<8sI32s16s")
     victim = 3  # blocks 1-3 kept their windows at the store (Geometry.swa_kept)
-    path = tmp_path / (keys[victim].hex() + SUFFIX)
+    path = entry_path(tmp_path, keys[victim], KEY)
     raw = bytearray(path.read_bytes())
-    _, hlen, _ = pre.unpack(bytes(raw[: pre.size]))
+    _, hlen, _, _ = pre.unpack(bytes(raw[: pre.size]))
     header = json.loads(raw[pre.size : pre.size + hlen])
     lo, hi = header["chunks"][1][2:4] if section == "chunk" else header["swa_section"][:2]
     raw[pre.size + hlen + (lo + hi) // 2] ^= 0x01
@@ -474,107 +475,6 @@ def test_directory_key_is_private_and_checked(tmp_path: Path) -> None:
     key.symlink_to(secret)
     with pytest.raises(InvalidArgument):
         HeterogeneousKVCache(G, cache_dir=tmp_path, executors="manual")
-
-
-def test_entries_written_under_another_key_are_misses(tmp_path: Path) -> None:
-    toks = harness_tokens(2 * L + 1)
-    persist_keyed(tmp_path, toks, key=b"a" * 32)
-    c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors="manual", disk_key=b"b" * 32)
-    try:
-        assert c.stats()["disk_entries"] == 0 and files(tmp_path) == []
-    finally:
-        c.close()
-    with pytest.raises(InvalidArgument):
-        HeterogeneousKVCache(G, cache_dir=tmp_path, executors="manual", disk_key=b"short")
-
-
-def _rewrite(
-    path: Path,
-    fmt: int,
-    chunk_mac: Callable[[bytes, bytes, int, int, int, bytes], bytes],
-    header_mac: Callable[[bytes, bytes], bytes],
-) -> None:
-    """Rewrite an entry as kvstate's format ``fmt`` wrote it: its magic and version, every MAC
-    recomputed with that format's ``chunk_mac(blockkey, nonce, index, lo, hi, bytes)`` and
-    ``header_mac(blockkey, header)`` (valid under the directory's key)."""
-    raw = path.read_bytes()
-    pre = struct.Struct("<8sI32s")
-    _, hlen, _ = pre.unpack(raw[: pre.size])
-    header = json.loads(raw[pre.size : pre.size + hlen])
-    payload = raw[pre.size + hlen :]
-    blockkey = bytes.fromhex(path.name[: -len(SUFFIX)])
-    nonce = bytes.fromhex(header["nonce"])
-
-    def mac(index: int, lo: int, hi: int) -> str:
-        return chunk_mac(blockkey, nonce, index, lo, hi, payload[lo:hi]).hex()
-
-    header["format"] = fmt
-    header["chunks"] = [[*c[:4], mac(i, c[2], c[3])] for i, c in enumerate(header["chunks"])]
-    if header["swa_section"] is not None:
-        lo, hi, _ = header["swa_section"]
-        header["swa_section"] = [lo, hi, mac(-1, lo, hi)]
-    hb = json.dumps(header, sort_keys=True).encode()
-    magic = b"KVSTATE" + bytes([fmt])
-    path.write_bytes(pre.pack(magic, len(hb), header_mac(blockkey, hb)) + hb + payload)
-
-
-def _as_format_2(path: Path, key: bytes) -> None:
-    """Format 2: keyed BLAKE2b, personalised per domain."""
-
-    def chunk(bk: bytes, nonce: bytes, i: int, lo: int, hi: int, data: bytes) -> bytes:
-        h = hashlib.blake2b(key=key, digest_size=32, person=b"kvstate/chunk")
-        for part in (bk, nonce, struct.pack("<qqq", i, lo, hi), data):
-            h.update(part)
-        return h.digest()
-
-    def head(bk: bytes, hb: bytes) -> bytes:
-        return hashlib.blake2b(bk + hb, key=key, digest_size=32, person=b"kvstate/header").digest()
-
-    _rewrite(path, 2, chunk, head)
-
-
-def _as_format_3(path: Path, key: bytes) -> None:
-    """Format 3: HMAC-SHA256 per domain over the block key's length, the block key, the data."""
-
-    def mac(domain: bytes, bk: bytes, *parts: bytes) -> bytes:
-        h = hmac.new(key, domain, "sha256")
-        for part in (struct.pack("<I", len(bk)), bk, *parts):
-            h.update(part)
-        return h.digest()
-
-    def chunk(bk: bytes, nonce: bytes, i: int, lo: int, hi: int, data: bytes) -> bytes:
-        return mac(b"kvstate/chunk/v3\x00", bk, nonce, struct.pack("<qqq", i, lo, hi), data)
-
-    def head(bk: bytes, hb: bytes) -> bytes:
-        return mac(b"kvstate/header/v3\x00", bk, hb)
-
-    _rewrite(path, 3, chunk, head)
-
-
-@pytest.mark.parametrize("old_format", [2, 3])
-def test_entries_of_a_previous_format_are_stale_never_read(tmp_path: Path, old_format: int) -> None:
-    """Format 3 moved the MACs to HMAC-SHA256, format 4 to keyed BLAKE3: a file of an older
-    format, valid under this directory's key, is kvstate's but stale (another magic): deleted
-    at open, never loaded."""
-    toks = harness_tokens(2 * L + 1)
-    persist_keyed(tmp_path, toks)
-    old = files(tmp_path)
-    assert old and MAGIC == b"KVSTATE\x04"
-    for f in old:
-        (_as_format_2 if old_format == 2 else _as_format_3)(f, KEY)
-    c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors="manual", disk_key=KEY)
-    try:
-        removed = c.events.of(EventKind.REMOVED)
-        assert len(removed) == len(old)
-        assert all("bad magic" in e.detail for e in removed)
-        assert c.stats()["disk_entries"] == 0 and files(tmp_path) == []
-        a = c.admit(c.request(toks))
-        c.pipelines.drain()
-        with c.use(a) as run:
-            assert run.hit_tokens == 0
-        assert c.events.of(EventKind.LOADED) == []
-    finally:
-        c.close()
 
 
 # ---- item 10: temporaries never follow a planted symlink ------------------------------------
