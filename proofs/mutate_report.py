@@ -34,7 +34,7 @@ def render_text(rep: MutationReport, *, verbose: bool = False) -> str:
         why = "the --budget ran out" if rep.stopped == "budget" else "interrupted"
         lines.append(
             f"partial run: {why}; {rep.count('unchecked')} mutants unchecked (they count as "
-            "not killed; run again to resume)"
+            "not killed" + ("; run again to resume)" if rep.session else ")")
         )
     if rep.session:
         lines.append(

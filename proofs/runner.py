@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import signal
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
@@ -108,6 +109,14 @@ class Listener(Protocol):
     def tick(self, running: int, done: int, total: int) -> None: ...
 
 
+def _worker_init() -> None:
+    """A worker leaves interruptions to the parent: SIGINT (a terminal's Ctrl-C reaches the
+    whole process group) is ignored, SIGTERM kills at once (the default; a Python handler
+    inherited from the parent would wait for Z3 to return), and the parent stops the pool."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def _work(unit: Unit) -> list[Result]:
     assert _TABLE is not None and _CFG is not None
     return run_unit(_TABLE, unit, _CFG, _ONLY)
@@ -180,7 +189,12 @@ def prove(
         if listener is not None:
             listener.unit_done(unit, got)
 
-    pool = ProcessPool(max_workers=min(n_jobs, len(units)) or 1, context=mp.get_context("fork"))
+    pool = ProcessPool(
+        max_workers=min(n_jobs, len(units)) or 1,
+        initializer=_worker_init,
+        context=mp.get_context("fork"),
+    )
+    running: set[Future[Any]] = set()
     try:
         futs = {pool.schedule(_work, args=(u,), timeout=timeout_s): u for u in units}
         pending: set[Future[Any]] = set(futs)
@@ -209,6 +223,7 @@ def prove(
     except KeyboardInterrupt:
         stopped = "interrupted"
     finally:
+        running = {f for f in futs if f.running()}  # before the pool cancels them
         pool.stop()
         pool.join()
         _TABLE = _CFG = None
@@ -219,7 +234,7 @@ def prove(
         for f, unit in futs.items():
             if unit in finished:
                 continue
-            if f.running():
+            if f in running:
                 results.append(_undecided(unit, "unknown", spent, f"not finished: {why}"))
             else:
                 results.append(_undecided(unit, "not-run", 0.0, f"not started: {why}"))
