@@ -142,9 +142,10 @@ def _entry(raw: Any) -> tuple[list[Step], Shape] | None:
     return steps, shape
 
 
-def candidates(table: Table, obligation: str) -> list[tuple[list[Step], Shape]]:
+def candidates(table: Table, obligation: str) -> list[tuple[list[Step], Shape, bool]]:
     """The cached witnesses for ``obligation``: the table's own (by content) first, then those
-    of other tables with its name (hints: the caller re-checks every one)."""
+    of other tables with its name (hints: the caller re-checks every one); the flag says
+    which: True for the table's own."""
     from .digest import table_digest
 
     data = _load()
@@ -154,12 +155,12 @@ def candidates(table: Table, obligation: str) -> list[tuple[list[Step], Shape]]:
         for k, v in data.items()
         if k != key and isinstance(v, dict) and v.get("table") == table.name
     )
-    out = []
+    out: list[tuple[list[Step], Shape, bool]] = []
     for k in keys:
         raw = data.get(k, {}).get("witnesses", {}).get(obligation)
         found = _entry(raw) if raw else None
-        if found is not None and found not in out:
-            out.append(found)
+        if found is not None and all(found != (s, sh) for s, sh, _ in out):
+            out.append((*found, k == key))
     return out
 
 
@@ -221,7 +222,7 @@ def witness(
     ``hopeless``: a cheap test run before the search (not before the cache: a cached witness
     is a certificate); True skips the search, which could only come back empty (a dead
     action's reach search: minutes of BMC at growing depths, each query UNSAT)."""
-    for i, (steps, shape) in enumerate(candidates(base, obligation)):
+    for steps, shape, own in candidates(base, obligation):
         t = shape.table(base)
         trace = replay(t, shape.pool, steps)
         if (
@@ -229,7 +230,7 @@ def witness(
             and check(trace)
             and confirm_symbolically(t, shape.pool, steps, goal_for(t))
         ):
-            if i and update:  # a hint that checks: keep it under this table's content too
+            if not own and update:  # a hint that checks: keep it under this table's content too
                 store(base, obligation, trace, shape)
             return trace, shape, "cached certificate, re-checked (concrete replay + Z3)"
     if hopeless is not None and hopeless():
