@@ -99,13 +99,32 @@ def ext_modules() -> list:  # type: ignore[type-arg]
         from mypyc.build import mypycify
 
         paths = _stage()
-        return mypycify(
+        exts = mypycify(
             ["--config-file", str(STAGE / "mypy.ini"), *paths],
             opt_level="3",
             group_name=f"kvstate.impl.{NATIVE['GROUP']}",
         )
     except BaseException as exc:  # noqa: BLE001 - mypyc exits on a type error
         raise build_failed("mypyc could not compile the request path", exc) from exc
+    _tracebacks_to_sources(exts)
+    return exts
+
+
+def _tracebacks_to_sources(exts: list) -> None:  # type: ignore[type-arg]
+    """A compiled module's traceback names the file mypyc was given: the staging tree's
+    ``build/mypyc-src/kvstate/impl/x.py``, relative to the build's folder, where no reader
+    finds the source.  The generated C names it only in its traceback strings, so those are
+    rewritten to the real source file (``<root>/impl/x.py``): tracebacks then show the lines.
+    (For a wheel built in a temporary folder the path is that folder's, as before.)"""
+    staged = f'"{STAGE.as_posix()}/kvstate/impl/'
+    real = '"' + (ROOT / "impl").as_posix().replace("\\", "\\\\").replace('"', '\\"') + "/"
+    for ext in exts:
+        for src in ext.sources:
+            path = Path(src)
+            if path.suffix == ".c" and path.exists():
+                text = path.read_text()
+                if staged in text:
+                    path.write_text(text.replace(staged, real))
 
 
 if __name__ == "__main__":  # setuptools runs this file as __main__; tests load its parts

@@ -69,6 +69,10 @@ def plan(table: Table, cfg: Config, only: str | None = None) -> list[Unit]:
         units.append(Unit("init", f"init/{inv.name}", (inv.name,)))
     for a in table.actions:
         units.append(Unit("inductive", f"inductive/*/{a.name}", (a.name,)))
+    # a dead action (no invariant state enables it) in one query per action, before any
+    # witness search: the runner schedules these first, so a dead action is reported at once
+    for a in table.actions:
+        units.append(Unit("enabled", f"enabled/{a.name}", (a.name,)))
     for rs in table.reads:
         units.append(
             Unit(

@@ -37,6 +37,7 @@ UNDECIDED = ("unknown", "not-run")
 KIND_ORDER = (
     "structure",
     "init",
+    "enabled",
     "inductive",
     "action-safety",
     "local",
@@ -170,9 +171,20 @@ def prove(
     deadline = None if budget_s is None else t0 + budget_s
     results: list[Result] = []
     stopped: str | None = None
-    # Expensive units first, so the pool stays busy at the end.
-    order = {"anti-vacuity": 0, "completeness": 0, "reach": 1, "bmc": 2, "inductive": 3,
-             "action-safety": 3, "k-induction": 4, "structure": 5, "init": 6}  # fmt: skip
+    # The one-query dead-action checks first (a verdict at once), then expensive units first, so
+    # the pool stays busy at the end.
+    order = {
+        "enabled": -1,
+        "anti-vacuity": 0,
+        "completeness": 0,
+        "reach": 1,
+        "bmc": 2,
+        "inductive": 3,
+        "action-safety": 3,
+        "k-induction": 4,
+        "structure": 5,
+        "init": 6,
+    }
     units.sort(key=lambda u: order.get(u.kind, 9))
     if listener is not None:
         listener.start(units)

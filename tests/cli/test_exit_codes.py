@@ -12,13 +12,21 @@ import pytest
 from kvstate.cli import main
 
 
+def _env(path: Path) -> dict[str, str]:
+    """This environment, with ``path`` first on the import path (the specs written there)."""
+    import os
+
+    old = os.environ.get("PYTHONPATH")
+    return {**os.environ, "PYTHONPATH": str(path) + (os.pathsep + old if old else "")}
+
+
 def _run(argv: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "kvstate", *argv],
         capture_output=True,
         text=True,
         cwd=tmp_path,
-        env={**__import__("os").environ, "PYTHONPATH": str(tmp_path)},
+        env=_env(tmp_path),
         timeout=300,
     )
 

@@ -32,8 +32,14 @@ def dead():
 """
 
 
+def _env(path: Path) -> dict[str, str]:
+    """This environment, with ``path`` first on the import path (the specs written there)."""
+    old = os.environ.get("PYTHONPATH")
+    return {**os.environ, "PYTHONPATH": str(path) + (os.pathsep + old if old else "")}
+
+
 def _kvstate(argv: list[str], cwd: Path, **kw: object) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(cwd)}
+    env = _env(cwd)
     return subprocess.run(
         [sys.executable, "-m", "kvstate", *argv],
         capture_output=True,
@@ -114,7 +120,7 @@ def test_progress_one_line_per_kind_when_not_a_terminal(tmp_path: Path) -> None:
 
 
 def test_sigterm_prints_the_partial_report(tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    env = _env(tmp_path)
     proc = subprocess.Popen(
         [sys.executable, "-m", "kvstate", "prove", "--format", "json"],
         stdout=subprocess.PIPE,
