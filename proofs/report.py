@@ -87,7 +87,9 @@ def _tail(report: Report, verbose: int) -> list[str]:
             if n_ref
             else f"UNDECIDED: {n_und} obligation(s) without a verdict (unknown or not run)"
         )
-        for r in fails:
+        not_run = [r for r in fails if r.status == "not-run"]
+        shown = fails if verbose >= 1 else [r for r in fails if r.status != "not-run"]
+        for r in shown:
             lines.append("")
             who = ", ".join(
                 x
@@ -102,6 +104,12 @@ def _tail(report: Report, verbose: int) -> list[str]:
                 lines.append(f"  {r.detail}")
             if r.trace is not None:
                 lines.append(r.trace.render())
+        if not_run and verbose < 1:
+            lines.append("")
+            lines.append(
+                f"* {len(not_run)} obligation(s) not started: {not_run[0].detail.split(': ', 1)[-1]}"
+                " (-v lists them)"
+            )
     elif verbose >= 2:
         for r in report.results:
             if r.trace is not None:

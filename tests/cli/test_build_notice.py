@@ -80,3 +80,24 @@ def test_a_failed_mypyc_build_stops_the_install(monkeypatch: pytest.MonkeyPatch)
     # the pure build, asked for, builds nothing and says so
     monkeypatch.setenv("KVSTATE_PURE_PYTHON", "1")
     assert ns["ext_modules"]() == []
+
+
+def test_compiled_tracebacks_name_the_source_file() -> None:
+    """A compiled module's frames named ``build/mypyc-src/kvstate/impl/...`` (the staging
+    tree, relative to the build folder: no lines shown); now the source file itself."""
+    import traceback
+
+    import kvstate.impl as impl
+    from kvstate.spec import small
+
+    if "cache" not in impl.native_modules():
+        pytest.skip("the request path runs its sources here (no compiled build)")
+    c = impl.HeterogeneousKVCache(small(), executors="manual")
+    c.close()
+    from kvstate.impl.errors import CacheClosed
+
+    with pytest.raises(CacheClosed) as err:
+        c.stats()
+    frames = [f for f in traceback.extract_tb(err.value.__traceback__) if "impl" in f.filename]
+    assert frames and all(Path(f.filename).is_file() for f in frames), frames
+    assert frames[0].filename == str(ROOT / "impl" / "cache.py") and frames[0].line
