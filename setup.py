@@ -60,25 +60,33 @@ def _link(at: Path, to: Path) -> None:
     at.symlink_to(to)
 
 
-class OptionalBuildExt(build_ext):
-    """A failed compilation leaves the pure-Python modules in charge (with a warning)."""
+class BuildFailed(SystemExit):
+    """The install stops: the compiled build failed and the pure one was not asked for."""
+
+
+def build_failed(what: str, exc: BaseException) -> BuildFailed:
+    """The error that stops the install, saying what failed and the two ways on."""
+    return BuildFailed(
+        f"kvstate: {what}: {type(exc).__name__}: {exc}\n"
+        "kvstate: the request path is compiled with mypyc by default (gcc and the Python "
+        "headers, e.g. apt-get install gcc python3-dev); to install the pure-Python build "
+        "instead (the same code, several times slower per admission), set "
+        "KVSTATE_PURE_PYTHON=1: KVSTATE_PURE_PYTHON=1 pip install -e ."
+    )
+
+
+class CompiledBuildExt(build_ext):
+    """The compiled request path; a failure stops the install (see the module's docstring)."""
 
     def run(self) -> None:
         try:
             super().run()
-        except Exception as exc:  # noqa: BLE001 - any build failure falls back
-            self.warn(f"kvstate: mypyc build failed, installing pure Python ({exc})")
-            return
+        except Exception as exc:  # noqa: BLE001 - any build failure, said and stopped
+            raise build_failed("the mypyc build failed", exc) from exc
         if self.extensions:  # record what was compiled, for the stale-build guard
             out = Path(self.get_ext_fullpath(self.extensions[0].name)).parent
             record = NATIVE["manifest"](out, ROOT / "impl")
             (out / NATIVE["MANIFEST"]).write_text(json.dumps(record, indent=1) + "\n")
-
-    def build_extension(self, ext):  # type: ignore[no-untyped-def]
-        try:
-            super().build_extension(ext)
-        except Exception as exc:  # noqa: BLE001
-            self.warn(f"kvstate: could not build {ext.name}, using its Python source ({exc})")
 
 
 def _docstrings(extensions: list) -> None:  # type: ignore[type-arg]
@@ -96,24 +104,42 @@ def _docstrings(extensions: list) -> None:  # type: ignore[type-arg]
 
 def ext_modules() -> list:  # type: ignore[type-arg]
     if os.environ.get("KVSTATE_PURE_PYTHON", "") not in ("", "0"):
+        print(
+            "kvstate: KVSTATE_PURE_PYTHON is set: installing the pure-Python build", file=sys.stderr
+        )
         return []
     try:
         from mypyc.build import mypycify
-    except ImportError:
-        print("kvstate: mypyc not available, installing pure Python", file=sys.stderr)
-        return []
-    try:
+
         paths = _stage()
-        extensions = mypycify(
+        exts = mypycify(
             ["--config-file", str(STAGE / "mypy.ini"), *paths],
             opt_level="3",
             group_name=f"kvstate.impl.{NATIVE['GROUP']}",
         )
-        _docstrings(extensions)
-        return extensions
     except BaseException as exc:  # noqa: BLE001 - mypyc exits on a type error
-        print(f"kvstate: mypyc could not compile, installing pure Python ({exc})", file=sys.stderr)
-        return []
+        raise build_failed("mypyc could not compile the request path", exc) from exc
+    _docstrings(exts)
+    _tracebacks_to_sources(exts)
+    return exts
 
 
-setup(ext_modules=ext_modules(), cmdclass={"build_ext": OptionalBuildExt})
+def _tracebacks_to_sources(exts: list) -> None:  # type: ignore[type-arg]
+    """A compiled module's traceback names the file mypyc was given: the staging tree's
+    ``build/mypyc-src/kvstate/impl/x.py``, relative to the build's folder, where no reader
+    finds the source.  The generated C names it only in its traceback strings, so those are
+    rewritten to the real source file (``<root>/impl/x.py``): tracebacks then show the lines.
+    (For a wheel built in a temporary folder the path is that folder's, as before.)"""
+    staged = f'"{STAGE.as_posix()}/kvstate/impl/'
+    real = '"' + (ROOT / "impl").as_posix().replace("\\", "\\\\").replace('"', '\\"') + "/"
+    for ext in exts:
+        for src in ext.sources:
+            path = Path(src)
+            if path.suffix == ".c" and path.exists():
+                text = path.read_text()
+                if staged in text:
+                    path.write_text(text.replace(staged, real))
+
+
+if __name__ == "__main__":  # setuptools runs this file as __main__; tests load its parts
+    setup(ext_modules=ext_modules(), cmdclass={"build_ext": CompiledBuildExt})

@@ -89,6 +89,13 @@ def _graph_blocks(
     return graph_blocks
 
 
+# ``stats()["blocks"]`` keys: each CKV phase's name, the FREE phase's as "tombstones" (a known
+# block without a slot), so that it is not read as the pool's free slots (``device_free``)
+_STAT_NAMES: dict[int, str] = {
+    int(p): "tombstones" if p is CKV.FREE else p.name.lower() for p in CKV
+}
+
+
 class CacheCore:
     def __init__(
         self,
@@ -346,11 +353,16 @@ class CacheCore:
         return self.gate.can(action, rid)
 
     def stats(self) -> dict[str, Any]:
+        """``blocks``: the prefix blocks the cache knows (its key index), counted by the phase
+        of their compressed KV; a known block whose slot was freed stays indexed as a
+        *tombstone* (``blocks["tombstones"]``, the table's phase FREE) until the index needs
+        room.  ``device_free`` / ``host_free``: free slots of the device and host pools.  So
+        a new cache has no blocks (no tombstones either) and every device slot free."""
         with self.lock:
-            counts = {p.name.lower(): 0 for p in CKV}
+            counts = dict.fromkeys(_STAT_NAMES.values(), 0)
             ckv = self.meta.ckv
             for rid in self.index.values():
-                counts[CKV(ckv[rid]).name.lower()] += 1
+                counts[_STAT_NAMES[ckv[rid]]] += 1
             gate = self.gate
             return {
                 "blocks": counts,

@@ -78,7 +78,9 @@ def resolve_target(spec: str, bugs: list[str]) -> Any:
 
         return lambda table, n: ModelTarget(table, n)
     if ":" not in spec:
-        raise SpecError(f"--target must be 'kvstate', 'model' or module:factory, got {spec!r}")
+        raise SpecError(
+            f"unknown target {spec!r}; targets: kvstate-api, kvstate, model, vllm, or module:factory"
+        )
     mod, _, attr = spec.partition(":")
     try:
         factory = getattr(importlib.import_module(mod), attr)
@@ -230,7 +232,9 @@ def _report(
         print(f"  seed:      derandomized (profile {args.profile}: the same examples every run)")
     else:
         print(f"  seed:      {seed}")
-    if blob is not None:
+    if args.reproduce is not None:
+        print(f"  blob:      {args.reproduce} (given: the one example it encodes, rerun)")
+    elif blob is not None:
         print(f"  blob:      @reproduce_failure({blob.group(1)!r}, b{blob.group(2)!r})")
     elif hypothesis_found:
         print("  blob:      (Hypothesis printed none)")
@@ -444,6 +448,10 @@ def run_fuzz_cli(args: argparse.Namespace, table: Table) -> int:
         # The replay minimizer shrinks what Hypothesis finds (0.5 s where Hypothesis' shrinker,
         # each example a fresh allocator, spent its 5-minute cap and stopped at 19 steps).
         overrides["phases"] = tuple(p for p in base.phases if p is not Phase.shrink)
+    if args.reproduce is not None:
+        # Hypothesis prints a reproduced example's raw draws itself; the report below says
+        # the same readably (the minimized trace, one action per line)
+        overrides["verbosity"] = hypothesis.Verbosity.quiet
     seed = args.seed
     if seed is not None or args.profile != "ci":
         seed = seed if seed is not None else random.randrange(2**32)

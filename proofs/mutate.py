@@ -516,29 +516,56 @@ class MutationReport:
     jobs: int
     budget_s: float | None
     liveness: bool = True
+    resumed: int = 0  # verdicts read back from the session store, not checked in this run
+    stopped: str | None = None  # "budget" or "interrupted" when mutants were left unchecked
+    session: str | None = None
 
     def count(self, verdict: str) -> int:
         return sum(1 for o in self.outcomes if o.verdict == verdict)
 
     @property
+    def judged(self) -> int:
+        """The mutants the kill rate is over: all but the equivalent and invalid ones."""
+        return len(self.outcomes) - self.count("equivalent") - self.count("invalid")
+
+    @property
+    def checked(self) -> int:
+        """Mutants with a verdict (this run's or the session store's): all but unchecked."""
+        return len(self.outcomes) - self.count("unchecked")
+
+    @property
     def kill_rate(self) -> float:
-        """Killed among the mutants checked and not equivalent: a timeout (``unknown``) counts
-        as not killed; invalid and unchecked (past the budget) mutants are left out."""
-        judged = self.count("killed") + self.count("survived") + self.count("unknown")
-        return 1.0 if judged == 0 else self.count("killed") / judged
+        """Killed among every mutant that is not equivalent or invalid: a mutant that timed
+        out (``unknown``) or was never checked (``unchecked``, past the budget) counts as not
+        killed, so a gate never passes on what it did not check.  0 when there is none."""
+        return 0.0 if self.judged == 0 else self.count("killed") / self.judged
+
+    @property
+    def kill_rate_checked(self) -> float:
+        """Killed among the mutants checked (not equivalent or invalid): what the checked part
+        shows, not a gate."""
+        n = self.judged - self.count("unchecked")
+        return 0.0 if n == 0 else self.count("killed") / n
 
     def survivors(self) -> list[Outcome]:
         return [o for o in self.outcomes if o.verdict == "survived"]
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "schema": SCHEMA,
             "table": self.table,
             "seconds": round(self.seconds, 2),
             "jobs": self.jobs,
             "budget_s": self.budget_s,
             "liveness": self.liveness,
+            "stopped": self.stopped,
+            "session": self.session,
+            "resumed": self.resumed,
+            "total": len(self.outcomes),
+            "checked": self.checked,
             "counts": {v: self.count(v) for v in VERDICTS},
             "kill_rate": round(self.kill_rate, 4),
+            "kill_rate_checked": round(self.kill_rate_checked, 4),
             "by_operator": self.by_operator(),
             "mutants": [o.to_dict() for o in self.outcomes],
         }
@@ -551,6 +578,9 @@ class MutationReport:
         return out
 
 
+SCHEMA = "kvstate.mutate/1"  # the JSON report's version: bumped when a field changes meaning
+
+
 def mutate(
     table: Table,
     *,
@@ -561,10 +591,14 @@ def mutate(
     timeout_ms: int = 4000,
     liveness: bool = True,
     progress: Callable[[Outcome], None] | None = None,
+    session: str | os.PathLike[str] | None = None,
 ) -> MutationReport:
     """Generate the mutants of ``table`` and check each (forked workers, within ``budget_s``:
     the mutants not finished by then are reported ``unchecked``).  ``liveness=False`` runs the
-    safety obligations alone (no completeness BMC)."""
+    safety obligations alone (no completeness BMC).  ``session``: a session store
+    (:mod:`.session`) whose verdicts for this table and these settings are reused, and which
+    keeps every new one at once; an interruption (``KeyboardInterrupt``) stops the workers and
+    returns the report so far."""
     global _TABLE, _TMO, _MUTANTS, _LIVENESS, _EDGES
     ms = mutants(table, operators)
     if only:
@@ -575,71 +609,80 @@ def mutate(
     n_jobs = max(1, jobs if jobs is not None else (os.cpu_count() or 1))
     t0 = time.perf_counter()
     done: dict[str, Outcome] = {}
-    _TABLE, _TMO, _MUTANTS, _LIVENESS = table, timeout_ms, ms, liveness
-    _EDGES = table_edges(table) if ms else None
+    store = None
+    if session is not None:
+        from .digest import table_digest
+        from .session import Session, settings_key
+
+        store = Session(
+            session, table_digest(table), settings_key(timeout_ms=timeout_ms, liveness=liveness)
+        )
+        kept = store.load()
+        for m in ms:
+            if m.id in kept:
+                try:
+                    done[m.id] = Outcome(**kept[m.id])
+                except TypeError:  # a row of another shape: check it again
+                    continue
+    resumed = len(done)
+    todo = [m for m in ms if m.id not in done]
+    stopped: str | None = None
+
+    def finish(o: Outcome) -> None:
+        done[o.mutant] = o
+        if store is not None:
+            store.save(o.mutant, o.to_dict())
+        if progress:
+            progress(o)
+
+    _TABLE, _TMO, _MUTANTS, _LIVENESS = table, timeout_ms, todo, liveness
+    _EDGES = table_edges(table) if todo else None
     try:
         if n_jobs == 1:
-            for m in ms:
+            for m in todo:
                 if budget_s is not None and time.perf_counter() - t0 > budget_s:
+                    stopped = "budget"
                     break
-                o = check_mutant(table, m, timeout_ms, liveness=liveness, edges=_EDGES)
-                done[m.id] = o
-                if progress:
-                    progress(o)
-        else:
+                finish(check_mutant(table, m, timeout_ms, liveness=liveness, edges=_EDGES))
+        elif todo:
             ctx = mp.get_context("fork")
             pool = ctx.Pool(n_jobs)
             try:
-                it = pool.imap_unordered(_work, range(len(ms)))
+                it = pool.imap_unordered(_work, range(len(todo)))
                 while len(done) < len(ms):
                     left = None if budget_s is None else budget_s - (time.perf_counter() - t0)
                     if left is not None and left <= 0:
+                        stopped = "budget"
                         break
                     try:
                         o = it.next(timeout=left)
                     except mp.TimeoutError:
+                        stopped = "budget"
                         break
-                    done[o.mutant] = o
-                    if progress:
-                        progress(o)
+                    finish(o)
             finally:
                 pool.terminate()
                 pool.join()
+    except KeyboardInterrupt:
+        stopped = "interrupted"
     finally:
         _TABLE, _MUTANTS, _EDGES = None, [], None
+        if store is not None:
+            store.close()
     outcomes = [
         done.get(m.id) or Outcome(m.id, m.operator, m.action, m.detail, "unchecked") for m in ms
     ]
     return MutationReport(
-        table.name, outcomes, time.perf_counter() - t0, n_jobs, budget_s, liveness
+        table.name,
+        outcomes,
+        time.perf_counter() - t0,
+        n_jobs,
+        budget_s,
+        liveness,
+        resumed=resumed,
+        stopped=stopped if len(done) < len(ms) else None,
+        session=None if session is None else str(session),
     )
 
 
-def render_text(rep: MutationReport, *, verbose: bool = False) -> str:
-    what = "safety + liveness (completeness)" if rep.liveness else "safety obligations only"
-    lines = [
-        f"kvstate mutate: {rep.table} ({len(rep.outcomes)} mutants, {rep.jobs} jobs, {what})",
-        "",
-    ]
-    for o in rep.outcomes:
-        if o.verdict == "killed" and not verbose:
-            continue
-        line = f"{o.verdict.upper():<10} {o.mutant}"
-        if o.verdict == "killed":
-            line += f"  <- {o.killed_by[0]}"
-        elif o.reason:
-            line += f"  ({o.reason})"
-        lines.append(line)
-    lines.append("")
-    lines.append("by operator:")
-    for op, d in sorted(rep.by_operator().items()):
-        lines.append(f"  {op:<20} " + ", ".join(f"{k} {v}" for k, v in sorted(d.items())))
-    lines.append("")
-    lines.append(
-        f"summary: killed {rep.count('killed')}, survived {rep.count('survived')}, "
-        f"equivalent {rep.count('equivalent')}, unknown (timed out) {rep.count('unknown')}, "
-        f"invalid {rep.count('invalid')}, unchecked {rep.count('unchecked')}; kill rate "
-        f"{100 * rep.kill_rate:.1f}% (killed / (killed + survived + unknown)); "
-        f"{rep.seconds:.1f} s"
-    )
-    return "\n".join(lines)
+from .mutate_report import render_junit, render_text  # noqa: E402, F401 - re-exported

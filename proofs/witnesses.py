@@ -11,8 +11,10 @@ longer checks (the table changed) is discarded and searched for again.  ``kvstat
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -109,44 +111,98 @@ def search(
 
 
 # ---- cache ---------------------------------------------------------------------------------
+# The file: {"schema": 2, "tables": {<table digest>: {"table": <name>, "witnesses": {<obligation>:
+# {"requests", "pool", "scaled_caps", "steps"}}}}}.  Keyed by the table's content
+# (:func:`kvstate.proofs.digest.table_digest`), so two tables of one name never share entries;
+# the name is kept as a hint: an entry of another table of the same name is tried (and, being a
+# certificate, re-checked) when the table's own has none.
+SCHEMA = 2
+
+
 def _load() -> dict[str, Any]:
     try:
         with CACHE_PATH.open(encoding="utf-8") as fh:
             data = json.load(fh)
-        return data if isinstance(data, dict) else {}
     except (OSError, ValueError):
         return {}
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        return {}
+    tables = data.get("tables")
+    return tables if isinstance(tables, dict) else {}
 
 
-def cached(table_name: str, obligation: str) -> tuple[list[Step], Shape] | None:
-    entry = _load().get(table_name, {}).get(obligation)
-    if not entry:
-        return None
+def _entry(raw: Any) -> tuple[list[Step], Shape] | None:
     try:
         steps = [
-            Step(s["action"], {k: int(v) for k, v in s["params"].items()}) for s in entry["steps"]
+            Step(s["action"], {k: int(v) for k, v in s["params"].items()}) for s in raw["steps"]
         ]
-        shape = Shape(int(entry["requests"]), int(entry["pool"]), bool(entry["scaled_caps"]))
-    except (KeyError, TypeError, ValueError):
+        shape = Shape(int(raw["requests"]), int(raw["pool"]), bool(raw["scaled_caps"]))
+    except (KeyError, TypeError, ValueError, AttributeError):
         return None
     return steps, shape
 
 
-def store(table_name: str, obligation: str, trace: Trace, shape: Shape) -> None:
-    """Record a witness (only when the caller asked to update the cache)."""
-    with _lock:
-        data = _load()
-        data.setdefault(table_name, {})[obligation] = {
+def candidates(table: Table, obligation: str) -> list[tuple[list[Step], Shape, bool]]:
+    """The cached witnesses for ``obligation``: the table's own (by content) first, then those
+    of other tables with its name (hints: the caller re-checks every one); the flag says
+    which: True for the table's own."""
+    from .digest import table_digest
+
+    data = _load()
+    key = table_digest(table)
+    keys = [key] + sorted(
+        k
+        for k, v in data.items()
+        if k != key and isinstance(v, dict) and v.get("table") == table.name
+    )
+    out: list[tuple[list[Step], Shape, bool]] = []
+    for k in keys:
+        raw = data.get(k, {}).get("witnesses", {}).get(obligation)
+        found = _entry(raw) if raw else None
+        if found is not None and all(found != (s, sh) for s, sh, _ in out):
+            out.append((*found, k == key))
+    return out
+
+
+def store(table: Table, obligation: str, trace: Trace, shape: Shape) -> None:
+    """Record a witness (only when the caller asked to update the cache).
+
+    Safe for processes writing at once (``--update-witnesses`` runs in parallel): the file is
+    read, changed and replaced under a lock file beside it (``filelock``), and replaced
+    atomically (a temporary of its own, ``os.replace``), so no writer loses another's entry and
+    no reader sees half a file."""
+    from filelock import FileLock
+
+    from .digest import table_digest
+
+    key = table_digest(table)
+    with _lock, FileLock(str(CACHE_PATH) + ".lock"):
+        tables = _load()
+        slot = tables.setdefault(key, {"table": table.name, "witnesses": {}})
+        slot["table"] = table.name
+        slot.setdefault("witnesses", {})[obligation] = {
             "requests": shape.requests,
             "pool": shape.pool,
             "scaled_caps": shape.scaled_caps,
             "steps": [{"action": s.action, "params": s.params} for s in trace.steps],
         }
-        tmp = CACHE_PATH.with_suffix(".json.tmp")
-        with tmp.open("w", encoding="utf-8") as fh:
+        write({"schema": SCHEMA, "tables": tables})
+
+
+def write(data: dict[str, Any]) -> None:
+    """Replace the cache file atomically (the caller holds the lock)."""
+    fd, tmp = tempfile.mkstemp(dir=CACHE_PATH.parent, prefix=".witnesses.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
             json.dump(data, fh, indent=1, sort_keys=True)
             fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
         os.replace(tmp, CACHE_PATH)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def witness(
@@ -159,11 +215,14 @@ def witness(
     scale_caps: bool,
     timeout_ms: int,
     update: bool,
+    hopeless: Callable[[], bool] | None = None,
 ) -> tuple[Trace, Shape, str] | None:
-    """A checked witness: from the cache if it still checks, else by search."""
-    hit = cached(base.name, obligation)
-    if hit is not None:
-        steps, shape = hit
+    """A checked witness: from the cache if it still checks, else by search.
+
+    ``hopeless``: a cheap test run before the search (not before the cache: a cached witness
+    is a certificate); True skips the search, which could only come back empty (a dead
+    action's reach search: minutes of BMC at growing depths, each query UNSAT)."""
+    for steps, shape, own in candidates(base, obligation):
         t = shape.table(base)
         trace = replay(t, shape.pool, steps)
         if (
@@ -171,7 +230,11 @@ def witness(
             and check(trace)
             and confirm_symbolically(t, shape.pool, steps, goal_for(t))
         ):
+            if not own and update:  # a hint that checks: keep it under this table's content too
+                store(base, obligation, trace, shape)
             return trace, shape, "cached certificate, re-checked (concrete replay + Z3)"
+    if hopeless is not None and hopeless():
+        return None
     found = search(
         base, goal_for, check, max_depth=max_depth, scale_caps=scale_caps, timeout_ms=timeout_ms
     )
@@ -179,15 +242,28 @@ def witness(
         return None
     trace, shape = found
     if update:
-        store(base.name, obligation, trace, shape)
+        store(base, obligation, trace, shape)
     return trace, shape, "found by Z3 BMC, replayed concretely"
 
 
-def reach_traces(table_name: str) -> list[list[tuple[str, dict[str, int]]]]:
-    """The cached reachability witnesses of a table, as (action, params) lists (fuzz warm-ups)."""
-    entries = _load().get(table_name, {})
-    out = []
-    for ob, entry in sorted(entries.items()):
-        if ob.startswith("reach/"):
-            out.append([(s["action"], dict(s["params"])) for s in entry.get("steps", [])])
+def reach_traces(table: Table | str) -> list[list[tuple[str, dict[str, int]]]]:
+    """The cached reachability witnesses of a table, as (action, params) lists (fuzz warm-ups).
+
+    Given a table: its own (by content), or, where it has none, those of the tables of its
+    name.  Given a name: those of the tables of that name.  Not re-checked here: the fuzzer
+    replays each in lockstep and the model refuses a step its guard does not allow."""
+    data = _load()
+    if isinstance(table, str):
+        name, own = table, None
+    else:
+        from .digest import table_digest
+
+        name, own = table.name, data.get(table_digest(table))
+    slots = [own] if own else [v for _, v in sorted(data.items()) if v.get("table") == name]
+    out, seen = [], set()
+    for slot in slots:
+        for ob, entry in sorted(slot.get("witnesses", {}).items()):
+            if ob.startswith("reach/") and ob not in seen:
+                seen.add(ob)
+                out.append([(s["action"], dict(s["params"])) for s in entry.get("steps", [])])
     return out

@@ -63,7 +63,7 @@ def test_equivalent_mutants_are_reported_as_such() -> None:
 
 
 def test_cli_json_and_kill_rate_threshold(capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["mutate", "--only", "drop-guard:replay", "-j", "1", "--format", "json"]
+    argv = ["mutate", "--only", "drop-guard:replay", "-j", "1", "--format", "json", "--no-session"]
     assert main([*argv, "--min-kill-rate", "1"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["counts"]["killed"] == 1 and data["kill_rate"] == 1.0

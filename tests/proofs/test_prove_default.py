@@ -12,6 +12,7 @@ def test_default_prove_holds_everywhere():
     assert kinds == {
         "structure",
         "init",
+        "enabled",
         "inductive",
         "k-induction",
         "bmc",
@@ -54,6 +55,7 @@ def test_default_prove_holds_everywhere():
     assert all(r.unbounded for r in inductive)
     # every action has a replayed witness; every protecting conjunct is shown to matter
     assert {r.action for r in report.by_kind("reach")} == {a.name for a in t.actions}
+    assert {r.action for r in report.by_kind("enabled")} == {a.name for a in t.actions}
     for r in report.by_kind("reach") + report.by_kind("anti-vacuity"):
         assert r.trace is not None and r.trace.replayed
 
