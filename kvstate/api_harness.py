@@ -2221,6 +2221,7 @@ def run_api_cli(args: Any, table: Table) -> int:
         ops=ops,
         coverage_pass=not args.no_coverage,
         reproduce=args.reproduce,
+        beside=not getattr(args, "code_coverage", False),  # --coverage traces this process
         out=lambda s: print(s, flush=True),
     )
     if res.finding is None:

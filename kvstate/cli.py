@@ -138,6 +138,15 @@ def long_lived_imports() -> Iterator[None]:
 
 
 def _cmd_fuzz(args: argparse.Namespace) -> int:
+    measure = None
+    if getattr(args, "code_coverage", False):  # started before kvstate.impl is imported
+        from kvstate.codecov import CoverageUnavailable, Measure
+
+        try:
+            measure = Measure(args.target)
+        except CoverageUnavailable as exc:
+            print(f"kvstate fuzz: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
     from kvstate.fuzz_cli import run_fuzz_cli
     from kvstate.testing.scratch import ram_scratch
     from kvstate.testing.threads import single_intraop_thread
@@ -145,8 +154,18 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
     single_intraop_thread()
     ram_scratch()  # per-example disk tiers on tmpfs: see kvstate/testing/scratch.py
     table = _load_table(args.spec)
-    with long_lived_imports():
-        return run_fuzz_cli(args, table)
+    try:
+        with long_lived_imports():
+            return run_fuzz_cli(args, table)
+    finally:
+        if measure is not None:
+            got = measure.stop()
+            print("\n".join(got.lines()), flush=True)
+            if args.coverage_json:
+                import json
+
+                with open(args.coverage_json, "w", encoding="utf-8") as fh:
+                    json.dump(got.raw, fh, indent=1)
 
 
 def _cmd_mutate(args: argparse.Namespace) -> int:
@@ -324,6 +343,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-coverage",
         action="store_true",
         help="skip the deterministic coverage pass (witness replays + refusal sweep)",
+    )
+    fz.add_argument(
+        "--coverage",
+        dest="code_coverage",
+        action="store_true",
+        help="--target kvstate-api or kvstate: report branch coverage of impl/ per module "
+        "(coverage.py; pure build only, one process)",
+    )
+    fz.add_argument(
+        "--coverage-json",
+        default=None,
+        metavar="FILE",
+        help="with --coverage: write coverage.py's JSON report (missing lines and branches)",
     )
     fz.add_argument(
         "--no-warmup",
