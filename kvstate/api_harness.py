@@ -46,6 +46,9 @@ import numpy as np
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine
 
+from kvstate.api_inputs import CASES, do_bad_input
+from kvstate.api_pools import do_pools
+from kvstate.api_prefix import do_variant
 from kvstate.model.apimap import Explainer, after_restart, state_diff
 from kvstate.model.concrete import KeptMachine, Machine
 from kvstate.model.fuzz import Nonconformance
@@ -166,6 +169,8 @@ class ApiHarness:
         self.read_error: set[int] = set()  # blocks whose running load was told to fail
         self.disk_full = False
         self.foreign_stored: set[int] = set()  # other namespaces that stored blocks
+        self.variants_stored: set[int] = set()  # kvstate/api_prefix.py: edits that stored
+        self.bad_input_left: list[str] = []  # kvstate/api_inputs.py
         self.published: dict[int, dict[str, int]] = {}  # block -> its disk entry's header
         self.ended: Live | None = None  # the request the current call finished
         self.foreign_slot: int | None = None
@@ -180,6 +185,9 @@ class ApiHarness:
         self.drained: list[dict[str, Any]] | None = None
         self.cache: Any = None
         self._open()
+        from kvstate.api_checks import make_checks
+
+        self.checks = make_checks(self)  # kvstate/api_checks.py: orders, prefixes, pools
 
     # -- lifecycle --------------------------------------------------------------------------
     def _open(self) -> None:
@@ -480,6 +488,8 @@ class ApiHarness:
         self.call_events = []
         raised: BaseException | None = None
         forbid = self._forbid(o)
+        for c in self.checks:
+            c.before(self, o)
         try:
             req = OPS[o.name](self, o)
         except Nonconformance:
@@ -495,6 +505,8 @@ class ApiHarness:
         call = self.call_override or MAPPING[o.name]
         if o.name == "restart":
             self._restart_model()
+            for c in self.checks:
+                c.restart(self)
             obs = self.observe()
             d = state_diff(self.model.values, obs, self.table)
             if d:
@@ -522,6 +534,8 @@ class ApiHarness:
                         f"events {self.call_events}",
                     )
                 self.cov.add(f"refused {o.name}:{type(raised).__name__}")
+                for c in self.checks:
+                    c.refused(self, o)
             else:
                 foreign = self.foreign_slot
                 ign = self._unkept()
@@ -560,6 +574,8 @@ class ApiHarness:
                 # (the model's own successor object: what the machine keeps about its value,
                 # the invariants' answers among them, is found without hashing it again)
                 self.model = end
+                for c in self.checks:
+                    c.after(self, o, before, steps, end)
                 self.cov.add(f"call {o.name}")
                 if o.name == "admit" and req is not None:
                     self._check_longest(before, steps, req)
@@ -1319,10 +1335,16 @@ OPS: dict[str, Callable[[ApiHarness, Op], int | None]] = {
     "host_tail": _do_host_tail,
     "disk_full": _do_disk_full,
     "restart": _do_restart,
+    "variant": do_variant,
+    "bad_input": do_bad_input,
+    "pools": do_pools,
 }
 # which spec/api.py entry explains each operation
 MAPPING: dict[str, str] = {
     "foreign": "foreign",
+    "pools": "read",  # a fresh cache resized (kvstate/api_pools.py)
+    "bad_input": "read",  # refused, nothing changes (kvstate/api_inputs.py)
+    "variant": "foreign",  # a prompt sharing no block with the chain (kvstate/api_prefix.py)
     **{
         k: k
         for k in (
@@ -1516,6 +1538,61 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[Op]]:
             op("drain"),
             op("use", i=1),
             op("read", i=1),
+        ],
+        # two blocks on disk, two on host: a spill and a drop of one take the least recently
+        # used (kvstate/api_orders.py); then the held-back disk loads start in queue order
+        "the documented orders: spill, drop, queued loads": [
+            *to_disk[:-1],
+            op("spill", n=1),
+            op("drop", n=1),
+            *hit,
+        ],
+        # prompts that differ from the chain in block 0 only (its last token, its first):
+        # neither may hit the chain, nor touch its blocks; then the chain hits as before
+        "prompts that differ early and agree later": [
+            *store,
+            op("variant", p=1, n=full),
+            op("variant", p=0, n=2 * L + 1),
+            op("variant", p=1, n=full),
+            *hit,
+        ],
+        # pools that run out partway through an operation: a store whose run finds the
+        # device slots leased (the rest is left to recompute), a recovery whose loads find no
+        # device room (the hit truncated), a spill that must drop the LRU disk entry first
+        "the device runs out partway through a store": [
+            op("pools", k=1),
+            *store[:-1],
+            op("request", i=1, n=full, life=lease_max),
+            op("admit", i=1),
+            op("use", i=1),
+            op("foreign", ns=0, n=full),
+            op("finish", i=1),
+            op("foreign", ns=1, n=full),
+            *hit,
+        ],
+        "the device runs out partway through a recovery": [
+            op("pools", k=2),
+            *to_disk,
+            op("foreign", ns=0, n=full),
+            *hit,
+        ],
+        "a spill to a full disk drops the LRU entry first": [
+            op("pools", k=4),
+            *to_disk,
+            op("foreign", ns=0, n=2 * L + 1),
+            op("tick", t=lease_max),
+            op("offload", n=N),
+            op("drain"),
+            op("spill", n=N),
+            *hit,
+        ],
+        # every public entry point sent a bad argument (kvstate/api_inputs.py), a Run live
+        "bad input at every entry point": [
+            op("request", i=0, n=full, life=1),
+            op("admit", i=0),
+            op("use", i=0),
+            *[op("bad_input", k=k) for k in range(len(CASES))],
+            op("finish", i=0),
         ],
         "an offload job raises: the library abandons it (the offload is cancelled)": [
             *store,
@@ -2113,6 +2190,9 @@ def summary_lines(res: RunResult) -> list[str]:
         f"{c['quiescence checks']}",
         "  faults injected: " + (", ".join(f"{k} {v}" for k, v in faults.items()) or "none"),
     ]
+    checks = {k[7:]: v for k, v in sorted(c.items()) if k.startswith("check: ")}
+    if checks:  # kvstate/api_checks.py
+        lines.append("  checked: " + ", ".join(f"{k} {v}" for k, v in checks.items()))
     calls = {k[5:]: v for k, v in sorted(c.items()) if k.startswith("call ")}
     lines.append("  calls: " + ", ".join(f"{k} {v}" for k, v in calls.items()))
     refused = {k[8:]: v for k, v in sorted(c.items()) if k.startswith("refused ")}
