@@ -37,6 +37,8 @@ class CallCheck:
 
 def make_checks(h: Any) -> list[CallCheck]:
     """The checks one harness runs (each keeps its own state for the example)."""
+    from kvstate.api_handout import Events, GraphRows
+    from kvstate.api_memo import WindowPolicy
     from kvstate.api_orders import OrderHook
 
-    return [OrderHook(h)]
+    return [OrderHook(h), GraphRows(), Events(h), WindowPolicy()]

@@ -415,6 +415,35 @@ MUTANTS: tuple[Mutant, ...] = (
         "                pool.untake(pages[used:])  # as if the rest had never been taken",
         "                pass",
     ),
+    # what the library hands out besides reads (kvstate/api_handout.py)
+    Mutant(
+        "graph_row_not_repadded",
+        "CUDA-graph row: stale padding",
+        "impl/graphs.py",
+        "        if old > n:  # beyond ``old`` the row is still padding",
+        "        if old > n + 1:  # beyond ``old`` the row is still padding",
+    ),
+    Mutant(
+        "raising_subscriber_stops_delivery",
+        "event delivery: a raising subscriber",
+        "impl/events.py",
+        '                self.callback_errors.append(f"{cb!r} on {ev.kind.value}: {exc!r}")',
+        '                self.callback_errors.append(f"{cb!r} on {ev.kind.value}: {exc!r}")\n                break',
+    ),
+    Mutant(
+        "event_run_delivered_reversed",
+        "event payloads out of order",
+        "impl/events.py",
+        "            for raw in raws:\n                self._deliver",
+        "            for raw in raws[::-1]:\n                self._deliver",
+    ),
+    Mutant(
+        "store_policy_end_off_by_one",
+        "window policy asked for the wrong prefix",
+        "impl/cache.py",
+        "        self.store.store_run(run, ticks, chain.blocks)",
+        "        self.store.store_run(run, ticks, chain.blocks - 1)",
+    ),
 )
 
 

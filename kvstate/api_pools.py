@@ -36,5 +36,7 @@ def do_pools(h: Any, o: Any) -> int | None:
         h.cache.close()
         h.cache_kwargs.update(sizes)
         h._open()
+        for c in h.checks:  # a new cache, as after a restart (its events subscribed again)
+            c.restart(h)
         h.cov.add("check: examples with other pool sizes")
     return None
