@@ -46,6 +46,7 @@ import numpy as np
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine
 
+from kvstate.api_damage import PARTS, do_damage
 from kvstate.api_inputs import CASES, do_bad_input
 from kvstate.api_pools import do_pools
 from kvstate.api_prefix import do_variant
@@ -1338,10 +1339,12 @@ OPS: dict[str, Callable[[ApiHarness, Op], int | None]] = {
     "variant": do_variant,
     "bad_input": do_bad_input,
     "pools": do_pools,
+    "damage": do_damage,
 }
 # which spec/api.py entry explains each operation
 MAPPING: dict[str, str] = {
     "foreign": "foreign",
+    "damage": "corrupt",  # one section of an entry (kvstate/api_damage.py)
     "pools": "read",  # a fresh cache resized (kvstate/api_pools.py)
     "bad_input": "read",  # refused, nothing changes (kvstate/api_inputs.py)
     "variant": "foreign",  # a prompt sharing no block with the chain (kvstate/api_prefix.py)
@@ -1594,6 +1597,15 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[Op]]:
             *[op("bad_input", k=k) for k in range(len(CASES))],
             op("finish", i=0),
         ],
+        # each stored form of an entry damaged (kvstate/api_damage.py): the hit stops before
+        **{
+            f"damaged {part} section of a disk entry": [
+                *to_disk,
+                op("damage", b=N - 1, part=k),
+                *hit,
+            ]
+            for k, part in enumerate(PARTS)
+        },
         "an offload job raises: the library abandons it (the offload is cancelled)": [
             *store,
             op("offload", n=1),

@@ -94,6 +94,7 @@ def build_machine(
     add("drain")
     add("corrupt", b=st.integers(0, N - 1), kind=st.integers(0, 2))
     add("read_error", b=st.integers(0, N - 1))
+    add("damage", b=st.integers(0, N - 1), part=st.integers(0, 4))
     add("host_tail", b=st.integers(0, N - 1))
     add("disk_full", on=st.integers(0, 1))
     add("restart")

@@ -444,6 +444,21 @@ MUTANTS: tuple[Mutant, ...] = (
         "        self.store.store_run(run, ticks, chain.blocks)",
         "        self.store.store_run(run, ticks, chain.blocks - 1)",
     ),
+    # damage to each stored form on disk (kvstate/api_damage.py)
+    Mutant(
+        "window_mac_not_checked",
+        "integrity: one stored form unchecked",
+        "impl/disk.py",
+        "                self._check(entry, -1, lo, end, mac, view[lo:end])\n",
+        "                pass\n",
+    ),
+    Mutant(
+        "first_chunk_mac_not_checked",
+        "integrity: one stored form unchecked",
+        "impl/disk.py",
+        "                self._check(entry, k, lo, end, mac, view[lo:end])\n",
+        "                if k:\n                    self._check(entry, k, lo, end, mac, view[lo:end])\n",
+    ),
 )
 
 
