@@ -40,5 +40,6 @@ def make_checks(h: Any) -> list[CallCheck]:
     from kvstate.api_handout import Events, GraphRows
     from kvstate.api_memo import WindowPolicy
     from kvstate.api_orders import OrderHook
+    from kvstate.api_ready import Readiness
 
-    return [OrderHook(h), GraphRows(), Events(h), WindowPolicy()]
+    return [OrderHook(h), GraphRows(), Events(h), WindowPolicy(), Readiness()]

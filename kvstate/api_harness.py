@@ -1606,6 +1606,28 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[Op]]:
             ]
             for k, part in enumerate(PARTS)
         },
+        # readiness: a use tried after every single job step of a disk recovery (loads held
+        # back by the I/O cap, indexer rebuilds, the tail check) is refused until the last
+        # job it depends on has finished; likewise over a host recovery whose tail is damaged
+        "use tried at every step of a recovery": [
+            *to_disk,
+            op("request", i=1, n=full, life=2),
+            op("admit", i=1),
+            *[x for j in range(30) for x in (op("step", k=j % 2), op("use", i=1))],
+            op("drain"),
+            op("use", i=1),
+            op("read", i=1),
+        ],
+        "use tried at every step of a host recovery with a damaged tail": [
+            *to_host,
+            op("host_tail", b=1),
+            op("request", i=1, n=full, life=2),
+            op("admit", i=1),
+            *[x for j in range(8) for x in (op("step", k=j % 2), op("use", i=1))],
+            op("drain"),
+            op("use", i=1),
+            op("read", i=1),
+        ],
         "an offload job raises: the library abandons it (the offload is cancelled)": [
             *store,
             op("offload", n=1),

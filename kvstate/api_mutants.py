@@ -459,6 +459,21 @@ MUTANTS: tuple[Mutant, ...] = (
         "                self._check(entry, k, lo, end, mac, view[lo:end])\n",
         "                if k:\n                    self._check(entry, k, lo, end, mac, view[lo:end])\n",
     ),
+    # readiness ordering in recovery (the witnesses "use tried at every step ...")
+    Mutant(
+        "finalize_before_recovery_ends",
+        "readiness: use before the recovery's jobs end",
+        "impl/cache.py",
+        "            elif self._pending(adm):\n",
+        "            elif False:\n",
+    ),
+    Mutant(
+        "tail_check_not_awaited",
+        "readiness: use before the tail check",
+        "impl/recovery.py",
+        "            return (\n                tc.key in self.pipes.cpu.jobs\n",
+        "            return False and (\n                tc.key in self.pipes.cpu.jobs\n",
+    ),
 )
 
 
