@@ -467,13 +467,6 @@ MUTANTS: tuple[Mutant, ...] = (
         "            elif self._pending(adm):\n",
         "            elif False:\n",
     ),
-    Mutant(
-        "tail_check_not_awaited",
-        "readiness: use before the tail check",
-        "impl/recovery.py",
-        "            return (\n                tc.key in self.pipes.cpu.jobs\n",
-        "            return False and (\n                tc.key in self.pipes.cpu.jobs\n",
-    ),
 )
 
 
