@@ -1544,6 +1544,15 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[Op]]:
         ],
         # two blocks on disk, two on host: a spill and a drop of one take the least recently
         # used (kvstate/api_orders.py); then the held-back disk loads start in queue order
+        # a hit's pins released deepest first: the deepest block is evicted first
+        "the LRU order after unpinning a hit": [
+            *store,
+            *hit,
+            op("finish", i=1),
+            op("tick", t=lease_max),
+            op("evict", n=1),
+            op("evict", n=1),
+        ],
         "the documented orders: spill, drop, queued loads": [
             *to_disk[:-1],
             op("spill", n=1),
