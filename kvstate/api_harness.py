@@ -46,6 +46,10 @@ import numpy as np
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine
 
+from kvstate.api_damage import PARTS, do_damage
+from kvstate.api_inputs import CASES, do_bad_input
+from kvstate.api_pools import do_pools
+from kvstate.api_prefix import do_variant
 from kvstate.calls import parse_calls
 from kvstate.examples_db import run_machine, saved, with_database
 from kvstate.model.apimap import Explainer, after_restart, state_diff
@@ -159,6 +163,8 @@ class ApiHarness:
         self.read_error: set[int] = set()  # blocks whose running load was told to fail
         self.disk_full = False
         self.foreign_stored: set[int] = set()  # other namespaces that stored blocks
+        self.variants_stored: set[int] = set()  # kvstate/api_prefix.py: edits that stored
+        self.bad_input_left: list[str] = []  # kvstate/api_inputs.py
         self.published: dict[int, dict[str, int]] = {}  # block -> its disk entry's header
         self.ended: Live | None = None  # the request the current call finished
         self.foreign_slot: int | None = None
@@ -173,6 +179,9 @@ class ApiHarness:
         self.drained: list[dict[str, Any]] | None = None
         self.cache: Any = None
         self._open()
+        from kvstate.api_checks import make_checks
+
+        self.checks = make_checks(self)  # kvstate/api_checks.py: orders, prefixes, pools
 
     # -- lifecycle --------------------------------------------------------------------------
     def _open(self) -> None:
@@ -473,6 +482,8 @@ class ApiHarness:
         self.call_events = []
         raised: BaseException | None = None
         forbid = self._forbid(o)
+        for c in self.checks:
+            c.before(self, o)
         try:
             req = OPS[o.name](self, o)
         except Nonconformance:
@@ -488,6 +499,8 @@ class ApiHarness:
         call = self.call_override or MAPPING[o.name]
         if o.name == "restart":
             self._restart_model()
+            for c in self.checks:
+                c.restart(self)
             obs = self.observe()
             d = state_diff(self.model.values, obs, self.table)
             if d:
@@ -515,6 +528,8 @@ class ApiHarness:
                         f"events {self.call_events}",
                     )
                 self.cov.add(f"refused {o.name}:{type(raised).__name__}")
+                for c in self.checks:
+                    c.refused(self, o)
             else:
                 foreign = self.foreign_slot
                 ign = self._unkept()
@@ -553,6 +568,8 @@ class ApiHarness:
                 # (the model's own successor object: what the machine keeps about its value,
                 # the invariants' answers among them, is found without hashing it again)
                 self.model = end
+                for c in self.checks:
+                    c.after(self, o, before, steps, end)
                 self.cov.add(f"call {o.name}")
                 if o.name == "admit" and req is not None:
                     self._check_longest(before, steps, req)
@@ -1313,10 +1330,18 @@ OPS: dict[str, Callable[[ApiHarness, Op], int | None]] = {
     "host_tail": _do_host_tail,
     "disk_full": _do_disk_full,
     "restart": _do_restart,
+    "variant": do_variant,
+    "bad_input": do_bad_input,
+    "pools": do_pools,
+    "damage": do_damage,
 }
 # which spec/api.py entry explains each operation
 MAPPING: dict[str, str] = {
     "foreign": "foreign",
+    "damage": "corrupt",  # one section of an entry (kvstate/api_damage.py)
+    "pools": "read",  # a fresh cache resized (kvstate/api_pools.py)
+    "bad_input": "read",  # refused, nothing changes (kvstate/api_inputs.py)
+    "variant": "foreign",  # a prompt sharing no block with the chain (kvstate/api_prefix.py)
     **{
         k: k
         for k in (
@@ -1507,6 +1532,101 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[Op]]:
             op("admit", i=1),
             op("read_error", b=0),
             op("read_error", b=1),
+            op("drain"),
+            op("use", i=1),
+            op("read", i=1),
+        ],
+        # two blocks on disk, two on host: a spill and a drop of one take the least recently
+        # used (kvstate/api_orders.py); then the held-back disk loads start in queue order
+        # a hit's pins released deepest first: the deepest block is evicted first
+        "the LRU order after unpinning a hit": [
+            *store,
+            *hit,
+            op("finish", i=1),
+            op("tick", t=lease_max),
+            op("evict", n=1),
+            op("evict", n=1),
+        ],
+        "the documented orders: spill, drop, queued loads": [
+            *to_disk[:-1],
+            op("spill", n=1),
+            op("drop", n=1),
+            *hit,
+        ],
+        # prompts that differ from the chain in block 0 only (its last token, its first):
+        # neither may hit the chain, nor touch its blocks; then the chain hits as before
+        "prompts that differ early and agree later": [
+            *store,
+            op("variant", p=1, n=full),
+            op("variant", p=0, n=2 * L + 1),
+            op("variant", p=1, n=full),
+            *hit,
+        ],
+        # pools that run out partway through an operation: a store whose run finds the
+        # device slots leased (the rest is left to recompute), a recovery whose loads find no
+        # device room (the hit truncated), a spill that must drop the LRU disk entry first
+        "the device runs out partway through a store": [
+            op("pools", k=1),
+            *store[:-1],
+            op("request", i=1, n=full, life=lease_max),
+            op("admit", i=1),
+            op("use", i=1),
+            op("foreign", ns=0, n=full),
+            op("finish", i=1),
+            op("foreign", ns=1, n=full),
+            *hit,
+        ],
+        "the device runs out partway through a recovery": [
+            op("pools", k=2),
+            *to_disk,
+            op("foreign", ns=0, n=full),
+            *hit,
+        ],
+        "a spill to a full disk drops the LRU entry first": [
+            op("pools", k=4),
+            *to_disk,
+            op("foreign", ns=0, n=2 * L + 1),
+            op("tick", t=lease_max),
+            op("offload", n=N),
+            op("drain"),
+            op("spill", n=N),
+            *hit,
+        ],
+        # every public entry point sent a bad argument (kvstate/api_inputs.py), a Run live
+        "bad input at every entry point": [
+            op("request", i=0, n=full, life=1),
+            op("admit", i=0),
+            op("use", i=0),
+            *[op("bad_input", k=k) for k in range(len(CASES))],
+            op("finish", i=0),
+        ],
+        # each stored form of an entry damaged (kvstate/api_damage.py): the hit stops before
+        **{
+            f"damaged {part} section of a disk entry": [
+                *to_disk,
+                op("damage", b=N - 1, part=k),
+                *hit,
+            ]
+            for k, part in enumerate(PARTS)
+        },
+        # readiness: a use tried after every single job step of a disk recovery (loads held
+        # back by the I/O cap, indexer rebuilds, the tail check) is refused until the last
+        # job it depends on has finished; likewise over a host recovery whose tail is damaged
+        "use tried at every step of a recovery": [
+            *to_disk,
+            op("request", i=1, n=full, life=2),
+            op("admit", i=1),
+            *[x for j in range(30) for x in (op("step", k=j % 2), op("use", i=1))],
+            op("drain"),
+            op("use", i=1),
+            op("read", i=1),
+        ],
+        "use tried at every step of a host recovery with a damaged tail": [
+            *to_host,
+            op("host_tail", b=1),
+            op("request", i=1, n=full, life=2),
+            op("admit", i=1),
+            *[x for j in range(8) for x in (op("step", k=j % 2), op("use", i=1))],
             op("drain"),
             op("use", i=1),
             op("read", i=1),
@@ -2115,6 +2235,9 @@ def summary_lines(res: RunResult) -> list[str]:
         f"{c['quiescence checks']}",
         "  faults injected: " + (", ".join(f"{k} {v}" for k, v in faults.items()) or "none"),
     ]
+    checks = {k[7:]: v for k, v in sorted(c.items()) if k.startswith("check: ")}
+    if checks:  # kvstate/api_checks.py
+        lines.append("  checked: " + ", ".join(f"{k} {v}" for k, v in checks.items()))
     calls = {k[5:]: v for k, v in sorted(c.items()) if k.startswith("call ")}
     lines.append("  calls: " + ", ".join(f"{k} {v}" for k, v in calls.items()))
     refused = {k[8:]: v for k, v in sorted(c.items()) if k.startswith("refused ")}
@@ -2232,6 +2355,7 @@ def run_api_cli(args: Any, table: Table) -> int:
         ops=ops,
         coverage_pass=not args.no_coverage,
         reproduce=args.reproduce,
+        beside=not getattr(args, "code_coverage", False),  # --coverage traces this process
         out=lambda s: print(s, flush=True),
         database=db,
         key=key,

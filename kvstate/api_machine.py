@@ -72,7 +72,7 @@ def build_machine(
     add(
         "request",
         i=ii,
-        n=st.sampled_from([L + 1, 2 * L + 1, N * L + 1, N * L, 3 * L + 5]),
+        n=st.sampled_from([L + 1, 2 * L + 1, N * L + 1, N * L, 3 * L + 5, 2 * L]),
         life=st.integers(1, lm),
     )
     add("admit", i=ii)
@@ -85,6 +85,8 @@ def build_machine(
     add("mutate_tokens", i=ii)
     add("abort_in_use", i=ii)
     add("foreign", ns=st.integers(0, 1), n=st.sampled_from([2 * L + 1, N * L + 1]))
+    add("bad_input", k=st.integers(0, 63))
+    add("variant", p=st.integers(0, 1), n=st.sampled_from([2 * L + 1, N * L + 1]))
     add("tick", t=st.integers(1, lm))
     for m in ("evict", "offload", "spill", "drop"):
         add(m, n=st.integers(1, N))
@@ -92,6 +94,7 @@ def build_machine(
     add("drain")
     add("corrupt", b=st.integers(0, N - 1), kind=st.integers(0, 2))
     add("read_error", b=st.integers(0, N - 1))
+    add("damage", b=st.integers(0, N - 1), part=st.integers(0, 4))
     add("host_tail", b=st.integers(0, N - 1))
     add("disk_full", on=st.integers(0, 1))
     add("restart")
@@ -99,8 +102,11 @@ def build_machine(
     if seeds:
         seed_list = [list(s) for s in seeds]
 
-        @initialize(w=st.sampled_from(range(-1, len(seed_list))))
-        def warm_up(self: Any, w: int) -> None:
+        # the pools' sizes (kvstate/api_pools.py: the first operation, a no-op elsewhere)
+        @initialize(w=st.sampled_from(range(-1, len(seed_list))), k=st.integers(0, 4))
+        def warm_up(self: Any, w: int, k: int) -> None:
+            if "pools" in allowed and k:
+                self.do(op("pools", k=k))
             for o in seed_list[w] if w >= 0 else []:
                 if o.name in allowed:
                     self.do(o)

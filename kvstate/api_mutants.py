@@ -341,6 +341,132 @@ MUTANTS: tuple[Mutant, ...] = (
         "        cache._finalize(self, timeout=wait)\n",
         "        pass\n",
     ),
+    # the orders the library documents and the table leaves open (kvstate/api_orders.py)
+    Mutant(
+        "unpin_forward_order",
+        "observable order: LRU after unpinning",
+        "impl/requests.py",
+        "        for rid in reversed(s.rids):\n            ref[rid] -= 1",
+        "        for rid in s.rids:\n            ref[rid] -= 1",
+    ),
+    Mutant(
+        "evict_most_recent_first",
+        "observable order: eviction victim",
+        "impl/blocks.py",
+        "        for rid in self.lru:\n            try:  # the head",
+        "        for rid in reversed(self.lru):\n            try:  # the head",
+    ),
+    Mutant(
+        "spill_most_recent_first",
+        "observable order: host spill victim",
+        "impl/recovery.py",
+        "                (r for r in self.host_lru if r not in tried",
+        "                (r for r in reversed(self.host_lru) if r not in tried",
+    ),
+    Mutant(
+        "queued_loads_last_first",
+        "observable order: queued loads start",
+        "impl/recovery.py",
+        "        for rid in list(self.io_waiting):\n            got = self.admit_load(rid)",
+        "        for rid in list(self.io_waiting)[::-1]:\n            got = self.admit_load(rid)",
+    ),
+    Mutant(
+        "drop_host_before_disk",
+        "observable order: drop victim",
+        "impl/recovery.py",
+        "            for rid in [*list(self.disk_lru), *list(self.host_lru)]:",
+        "            for rid in [*list(self.host_lru), *list(self.disk_lru)]:",
+    ),
+    # the identity of a prefix (kvstate/api_prefix.py)
+    Mutant(
+        "key_skips_last_token",
+        "prefix identity: part of a block unhashed",
+        "impl/hashing.py",
+        "        h = blake(h + mv[k * width : (k + 1) * width], digest_size=KEY_BYTES).digest()",
+        "        h = blake(h + mv[k * width : (k + 1) * width - 8], digest_size=KEY_BYTES).digest()",
+    ),
+    Mutant(
+        "key_not_chained",
+        "prefix identity: a block's key ignores the blocks before it",
+        "impl/hashing.py",
+        "        h = blake(h + mv[k * width : (k + 1) * width], digest_size=KEY_BYTES).digest()",
+        "        h = blake(parent + mv[k * width : (k + 1) * width], digest_size=KEY_BYTES).digest()",
+    ),
+    # bad input at a public entry point (kvstate/api_inputs.py)
+    Mutant(
+        "integer_takes_bool",
+        "bad input accepted",
+        "impl/args.py",
+        "        if not isinstance(v, (int, np.integer)) or isinstance(v, (bool, np.bool_)):",
+        "        if not isinstance(v, (int, np.integer)):",
+    ),
+    Mutant(
+        "flag_takes_int",
+        "bad input accepted",
+        "impl/args.py",
+        "    if isinstance(v, np.bool_):\n        return bool(v)",
+        "    if isinstance(v, (np.bool_, int)):\n        return bool(v)",
+    ),
+    # a pool exhausted partway through an operation (the witnesses "... runs out partway")
+    Mutant(
+        "store_run_keeps_untaken_pages",
+        "exhaustion mid-operation: half-allocated run",
+        "impl/blocks.py",
+        "                pool.untake(pages[used:])  # as if the rest had never been taken",
+        "                pass",
+    ),
+    # what the library hands out besides reads (kvstate/api_handout.py)
+    Mutant(
+        "graph_row_not_repadded",
+        "CUDA-graph row: stale padding",
+        "impl/graphs.py",
+        "        if old > n:  # beyond ``old`` the row is still padding",
+        "        if old > n + 1:  # beyond ``old`` the row is still padding",
+    ),
+    Mutant(
+        "raising_subscriber_stops_delivery",
+        "event delivery: a raising subscriber",
+        "impl/events.py",
+        '                self.callback_errors.append(f"{cb!r} on {ev.kind.value}: {exc!r}")',
+        '                self.callback_errors.append(f"{cb!r} on {ev.kind.value}: {exc!r}")\n                break',
+    ),
+    Mutant(
+        "event_run_delivered_reversed",
+        "event payloads out of order",
+        "impl/events.py",
+        "            for raw in raws:\n                self._deliver",
+        "            for raw in raws[::-1]:\n                self._deliver",
+    ),
+    Mutant(
+        "store_policy_end_off_by_one",
+        "window policy asked for the wrong prefix",
+        "impl/cache.py",
+        "        self.store.store_run(run, ticks, chain.blocks)",
+        "        self.store.store_run(run, ticks, chain.blocks - 1)",
+    ),
+    # damage to each stored form on disk (kvstate/api_damage.py)
+    Mutant(
+        "window_mac_not_checked",
+        "integrity: one stored form unchecked",
+        "impl/disk.py",
+        "                self._check(entry, -1, lo, end, mac, view[lo:end])\n",
+        "                pass\n",
+    ),
+    Mutant(
+        "first_chunk_mac_not_checked",
+        "integrity: one stored form unchecked",
+        "impl/disk.py",
+        "                self._check(entry, k, lo, end, mac, view[lo:end])\n",
+        "                if k:\n                    self._check(entry, k, lo, end, mac, view[lo:end])\n",
+    ),
+    # readiness ordering in recovery (the witnesses "use tried at every step ...")
+    Mutant(
+        "finalize_before_recovery_ends",
+        "readiness: use before the recovery's jobs end",
+        "impl/cache.py",
+        "            elif self._pending(adm):\n",
+        "            elif False:\n",
+    ),
 )
 
 

@@ -522,7 +522,9 @@ def run_fuzz_cli(args: argparse.Namespace, table: Table) -> int:
     if replayed:
         print(f"  example database: {replayed} saved example(s), run before new ones", flush=True)
     coverage = not args.no_coverage and args.reproduce is None
-    beside = _CoverageBeside.start(cls, table, seeds, counts) if coverage else None
+    # (--coverage traces this process only: the pass then runs here)
+    here = getattr(args, "code_coverage", False)
+    beside = _CoverageBeside.start(cls, table, seeds, counts) if coverage and not here else None
 
     def covered() -> int | None:
         """The coverage pass done (here, or joined from beside): None, or the exit code of

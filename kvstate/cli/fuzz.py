@@ -6,10 +6,19 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import sys
 from collections.abc import Iterator
 from typing import Any
 
-from .common import EXIT_CODES, SPEC_HELP, load_table, positive_int, pure_build_notice, spec_names
+from .common import (
+    EXIT_CODES,
+    EXIT_USAGE,
+    SPEC_HELP,
+    load_table,
+    positive_int,
+    pure_build_notice,
+    spec_names,
+)
 
 TARGETS = {
     "kvstate-api": "the public API with bytes and faults",
@@ -80,6 +89,15 @@ def long_lived_imports() -> Iterator[None]:
 
 
 def run(args: argparse.Namespace) -> int:
+    measure = None
+    if args.code_coverage:  # started before kvstate.impl is imported
+        from kvstate.codecov import CoverageUnavailable, Measure
+
+        try:
+            measure = Measure(args.target)
+        except CoverageUnavailable as exc:
+            print(f"kvstate fuzz: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
     from kvstate.fuzz_cli import run_fuzz_cli
     from kvstate.testing.scratch import ram_scratch
     from kvstate.testing.threads import single_intraop_thread
@@ -89,8 +107,18 @@ def run(args: argparse.Namespace) -> int:
         pure_build_notice()
     single_intraop_thread()
     ram_scratch()  # per-example disk tiers on tmpfs: see kvstate/testing/scratch.py
-    with long_lived_imports():
-        return run_fuzz_cli(args, table)
+    try:
+        with long_lived_imports():
+            return run_fuzz_cli(args, table)
+    finally:
+        if measure is not None:
+            got = measure.stop()
+            print("\n".join(got.lines()), flush=True)
+            if args.coverage_json:
+                import json
+
+                with open(args.coverage_json, "w", encoding="utf-8") as fh:
+                    json.dump(got.raw, fh, indent=1)
 
 
 def _epilog() -> str:
@@ -178,6 +206,19 @@ def add_parser(sub: Any) -> None:
         "--no-coverage",
         action="store_true",
         help="skip the deterministic coverage pass (witness replays + refusal sweep)",
+    )
+    fz.add_argument(
+        "--coverage",
+        dest="code_coverage",
+        action="store_true",
+        help="--target kvstate-api or kvstate: report branch coverage of impl/ per module "
+        "(coverage.py; pure build only, one process)",
+    )
+    fz.add_argument(
+        "--coverage-json",
+        default=None,
+        metavar="FILE",
+        help="with --coverage: write coverage.py's JSON report (missing lines and branches)",
     )
     fz.add_argument(
         "--no-warmup",

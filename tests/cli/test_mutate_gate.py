@@ -50,7 +50,11 @@ def test_session_resumes_and_reports(tmp_path: Path, capsys: pytest.CaptureFixtu
     # a run stopped by its budget keeps nothing unchecked in the store ...
     assert main([*argv, "--budget", "0"]) == 0
     first = json.loads(capsys.readouterr().out)
-    assert first["schema"] == "kvstate.mutate/1" and first["checked"] == 0 and first["stopped"] == "budget"
+    assert (
+        first["schema"] == "kvstate.mutate/1"
+        and first["checked"] == 0
+        and first["stopped"] == "budget"
+    )
     # ... the next run checks them all and keeps each verdict ...
     assert main([*argv, "--min-kill-rate", "0.6"]) == 0
     second = json.loads(capsys.readouterr().out)

@@ -78,7 +78,11 @@ def test_budget_gives_a_partial_report_in_every_format(tmp_path: Path) -> None:
     took = time.monotonic() - t0
     assert p.returncode == 3, (p.returncode, p.stderr[-2000:])  # nothing failed, not all decided
     d = json.loads(p.stdout)
-    assert d["schema"] == "kvstate.prove/1" and d["verdict"] == "undecided" and d["stopped"] == "budget"
+    assert (
+        d["schema"] == "kvstate.prove/1"
+        and d["verdict"] == "undecided"
+        and d["stopped"] == "budget"
+    )
     statuses = {r["status"] for r in d["results"]}
     assert "not-run" in statuses and len(d["results"]) >= 151
     assert took < 60, took

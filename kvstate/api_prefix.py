@@ -1,0 +1,63 @@
+"""The identity of a prefix, as the API harness checks it: prompts that differ early and agree
+later.
+
+The harness's requests are cut from one token sequence, so every prompt it sends agrees with
+every other on their common length: a key that forgot part of a block's tokens, or did not
+chain over the blocks before it, is never asked to tell two prompts apart.  (Nor do the bytes
+show it: the test writer's rows depend on a token and its position, not on the tokens before.)
+``variant(p, n)`` sends a whole request in the harness's *own* namespace whose first ``n``
+tokens are the chain's except at position ``p`` of block 0 (its first or its last token): it
+shares no block with the chain, while every later block's tokens equal the chain's there.  What
+the table says of such a request is what it says of one in another namespace (``spec/api.py``
+``foreign``: its stores make room and touch none of the chain's blocks), and it may hit only
+blocks an earlier variant with the same edit stored; its reads are byte-checked against its own
+tokens.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+POSITIONS = ("first", "last")  # the edited token of block 0
+
+
+def variant_tokens(tokens: Any, L: int, n: int, p: int) -> np.ndarray:
+    """The chain's first ``n`` tokens with block 0's first (``p == 0``) or last token changed."""
+    out = np.array(tokens[:n], dtype=np.int64)
+    at = 0 if p == 0 else L - 1
+    out[at] = (out[at] + 1 + p) % 1000 + 1
+    return out
+
+
+def do_variant(h: Any, o: Any) -> int | None:
+    from kvstate.api_harness import NAMESPACE
+    from kvstate.testing.datacheck import verify_run
+
+    p, n = o.arg("p") % len(POSITIONS), o.arg("n")
+    want = variant_tokens(h.tokens, h.L, n, p)
+    req = h.cache.request(want.copy(), namespace=NAMESPACE, lifetime=1)
+    adm = h.cache.admit(req)
+    assert req.slot is not None
+    h.foreign_slot = req.slot.index
+    h.cov.add("check: requests differing early, agreeing later")
+    if adm.hit_tokens and p not in h.variants_stored:
+        raise h.fail(
+            "prefix-identity",
+            ["hit"],
+            f"a prompt whose block 0 differs from the chain's at its {POSITIONS[p]} token (and "
+            f"agrees after it), where no such prompt was stored, hit {adm.hit_tokens} tokens",
+        )
+    with h.cache.use(req) as run:
+        problems = verify_run(run, want)
+        h.cov.add("reads checked")
+        if problems:
+            raise h.fail(
+                "data",
+                [problems[0].split(":")[0]],
+                "a prompt differing early reads wrong bytes:\n  " + "\n  ".join(problems),
+            )
+    h.cache.forget(req)
+    h.variants_stored.add(p)
+    return None
