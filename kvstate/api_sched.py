@@ -5,10 +5,13 @@ The threads are real ones (the façade's callers and the pipelines' own worker l
 so exactly one runs at any moment.  The turn moves only at a *switch point*: an acquire or a
 release of the cache's lock (:class:`SchedLock`, reentrant like the ``RLock`` it replaces), a
 wait or notify of its condition (:class:`SchedCondition`), a put or get of a pipeline's queue
-(:class:`SchedQueue`).  Which thread runs next is read off a list of choices (``0``: the
-current thread goes on; ``k``: the ``k``-th runnable one in a fixed order; past the list's end,
-0), so a schedule is a list of small integers: Hypothesis draws it, shrinks it toward fewer
-switches and replays it exactly.  Time is logical: a timed wait times out only when no thread
+(:class:`SchedQueue`).  A schedule is a list of *preemptions*, flattened as ``[gap, thread, gap, thread, ...]``: let
+``gap`` more decisions go by, then hand the turn to the ``thread``-th of the other threads that can
+run, in spawn order (modulo their number); every other decision lets the current thread go on (or, when it
+blocks, the first that can run).  Bounding the preemptions rather than the switch points is
+CHESS's preemption bounding: most concurrency bugs need one or two preemptions at the right
+places, and Hypothesis draws the list, shrinks it toward fewer and earlier preemptions and
+replays it exactly.  Time is logical: a timed wait times out only when no thread
 can run any more, never because the machine was slow.
 
 What the scheduler itself reports (``problems``): a *lost wake-up* (a waiter whose condition
@@ -53,6 +56,7 @@ class Scheduler:
     def __init__(self, choices: Sequence[int], *, on_idle: Callable[[], list[str]] | None = None):
         self.choices = list(choices)
         self.pos = 0
+        self.gap: int | None = None  # decisions left before the next preemption
         self.tasks: list[Task] = []
         self.local = threading.local()
         self.current: Task | None = None
@@ -104,11 +108,19 @@ class Scheduler:
 
     # -- switching --------------------------------------------------------------------------
     def _choice(self) -> int:
-        if self.pos < len(self.choices):
-            c = self.choices[self.pos]
-            self.pos += 1
-            return c
-        return 0
+        """This decision's choice: 0 (no preemption) unless the schedule's next preemption
+        falls here."""
+        if self.pos + 1 >= len(self.choices):
+            return 0
+        if self.gap is None:
+            self.gap = self.choices[self.pos]
+        if self.gap > 0:
+            self.gap -= 1
+            return 0
+        c = self.choices[self.pos + 1]
+        self.pos += 2
+        self.gap = None
+        return c
 
     def _pick(self, me: Task | None) -> Task | None:
         """The next task to run (None: all done).  Decides timeouts and the end of a run."""
@@ -116,9 +128,10 @@ class Scheduler:
             ready = [t for t in self.tasks if t.runnable()]
             if ready:
                 c = self._choice()
-                if c == 0 and me is not None and me in ready:
-                    return me
-                return ready[(c - 1) % len(ready)] if c else ready[0]
+                others = [t for t in ready if t is not me]
+                if c and others:
+                    return others[(c - 1) % len(others)]
+                return me if me is not None and me in ready else ready[0]
             live = [t for t in self.tasks if not t.done]
             if not live:
                 return None

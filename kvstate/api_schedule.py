@@ -43,7 +43,8 @@ from .api_threads import _Recorder, explain_sections
 
 CI_SCHEDULES = 40  # ``--profile ci``: about 10 s of the API target's run (see docs)
 PROFILE_SCHEDULES = {"ci": CI_SCHEDULES, "dev": 400, "nightly": 4000}
-MAX_CHOICES = 160  # a schedule's decisions drawn; past them each thread runs until it blocks
+MAX_PREEMPTIONS = 12  # a schedule's preemptions; past them each thread runs until it blocks
+MAX_GAP = 30  # decisions between two preemptions (a schedule has ~50-250 decisions)
 
 # a test's planted bug: called with the harness and the facade's call table once the scheduler
 # is in place (it may replace a call, the lock or the condition)
@@ -99,8 +100,6 @@ def run_schedule(
         for e in core.pipes.all:  # the real worker loop, over a scheduled queue
             e._q = SchedQueue(sched)  # type: ignore[assignment]
             e.mode = "threads"
-            for i in range(e.workers):
-                sched.spawn(f"kvstate-{e.name}-{i}", e._work, primary=False)
         core.pipes.mode = "threads"
         calls: dict[str, Any] = {
             name: getattr(cache, name)
@@ -121,6 +120,9 @@ def run_schedule(
         if plant is not None:
             plant(h, calls)
         _scenario(h, sched, rec, calls, seed, res, verify_run, KVStateError)
+        for e in core.pipes.all:  # after the callers: a blocked caller hands the turn to the
+            for i in range(e.workers):  # aborter first, then the others, then the workers
+                sched.spawn(f"kvstate-{e.name}-{i}", e._work, primary=False)
         try:
             sched.run()
         except Hung as exc:
@@ -181,6 +183,13 @@ def _scenario(
     N, L = h.N, h.L
     problems = res.problems
     live: dict[int, Any] = {}
+    targeted: set[int] = set()  # requests some thread called abort on
+
+    def still_own(k: int, req: Any, where: str) -> None:
+        """A request loses its slot only by a call on it: one released behind its back (another
+        request's abort landing on its slot) has no sequential explanation."""
+        if req.slot is None and id(req) not in targeted:
+            problems.append(f"user {k}: its request lost its slot {where}, yet no call released it")
 
     def api(name: str, *a: Any, **kw: Any) -> Any:
         rec.local.call, rec.local.sections = name, []
@@ -210,14 +219,19 @@ def _scenario(
                 run = ctx.__enter__()
                 rec.local.call = None
                 live[k] = req
+                still_own(k, req, "after use")
                 if req.slot is not None:
                     bad = verify_run(run, want)
                     res.counts["reads checked"] += 1
                     if bad and req.slot is not None:
                         problems.append(f"user {k}: wrong bytes while pinned: {bad[0]}")
                 live.pop(k, None)
+                still_own(k, req, "after its reads")
                 if req.slot is not None:
-                    api("finish" if rng.random() < 0.8 else "abort", req)
+                    end = "finish" if rng.random() < 0.8 else "abort"
+                    if end == "abort":
+                        targeted.add(id(req))
+                    api(end, req)
             except KVStateError:
                 res.counts["user refusals"] += 1
             finally:
@@ -232,22 +246,38 @@ def _scenario(
             except KVStateError:
                 pass
 
+    done: set[int] = set()
+
     def aborter() -> None:
+        """Waits (a scheduled wait, no switch point of the cache) until a request is in use,
+        then aborts it or lets it be; three times, or until the users are done."""
         rng = random.Random(seed * 100 + 77)
         for _ in range(3):
-            for req in list(live.values()):
-                if rng.random() < 0.5 and req.slot is not None:
-                    try:
-                        api("abort", req)
-                        res.counts["abort from another thread"] += 1
-                    except KVStateError:
-                        pass
-            calls["stats"]()  # a section between attempts: a switch point
+            sched.block(lambda: bool(live) or len(done) == 2)
+            if not live:
+                return
+            req = list(live.values())[rng.randrange(len(live))]
+            if rng.random() < 0.6 and req.slot is not None:
+                targeted.add(id(req))
+                try:
+                    api("abort", req)
+                    res.counts["abort from another thread"] += 1
+                except KVStateError:
+                    pass
+            else:
+                calls["stats"]()
+            sched.point("aborter")
 
-    sched.spawn("user-0", lambda: user(0))
-    sched.spawn("user-1", lambda: user(1))
-    sched.spawn("maint", maint)
+    def user_thread(k: int) -> None:
+        try:
+            user(k)
+        finally:
+            done.add(k)
+
     sched.spawn("aborter", aborter)
+    sched.spawn("user-0", lambda: user_thread(0))
+    sched.spawn("user-1", lambda: user_thread(1))
+    sched.spawn("maint", maint)
 
 
 # ---- exploration --------------------------------------------------------------------------
@@ -263,6 +293,10 @@ class Exploration:
 
 class _Failed(Exception):
     pass
+
+
+def _flat(pairs: list[tuple[int, int]]) -> list[int]:
+    return [x for p in pairs for x in p]
 
 
 def explore(
@@ -285,6 +319,8 @@ def explore(
 
     phases = [Phase.explicit, Phase.generate] + ([Phase.shrink] if shrink else [])
 
+    pairs = st.tuples(st.integers(0, MAX_GAP), st.integers(1, 9))
+
     @settings(
         max_examples=schedules,
         deadline=None,
@@ -295,10 +331,10 @@ def explore(
         print_blob=False,
         report_multiple_bugs=False,
     )
-    @given(st.lists(st.integers(0, 5), max_size=MAX_CHOICES), st.integers(0, 15))
-    @example([], 0)  # no switch a thread does not ask for: each runs until it blocks
-    @example([1] * MAX_CHOICES, 0)  # the first runnable thread at every point
-    @example([2] * MAX_CHOICES, 1)
+    @given(st.lists(pairs, max_size=MAX_PREEMPTIONS).map(_flat), st.integers(0, 15))
+    @example([], 0)  # no preemption: each thread runs until it blocks or ends
+    @example([0, 1] * MAX_PREEMPTIONS, 0)  # the first thread whenever it can run
+    @example([1, 2] * MAX_PREEMPTIONS, 1)
     def prop(choices: list[int], scen: int) -> None:
         r = run_schedule(table, N, choices, seed=scen, plant=plant)
         out.schedules += 1
@@ -341,6 +377,13 @@ def summary(x: Exploration) -> list[str]:
         f"{c['abort from another thread']} aborts from another thread, no lost wake-up, "
         "no deadlock, nothing leaked"
     ]
+
+
+def run_profile(table: Table, N: int, profile: str, seed: int | None) -> tuple[bool, list[str]]:
+    """``kvstate fuzz --target kvstate-api``'s schedule exploration after its lockstep run:
+    the profile's number of schedules; (whether one failed, the lines to print)."""
+    x = explore(table, N, schedules=PROFILE_SCHEDULES[profile], seed=seed)
+    return x.failing is not None, summary(x)
 
 
 def main(argv: list[str] | None = None) -> int:
