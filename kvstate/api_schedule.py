@@ -211,14 +211,16 @@ def _scenario(
         for _ in range(2):
             n = rng.choice([L + 1, 2 * L + 1, N * L + 1])
             want = np.array(h.tokens[:n], dtype=np.int64)
+            req, admitted, ended = None, False, False
             try:
                 req = api("request", want.copy(), namespace=NAMESPACE, lifetime=rng.randint(1, 2))
                 api("admit", req)
+                admitted = True
+                live[k] = req  # the aborter may abort it from here on (inside use included)
                 ctx = api("use", req, timeout=5.0)
                 rec.local.call = "use"
                 run = ctx.__enter__()
                 rec.local.call = None
-                live[k] = req
                 still_own(k, req, "after use")
                 if req.slot is not None:
                     bad = verify_run(run, want)
@@ -231,9 +233,12 @@ def _scenario(
                     end = "finish" if rng.random() < 0.8 else "abort"
                     if end == "abort":
                         targeted.add(id(req))
+                    ended = True
                     api(end, req)
             except KVStateError:
                 res.counts["user refusals"] += 1
+                if admitted and not ended:
+                    still_own(k, req, "when a call on it was refused")
             finally:
                 live.pop(k, None)
 
