@@ -1,5 +1,6 @@
 """The threaded mode's schedule exploration (kvstate/api_schedule.py, kvstate/api_sched.py):
-the unplanted library passes, a planted lock omission and a planted lost wake-up are caught,
+the unplanted library passes, a planted lock omission, a planted lost wake-up and a planted
+atomicity violation (a check and its act in two sections) are caught,
 a schedule replays exactly, and the scheduler itself finds a lock-order deadlock."""
 
 from __future__ import annotations
@@ -50,14 +51,34 @@ def _lost_wakeup(h: ApiHarness, calls: dict[str, Any]) -> None:
     core.changed = _DroppingCondition(core.changed.lock)
 
 
+def _split_abort(h: ApiHarness, calls: dict[str, Any]) -> None:
+    """Planted: ``abort`` reads the request's slot in one section and aborts it in another (the
+    façade does both in one): the slot may be another request's by then."""
+    from kvstate.impl.errors import AlreadyReleased
+
+    cache, core = h.cache, h.core
+
+    def abort(req: Any) -> None:
+        with core.lock:
+            s = req.slot
+        with core.lock:
+            if s is None:
+                raise AlreadyReleased("abort", ("active",), f"{req!r} was already released")
+            cache.req_table.abort(s)
+            req.admission = None
+
+    calls["abort"] = abort
+
+
 @pytest.mark.parametrize(
     ("plant", "expect"),
     [
         # its changes land outside every section, or its notify finds the lock not held
         (_unlocked_finish, ("outside the lock", "un-acquired lock")),
         (_lost_wakeup, ("lost wake-up",)),
+        (_split_abort, ("lost its slot",)),
     ],
-    ids=["lock_omission", "lost_wakeup"],
+    ids=["lock_omission", "lost_wakeup", "atomicity_violation"],
 )
 def test_planted_concurrency_bug_is_caught(plant: Any, expect: tuple[str, ...]) -> None:
     t0 = time.monotonic()
@@ -70,6 +91,11 @@ def test_planted_concurrency_bug_is_caught(plant: Any, expect: tuple[str, ...]) 
     choices, scen = x.failing
     again = run_schedule(TABLE, 4, choices, seed=scen, plant=plant)
     assert any(e in p for p in again.problems for e in expect), again.problems
+
+
+def test_the_atomicity_violation_needs_a_preemption() -> None:
+    """The split abort passes the schedule without preemptions: only exploring finds it."""
+    assert not run_schedule(TABLE, 4, [], seed=0, plant=_split_abort).problems
 
 
 def test_a_schedule_replays_exactly() -> None:
