@@ -2361,8 +2361,14 @@ def run_api_cli(args: Any, table: Table) -> int:
         key=key,
     )
     if res.finding is None:
+        from kvstate.api_schedule import run_profile  # the threaded mode's schedules
+
+        failed, threads = run_profile(table, N, args.profile, seed)
+        if failed:
+            print("\n".join(threads))
+            return 1
         print("kvstate fuzz: ok, no nonconformance")
-        print("\n".join(summary_lines(res)))
+        print("\n".join(summary_lines(res) + threads))
         emit(args, api_outcome(args, table, N, res, {}))
         return 0
     f = res.finding

@@ -3,7 +3,9 @@
 ``python -m kvstate.api_mutants`` applies each mutant below to a staged copy of the package (one
 at a time, restored afterwards; the working tree is never edited), runs the API harness in a fresh interpreter on the pure-Python sources
 (``KVSTATE_PURE_PYTHON=1``) and reports the kill rate, the median time to the first finding and
-the median minimized trace length.  Each mutant is one edit at the spot a real engine bug of its
+the median minimized trace length.  After a lockstep run that finds nothing, the child runs the
+threaded mode's schedule exploration too (:mod:`kvstate.api_schedule`; a kill there reports its
+preemptions as the trace length).  Each mutant is one edit at the spot a real engine bug of its
 class lives (a missing pin, a reference count off by one, a slot freed without reset, a stale
 indexer version, a load marked complete early, a checksum never verified, a host copy without the
 indexer pages, a window read at the wrong offset, ...), none of them one of the six seeded bugs
@@ -467,6 +469,22 @@ MUTANTS: tuple[Mutant, ...] = (
         "            elif self._pending(adm):\n",
         "            elif False:\n",
     ),
+    # concurrency: killed by the threaded mode's schedules (kvstate/api_schedule.py), which the
+    # child runs after the lockstep run (the manual pipelines never wait, so only threads see)
+    Mutant(
+        "finish_without_lock",
+        "lock omitted",
+        "impl/cache.py",
+        "        with self.core.lock:\n            self._finish_locked(req, store)",
+        "        if self.core.lock:\n            self._finish_locked(req, store)",
+    ),
+    Mutant(
+        "load_done_drops_notify",
+        "lost wake-up",
+        "impl/recovery.py",
+        "            self._after_load(rid, from_disk)\n            self.gate.notify_changed()\n",
+        "            self._after_load(rid, from_disk)\n",
+    ),
 )
 
 
@@ -576,6 +594,25 @@ def child(profile: str, coverage: bool = True) -> None:
         )
         return
     f = res.finding
+    if f is None:  # the threaded mode's schedules, as ``kvstate fuzz`` runs them after
+        from kvstate.api_schedule import PROFILE_SCHEDULES, explore
+
+        x = explore(default_table(), 4, schedules=PROFILE_SCHEDULES[profile])
+        if x.failing is not None:
+            print(
+                json.dumps(
+                    {
+                        "killed": True,
+                        "kind": x.problems[0][:120],
+                        "origin": "schedules",
+                        "seconds": round(res.seconds + (x.to_first or 0.0), 2),
+                        "found_len": len(x.failing[0]) // 2,  # preemptions
+                        "trace_len": 0,
+                        "trace": ",".join(map(str, x.failing[0])),
+                    }
+                )
+            )
+            return
     print(
         json.dumps(
             {

@@ -304,36 +304,44 @@ def run_threads(
                 f"{t.host_slots.n - t.host_slots.free}, pinned {core.pinned_blocks}"
             )
         problems.extend(h.accounting())
-        # the linearization the lock gives: sections connect, and each is explained
-        m = Machine(table, N)
-        ex = Explainer(m)
-        prev: dict[str, Any] | None = None
-        for s in sorted(rec.sections, key=lambda x: x.seq):
-            if prev is not None and s.before != prev:
-                problems.append(
-                    f"state changed outside the lock before section {s.seq} ({s.thread}, {s.call}): "
-                    + "; ".join(state_diff(prev, s.before, table))
-                )
-            prev = s.after
-            if s.after == s.before:
-                continue
-            res.counts["sections checked"] += 1
-            call = f"{s.call}/section" if f"{s.call}/section" in ex.nfas else s.call
-            got = ex.explain(
-                call, with_ghosts(m, s.before), s.after or {}, ignore=_unkept(h, s.after or {})
-            )
-            if got.steps is None:
-                problems.append(
-                    f"section {s.seq} ({s.thread} in {s.call}) is not explained by {call!r}: "
-                    + "; ".join(state_diff(s.before, s.after or {}, table))
-                )
-                break
-            for name, _ in got.steps:
-                res.counts[f"action {name}"] += 1
+        explain_sections(h, rec.sections, problems, res.counts)
     finally:
         h.close()
     res.seconds = time.monotonic() - started
     return res
+
+
+def explain_sections(
+    h: ApiHarness, sections: list[Section], problems: list[str], counts: Counter[str]
+) -> None:
+    """The linearization the lock gives: consecutive sections connect (nothing changes outside
+    the lock), and each section's change is explained by its thread's call on the model."""
+    table = h.table
+    m = Machine(table, h.N)
+    ex = Explainer(m)
+    prev: dict[str, Any] | None = None
+    for s in sorted(sections, key=lambda x: x.seq):
+        if prev is not None and s.before != prev:
+            problems.append(
+                f"state changed outside the lock before section {s.seq} ({s.thread}, {s.call}): "
+                + "; ".join(state_diff(prev, s.before, table))
+            )
+        prev = s.after
+        if s.after == s.before:
+            continue
+        counts["sections checked"] += 1
+        call = f"{s.call}/section" if f"{s.call}/section" in ex.nfas else s.call
+        got = ex.explain(
+            call, with_ghosts(m, s.before), s.after or {}, ignore=_unkept(h, s.after or {})
+        )
+        if got.steps is None:
+            problems.append(
+                f"section {s.seq} ({s.thread} in {s.call}) is not explained by {call!r}: "
+                + "; ".join(state_diff(s.before, s.after or {}, table))
+            )
+            break
+        for name, _ in got.steps:
+            counts[f"action {name}"] += 1
 
 
 def _unkept(h: ApiHarness, after: dict[str, Any]) -> list[tuple[str, Any]]:
