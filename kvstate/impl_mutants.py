@@ -435,6 +435,60 @@ def is_reached(target: Target, m: Mutant, lines: dict[str, set[int]]) -> bool:
     return _stmt_start((target.folder / m.file).read_text(), m.line) in ran
 
 
+# the triage's classes (a triage line starts with one of these keys and a colon): the issue's
+# path classes first, then what is not a path the harness misses
+CLASSES = {
+    "order": "order observable but unchecked",
+    "prefix": "identity of a prefix",
+    "exhaustion": "exhaustion partway",
+    "readiness": "readiness ordering in recovery",
+    "integrity": "integrity of every stored form",
+    "concurrency": "concurrency",
+    "graphs": "CUDA-graph rows and events",
+    "caches": "caches inside the implementation",
+    "args": "bad input the harness never sends (argument validation)",
+    "limits": "defaults and limits beyond the harness's geometry",
+    "tooling": "not the library's run-time path",
+    "equivalent": "equivalent (not counted)",
+}
+
+
+def _oneline(diff_text: str) -> str:
+    body = [ln for ln in diff_text.splitlines() if ln[:1] in "+-" and ln[:3] not in ("+++", "---")]
+    return " / ".join(f"`{ln[0]} {' '.join(ln[1:].split())}`" for ln in body)
+
+
+def markdown(s: dict[str, Any], triage: dict[str, str]) -> str:
+    """The survivors, by file and by class, each with its diff and its triage line."""
+    out = [
+        "| file | killed | timeout | survived | of which equivalent | kill rate |",
+        "|---|---|---|---|---|---|",
+    ]
+    eq_by_file = Counter(
+        sv["file"] for sv in s["survivors"] if triage.get(sv["id"], "").startswith("equivalent")
+    )
+    for f, c in s["per_file"].items():
+        k, t, sv = c.get("killed", 0), c.get("timeout", 0), c.get("survived", 0)
+        out.append(
+            f"| {f} | {k} | {t} | {sv + eq_by_file[f]} | {eq_by_file[f]} | {100 * (k + t) / max(1, k + t + sv):.0f}% |"
+        )
+    by_class: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for sv in s["survivors"]:
+        key = triage.get(sv["id"], "untriaged:").split(":", 1)[0]
+        by_class[key].append(sv)
+    for key in [*CLASSES, *sorted(set(by_class) - set(CLASSES))]:
+        if key not in by_class:
+            continue
+        out += ["", f"### {CLASSES.get(key, key)} ({len(by_class[key])})", ""]
+        for sv in by_class[key]:
+            note = triage.get(sv["id"], "untriaged: ").split(":", 1)[1].strip()
+            where = "" if sv["reached"] else ", never reached"
+            out.append(
+                f"- `{sv['id']}` ({sv['definition'] or 'module'}{where}) {_oneline(sv['diff'])}: {note}"
+            )
+    return "\n".join(out) + "\n"
+
+
 def report(args: argparse.Namespace, target: Target) -> int:
     rows = _load(args, target)
     if args.sample is not None:  # the first N of the seeded order (what `run --sample N` ran)
@@ -457,6 +511,8 @@ def report(args: argparse.Namespace, target: Target) -> int:
     s["survivors_unreached"] = sum(1 for sv in s["survivors"] if not sv["reached"])
     if args.json:
         Path(args.json).write_text(json.dumps(s, indent=2))
+    if args.markdown:
+        Path(args.markdown).write_text(markdown(s, triage))
     v = s["verdicts"]
     print(
         f"{s['measured']} mutants measured (profile {args.profile}): killed {s['killed']} "
@@ -573,6 +629,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--triage", default=None, help="JSON {mutant id: triage}; 'equivalent: ...' is not counted"
     )
     rp.add_argument("--json", default=None, help="write the summary here")
+    rp.add_argument(
+        "--markdown", default=None, help="write the per-file table and the survivors by class here"
+    )
     rp.add_argument("--sample", type=int, default=None, help="only the first N of the seeded order")
     rp.add_argument("--seed", type=int, default=0)
     v = sub.choices["verify"]
