@@ -8,7 +8,7 @@ sources, in a forked child (:mod:`kvstate.mutant_runner`).  ``report`` prints th
 median time to catch and every survivor with its diff.  Needs the ``mutants`` extra
 (``pip install -e ".[mutants]"``); docs/generated-mutants.md has the figures and the triage.
 
-The session store is cosmic-ray's own (a ``WorkDB``: ``cr-report`` and ``cr-html`` read it), in
+The result store is cosmic-ray's own (a ``WorkDB``: ``cr-report`` and ``cr-html`` read it), in
 ``.kvstate-mutants/`` by default.  A mutant's id names its file, line, operator and occurrence,
 and its job id adds the digest of the file it mutates; its result records the digest of what the
 verdict depends on (``impl/``, ``kvstate/``, ``spec/``, ``model/``, ``kernels/``).  A result is
@@ -229,7 +229,7 @@ def diff(original: str, mutated: str, name: str) -> str:
 
 def _store(store: Path, profile: str) -> Path:
     store.mkdir(parents=True, exist_ok=True)
-    return store / f"session-{profile}.sqlite"
+    return store / f"results-{profile}.sqlite"
 
 
 def _reached_file(store: Path, profile: str) -> Path:
@@ -591,7 +591,7 @@ def verify(args: argparse.Namespace, target: Target) -> int:
             f"{mid:<58} command: {verdict:<8} ({time.monotonic() - t0:5.1f} s)  forked runner: {before}",
             flush=True,
         )
-    print(f"{agree}/{measured} verdicts agree with the session's")
+    print(f"{agree}/{measured} verdicts agree with the store's")
     return 0 if agree == measured else 1
 
 
@@ -605,7 +605,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.add_argument(
             "--profile", default="ci", choices=["ci", "dev"], help="the killing test's profile"
         )
-        p.add_argument("--store", type=Path, default=STORE, help="the session store's folder")
+        p.add_argument("--store", type=Path, default=STORE, help="the result store's folder")
         p.add_argument("--folder", type=Path, default=None, help=argparse.SUPPRESS)
         p.add_argument("--package", default=None, help=argparse.SUPPRESS)
         p.add_argument("--killer", default=None, help=argparse.SUPPRESS)

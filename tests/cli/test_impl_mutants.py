@@ -1,5 +1,5 @@
 """``python -m kvstate.impl_mutants`` on a scratch package: kills, survivors and hangs are told
-apart, the session resumes, and an edited file's mutants run again.
+apart, a run resumes, and an edited file's mutants run again.
 
 The scratch package has one function the killing test checks (its mutants die), one it never
 calls (its mutants survive: the report cannot be a constant), and a loop that a mutant turns
@@ -70,7 +70,7 @@ def _verdicts(args: list[str], tmp_path: Path) -> tuple[dict[str, str], dict[str
     store = Path(args[args.index("--store") + 1])
     from cosmic_ray.work_db import WorkDB, use_db
 
-    with use_db(str(store / "session-ci.sqlite"), WorkDB.Mode.open) as db:
+    with use_db(str(store / "results-ci.sqlite"), WorkDB.Mode.open) as db:
         verdicts = {j.split("@")[0]: json.loads(r.output)["verdict"] for j, r in db.results}
     return verdicts, summary
 
