@@ -102,16 +102,34 @@ def prepare() -> None:
 
 def api_fuzz(profile: str) -> dict[str, Any]:
     """The killing test: ``kvstate fuzz --target kvstate-api --profile PROFILE`` (the dev walk
-    with seed 0, so that a verdict can be repeated), without minimizing what it finds."""
+    with seed 0, so that a verdict can be repeated), without minimizing what it finds; where
+    that command also runs the threaded mode's schedules after the walk, they run here too."""
     from kvstate.api_harness import run_api
-    from kvstate.cli import long_lived_imports
     from kvstate.spec import default_table
 
+    try:  # where the command's helpers live differs between versions of kvstate/cli
+        from kvstate.cli.fuzz import long_lived_imports  # type: ignore[import-not-found]
+    except ImportError:
+        from kvstate.cli import long_lived_imports
+    seed = None if profile == "ci" else 0
     with long_lived_imports():
-        res = run_api(
-            default_table(), 4, profile=profile, seed=None if profile == "ci" else 0, minimize=False
-        )
-    f = res.finding
+        res = run_api(default_table(), 4, profile=profile, seed=seed, minimize=False)
+        f = res.finding
+        if f is None:
+            try:
+                from kvstate.api_schedule import run_profile  # type: ignore[import-not-found]
+            except ImportError:
+                run_profile = None
+            if run_profile is not None:
+                failed, lines = run_profile(default_table(), 4, profile, seed)
+                if failed:
+                    return {
+                        "killed": True,
+                        "kind": "threads",
+                        "detail": "\n".join(lines)[:300],
+                        "origin": "threaded schedules",
+                        "seconds": round(res.seconds, 3),
+                    }
     return {
         "killed": f is not None,
         "kind": f.signature if f is not None else "",
