@@ -7,6 +7,9 @@ which a disk-loaded block's indexer is rebuilt on the CPU pipeline.  Each step i
 transition through the :class:`~kvstate.impl.gate.GuardGate`; the jobs
 (:mod:`kvstate.impl.pipelines`) call back into this object, under the gate's lock.  Slow disk
 reads and writes run without the lock and are published only if the block did not change.
+Two jobs live in their own modules and are reached through this object: spill and drop, with
+the disk's entries and the host and disk LRUs (:mod:`kvstate.impl.spills`), and the reads a
+disk load makes without the lock (:mod:`kvstate.impl.diskreads`).
 
 The admission cap on disk loads is enforced in one place, :meth:`Recovery.admit_load`: the
 table's ``load_start`` guard decides, and a load that its ``io_cap`` conjunct alone refuses
@@ -27,11 +30,13 @@ from kvstate.spec.table import Table
 
 from .blocks import BlockStore
 from .disk import DiskEntry, DiskTier
-from .errors import CorruptEntry, DiskWriteError, InternalError, OutOfCapacity, Refused
+from .diskreads import DiskReads, why_failed
+from .errors import CorruptEntry, InternalError, OutOfCapacity, Refused
 from .events import EventKind, EventLog
 from .gate import GuardGate
 from .pipelines import LoadJob, OffloadJob, Pipelines, RebuildJob, TailCheckJob
 from .projection import RecoveryStep
+from .spills import Spills
 from .tiers import Tiers
 
 # (``Final``: C statics in the compiled build, see blocks.py)
@@ -49,10 +54,6 @@ _IDX_ABSENT: Final = int(Indexer.ABSENT)
 _IDX_REBUILDING: Final = int(Indexer.REBUILDING)
 # what :meth:`Recovery.admit_load` did with a load
 STARTED, QUEUED, REFUSED, NO_ROOM = 0, 1, 2, 3
-
-
-def _why(exc: BaseException) -> str:
-    return str(exc) if isinstance(exc, CorruptEntry) else f"{type(exc).__name__}: {exc}"
 
 
 class Recovery:
@@ -86,9 +87,15 @@ class Recovery:
         self.host_blocks = host_blocks
         self.disk_blocks = disk_blocks
         self.backend = backend
-        self.host_lru: OrderedDict[int, None] = OrderedDict()
-        self.disk_lru: OrderedDict[int, None] = OrderedDict()
-        self.disk_entries: dict[int, DiskEntry] = {}
+        # spill and drop (and the disk's entries, its LRU and the host's: shared with the loads)
+        self.spills = spills = Spills(
+            table, gate, store, tiers, disk, events, disk_blocks=disk_blocks
+        )
+        self.host_lru = spills.host_lru
+        self.disk_lru = spills.disk_lru
+        self.disk_entries = spills.disk_entries
+        # the disk loads' reads made without the lock
+        self.reads = DiskReads(self, gate, disk, pipes)
         self.want_rebuild: set[int] = set()  # start an indexer rebuild when this load lands
         # verify the restored tail when this load lands
         self.want_tail_check: dict[int, TailCheckJob] = {}
@@ -101,34 +108,25 @@ class Recovery:
     def notify_changed(self) -> None:
         self.gate.notify_changed()
 
-    def scan_disk(self) -> None:
-        """Adopt the entries a previous process left in the cache directory (valid ones only;
-        over ``disk_blocks``, the most recently written, in the LRU by age)."""
-        good, bad = self.disk.scan()
-        for path, why in bad:
-            self.events.emit(EventKind.REMOVED, None, "disk", f"rejected {path.name}: {why}")
-        m = self.meta
-        over = max(0, len(good) - self.disk_blocks)
-        for e in good[over:]:
-            rid = self.store.record(e.key, None, -1)
-            self.store.tombstones.pop(rid, None)
-            m.ckv[rid], m.ver[rid], m.gen[rid] = _CKV_DISK, e.ver, e.gen
-            m.fmt[rid] = m.disk_fmt[rid] = e.fmt
-            m.tail[rid], m.swa[rid], m.idx[rid] = e.tail, e.swa, _IDX_ABSENT
-            m.on_disk[rid] = True
-            self.disk_entries[rid] = e
-            self.disk_lru[rid] = None
-        for e in good[:over]:
-            self.disk.delete(e)
-        self.disk.reap()  # (the constructor: nothing else holds the lock yet)
+    def disk_load_step(self, job: LoadJob) -> bool:
+        """One step of a disk load (:meth:`DiskReads.disk_load_step`)."""
+        return self.reads.disk_load_step(job)
 
-    # ---- capacity of the host and disk tiers ------------------------------------------------
-    def _make_disk_room(self) -> None:
-        while len(self.disk_entries) >= self.disk_blocks:
-            victim = next((r for r in self.disk_lru if self.gate.can("drop", r)), None)
-            if victim is None:
-                raise OutOfCapacity("spill", (), f"all {self.disk_blocks} disk entries are in use")
-            self._drop(victim)  # (its file is unlinked by the caller's reap, after the lock)
+    # ---- the disk tier's entries: adopted at start, spilled in, dropped (impl/spills.py) -----
+    def scan_disk(self) -> None:
+        self.spills.scan_disk()
+
+    def spill(self, rid: Any) -> None:
+        self.spills.spill(rid)
+
+    def spill_some(self, n: int) -> int:
+        return self.spills.spill_some(n)
+
+    def drop(self, rid: Any) -> None:
+        self.spills.drop(rid)
+
+    def drop_some(self, n: int) -> int:
+        return self.spills.drop_some(n)
 
     # ---- Indexer State: the rebuild ---------------------------------------------------------
     def rebuild_start(self, rid: Any) -> None:
@@ -217,47 +215,6 @@ class Recovery:
         self.pipes.dma.forget(rid)
         self.gate.notify_changed()
 
-    def spill(self, rid: Any) -> None:
-        """The table's ``spill`` of one block (the conformance adapter, and ``offload`` making
-        host room): the guard checked and room made under the lock, the file written and
-        published without it, then adopted if the block is still the same host copy (else
-        :class:`Refused`, the file thrown away).  Raises DiskWriteError, nothing changed but
-        the room made, when the disk refuses the write."""
-        with self.lock:
-            self.gate.check_block("spill", rid)
-            self._make_disk_room()
-            key, fields, state = self._spill_snapshot(rid)
-        try:
-            entry = self.disk.publish(self.disk.prepare(key, **fields))  # no lock held
-            if not self._adopt_spill(rid, key, state, entry):
-                raise Refused("spill", (), "the block changed while its file was written")
-        finally:
-            self.disk.reap()  # victims dropped for room, a file not adopted: after the lock
-
-    def _spill_snapshot(self, rid: int) -> tuple[bytes, dict[str, Any], tuple[int, ...]]:
-        """What a spill writes (copies of the host pages), and the record's state it was taken
-        at: (key, the entry's fields, (gen, ver, hslot, ckv))."""
-        m = self.meta
-        key = m.key[rid]
-        if key is None:
-            raise InternalError(f"record {rid} has no key to name its disk entry")
-        with_swa = m.swa[rid] == _SWA_VALID and self.k.swa_restored_from_disk
-        units, swa = self.tiers.host_payload(m.hslot[rid], with_swa)
-        fields: dict[str, Any] = {
-            "ver": m.ver[rid],
-            "gen": m.gen[rid],
-            "fmt": m.fmt[rid],
-            "tail": m.tail[rid],
-            "swa": m.swa[rid],
-            "units": units,
-            "swa_data": swa,
-        }
-        return key, fields, self._spill_state(rid)
-
-    def _spill_state(self, rid: int) -> tuple[int, ...]:
-        m = self.meta
-        return (m.gen[rid], m.ver[rid], m.hslot[rid], m.ckv[rid], m.swa[rid])
-
     def offload_some(self, n: int) -> int:
         """Start offloading up to ``n`` LRU device blocks whose lease expired to host."""
         done = 0
@@ -273,91 +230,6 @@ class Recovery:
                     self.offload(rid)
                     done += 1
         return done
-
-    def drop_some(self, n: int) -> int:
-        """Delete up to ``n`` LRU (or corrupt) disk, then host, entries the table lets go (the
-        files unlinked once the lock is released)."""
-        done = 0
-        try:
-            with self.lock:
-                for rid in [*list(self.disk_lru), *list(self.host_lru)]:
-                    if done >= n:
-                        break
-                    if self.gate.can("drop", rid):
-                        self._drop(rid)
-                        done += 1
-        finally:
-            self.disk.reap()
-        return done
-
-    def spill_some(self, n: int) -> int:
-        """Spill up to ``n`` LRU host blocks, each file written *without* the lock (a slow disk
-        blocks no other work): the payload is copied under the lock, written to a private
-        temporary, and published only if the block is still the same host copy (generation,
-        version, host slot, phase) and the table still allows the spill; else discarded."""
-        done = 0
-        tried: set[int] = set()
-        while done < n:
-            snap = self._next_spill(tried)
-            if snap is None:
-                break
-            rid, key, fields, state = snap
-            try:
-                # the write and its rename to a fresh name: no lock held
-                entry = self.disk.publish(self.disk.prepare(key, **fields))
-            except DiskWriteError:  # a full disk: the temporary is gone, nothing published
-                if done:
-                    return done
-                raise
-            try:
-                done += self._adopt_spill(rid, key, state, entry)
-            finally:
-                self.disk.reap()
-        return done
-
-    def _next_spill(
-        self, tried: set[int]
-    ) -> tuple[int, bytes, dict[str, Any], tuple[int, ...]] | None:
-        """The next LRU host block the table lets spill, and its snapshot (under the lock)."""
-        with self.lock:
-            rid = next(
-                (r for r in self.host_lru if r not in tried and self.gate.can("spill", r)), None
-            )
-            if rid is None:
-                return None
-            tried.add(rid)
-            key, fields, state = self._spill_snapshot(rid)
-            return rid, key, fields, state
-
-    def _adopt_spill(self, rid: int, key: bytes, state: tuple[int, ...], entry: DiskEntry) -> int:
-        """Adopt an entry written and published without the lock if its block is still the
-        same host copy and the table still allows it (1); else doom the file (0: the caller
-        reaps it after the lock)."""
-        with self.lock:
-            still = self.meta.key[rid] == key and self._spill_state(rid) == state
-            if still:
-                try:
-                    self.gate.check_block("spill", rid)
-                    self._make_disk_room()
-                except Refused:
-                    still = False
-            if not still:
-                self.disk.delete(entry)
-                return 0
-            self._fx_spill(rid, entry)
-            return 1
-
-    def _fx_spill(self, rid: int, entry: DiskEntry) -> None:
-        m = self.meta
-        self.tiers.host_slots.release([m.hslot[rid]])
-        m.hslot[rid] = -1
-        m.ckv[rid] = _CKV_DISK
-        m.on_disk[rid] = True
-        m.disk_fmt[rid] = m.fmt[rid]
-        self.disk_entries[rid] = entry
-        self.host_lru.pop(rid, None)
-        self.disk_lru[rid] = None
-        self.events.emit(EventKind.STORED, entry.key, "disk")
 
     # ---- recovery: loads --------------------------------------------------------------------
     def load_start(self, rid: Any) -> None:
@@ -438,8 +310,9 @@ class Recovery:
     def load_progress(self, rid: Any, data: torch.Tensor | None = None) -> None:
         """Land the load's next chunk: ``data`` (read by its job), else, for a disk load driven
         step by step (the core's surface), the chunk read and authenticated first without the
-        lock (:meth:`_read_ahead`; Refused, nothing changed, if the load moved on meanwhile)."""
-        ahead = self._read_ahead(rid) if data is None else None
+        lock (:meth:`DiskReads.read_ahead`; Refused, nothing changed, if the load moved on
+        meanwhile)."""
+        ahead = self.reads.read_ahead(rid) if data is None else None
         with self.lock:
             self.gate.check_block("load_progress", rid)
             job = self.load_job(rid)
@@ -450,129 +323,16 @@ class Recovery:
             try:
                 self._chunk(job, self.meta.prog[rid], data)
             except Exception as exc:  # any failure is a failed load: nothing stays LOADING
-                self.fail_load(rid, job, _why(exc), corrupt=True)
+                self.fail_load(rid, job, why_failed(exc), corrupt=True)
                 if isinstance(exc, CorruptEntry):
                     raise
-                raise CorruptEntry(f"loading record {rid}: {_why(exc)}") from exc
+                raise CorruptEntry(f"loading record {rid}: {why_failed(exc)}") from exc
             self.meta.prog[rid] += 1
-
-    def _read_ahead(self, rid: Any) -> tuple[LoadJob, int, torch.Tensor] | None:
-        """A step-by-step disk load's next chunk, read and authenticated *without* the lock:
-        (its job, the chunk's index, its bytes), or None where there is nothing to read (the
-        guard refuses: the locked step says why; a host load; an injected fault; chunks the
-        job already read).  A failed read fails the load, as a failure under the lock did."""
-        with self.lock:
-            if not self.gate.can("load_progress", rid):
-                return None
-            job = self.pipes.io.get(rid)
-            if not isinstance(job, LoadJob) or job.fault or job.chunks is not None:
-                return None
-            entry: DiskEntry = job.src
-            k = self.meta.prog[rid]
-        try:
-            return job, k, self.disk.read_chunk(entry, k)
-        except Exception as exc:
-            self._failed_read(job, k, exc)
-            raise  # (not reached: _failed_read raises)
-
-    def _failed_read(self, job: LoadJob, k: int, exc: Exception) -> None:
-        """A read made without the lock failed: fail the load if it is still where the read
-        left it, and raise CorruptEntry."""
-        rid = job.rid
-        with self.lock:
-            if self.owns(job) and (k < 0 or self.meta.prog[rid] == k):
-                self.fail_load(rid, job, _why(exc), corrupt=True)
-        if isinstance(exc, CorruptEntry):
-            raise exc
-        err = CorruptEntry(f"loading record {rid}: {_why(exc)}")
-        err.__cause__ = exc
-        raise err
-
-    def _read_window_ahead(self, rid: Any) -> None:
-        """A step-by-step disk load's window section, read and authenticated without the lock
-        before ``load_done`` installs it (the job keeps it; nothing to do where the guard
-        refuses or the job read it already)."""
-        with self.lock:
-            if not self.gate.can("load_done", rid):
-                return
-            job = self.pipes.io.get(rid)
-            if (
-                not isinstance(job, LoadJob)
-                or job.fault
-                or not job.swa_pages
-                or job.swa_data is not None
-            ):
-                return
-            entry: DiskEntry = job.src
-        try:
-            data = self.disk.read_swa(entry)
-        except Exception as exc:
-            self._failed_read(job, -1, exc)
-            raise
-        with self.lock:
-            if self.owns(job) and job.swa_data is None:
-                job.swa_data = data
 
     def owns(self, job: LoadJob) -> bool:
         """Is ``job`` still the load of its record (the lock held)?"""
         rid = job.rid
         return self.meta.ckv[rid] == _CKV_LOADING and self.pipes.for_pipe(job.pipe).get(rid) is job
-
-    def disk_load_step(self, job: LoadJob) -> bool:
-        """One step of a disk load.  Its first step reads the block's whole file *without* the
-        lock (a stalled disk blocks nothing else) in one read, and authenticates every chunk
-        (and the window's section when the load restores it) before any lands
-        (``DiskTier.read_block``); each later step lands one authenticated chunk under the lock,
-        if the job still owns its record.  True when the job is over."""
-        rid = job.rid
-        with self.lock:
-            if not self.owns(job):
-                self._give_back(job)
-                return True
-            entry: DiskEntry = job.src
-            done = False
-            if self.gate.can("load_done", rid):
-                if not job.swa_pages or job.swa_data is not None or job.fault:
-                    try:
-                        self._load_done(rid)  # (raises CorruptEntry when the load fails)
-                    finally:
-                        self._give_back(job)
-                    done = True
-                k = -1  # the window's section, read before load_done
-            elif job.fault:
-                self.load_progress(rid)  # fails the load (CorruptEntry)
-                return False
-            else:
-                k = self.meta.prog[rid]
-                if job.chunks is not None:
-                    self.load_progress(rid, job.chunks[k] if k < len(job.chunks) else None)
-                    return False
-        if done:
-            self.disk.reap()  # the loaded file's unlink, without the lock
-            return True
-        try:
-            if k < 0:  # (the chunks landed without this job's read: the window alone)
-                data = self.disk.read_swa(entry)
-            else:
-                job.buffer, job.chunks, job.swa_data = self.disk.read_block(
-                    entry, bool(job.swa_pages)
-                )
-        except Exception as exc:
-            with self.lock:
-                if self.owns(job):
-                    self.fail_load(rid, job, _why(exc), corrupt=True)
-            return True
-        if k < 0:
-            with self.lock:
-                if self.owns(job):
-                    job.swa_data = data
-        return False
-
-    def _give_back(self, job: LoadJob) -> None:
-        """The job's read buffer to the disk tier (nothing reads its chunks any more)."""
-        if job.buffer is not None:
-            self.disk.give_back(job.buffer)
-            job.buffer = job.chunks = job.swa_data = None
 
     def abandon_load(self, job: LoadJob, why: str) -> None:
         """A load job raised: fail its load (the table's ``load_fail`` effects) if it still
@@ -666,12 +426,13 @@ class Recovery:
         (A disk load's window section is read here unless its job read it without the lock.)
         A disk load's file is doomed under the lock and unlinked after it."""
         try:
-            self._read_window_ahead(rid)
-            return self._load_done(rid)
+            self.reads.read_window_ahead(rid)
+            return self.install_load(rid)
         finally:
             self.disk.reap()
 
-    def _load_done(self, rid: Any) -> tuple[int, int]:
+    def install_load(self, rid: Any) -> tuple[int, int]:
+        """:meth:`load_done` under the lock (the window's bytes read already, or read here)."""
         with self.lock:
             self.gate.check_block("load_done", rid)
             m = self.meta
@@ -691,10 +452,10 @@ class Recovery:
                     else:
                         self.tiers.swa_from_host(job.src, job.swa_pages)
                 except Exception as exc:  # any failure is a failed load
-                    self.fail_load(rid, job, _why(exc), corrupt=True)
+                    self.fail_load(rid, job, why_failed(exc), corrupt=True)
                     if isinstance(exc, CorruptEntry):
                         raise
-                    raise CorruptEntry(f"loading record {rid}: {_why(exc)}") from exc
+                    raise CorruptEntry(f"loading record {rid}: {why_failed(exc)}") from exc
             self.store.moved(rid, job.dst)
             m.slot[rid] = job.dst
             m.swa_pages[rid] = job.swa_pages
@@ -776,35 +537,6 @@ class Recovery:
         """Test hook: the next step of this block's load fails as an I/O error would."""
         with self.lock:
             self.load_job(self.gate.rid(rid)).fault = True
-
-    def drop(self, rid: Any) -> None:
-        """The table's ``drop``: the record's effects under the lock, a disk entry's unlink
-        after it (a refused unlink leaves the file behind: ``DiskTier.orphans``)."""
-        try:
-            self._drop(rid)
-        finally:
-            self.disk.reap()
-
-    def _drop(self, rid: Any) -> None:
-        """:meth:`drop` under the lock (re-entrant: a caller already holding it reaps after
-        releasing it)."""
-        with self.lock:
-            self.gate.check_block("drop", rid)
-            m = self.meta
-            tier = "host" if m.ckv[rid] == _CKV_HOST else "disk"
-            if tier == "host":
-                self.tiers.host_slots.release([m.hslot[rid]])
-                m.hslot[rid] = -1
-                self.host_lru.pop(rid, None)
-            else:
-                entry = self.disk_entries.pop(rid, None)
-                if entry is not None:
-                    self.disk.delete(entry)
-                m.on_disk[rid] = False
-                self.disk_lru.pop(rid, None)
-            m.corrupt[rid] = False
-            self.store.freed(rid)
-            self.events.emit(EventKind.REMOVED, m.key[rid], tier)
 
     def forget_unwanted(self) -> None:
         """Queued loads nobody is waiting for any more (no request pins their block) leave

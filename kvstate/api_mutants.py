@@ -150,7 +150,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "drop_leaves_disk_file",
         "free without reset (leak)",
-        "impl/recovery.py",
+        "impl/spills.py",
         "                if entry is not None:\n                    self.disk.delete(entry)",
         "                if entry is not None:\n                    pass",
     ),
@@ -222,7 +222,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "spill_keeps_host_slot",
         "free without reset (leak)",
-        "impl/recovery.py",
+        "impl/spills.py",
         "        self.tiers.host_slots.release([m.hslot[rid]])\n        m.hslot[rid] = -1\n        m.ckv[rid] = _CKV_DISK",
         "        m.hslot[rid] = -1\n        m.ckv[rid] = _CKV_DISK",
     ),

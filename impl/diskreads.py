@@ -1,0 +1,163 @@
+"""The reads a disk load makes without the lock, and the I/O pipeline's load job.
+
+A disk load's bytes come off the disk without the cache's lock (a stalled disk blocks no other
+work) and are authenticated before any lands; what lands, and the load's phase changes, are
+the table's ``load_progress`` / ``load_done`` / ``load_fail`` effects, taken under the lock by
+the owner (:class:`~kvstate.impl.recovery.Recovery`, seen here as :class:`LoadOwner`).  Three
+callers read: the I/O job (:meth:`DiskReads.disk_load_step`: one read of the whole file at its
+first step, then one chunk landed per step), and the core's step-by-step surface
+(:meth:`DiskReads.read_ahead` before ``load_progress``, :meth:`DiskReads.read_window_ahead`
+before ``load_done``).  It is its own module because that read-then-publish protocol (read
+unlocked, land only if the job still owns its record, fail the load on a bad read) is one job,
+apart from the table's transitions.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import torch
+
+from .disk import DiskEntry, DiskTier
+from .errors import CorruptEntry
+from .gate import GuardGate
+from .pipelines import LoadJob, Pipelines
+
+
+def why_failed(exc: BaseException) -> str:
+    """A failed load's reason: a CorruptEntry's own text, else the error's type and text."""
+    return str(exc) if isinstance(exc, CorruptEntry) else f"{type(exc).__name__}: {exc}"
+
+
+class LoadOwner(Protocol):
+    """What the reads ask of the loads' owner (each under the lock, which it re-enters)."""
+
+    def owns(self, job: LoadJob) -> bool: ...
+
+    def fail_load(self, rid: int, job: LoadJob, why: str, *, corrupt: bool) -> None: ...
+
+    def load_progress(self, rid: Any, data: torch.Tensor | None = None) -> None: ...
+
+    def install_load(self, rid: Any) -> tuple[int, int]: ...
+
+
+class DiskReads:
+    def __init__(self, owner: LoadOwner, gate: GuardGate, disk: DiskTier, pipes: Pipelines) -> None:
+        self.owner = owner
+        self.gate = gate
+        self.meta = gate.meta
+        self.disk = disk
+        self.pipes = pipes
+
+    def disk_load_step(self, job: LoadJob) -> bool:
+        """One step of a disk load.  Its first step reads the block's whole file *without* the
+        lock (a stalled disk blocks nothing else) in one read, and authenticates every chunk
+        (and the window's section when the load restores it) before any lands
+        (``DiskTier.read_block``); each later step lands one authenticated chunk under the lock,
+        if the job still owns its record.  True when the job is over."""
+        rid = job.rid
+        with self.gate.lock:
+            if not self.owner.owns(job):
+                self._give_back(job)
+                return True
+            entry: DiskEntry = job.src
+            done = False
+            if self.gate.can("load_done", rid):
+                if not job.swa_pages or job.swa_data is not None or job.fault:
+                    try:
+                        self.owner.install_load(rid)  # (raises CorruptEntry when the load fails)
+                    finally:
+                        self._give_back(job)
+                    done = True
+                k = -1  # the window's section, read before load_done
+            elif job.fault:
+                self.owner.load_progress(rid)  # fails the load (CorruptEntry)
+                return False
+            else:
+                k = self.meta.prog[rid]
+                if job.chunks is not None:
+                    self.owner.load_progress(rid, job.chunks[k] if k < len(job.chunks) else None)
+                    return False
+        if done:
+            self.disk.reap()  # the loaded file's unlink, without the lock
+            return True
+        try:
+            if k < 0:  # (the chunks landed without this job's read: the window alone)
+                data = self.disk.read_swa(entry)
+            else:
+                job.buffer, job.chunks, job.swa_data = self.disk.read_block(
+                    entry, bool(job.swa_pages)
+                )
+        except Exception as exc:
+            with self.gate.lock:
+                if self.owner.owns(job):
+                    self.owner.fail_load(rid, job, why_failed(exc), corrupt=True)
+            return True
+        if k < 0:
+            with self.gate.lock:
+                if self.owner.owns(job):
+                    job.swa_data = data
+        return False
+
+    def _give_back(self, job: LoadJob) -> None:
+        """The job's read buffer to the disk tier (nothing reads its chunks any more)."""
+        if job.buffer is not None:
+            self.disk.give_back(job.buffer)
+            job.buffer = job.chunks = job.swa_data = None
+
+    def read_ahead(self, rid: Any) -> tuple[LoadJob, int, torch.Tensor] | None:
+        """A step-by-step disk load's next chunk, read and authenticated *without* the lock:
+        (its job, the chunk's index, its bytes), or None where there is nothing to read (the
+        guard refuses: the locked step says why; a host load; an injected fault; chunks the
+        job already read).  A failed read fails the load, as a failure under the lock did."""
+        with self.gate.lock:
+            if not self.gate.can("load_progress", rid):
+                return None
+            job = self.pipes.io.get(rid)
+            if not isinstance(job, LoadJob) or job.fault or job.chunks is not None:
+                return None
+            entry: DiskEntry = job.src
+            k = self.meta.prog[rid]
+        try:
+            return job, k, self.disk.read_chunk(entry, k)
+        except Exception as exc:
+            self._failed_read(job, k, exc)
+            raise  # (not reached: _failed_read raises)
+
+    def _failed_read(self, job: LoadJob, k: int, exc: Exception) -> None:
+        """A read made without the lock failed: fail the load if it is still where the read
+        left it, and raise CorruptEntry."""
+        rid = job.rid
+        with self.gate.lock:
+            if self.owner.owns(job) and (k < 0 or self.meta.prog[rid] == k):
+                self.owner.fail_load(rid, job, why_failed(exc), corrupt=True)
+        if isinstance(exc, CorruptEntry):
+            raise exc
+        err = CorruptEntry(f"loading record {rid}: {why_failed(exc)}")
+        err.__cause__ = exc
+        raise err
+
+    def read_window_ahead(self, rid: Any) -> None:
+        """A step-by-step disk load's window section, read and authenticated without the lock
+        before ``load_done`` installs it (the job keeps it; nothing to do where the guard
+        refuses or the job read it already)."""
+        with self.gate.lock:
+            if not self.gate.can("load_done", rid):
+                return
+            job = self.pipes.io.get(rid)
+            if (
+                not isinstance(job, LoadJob)
+                or job.fault
+                or not job.swa_pages
+                or job.swa_data is not None
+            ):
+                return
+            entry: DiskEntry = job.src
+        try:
+            data = self.disk.read_swa(entry)
+        except Exception as exc:
+            self._failed_read(job, -1, exc)
+            raise
+        with self.gate.lock:
+            if self.owner.owns(job) and job.swa_data is None:
+                job.swa_data = data
