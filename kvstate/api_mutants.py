@@ -361,7 +361,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "spill_most_recent_first",
         "observable order: host spill victim",
-        "impl/recovery.py",
+        "impl/spills.py",
         "                (r for r in self.host_lru if r not in tried",
         "                (r for r in reversed(self.host_lru) if r not in tried",
     ),
@@ -375,7 +375,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "drop_host_before_disk",
         "observable order: drop victim",
-        "impl/recovery.py",
+        "impl/spills.py",
         "            for rid in [*list(self.disk_lru), *list(self.host_lru)]:",
         "            for rid in [*list(self.host_lru), *list(self.disk_lru)]:",
     ),

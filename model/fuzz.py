@@ -39,14 +39,24 @@ from .concrete import GuardError, KeptMachine, Machine
 
 OUTPUT_KINDS = (ParamKind.ADDR, ParamKind.FMT)  # chosen by the target, fed to the model
 
+# Each profile derives from Hypothesis' built-in "default", not from whatever profile is loaded
+# when this module is imported: registered under a loaded ``ci`` (HYPOTHESIS_PROFILE=ci, a
+# plugin), ``dev`` would inherit ``derandomize=True`` and lose its example database.
+_BASE = settings.get_profile("default")
 settings.register_profile(
-    "ci", derandomize=True, max_examples=60, stateful_step_count=40, deadline=None, print_blob=True
+    "ci",
+    _BASE,
+    derandomize=True,
+    max_examples=60,
+    stateful_step_count=40,
+    deadline=None,
+    print_blob=True,
 )
 settings.register_profile(
-    "dev", max_examples=300, stateful_step_count=50, deadline=None, print_blob=True
+    "dev", _BASE, max_examples=300, stateful_step_count=50, deadline=None, print_blob=True
 )
 settings.register_profile(
-    "nightly", max_examples=5000, stateful_step_count=100, deadline=None, print_blob=True
+    "nightly", _BASE, max_examples=5000, stateful_step_count=100, deadline=None, print_blob=True
 )
 
 

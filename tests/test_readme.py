@@ -164,6 +164,10 @@ def _check_synopsis(words: list[str], block: Block) -> None:
     actions = parsers[cmd]._option_string_actions
     for m in re.finditer(r"(?<![\w-])(--?[a-zA-Z][\w-]*)(?:[ =]([^\s\[\]]+))?", rest):
         opt, value = m.group(1), m.group(2)
+        if re.fullmatch(r"-([a-z])\1+", opt) and isinstance(
+            actions.get(opt[:2]), argparse._CountAction
+        ):
+            opt = opt[:2]  # -vv: a counted flag given twice
         assert opt in actions, f"{block.id}: `kvstate {cmd}` has no option {opt}"
         action = actions[opt]
         if value is None or "|" not in value or action.nargs == 0:
