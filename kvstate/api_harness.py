@@ -165,6 +165,9 @@ class ApiHarness:
         # splice check marks the record, and no hit ends at its boundary again (the model
         # does not see the bytes, so the longest hit it validates may end there)
         self.tail_damaged: set[int] = set()
+        # the documented refusal the current call raised, and its table call (api_refusals)
+        self.refusal: BaseException | None = None
+        self.refusal_call = ""
         self.disk_full = False
         self.foreign_stored: set[int] = set()  # other namespaces that stored blocks
         self.variants_stored: set[int] = set()  # kvstate/api_prefix.py: edits that stored
@@ -532,6 +535,7 @@ class ApiHarness:
                         f"events {self.call_events}",
                     )
                 self.cov.add(f"refused {o.name}:{type(raised).__name__}")
+                self.refusal, self.refusal_call = raised, call  # (kvstate/api_refusals.py)
                 for c in self.checks:
                     c.refused(self, o)
             else:
@@ -1904,12 +1908,34 @@ def run_api(
         found_len=len(getattr(found, "api_trace", [])),
         shared=shared,
     )
+    if found is None and coverage_pass and reproduce is None:
+        res.finding = _vacuity(table, N, cov)
+        res.origin = "" if res.finding is None else "the run's own counters, at its end"
     if found is not None and minimize:
         out(f"  minimizing the {len(found.api_trace)}-operation failing trace (fresh replays)...")  # type: ignore[attr-defined]
         res.minimized, res.finding, res.replays = minimize_ops(
             table, N, found, max_seconds=minimize_seconds
         )
     return res
+
+
+def _vacuity(table: Table, N: int, cov: Coverage) -> Nonconformance | None:
+    """A run that found nothing but never reached what it checks (kvstate/api_refusals.py)
+    is a failed run: its counters say so."""
+    from kvstate.api_refusals import vacuous
+
+    ex = _explainer(_machine(table, N))
+    empty = {c for c, (nfa, s, a) in ex.nfas.items() if a in nfa.closure([s])}
+    gaps = vacuous(cov.counts, MAPPING, empty)
+    if not gaps:
+        return None
+    f = Nonconformance(
+        "vacuous",
+        [gaps[0].split(" (")[0]],
+        "the run checked nothing on its essential paths: " + "; ".join(gaps),
+    )
+    f.api_trace = []  # type: ignore[attr-defined]
+    return f
 
 
 def explore_settings(

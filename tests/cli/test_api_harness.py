@@ -402,3 +402,72 @@ def test_a_full_disk_fails_the_write_itself() -> None:
             disk_mod.DiskTier._remove = real  # type: ignore[method-assign]
     finally:
         h.close()
+
+
+class _Refusing:
+    """The cache, its ``admit`` refused (a compiled class's method cannot be patched)."""
+
+    def __init__(self, cache: object, exc: Exception) -> None:
+        self._cache, self._exc = cache, exc
+
+    def admit(self, *a: object, **k: object) -> object:
+        raise self._exc
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._cache, name)
+
+
+def test_a_refusal_the_table_does_not_require_is_a_finding() -> None:
+    """An ``admit`` refused while the table has an idle request slot (the generated mutant
+    ``cache.py`` ``is not`` -> ``is``): the harness asks the model, which admits."""
+    from kvstate.impl.errors import OutOfCapacity, Refused
+    from kvstate.model.fuzz import Nonconformance
+
+    for exc in (Refused("admit", ("idle",), "planted"), OutOfCapacity("admit", (), "planted")):
+        h = ApiHarness(TABLE, N)
+        try:
+            h.apply(op("request", i=0, n=L + 1, life=1))
+
+            h.cache = _Refusing(h.cache, exc)
+            with pytest.raises(Nonconformance, match="the table allows 'admit' here: admit"):
+                h.apply(op("admit", i=0))
+        finally:
+            h.close()
+
+
+def test_the_table_refuses_an_admit_only_without_an_idle_request_slot() -> None:
+    """``a_way`` finds an admission from the initial state, none once every slot is taken."""
+    from kvstate.model.apirefuse import a_way
+
+    m = Machine(TABLE, N)
+    ex = Explainer(m)
+    s = m.init()
+    way = a_way(ex, "admit", s)
+    assert way is not None and way[0][0] == "admit"
+    for r in range(TABLE.consts.R):
+        s = m.step(s, "admit", {"r": r, "t": 1})
+    assert a_way(ex, "admit", s) is None
+    assert a_way(ex, "evict", s) == []  # ``EVICT*``: doing nothing is a way, never refused
+
+
+def test_a_run_that_reached_nothing_fails() -> None:
+    """Anti-vacuity from the run's own counters: no hit used, no read checked, an operation
+    whose every call was refused (one whose table call has no empty way)."""
+    from kvstate.api_harness import MAPPING
+    from kvstate.api_refusals import vacuous
+
+    ex = Explainer(Machine(TABLE, N))
+    empty = {c for c, (nfa, s, a) in ex.nfas.items() if a in nfa.closure([s])}
+    assert "admit" not in empty and "read" in empty
+    c = Coverage()
+    c.add("refused admit:Refused", 97)
+    c.add("refused bad_input:InvalidArgument", 3)
+    assert vacuous(c.counts, MAPPING, empty) == [
+        "every admit was refused (admit:Refused 97)",
+        "hits used 0",
+        "reads checked 0",
+    ]
+    c.add("call admit")
+    c.add("hits used")
+    c.add("reads checked")
+    assert vacuous(c.counts, MAPPING, empty) == []
