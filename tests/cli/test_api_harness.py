@@ -471,3 +471,11 @@ def test_a_run_that_reached_nothing_fails() -> None:
     c.add("hits used")
     c.add("reads checked")
     assert vacuous(c.counts, MAPPING, empty) == []
+
+
+def test_a_request_grown_past_the_chain_is_shown_within_it() -> None:
+    """A request grown by appends past the modelled chain's ``N`` blocks and admitted again
+    pins a snapshot longer than the model's row: the harness shows the first ``N`` blocks
+    (found by ``kvstate fuzz --target kvstate-api --profile dev --seed 0``)."""
+    trace = "request(i=1, n=65, life=1); admit(i=1); use(i=1); append(i=1, k=32); finish(i=1)"
+    assert replay(TABLE, N, parse_ops(f"{trace}; admit(i=1); use(i=1)")) is None
