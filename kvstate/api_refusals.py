@@ -5,7 +5,8 @@ changed nothing.  That alone accepts a library that refuses what the table allow
 whose ``admit`` refuses every idle request passes a ci run whose every admission is refused.
 :class:`RefusalRequired` asks the model (``model/apirefuse.py``) whether the table would
 refuse the call in the state before it: a call with a way through its patterns whose every
-guard holds is not one the library may refuse.  ``NotReady`` is left out: it says "not yet"
+guard holds is not one the library may refuse (a refusal naming an action the call's patterns
+never take comes from a part of the call outside the model, and is left alone).  ``NotReady`` is left out: it says "not yet"
 (a recovery job still runs, the splice check of a restored tail among them, which the table
 does not model), and a ``use`` that gives up waiting is checked by ``kvstate/api_ready.py``.
 :func:`vacuous` fails a run whose own counters show it never reached what it checks.
@@ -30,6 +31,9 @@ class RefusalRequired(CallCheck):
             return
         if isinstance(exc, NotReady):
             return  # "not yet": a wait, not a refusal of the call (see the module doc)
+        if exc.action not in {tok for edges in nfa[0].edges for tok, _ in edges}:
+            return  # refused in a part of the call the mapping leaves out (``foreign``'s own
+            # admission: another namespace's request, outside the modelled chain)
         req = None
         if "i" in dict(o.args):
             lv = h.live[o.arg("i")]

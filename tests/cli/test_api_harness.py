@@ -435,6 +435,14 @@ def test_a_refusal_the_table_does_not_require_is_a_finding() -> None:
             h.close()
 
 
+def test_a_refusal_outside_the_modelled_part_of_a_call_is_left_alone() -> None:
+    """A request of another namespace (``variant``: ``foreign``, ``ROOM*``) refused for want
+    of a request slot: its admission is outside the call's patterns, so the table is not asked
+    (found by ``kvstate fuzz --target kvstate-api --profile dev --seed 0``)."""
+    trace = "request(i=0, n=0, life=1); request(i=1, n=0, life=1); admit(i=0); admit(i=1)"
+    assert replay(TABLE, N, parse_ops(f"{trace}; variant(n=16, p=0)")) is None
+
+
 def test_the_table_refuses_an_admit_only_without_an_idle_request_slot() -> None:
     """``a_way`` finds an admission from the initial state, none once every slot is taken."""
     from kvstate.model.apirefuse import a_way
