@@ -487,3 +487,11 @@ def test_a_request_grown_past_the_chain_is_shown_within_it() -> None:
     (found by ``kvstate fuzz --target kvstate-api --profile dev --seed 0``)."""
     trace = "request(i=1, n=65, life=1); admit(i=1); use(i=1); append(i=1, k=32); finish(i=1)"
     assert replay(TABLE, N, parse_ops(f"{trace}; admit(i=1); use(i=1)")) is None
+
+
+def test_a_variant_whose_hit_waits_on_a_load_leaves_no_request_behind() -> None:
+    """A variant hitting blocks an earlier variant stored, offloaded since: its ``use`` is
+    ``NotReady`` under manual pipelines, and the harness gives the request up (found by
+    ``kvstate fuzz --target kvstate-api --profile dev --seed 1``)."""
+    trace = "variant(n=33, p=1); tick(t=4); offload(n=4); drain(); variant(n=33, p=1)"
+    assert replay(TABLE, N, parse_ops(trace)) is None
