@@ -49,7 +49,7 @@ from hypothesis.stateful import RuleBasedStateMachine
 from kvstate.api_damage import PARTS, do_damage
 from kvstate.api_inputs import CASES, do_bad_input
 from kvstate.api_pools import do_pools
-from kvstate.api_prefix import do_variant
+from kvstate.api_prefix import do_variant, use_or_give_up
 from kvstate.calls import parse_calls
 from kvstate.examples_db import run_machine, saved, with_database
 from kvstate.model.apimap import Explainer, after_restart, state_diff
@@ -1131,7 +1131,10 @@ def _do_foreign(h: ApiHarness, o: Op) -> int | None:
                 f"a request in namespace {ns}, where nothing was stored, hit {adm.hit_tokens} "
                 "tokens (namespaces share no block)",
             )
-    with h.cache.use(req) as run:
+    ctx = use_or_give_up(h, req)
+    if ctx is None:
+        return None
+    with ctx as run:
         problems = verify_run(run, want)
         h.cov.add("reads checked")
         if problems:

@@ -495,3 +495,12 @@ def test_a_variant_whose_hit_waits_on_a_load_leaves_no_request_behind() -> None:
     ``kvstate fuzz --target kvstate-api --profile dev --seed 1``)."""
     trace = "variant(n=33, p=1); tick(t=4); offload(n=4); drain(); variant(n=33, p=1)"
     assert replay(TABLE, N, parse_ops(trace)) is None
+
+
+def test_a_foreign_request_whose_hit_waits_on_disk_loads_leaves_no_job_behind() -> None:
+    """Another namespace's request hitting its own blocks, spilled to disk since: its loads
+    are driven before its ``use`` (none is on a chain block), so the call leaves neither a
+    request nor a load in flight (found by ``kvstate fuzz --target kvstate-api --profile dev
+    --seed 2``)."""
+    trace = "foreign(n=65, ns=0); tick(t=4); offload(n=4); drain(); spill(n=4); foreign(n=65, ns=0)"
+    assert replay(TABLE, N, parse_ops(trace)) is None
