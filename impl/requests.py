@@ -219,7 +219,7 @@ class RequestTable:
         nb_max = -(-h_max // L)
         store.touch_prefix_locked(rids, nb_max, lease)  # (the caller holds the lock)
         view = gate.chain_view(rids, s)  # one direct view for the steps of this admission
-        now, epoch = gate.coord.search(view, 0, h_max), gate.epoch
+        now, epoch = self._sound_search(view, rids, h_max), gate.epoch
         target, plan = now.hit, _NO_RECOVERY
         ext: HitSearch | None = None
         trace: Trace = {}
@@ -241,7 +241,7 @@ class RequestTable:
             }
             if proj.get("swa"):
                 over["swa"] = overlay(m.swa, proj["swa"], self.tiers.swa.map)
-            ext = gate.coord.search(gate.chain_view(rids, s, over), 0, h_max)
+            ext = self._sound_search(gate.chain_view(rids, s, over), rids, h_max)
             if ext.hit > now.hit:
                 steps = self.projector.plan(m, rids, -(-ext.hit // L), trace)
                 plan = RecoveryPlan(tuple(steps), ext.hit, ext)
@@ -260,6 +260,22 @@ class RequestTable:
         else:
             self.validate_checked(s, rids, view, (now, epoch))
         return Admitted(s, rids, now, ext, plan, target, None, tc)
+
+    def _sound_search(self, view: ChainView, rids: Sequence[int], h_max: int) -> HitSearch:
+        """The longest valid hit within ``h_max`` that does not end at a record marked corrupt:
+        a record whose restored compressor state failed its splice check
+        (``Recovery.check_tail``) stays on the device with sound compressed rows, but the tail
+        saved at its end boundary is not served again, to this admission or any later one (a
+        hit ending there is cut by one block, as the admission that ran the check is)."""
+        L, corrupt, search = self.L, self.meta.corrupt, self.gate.coord.search
+        found = search(view, 0, h_max)
+        while found.hit > 0:
+            nb = -(-found.hit // L)
+            rid = rids[nb - 1]
+            if rid == NULL_RID or not corrupt[rid]:
+                break
+            found = search(view, 0, (nb - 1) * L)
+        return found
 
     def truncate(self, s: Slot, cap: int, rids: Sequence[int]) -> tuple[HitSearch, str | None]:
         """Cut a pending admission whose recovery failed, in one transaction: the longest valid

@@ -41,5 +41,6 @@ def make_checks(h: Any) -> list[CallCheck]:
     from kvstate.api_memo import WindowPolicy
     from kvstate.api_orders import OrderHook
     from kvstate.api_ready import Readiness
+    from kvstate.api_refusals import RefusalRequired
 
-    return [OrderHook(h), GraphRows(), Events(h), WindowPolicy(), Readiness()]
+    return [OrderHook(h), GraphRows(), Events(h), WindowPolicy(), Readiness(), RefusalRequired()]

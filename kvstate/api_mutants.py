@@ -485,6 +485,23 @@ MUTANTS: tuple[Mutant, ...] = (
         "            self._after_load(rid, from_disk)\n            self.gate.notify_changed()\n",
         "            self._after_load(rid, from_disk)\n",
     ),
+    # refusals the table does not require (docs/generated-mutants.md): caught by asking the
+    # model whether the table refuses the call (kvstate/api_refusals.py), and by a run whose
+    # hits and reads all stayed at zero
+    Mutant(
+        "admit_refuses_idle_requests",
+        "refusal not required by the table",
+        "impl/cache.py",
+        '            if req.slot is not None:\n                raise Refused("admit", ("idle",)',
+        '            if req.slot is None:\n                raise Refused("admit", ("idle",)',
+    ),
+    Mutant(
+        "no_request_slot_is_free",
+        "refusal not required by the table",
+        "impl/requests.py",
+        "            if s.phase == _IDLE and s.request is None:",
+        "            if s.phase == _IDLE and s.request is not None:",
+    ),
 )
 
 

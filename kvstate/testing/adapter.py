@@ -233,7 +233,8 @@ def observe_reader(table: Table, N: int, *, pad: bool = False) -> Callable[..., 
     before and after every refusal check (24,000 times a ``ci`` run).  Ghost truth is not
     shown: the harness tracks it.  Table names are identifiers (``spec/validate.py``).  A
     request's per-block row is shown as the slot keeps it, or ``N`` zeros when empty; with
-    ``pad`` (the API harness) padded with zeros to ``N``.  Called as
+    ``pad`` (the API harness) cut or padded with zeros to ``N`` (a request grown past the
+    modelled chain by appends pins blocks the model does not have).  Called as
     ``reader(core, core.meta, gather, slots)``, ``gather`` picking the chain's records and
     ``slots`` the table's ``R`` request slots (exactly ``R``: they are unpacked once, and a
     request variable is read slot by slot, not by a comprehension per variable)."""
@@ -264,7 +265,7 @@ def observe_reader(table: Table, N: int, *, pad: bool = False) -> Callable[..., 
         elif v.scope is Scope.REQ:
             expr = per_slot(f"@.{name}")  # names are identifiers: no ``@`` in them
         elif pad:
-            expr = per_slot(f"tuple(@.{name}) + (0,) * (N - len(@.{name}))")
+            expr = per_slot(f"tuple(@.{name})[:N] + (0,) * (N - len(@.{name}))")
         else:
             expr = per_slot(f"(tuple(@.{name}) or zeros)")
         items.append(f"        {name!r}: {expr},\n")

@@ -402,3 +402,105 @@ def test_a_full_disk_fails_the_write_itself() -> None:
             disk_mod.DiskTier._remove = real  # type: ignore[method-assign]
     finally:
         h.close()
+
+
+class _Refusing:
+    """The cache, its ``admit`` refused (a compiled class's method cannot be patched)."""
+
+    def __init__(self, cache: object, exc: Exception) -> None:
+        self._cache, self._exc = cache, exc
+
+    def admit(self, *a: object, **k: object) -> object:
+        raise self._exc
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._cache, name)
+
+
+def test_a_refusal_the_table_does_not_require_is_a_finding() -> None:
+    """An ``admit`` refused while the table has an idle request slot (the generated mutant
+    ``cache.py`` ``is not`` -> ``is``): the harness asks the model, which admits."""
+    from kvstate.impl.errors import OutOfCapacity, Refused
+    from kvstate.model.fuzz import Nonconformance
+
+    for exc in (Refused("admit", ("idle",), "planted"), OutOfCapacity("admit", (), "planted")):
+        h = ApiHarness(TABLE, N)
+        try:
+            h.apply(op("request", i=0, n=L + 1, life=1))
+
+            h.cache = _Refusing(h.cache, exc)
+            with pytest.raises(Nonconformance, match="the table allows 'admit' here: admit"):
+                h.apply(op("admit", i=0))
+        finally:
+            h.close()
+
+
+def test_a_refusal_outside_the_modelled_part_of_a_call_is_left_alone() -> None:
+    """A request of another namespace (``variant``: ``foreign``, ``ROOM*``) refused for want
+    of a request slot: its admission is outside the call's patterns, so the table is not asked
+    (found by ``kvstate fuzz --target kvstate-api --profile dev --seed 0``)."""
+    trace = "request(i=0, n=0, life=1); request(i=1, n=0, life=1); admit(i=0); admit(i=1)"
+    assert replay(TABLE, N, parse_ops(f"{trace}; variant(n=16, p=0)")) is None
+
+
+def test_the_table_refuses_an_admit_only_without_an_idle_request_slot() -> None:
+    """``a_way`` finds an admission from the initial state, none once every slot is taken."""
+    from kvstate.model.apirefuse import a_way
+
+    m = Machine(TABLE, N)
+    ex = Explainer(m)
+    s = m.init()
+    way = a_way(ex, "admit", s)
+    assert way is not None and way[0][0] == "admit"
+    for r in range(TABLE.consts.R):
+        s = m.step(s, "admit", {"r": r, "t": 1})
+    assert a_way(ex, "admit", s) is None
+    assert a_way(ex, "evict", s) == []  # ``EVICT*``: doing nothing is a way, never refused
+
+
+def test_a_run_that_reached_nothing_fails() -> None:
+    """Anti-vacuity from the run's own counters: no hit used, no read checked, an operation
+    whose every call was refused (one whose table call has no empty way)."""
+    from kvstate.api_harness import MAPPING
+    from kvstate.api_refusals import vacuous
+
+    ex = Explainer(Machine(TABLE, N))
+    empty = {c for c, (nfa, s, a) in ex.nfas.items() if a in nfa.closure([s])}
+    assert "admit" not in empty and "read" in empty
+    c = Coverage()
+    c.add("refused admit:Refused", 97)
+    c.add("refused bad_input:InvalidArgument", 3)
+    assert vacuous(c.counts, MAPPING, empty) == [
+        "every admit was refused (admit:Refused 97)",
+        "hits used 0",
+        "reads checked 0",
+    ]
+    c.add("call admit")
+    c.add("hits used")
+    c.add("reads checked")
+    assert vacuous(c.counts, MAPPING, empty) == []
+
+
+def test_a_request_grown_past_the_chain_is_shown_within_it() -> None:
+    """A request grown by appends past the modelled chain's ``N`` blocks and admitted again
+    pins a snapshot longer than the model's row: the harness shows the first ``N`` blocks
+    (found by ``kvstate fuzz --target kvstate-api --profile dev --seed 0``)."""
+    trace = "request(i=1, n=65, life=1); admit(i=1); use(i=1); append(i=1, k=32); finish(i=1)"
+    assert replay(TABLE, N, parse_ops(f"{trace}; admit(i=1); use(i=1)")) is None
+
+
+def test_a_variant_whose_hit_waits_on_a_load_leaves_no_request_behind() -> None:
+    """A variant hitting blocks an earlier variant stored, offloaded since: its ``use`` is
+    ``NotReady`` under manual pipelines, and the harness gives the request up (found by
+    ``kvstate fuzz --target kvstate-api --profile dev --seed 1``)."""
+    trace = "variant(n=33, p=1); tick(t=4); offload(n=4); drain(); variant(n=33, p=1)"
+    assert replay(TABLE, N, parse_ops(trace)) is None
+
+
+def test_a_foreign_request_whose_hit_waits_on_disk_loads_leaves_no_job_behind() -> None:
+    """Another namespace's request hitting its own blocks, spilled to disk since: its loads
+    are driven before its ``use`` (none is on a chain block), so the call leaves neither a
+    request nor a load in flight (found by ``kvstate fuzz --target kvstate-api --profile dev
+    --seed 2``)."""
+    trace = "foreign(n=65, ns=0); tick(t=4); offload(n=4); drain(); spill(n=4); foreign(n=65, ns=0)"
+    assert replay(TABLE, N, parse_ops(trace)) is None

@@ -1,0 +1,74 @@
+"""A restored compressor state that fails its splice check is never served at its boundary.
+
+Host memory has no checksum: a bit flip in the host copy of a block's compressor state comes
+back with the block's load, and the tail-splice check that runs when the load lands marks the
+record.  The admission that started the load is cut by one block at ``use``; an admission taken
+later, while the block sits on the device, must be cut the same way (found by
+``kvstate fuzz --target kvstate-api --profile dev --seed 0``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kvstate.impl import HeterogeneousKVCache
+from kvstate.impl.testdata import harness_tokens
+from kvstate.spec import small
+from kvstate.spec.phases import CKV
+
+G = small()
+L = G.lcm_tokens
+N = 4  # blocks of the prompt; the last one goes to the host and comes back damaged
+
+
+@pytest.fixture
+def cache() -> Any:
+    c = HeterogeneousKVCache(G, executors="manual", max_requests=4)
+    yield c
+    c.close()
+
+
+def _flip_host_tail(c: HeterogeneousKVCache, rid: int) -> None:
+    """Flip the low bit of the position the host copy records for the boundary's last token."""
+    grp, m = c.core.tiers.compressor, c.core.meta
+    assert m.ckv[rid] == CKV.HOST and m.hslot[rid] >= 0
+    idx = grp.host_index(m.hslot[rid])
+    v = grp.host_data[:, idx].clone()
+    v[..., grp.state_bytes + 8 * ((N * L - 1) % grp.ring)] ^= 0x01
+    grp.host_data[:, idx] = v
+
+
+def _tails_splice(run: Any) -> None:
+    for li in range(sum(1 for k in G.layers if k == "csa")):
+        run.read_tail(li)  # raises TailDiscontinuityError on a state of another position
+
+
+def test_a_tail_that_failed_its_check_is_not_served_to_a_later_admission(
+    cache: HeterogeneousKVCache,
+) -> None:
+    toks = harness_tokens(N * L + 1)
+    first = cache.admit(cache.request(toks, lifetime=1))
+    with cache.use(first):
+        pass
+    cache.tick(1)
+    rids = cache.register(cache.chain(toks[: N * L]))
+    last = rids[N - 1]
+    assert cache.offload(1) == 1 and cache.core.meta.hslot[last] >= 0  # the LRU: the last
+    cache.pipelines.drain()
+    _flip_host_tail(cache, last)
+
+    loading = cache.admit(cache.request(toks, lifetime=1))
+    assert loading.state == "pending" and loading.hit_tokens == N * L
+    cache.pipelines.drain()  # the load lands, its tail check fails and marks the record
+    assert cache.core.meta.ckv[last] == CKV.READY and cache.core.meta.corrupt[last]
+
+    later = cache.admit(cache.request(toks, lifetime=1))
+    assert later.hit_tokens == (N - 1) * L  # cut by one block, as the first admission is
+    with cache.use(later) as run:
+        assert run.hit_tokens == (N - 1) * L
+        _tails_splice(run)
+    with cache.use(loading) as run:
+        assert run.hit_tokens == (N - 1) * L
+        _tails_splice(run)
