@@ -56,9 +56,30 @@ def use_or_give_up(h: Any, req: Any) -> Any:
     return None
 
 
+def read_outside_chain(h: Any, req: Any, want: np.ndarray, what: str) -> bool:
+    """``use`` a request outside the chain, check every byte it reads against ``want`` (a
+    ``data`` finding naming ``what``), then forget it; ``False`` if it was given up (see
+    :func:`use_or_give_up`), when nothing was read and nothing of it is stored."""
+    from kvstate.testing.datacheck import verify_run
+
+    ctx = use_or_give_up(h, req)
+    if ctx is None:
+        return False
+    with ctx as run:
+        problems = verify_run(run, want)
+        h.cov.add("reads checked")
+        if problems:
+            raise h.fail(
+                "data",
+                [problems[0].split(":")[0]],
+                f"{what} reads wrong bytes:\n  " + "\n  ".join(problems),
+            )
+    h.cache.forget(req)
+    return True
+
+
 def do_variant(h: Any, o: Any) -> int | None:
     from kvstate.api_harness import NAMESPACE
-    from kvstate.testing.datacheck import verify_run
 
     p, n = o.arg("p") % len(POSITIONS), o.arg("n")
     want = variant_tokens(h.tokens, h.L, n, p)
@@ -74,18 +95,6 @@ def do_variant(h: Any, o: Any) -> int | None:
             f"a prompt whose block 0 differs from the chain's at its {POSITIONS[p]} token (and "
             f"agrees after it), where no such prompt was stored, hit {adm.hit_tokens} tokens",
         )
-    ctx = use_or_give_up(h, req)
-    if ctx is None:
-        return None
-    with ctx as run:
-        problems = verify_run(run, want)
-        h.cov.add("reads checked")
-        if problems:
-            raise h.fail(
-                "data",
-                [problems[0].split(":")[0]],
-                "a prompt differing early reads wrong bytes:\n  " + "\n  ".join(problems),
-            )
-    h.cache.forget(req)
-    h.variants_stored.add(p)
+    if read_outside_chain(h, req, want, "a prompt differing early"):
+        h.variants_stored.add(p)
     return None
