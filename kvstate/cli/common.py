@@ -25,7 +25,8 @@ EXIT_CODES = f"""exit codes:
   {EXIT_FAIL}    a property fails: a counterexample, a nonconformance, a kill rate below the gate
   {EXIT_USAGE}    bad usage or malformed input (options, spec module, trace, blob); one line on stderr
   {EXIT_UNDECIDED}    undecided: no failure, but an obligation is 'unknown' (timed out, or the
-       --budget ran out); unknown is not a pass
+       --budget ran out); unknown is not a pass. mutate without --min-kill-rate: the
+       --budget left mutants unchecked
   {EXIT_SIGINT}  interrupted by SIGINT ({EXIT_SIGTERM}: SIGTERM) after printing the partial report"""
 
 # the optional dependencies (pyproject.toml's extras) a command may need

@@ -15,6 +15,7 @@ from .common import (
     EXIT_OK,
     EXIT_SIGINT,
     EXIT_SIGTERM,
+    EXIT_UNDECIDED,
     SPEC_HELP,
     load_table,
     positive_int,
@@ -99,7 +100,12 @@ def run(args: argparse.Namespace) -> int:
         print(out)
     if rep.stopped == "interrupted":
         return EXIT_SIGTERM if came and came[-1] == signal.SIGTERM else EXIT_SIGINT
-    return EXIT_OK if rep.kill_rate >= args.min_kill_rate else EXIT_FAIL
+    if rep.kill_rate < args.min_kill_rate:
+        return EXIT_FAIL
+    if args.min_kill_rate == 0 and rep.count("unchecked"):
+        # no gate, and the budget left mutants unchecked: the report is partial, not a pass
+        return EXIT_UNDECIDED
+    return EXIT_OK
 
 
 def _epilog() -> str:
