@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import ast
 import difflib
+import fnmatch
 import hashlib
 import json
 import statistics
@@ -211,6 +212,14 @@ def enumerate_mutants(target: Target, operators: Sequence[str] = OPERATORS) -> l
     return out
 
 
+def _picked(m: Mutant, args: argparse.Namespace) -> bool:
+    """``--files``: only mutants of files matching one of these globs (``disk*.py``), so that a
+    run can measure the modules a change touched; the sample is drawn first, so a filtered run
+    measures the same mutants an unfiltered one would in those files."""
+    globs = getattr(args, "files", None)
+    return not globs or any(fnmatch.fnmatch(m.file, g) for g in globs)
+
+
 def sample(mutants: Sequence[Mutant], n: int | None, seed: int) -> list[Mutant]:
     """A uniform random sample, ranked by a hash of (seed, id): a larger ``n`` keeps the
     smaller sample's mutants, so a run can be extended."""
@@ -268,7 +277,9 @@ def run(args: argparse.Namespace, target: Target) -> int:
     from cosmic_ray.work_db import use_db
     from cosmic_ray.work_item import MutationSpec, TestOutcome, WorkerOutcome, WorkItem, WorkResult
 
-    chosen = sample(enumerate_mutants(target), args.sample, args.seed)
+    chosen = [
+        m for m in sample(enumerate_mutants(target), args.sample, args.seed) if _picked(m, args)
+    ]
     if args.survivors_of:  # e.g. the dev walk over what the ci run let through
         a = argparse.Namespace(store=args.store, profile=args.survivors_of)
         alive = {m.id for m, r in _load(a, target) if r["verdict"] == "survived"}
@@ -509,7 +520,7 @@ def markdown(s: dict[str, Any], triage: dict[str, str]) -> str:
 
 
 def report(args: argparse.Namespace, target: Target) -> int:
-    rows = _load(args, target)
+    rows = [(m, r) for m, r in _load(args, target) if _picked(m, args)]
     if args.sample is not None:  # the first N of the seeded order (what `run --sample N` ran)
         chosen = {m.job_id for m in sample(enumerate_mutants(target), args.sample, args.seed)}
         rows = [(m, r) for m, r in rows if m.job_id in chosen]
@@ -627,6 +638,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.add_argument("--folder", type=Path, default=None, help=argparse.SUPPRESS)
         p.add_argument("--package", default=None, help=argparse.SUPPRESS)
         p.add_argument("--killer", default=None, help=argparse.SUPPRESS)
+        p.add_argument(
+            "--files", nargs="+", default=None, metavar="GLOB",
+            help="only mutants of these files of impl/ (globs, e.g. 'disk*.py')",
+        )  # fmt: skip
         p.add_argument("--prepare", default=None, help=argparse.SUPPRESS)
     r = sub.choices["run"]
     r.add_argument("--sample", type=int, default=None, help="a uniform random sample of this many")
@@ -663,7 +678,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         target = Target(a.package, a.folder.resolve(), a.killer, a.prepare or "")
     if a.cmd == "list":
         for m in enumerate_mutants(target):
-            print(m.id)
+            if _picked(m, a):
+                print(m.id)
         return 0
     return {"run": run, "report": report, "verify": verify}[a.cmd](a, target)
 
