@@ -240,7 +240,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "                cap = min(cap, (_cdiv(adm.hit_tokens, self.L) - 1) * self.L)",
         "                cap = min(cap, _cdiv(adm.hit_tokens, self.L) * self.L)",
     ),
-    # planted by hand on branch gaps, where the 26 above do not reach (docs/api-harness-findings.md)
+    # where the mutants above do not reach: disk files, held-back loads, raising jobs, tombstones
+    # (docs/api-harness-findings.md, "Bugs planted by hand")
     Mutant(
         "scan_deletes_foreign_files",
         "file kvstate did not write deleted",
@@ -311,7 +312,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "        if in_lru:\n            self.lru.pop(rid, None)\n        self.tombstones[rid] = None",
         "        if in_lru:\n            self.lru.pop(rid, None)",
     ),
-    # ninth session: staleness by the admission's number; the harness admits an ended request
+    # staleness by the admission's number; the harness admits an ended request
     # again (kvstate/api_harness.py ``_do_admit``) for this one
     Mutant(
         "run_live_across_readmission",

@@ -35,7 +35,7 @@ def _run(argv: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
 def specs(tmp_path: Path) -> Path:
     (tmp_path / "syntax_spec.py").write_text("def table(:\n    pass\n")
     (tmp_path / "raising_spec.py").write_text(
-        "def table():\n    raise RuntimeError('no table today')\n"
+        "def table():\n    raise RuntimeError('no table here')\n"
     )
     (tmp_path / "other_spec.py").write_text("table = 42\n")
     return tmp_path
@@ -45,8 +45,8 @@ def specs(tmp_path: Path) -> Path:
     ("argv", "says"),
     [
         (["prove", "--spec", "syntax_spec:table"], "syntax error (syntax_spec.py, line 1)"),
-        (["prove", "--spec", "raising_spec:table"], "raised RuntimeError: no table today"),
-        (["graphs", "--spec", "raising_spec:table"], "raised RuntimeError: no table today"),
+        (["prove", "--spec", "raising_spec:table"], "raised RuntimeError: no table here"),
+        (["graphs", "--spec", "raising_spec:table"], "raised RuntimeError: no table here"),
         (["mutate", "--spec", "syntax_spec:table"], "syntax error"),
         (["prove", "--spec", "other_spec:table"], "is not a kvstate.spec.Table (got int)"),
         (["fuzz", "--reproduce", "notablob"], "is not a Hypothesis @reproduce_failure blob"),

@@ -1,6 +1,6 @@
 """The compiled twins of the generated guards and search (impl/aotgen.py, impl/_aot.py).
 
-* ``impl/_aot.py`` is what the generator writes today (else: the command that regenerates it).
+* ``impl/_aot.py`` is what the generator writes from the current sources (else: the command that regenerates it).
 * ``define`` returns a twin only for the exact source it was made from: one byte changed (a
   mutant, a custom table, another geometry) and the source runs as generated.
 * The compiled build's caches of the preset geometries run the twins; another geometry's

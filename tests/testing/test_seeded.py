@@ -1,6 +1,6 @@
 """The seeded bugs live only in ``kvstate.testing.seeded``: source edits of a staged copy of
 ``impl/``.  The production package names none of them, never imports the testing package, and
-accepts no ``bugs=`` argument; every edit still applies to today's sources (a refactor of
+accepts no ``bugs=`` argument; every edit still applies to the current sources (a refactor of
 ``impl/`` that moves the code must move the edit with it); a staged cache shares the real error
 and event classes.  That each bug is still *caught* is shown where it was before:
 ``tests/impl/test_impl_conformance.py``, ``tests/impl/test_impl_cache.py``,
