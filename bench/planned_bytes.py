@@ -28,7 +28,8 @@ def main() -> None:
             if mr is not None:
                 g = g.with_changes(max_requests=mr, device_blocks=dev, pin_cap_blocks=dev)
             d, _ = planned_bytes(g, dev, 1)
-            pool = getattr(g, "swa_pool_blocks", None)  # absent where the SWA pool is sized per slot
+            # absent where the SWA pool is sized per slot
+            pool = getattr(g, "swa_pool_blocks", None)
             swa = f", SWA pool {pool(dev, g.max_requests)} blocks" if pool else ""
             print(f"{label}: {n // 1024}K, {dev} slots: device {d / GIB:.2f} GiB{swa}")
 
