@@ -259,3 +259,34 @@ def test_sample_output_is_what_the_command_prints(block: Block, tmp_path: Path) 
     assert normalized(done.stdout) == normalized("\n".join(shown)), (
         f"{block.id}: the sample is stale; the command now prints:\n{done.stdout}"
     )
+
+
+# ---- links -------------------------------------------------------------------------------------
+
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    text = heading.lstrip("#").strip().lower()
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+@pytest.mark.parametrize("path", DOCS, ids=[p.name for p in DOCS])
+def test_relative_links_reach_a_file_and_heading(path: Path) -> None:
+    """README links to one page per command: a page moved or a heading renamed breaks no link."""
+    for target in LINK.findall(path.read_text()):
+        if re.match(r"^[a-z]+:", target):
+            continue  # http:, https:, mailto:
+        file, _, anchor = target.partition("#")
+        dest = (path.parent / file).resolve() if file else path
+        assert dest.exists(), f"{path.name}: link to {target}: no file {dest}"
+        if anchor:
+            heads = [ln for ln in dest.read_text().splitlines() if re.match(r"^#{1,6} ", ln)]
+            assert anchor in {_anchor(h) for h in heads}, f"{path.name}: no heading #{anchor}"
+
+
+def test_readme_links_one_page_per_command() -> None:
+    readme = (ROOT / "README.md").read_text()
+    for page in ("docs/prove.md", "docs/mutate.md", "docs/fuzz.md", "docs/library.md"):
+        assert f"]({page})" in readme, f"README.md does not link {page}"
