@@ -34,7 +34,7 @@ family plus a margin on both sides, so each family's miss evicts the previous fa
 
 vLLM is optional: without it the bench prints why and exits 0.  Install (CPU only, no CUDA
 stack): ``pip install torch==2.13.0``, ``pip install --no-deps vllm==0.33.0``, its pure-Python
-imports (see README), ``pip install --no-deps xgrammar``.
+imports and ``pip install --no-deps xgrammar``: ``tools/install_vllm.sh`` does all of it.
 
     .venv/bin/python bench/vs_vllm.py [--lengths 1K 4K 16K 64K] [--rounds 7] [--layouts equal dsv4]
 """

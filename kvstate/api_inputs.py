@@ -1,6 +1,6 @@
 """Bad input at every public entry point, as the API harness sends it.
 
-The library's contract (README, "errors"): every public entry point refuses a bad argument with
+The library's contract (docs/library.md, "The error contract"): every public entry point refuses a bad argument with
 :class:`~kvstate.impl.errors.InvalidArgument` and changes nothing, in both builds.  A check that
 lets a bad value through is invisible to refinement when the value happens to mean something
 (``evict(True)`` evicting one block, ``tick(0)`` doing nothing), so ``bad_input(k)`` sends the

@@ -1,7 +1,7 @@
 """Seeded bugs: six known defects, each planted by a source edit in a staged copy of ``impl/``.
 
 A checker's power is measured by the bugs it catches.  Each bug below reproduces a bug class
-reported against a public engine (README, "Real bug classes"); the conformance fuzzer and the
+reported against a public engine (docs/fuzz.md, "Real bug classes"); the conformance fuzzer and the
 impl tests must catch every one.  The allocator users import carries none of them, not even a
 switch: a bug is an exact edit of ``impl/``'s sources (``Edit(path, old, new)``, the form of
 :mod:`kvstate.api_mutants`), and a cache with bugs planted comes from a staged copy of the
@@ -80,7 +80,7 @@ class Edit:
 @dataclass(frozen=True)
 class Seeded:
     name: str
-    bug_class: str  # the README's "Real bug classes" number
+    bug_class: str  # the number in docs/fuzz.md's "Real bug classes"
     engines: str  # the public engines' reports of the class
     does: str  # what the planted code does
     edits: tuple[Edit, ...]

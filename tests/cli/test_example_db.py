@@ -21,7 +21,7 @@ from kvstate.examples_db import database_key, open_database, with_database
 from kvstate.spec.errors import SpecError
 
 # A bug Hypothesis finds by itself in the dev profile (no coverage pass, no warm-ups), at a
-# later example than the first: seed 1 finds it at example 7 (README: `kvstate fuzz`).
+# later example than the first: seed 1 finds it at example 7 (docs/fuzz.md).
 BUG = "skip_indexer_version"
 WORKER = ["fuzz", "--pool", "2", "--bug", BUG, "--profile", "dev", "--no-coverage", "--no-warmup"]
 FOUND = re.compile(r"^  found by:\s+Hypothesis, example (\d+)(.*)$", re.M)

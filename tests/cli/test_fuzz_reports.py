@@ -16,7 +16,7 @@ from kvstate.cli import main
 from kvstate.fuzz_report import SCHEMA, api_states, spec_location
 from kvstate.spec import default_table, small
 
-BUG = "use_before_load_complete"  # the coverage pass finds it in ~1 s (README)
+BUG = "use_before_load_complete"  # the coverage pass finds it in ~1 s (docs/fuzz.md)
 
 
 def _line(fn) -> tuple[str, int]:

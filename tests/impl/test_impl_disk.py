@@ -315,7 +315,7 @@ def test_a_block_with_one_bad_chunk_lands_no_chunk(tmp_path: Path) -> None:
 def test_a_loaded_file_left_by_a_crash_is_adopted_with_exact_bytes(tmp_path: Path) -> None:
     """A crash between a load and its file's unlink (the unlink runs after the cache's lock is
     released) leaves the entry under its name: the next process adopts it, and what it serves
-    is the block's exact content (entries are content-addressed: README, threat model)."""
+    is the block's exact content (entries are content-addressed: docs/library.md, threat model)."""
     toks = harness_tokens(2 * L + 1)
     persist(tmp_path, toks)
     c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors="manual")

@@ -163,7 +163,7 @@ def test_an_older_authentic_entry_put_back_serves_exact_bytes(tmp_path: Path) ->
     put back in place of the newer one, is accepted (it is authentic) and serves exactly the
     block's bytes: an entry is addressed by its content (the chained key of the tokens it
     holds), so an older entry of a key holds the same bytes as a newer one.  A format whose
-    entry could change content under one key must fail this test (README, threat model)."""
+    entry could change content under one key must fail this test (docs/library.md, threat model)."""
     toks = harness_tokens(3 * L + 1)
     persist(tmp_path, toks)
     c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors="manual")
