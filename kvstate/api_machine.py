@@ -87,9 +87,12 @@ def build_machine(
     add("foreign", ns=st.integers(0, 1), n=st.sampled_from([2 * L + 1, N * L + 1]))
     add("bad_input", k=st.integers(0, 63))
     add("variant", p=st.integers(0, 1), n=st.sampled_from([2 * L + 1, N * L + 1]))
+    add("refuse_arg", k=st.integers(0, 127))
     add("tick", t=st.integers(1, lm))
+    add("tick_np", t=st.integers(1, lm))
     for m in ("evict", "offload", "spill", "drop"):
         add(m, n=st.integers(1, N))
+        add(f"{m}_np", n=st.integers(1, N))
     add("step", k=st.integers(0, 3))
     add("drain")
     add("corrupt", b=st.integers(0, N - 1), kind=st.integers(0, 2))
