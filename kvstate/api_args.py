@@ -22,12 +22,16 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
+from kvstate.api_checks import CallCheck
 from kvstate.api_inputs import _cache
+from kvstate.spec.state import ConcreteState
+
+Step = tuple[str, dict[str, int]]
 
 NAN = float("nan")
 _SKIP = object()
@@ -339,16 +343,72 @@ def _np_tick(h: Any, o: Any) -> int | None:
     return None
 
 
+def _default_tick(h: Any, o: Any) -> int | None:
+    h.cache.tick()  # the documented default: one tick (the op's ``t`` is 1)
+    return None
+
+
 def _np_maint(name: str) -> Callable[[Any, Any], int | None]:
     def do(h: Any, o: Any) -> int | None:
-        getattr(h.cache, name)(np.int32(o.arg("n")))
+        h.maint_done = (name, o.arg("n"), getattr(h.cache, name)(np.int32(o.arg("n"))))
         return None
 
     return do
 
 
-# NumPy-integer forms of the maintenance calls: operation -> (do, its table call)
+def _default_maint(name: str) -> Callable[[Any, Any], int | None]:
+    def do(h: Any, o: Any) -> int | None:
+        h.maint_done = (name, 1, getattr(h.cache, name)())  # the documented default: n=1
+        return None
+
+    return do
+
+
+# NumPy-integer and default forms of the maintenance calls: operation -> (do, its table call)
+_MAINT = ("evict", "offload", "spill", "drop")
 NP_OPS: dict[str, tuple[Callable[[Any, Any], int | None], str]] = {
     "tick_np": (_np_tick, "tick"),
-    **{f"{m}_np": (_np_maint(m), m) for m in ("evict", "offload", "spill", "drop")},
+    "tick_default": (_default_tick, "tick"),
+    **{f"{m}_np": (_np_maint(m), m) for m in _MAINT},
+    **{f"{m}_default": (_default_maint(m), m) for m in _MAINT},
 }
+# the table actions that take one block for each maintenance call (what its count counts)
+_TAKES = {"evict": "evict_start", "offload": "offload", "spill": "spill", "drop": "drop"}
+
+
+class MaintCount(CallCheck):
+    """``evict(n)``/``offload``/``spill``/``drop`` return how many blocks they took, at most
+    ``n``: never fewer than the chain's blocks the call's explanation took (foreign blocks,
+    outside the model, may add to it), never more than ``n``; an eviction that took fewer than
+    ``n`` left no chain block the table would let it evict (``evict`` stops only when none is
+    left; the others may also stop for want of room in the next tier, which foreign blocks
+    outside the model share)."""
+
+    def before(self, h: Any, o: Any) -> None:
+        h.maint_done = None
+
+    def after(
+        self, h: Any, o: Any, before: ConcreteState, steps: Sequence[Step], end: ConcreteState
+    ) -> None:
+        done = getattr(h, "maint_done", None)
+        if done is None:
+            return
+        name, n, got = done
+        took = sum(1 for a, _ in steps if a == _TAKES[name])
+        if got.__class__ is not int or not took <= got <= n:
+            raise h.fail(
+                "maintenance-count",
+                [o.name],
+                f"{o.render()} returned {got!r}; the explanation took {took} of the chain's "
+                f"blocks and the call may take at most {n}",
+            )
+        if name == "evict" and got < n:  # it stopped early: no block was left to evict
+            left = [b for b in range(h.N) if h.machine.is_enabled(end, _TAKES[name], {"b": b})]
+            if left:
+                raise h.fail(
+                    "maintenance-count",
+                    [o.name],
+                    f"{o.render()} evicted {got} of up to {n} blocks, yet the table still "
+                    f"allows evicting chain blocks {left}",
+                )
+        h.cov.add("check: maintenance counts against the explanation")

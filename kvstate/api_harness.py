@@ -1621,6 +1621,12 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[Op]]:
             op("spill_np", n=1),
             op("drop_np", n=1),
             op("evict_np", n=N),
+            *store,
+            op("tick_default", t=1),
+            *[op(f"{m}_default") for m in ("offload", "evict", "drop")],
+            op("drain"),
+            op("spill_default"),
+            op("drop_default"),
         ],
         # each stored form of an entry damaged (kvstate/api_damage.py): the hit stops before
         **{

@@ -90,9 +90,11 @@ def build_machine(
     add("refuse_arg", k=st.integers(0, 127))
     add("tick", t=st.integers(1, lm))
     add("tick_np", t=st.integers(1, lm))
+    add("tick_default", t=st.just(1))
     for m in ("evict", "offload", "spill", "drop"):
         add(m, n=st.integers(1, N))
         add(f"{m}_np", n=st.integers(1, N))
+        add(f"{m}_default")
     add("step", k=st.integers(0, 3))
     add("drain")
     add("corrupt", b=st.integers(0, N - 1), kind=st.integers(0, 2))
