@@ -94,6 +94,12 @@ def _closed(call: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return run
 
 
+def _has_cuda() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
 def _foreign_request(h: Any) -> Any:
     """A request this cache forgot: every call taking a request must refuse it as unknown."""
     r = h.cache.request(np.arange(3))
@@ -120,6 +126,45 @@ def _window(h: Any, run: Any) -> Any:
     )
 
 
+def _pins(h: Any, run: Any) -> Any:
+    """A validated admission's pins (``state_data_ptrs``) are its run's blocks: block ``b``'s
+    pin names the run's ``b``-th record and the slot its block table reads."""
+    pins = run.request.admission.pins
+    return (
+        [(p.block, p.rid, p.slot) for p in pins],
+        [(b, r, s) for b, (r, s) in enumerate(zip(run.rids, run.block_table(), strict=True))],
+    )
+
+
+def _explanation(h: Any, run: Any) -> Any:
+    adm = run.request.admission
+    e = adm.explanation
+    return (
+        (str(e), e.lines()[0], e.requested, adm.hit_tokens <= e.requested),
+        (
+            "\n".join(e.lines()),
+            f"requested {e.requested} tokens",
+            h.cache.max_hit(run.request),
+            True,
+        ),
+    )
+
+
+def _closed_with(h: Any) -> Any:
+    """A cache used as a context manager is closed at the block's end: then every call refuses."""
+    from kvstate.impl.cache import HeterogeneousKVCache
+
+    d = tempfile.mkdtemp(prefix="kvstate-closed-")
+    try:
+        with HeterogeneousKVCache(table=h.table, cache_dir=d, executors="manual") as c:
+            pass
+        return c.evict(1)
+    finally:
+        for name in os.listdir(d):
+            os.unlink(os.path.join(d, name))
+        os.rmdir(d)
+
+
 # (what is sent, the documented error's class name or SAME, the call)
 CASES: tuple[tuple[str, str, Callable[[Any], Any]], ...] = (
     # the constructor: checked before anything is built (the directory left as found)
@@ -127,6 +172,11 @@ CASES: tuple[tuple[str, str, Callable[[Any], Any]], ...] = (
     ("HeterogeneousKVCache(table=1)", "InvalidArgument", _cache(table=1)),
     ("HeterogeneousKVCache(cache_dir=3)", "InvalidArgument", _cache(cache_dir=3)),
     ("HeterogeneousKVCache(device='cuda:99')", "InvalidArgument", _cache(device="cuda:99")),
+    (
+        "HeterogeneousKVCache(device='cuda') without CUDA",
+        "InvalidArgument",
+        lambda h: _SKIP if _has_cuda() else _cache(device="cuda")(h),
+    ),
     ("HeterogeneousKVCache(device='meta')", "InvalidArgument", _cache(device="meta")),
     ("HeterogeneousKVCache(device='no device')", "InvalidArgument", _cache(device="no device")),
     ("HeterogeneousKVCache(writer=5)", "InvalidArgument", _cache(writer=5)),
@@ -234,6 +284,7 @@ CASES: tuple[tuple[str, str, Callable[[Any], Any]], ...] = (
     # a closed cache refuses every call
     ("tick() on a closed cache", "CacheClosed", _closed(lambda cr: cr[0].tick(1))),
     ("admit() on a closed cache", "CacheClosed", _closed(lambda cr: cr[0].admit(cr[1]))),
+    ("evict() after a with block", "CacheClosed", _closed_with),
     ("stats() on a closed cache", "CacheClosed", _closed(lambda cr: cr[0].stats())),
     # the same answer for another form of the same argument
     ("chain(NumPy int32, torch, list tokens)", SAME, _chains),
@@ -282,6 +333,16 @@ CASES: tuple[tuple[str, str, Callable[[Any], Any]], ...] = (
                 None,
             ),
             lambda h, a: (a.wait(np.float64(1)), a),
+        ),
+    ),
+    ("Admission.pins against the Run's block table", SAME, _with(_hit_run, _pins)),
+    ("Admission.explanation read as lines", SAME, _with(_hit_run, _explanation)),
+    (
+        "requests() holds every request the harness holds",
+        SAME,
+        lambda h: (
+            {r.id for r in h.cache.requests()} >= {lv.req.id for lv in h.live if lv is not None},
+            True,
         ),
     ),
     (
