@@ -502,6 +502,29 @@ MUTANTS: tuple[Mutant, ...] = (
         "            if s.phase == _IDLE and s.request is None:",
         "            if s.phase == _IDLE and s.request is not None:",
     ),
+    # argument checks and defaults (kvstate/api_args.py): a NaN timeout taken as a wait, a
+    # default count that does nothing, a closed cache that still answers
+    Mutant(
+        "nan_timeout_accepted",
+        "argument check lets a bad value through",
+        "impl/args.py",
+        "    if math.isnan(f) or f < 0 or f > MAX_TIMEOUT:",
+        "    if f < 0 or f > MAX_TIMEOUT:",
+    ),
+    Mutant(
+        "evict_default_evicts_nothing",
+        "wrong default argument",
+        "impl/cache.py",
+        "    def evict(self, n: Checked[Any, int] = 1) -> int:",
+        "    def evict(self, n: Checked[Any, int] = 0) -> int:",
+    ),
+    Mutant(
+        "closed_cache_reports_stats",
+        "closed handle still served",
+        "impl/cache.py",
+        "        self._open()\n        return self.core.stats()",
+        "        return self.core.stats()",
+    ),
 )
 
 
