@@ -43,6 +43,7 @@ def make_checks(h: Any) -> list[CallCheck]:
     from kvstate.api_orders import OrderHook
     from kvstate.api_ready import Readiness
     from kvstate.api_refusals import RefusalRequired
+    from kvstate.api_window import AppendWindows
 
     return [
         OrderHook(h),
@@ -52,4 +53,5 @@ def make_checks(h: Any) -> list[CallCheck]:
         Readiness(),
         RefusalRequired(),
         MaintCount(),
+        AppendWindows(),
     ]

@@ -1440,6 +1440,22 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[Op]]:
             op("use", i=1),
             op("read", i=1),
         ],
+        # a decode block by block: the windows that leave it are slid except the policy's
+        # (kvstate/api_window.py), then the prefix hits up to its kept windows
+        "a decode slides the windows that leave it": [
+            op("request", i=0, n=L + 1, life=4),
+            op("admit", i=0),
+            op("use", i=0),
+            op("append", i=0, k=L),
+            op("append", i=0, k=(N - 2) * L),  # blocks 2..N-1 complete at once: 0 leaves
+            op("finish", i=0),
+            op("request", i=0, n=L + 1, life=4),
+            op("admit", i=0),
+            op("use", i=0),
+            op("append", i=0, k=(N - 1) * L),
+            op("finish", i=0),
+            *hit,
+        ],
         "slide during a load": [  # an aborted admission's loads run on while a decode slides
             *short,  # (the decode to N blocks slides block 0: outside the policy's windows)
             op("request", i=1, n=full, life=1),

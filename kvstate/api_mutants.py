@@ -519,6 +519,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "    def evict(self, n: Checked[Any, int] = 0) -> int:",
     ),
     Mutant(
+        "decode_slides_from_past_the_window",
+        "window policy not applied",
+        "impl/cache.py",
+        "            lo, hi = max(0, before - W), max(0, n - W)",
+        "            lo, hi = max(0, before + W), max(0, n - W)",
+    ),
+    Mutant(
         "closed_cache_reports_stats",
         "closed handle still served",
         "impl/cache.py",
