@@ -100,6 +100,13 @@ def _has_cuda() -> bool:
     return bool(torch.cuda.is_available())
 
 
+def _max_timeout() -> int:
+    """The longest timeout the library documents (``args.MAX_TIMEOUT``), as an int."""
+    from kvstate.impl.args import MAX_TIMEOUT
+
+    return int(MAX_TIMEOUT)
+
+
 def _foreign_request(h: Any) -> Any:
     """A request this cache forgot: every call taking a request must refuse it as unknown."""
     r = h.cache.request(np.arange(3))
@@ -313,6 +320,11 @@ CASES: tuple[tuple[str, str, Callable[[Any], Any]], ...] = (
         ),
     ),
     ("Run.read_window(np.int64(0)) against (0)", SAME, _with(_hit_run, _window)),
+    (
+        "use(timeout=the documented limit, an int) names the request",
+        SAME,
+        _req(lambda h, r: (h.cache.use(r, timeout=_max_timeout()).request, r)),
+    ),
     (
         "use(timeout=np.int64(5)) names the request",
         SAME,
