@@ -46,6 +46,8 @@ import numpy as np
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine
 
+from kvstate.api_args import CASES as ARG_CASES
+from kvstate.api_args import NP_OPS, do_refuse_arg
 from kvstate.api_damage import PARTS, do_damage
 from kvstate.api_inputs import CASES, do_bad_input
 from kvstate.api_pools import do_pools
@@ -1332,6 +1334,8 @@ OPS: dict[str, Callable[[ApiHarness, Op], int | None]] = {
     "restart": _do_restart,
     "variant": do_variant,
     "bad_input": do_bad_input,
+    "refuse_arg": do_refuse_arg,  # kvstate/api_args.py
+    **{k: do for k, (do, _) in NP_OPS.items()},
     "pools": do_pools,
     "damage": do_damage,
 }
@@ -1341,6 +1345,8 @@ MAPPING: dict[str, str] = {
     "damage": "corrupt",  # one section of an entry (kvstate/api_damage.py)
     "pools": "read",  # a fresh cache resized (kvstate/api_pools.py)
     "bad_input": "read",  # refused, nothing changes (kvstate/api_inputs.py)
+    "refuse_arg": "read",  # refused, or a read answered alike (kvstate/api_args.py)
+    **{k: call for k, (_, call) in NP_OPS.items()},
     "variant": "foreign",  # a prompt sharing no block with the chain (kvstate/api_prefix.py)
     **{
         k: k
@@ -1433,6 +1439,22 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[Op]]:
             op("drain"),
             op("use", i=1),
             op("read", i=1),
+        ],
+        # a decode block by block: the windows that leave it are slid except the policy's
+        # (kvstate/api_window.py), then the prefix hits up to its kept windows
+        "a decode slides the windows that leave it": [
+            op("request", i=0, n=L + 1, life=4),
+            op("admit", i=0),
+            op("use", i=0),
+            op("append", i=0, k=L),
+            op("append", i=0, k=(N - 2) * L),  # blocks 2..N-1 complete at once: 0 leaves
+            op("finish", i=0),
+            op("request", i=0, n=L + 1, life=4),
+            op("admit", i=0),
+            op("use", i=0),
+            op("append", i=0, k=(N - 1) * L),
+            op("finish", i=0),
+            *hit,
         ],
         "slide during a load": [  # an aborted admission's loads run on while a decode slides
             *short,  # (the decode to N blocks slides block 0: outside the policy's windows)
@@ -1599,6 +1621,28 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[Op]]:
             op("use", i=0),
             *[op("bad_input", k=k) for k in range(len(CASES))],
             op("finish", i=0),
+        ],
+        # each entry point's documented refusals, a released request and a hit run live
+        # (kvstate/api_args.py); then NumPy integers to the maintenance calls
+        "documented refusals of every entry point": [
+            *store,
+            op("request", i=1, n=full, life=2),
+            op("admit", i=1),
+            op("use", i=1),
+            *[op("refuse_arg", k=k) for k in range(len(ARG_CASES))],
+            op("finish", i=1),
+            op("tick_np", t=lease_max),
+            op("offload_np", n=1),
+            op("drain"),
+            op("spill_np", n=1),
+            op("drop_np", n=1),
+            op("evict_np", n=N),
+            *store,
+            op("tick_default", t=1),
+            *[op(f"{m}_default") for m in ("offload", "evict", "drop")],
+            op("drain"),
+            op("spill_default"),
+            op("drop_default"),
         ],
         # each stored form of an entry damaged (kvstate/api_damage.py): the hit stops before
         **{

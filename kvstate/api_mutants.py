@@ -503,6 +503,30 @@ MUTANTS: tuple[Mutant, ...] = (
         "            if s.phase == _IDLE and s.request is None:",
         "            if s.phase == _IDLE and s.request is not None:",
     ),
+    # argument checks (kvstate/api_args.py): a NaN timeout taken as a wait, a closed cache
+    # that still answers (a changed default is planted by cosmic-ray's NumberReplacer only: a
+    # default edited in the staged copy fails at import, before any check runs)
+    Mutant(
+        "nan_timeout_accepted",
+        "argument check lets a bad value through",
+        "impl/args.py",
+        "    if math.isnan(f) or f < 0 or f > MAX_TIMEOUT:",
+        "    if f < 0 or f > MAX_TIMEOUT:",
+    ),
+    Mutant(
+        "decode_slides_from_past_the_window",
+        "window policy not applied",
+        "impl/cache.py",
+        "            lo, hi = max(0, before - W), max(0, n - W)",
+        "            lo, hi = max(0, before + W), max(0, n - W)",
+    ),
+    Mutant(
+        "closed_cache_reports_stats",
+        "closed handle still served",
+        "impl/cache.py",
+        "        self._open()\n        return self.core.stats()",
+        "        return self.core.stats()",
+    ),
 )
 
 
@@ -691,8 +715,9 @@ def main(argv: list[str] | None = None) -> int:
     if killed:
         print(
             f"median time to the first finding: {statistics.median(float(r['seconds']) for r in killed):.1f} s; "
-            f"median trace length: {statistics.median(int(r['found_len']) for r in killed)} operations found, "
-            f"{statistics.median(int(r['trace_len']) for r in killed)} minimized"
+            # (a mutant the fuzz crashed on has no trace: left out of the lengths)
+            f"median trace length: {statistics.median([int(r['found_len']) for r in killed if 'found_len' in r] or [0])} operations found, "
+            f"{statistics.median([int(r['trace_len']) for r in killed if 'trace_len' in r] or [0])} minimized"
         )
     if a.json:
         Path(a.json).write_text(json.dumps(results, indent=2))
