@@ -11,9 +11,10 @@ own form (guards, Z3 terms, Hypothesis rules, phase graphs, the implementation's
 
 from __future__ import annotations
 
-from ..geometry import Geometry, small
-from ..layers import DEFAULT_HIT_RULE, HitRule
-from ..table import Action, Table
+from kvstate.spec.geometry import Geometry, small
+from kvstate.spec.layers import DEFAULT_HIT_RULE, HitRule
+from kvstate.spec.table import Action, Table
+
 from .blocks import block_actions
 from .declarations import COMPLETENESS, COVERAGE, LOCALITY, RECOVERY, reads
 from .equivalent import EQUIVALENT

@@ -3,9 +3,10 @@ commit, discard, seal), the SWA window's slide and the indexer's update and rebu
 
 from __future__ import annotations
 
-from ..expr import AND, OR, store
-from ..phases import CKV, Indexer, Pipe, Swa, Tail
-from ..table import Action
+from kvstate.spec.expr import AND, OR, store
+from kvstate.spec.phases import CKV, Indexer, Pipe, Swa, Tail
+from kvstate.spec.table import Action
+
 from .common import A, B, F, action, conj, moved_graph, unpinned
 
 

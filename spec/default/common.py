@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ..expr import AND, B2I, CDIV, ITE, array
-from ..phases import Graph, Req
-from ..table import Action, Conjunct, Param, ParamKind
+from kvstate.spec.expr import AND, B2I, CDIV, ITE, array
+from kvstate.spec.phases import Graph, Req
+from kvstate.spec.table import Action, Conjunct, Param, ParamKind
 
 Fn = Callable[..., Any]
 

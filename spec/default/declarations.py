@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..expr import AND, IMPLIES, IN
-from ..phases import CKV, Pipe
-from ..table import Completeness, Locality, PinnedCoverage, ReadSafety, RecoveryPipelines
+from kvstate.spec.expr import AND, IMPLIES, IN
+from kvstate.spec.phases import CKV, Pipe
+from kvstate.spec.table import Completeness, Locality, PinnedCoverage, ReadSafety, RecoveryPipelines
+
 from .common import CHECKED, covers
 from .invariants import hit_truth
 

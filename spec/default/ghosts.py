@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..expr import AND, ITE, MAX, store
-from ..phases import Fmt, Pipe
-from ..table import Action, Scope, Var
+from kvstate.spec.expr import AND, ITE, MAX, store
+from kvstate.spec.phases import Fmt, Pipe
+from kvstate.spec.table import Action, Scope, Var
+
 from .common import Fn
 
 # ---- ghost truth ---------------------------------------------------------------------------

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..expr import AND, CDIV, IMPLIES, IN, ITE, NOT
-from ..layers import HitRule
-from ..phases import CKV, Fmt, Graph, Indexer, Pipe, Req, Swa, Tail
-from ..table import Invariant
+from kvstate.spec.expr import AND, CDIV, IMPLIES, IN, ITE, NOT
+from kvstate.spec.layers import HitRule
+from kvstate.spec.phases import CKV, Fmt, Graph, Indexer, Pipe, Req, Swa, Tail
+from kvstate.spec.table import Invariant
+
 from .common import CHECKED, HOLDS_PINS, count_blocks, covers, pinned_blocks_total, sum_pins
 from .ghosts import COPY_DISK, COPY_HOST, COPY_NONE
 

@@ -3,10 +3,11 @@ downgrade), the residency lease (touch), the clock (tick) and the captured CUDA 
 
 from __future__ import annotations
 
-from ..expr import AND, B2I, CDIV, IN, MAX, NOT, array, store
-from ..layers import HitRule
-from ..phases import CKV, Graph, Req
-from ..table import Action
+from kvstate.spec.expr import AND, B2I, CDIV, IN, MAX, NOT, array, store
+from kvstate.spec.layers import HitRule
+from kvstate.spec.phases import CKV, Graph, Req
+from kvstate.spec.table import Action
+
 from .common import (
     ACTIVE,
     GIVE_UP_FRAME,

@@ -3,9 +3,10 @@ done and failure), drop and evict."""
 
 from __future__ import annotations
 
-from ..expr import AND, B2I, IMPLIES, IN, ITE, store
-from ..phases import CKV, Indexer, Pipe, Swa, Tail
-from ..table import Action
+from kvstate.spec.expr import AND, B2I, IMPLIES, IN, ITE, store
+from kvstate.spec.phases import CKV, Indexer, Pipe, Swa, Tail
+from kvstate.spec.table import Action
+
 from .common import A, B, F, action, conj, lease_expired, moved_graph, unpinned
 
 

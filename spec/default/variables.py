@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from ..phases import CKV, Fmt, Graph, Indexer, Pipe, Req, Swa, Tail
-from ..table import Scope, Var
+from kvstate.spec.phases import CKV, Fmt, Graph, Indexer, Pipe, Req, Swa, Tail
+from kvstate.spec.table import Scope, Var
+
 from .ghosts import GHOSTS
 
 
