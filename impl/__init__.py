@@ -32,13 +32,13 @@ from .errors import (  # noqa: E402
 )
 from .events import Event, EventKind, EventLog  # noqa: E402
 from .projection import RecoveryPlan, RecoveryStep  # noqa: E402
-from .testdata import DeterministicWriter, Writer  # noqa: E402
+from .testdata import DeterministicWriter  # noqa: E402
+from .twins import register_twins  # noqa: E402
+from .writer import Writer  # noqa: E402
 
 # the compiled twins of the generated guards and search (impl/aotgen.py): used for exactly the
 # sources they were made from, and only when compiled (interpreted they would gain nothing)
 if "_aot" in native_modules():
-    from kvstate.spec.compile import register_twins  # noqa: E402
-
     register_twins(_aot.TWINS)
 
 __all__ = [

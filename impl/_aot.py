@@ -56,9 +56,9 @@ def guard_allocate__89afb28038f1dbb3(v: Any, p: Any) -> Any:
     return True
 
 
-def guard_allocate_direct__03034b95a2dca1f3(v: Any, p: Any) -> Any:
-    M = v._m
-    R: Sequence[int] = v._rids
+def guard_allocate_direct__8fac109af8983c9c(v: Any, p: Any) -> Any:
+    M = v.meta
+    R: Sequence[int] = v.rids
     t_ckv: list[int] = M.ckv
     p_b: int = p['b']
     if not ((t_ckv[R[p_b]] == 0)):
@@ -107,9 +107,9 @@ def guard_commit__f6ccf28347f69a44(v: Any, p: Any) -> Any:
     return True
 
 
-def guard_commit_direct__383a5d201b65bba2(v: Any, p: Any) -> Any:
-    M = v._m
-    R: Sequence[int] = v._rids
+def guard_commit_direct__eb12eb4882c4ba7f(v: Any, p: Any) -> Any:
+    M = v.meta
+    R: Sequence[int] = v.rids
     t_ckv: list[int] = M.ckv
     p_b: int = p['b']
     if not ((t_ckv[R[p_b]] == 1)):
@@ -142,9 +142,9 @@ def guard_discard__e49d51448248071c(v: Any, p: Any) -> Any:
     return True
 
 
-def guard_discard_direct__380c094e424ec9a0(v: Any, p: Any) -> Any:
-    M = v._m
-    R: Sequence[int] = v._rids
+def guard_discard_direct__05c64436a061747a(v: Any, p: Any) -> Any:
+    M = v.meta
+    R: Sequence[int] = v.rids
     t_ckv: list[int] = M.ckv
     t_ref: list[int] = M.ref
     p_b: int = p['b']
@@ -210,9 +210,9 @@ def guard_drop__e13a81eddbf7530a(v: Any, p: Any) -> Any:
     return True
 
 
-def guard_drop_direct__3ce184ac7fb7d8f4(v: Any, p: Any) -> Any:
-    M = v._m
-    R: Sequence[int] = v._rids
+def guard_drop_direct__839129a2158825aa(v: Any, p: Any) -> Any:
+    M = v.meta
+    R: Sequence[int] = v.rids
     t_ckv: list[int] = M.ckv
     t_lease: list[int] = M.lease
     t_ref: list[int] = M.ref
@@ -265,9 +265,9 @@ def guard_evict_done__bf526c2740ef1c48(v: Any, p: Any) -> Any:
     return True
 
 
-def guard_evict_done_direct__f9b3dbd86e294da6(v: Any, p: Any) -> Any:
-    M = v._m
-    R: Sequence[int] = v._rids
+def guard_evict_done_direct__284c671c77481080(v: Any, p: Any) -> Any:
+    M = v.meta
+    R: Sequence[int] = v.rids
     t_ckv: list[int] = M.ckv
     p_b: int = p['b']
     if not ((t_ckv[R[p_b]] == 7)):
@@ -313,9 +313,9 @@ def guard_evict_start_committed__e2c39db87542c871(v: Any, p: Any) -> Any:
     return (t_ckv[p_b] == 2)
 
 
-def guard_evict_start_direct__7105c7e68fa76233(v: Any, p: Any) -> Any:
-    M = v._m
-    R: Sequence[int] = v._rids
+def guard_evict_start_direct__310ee5c6609090bb(v: Any, p: Any) -> Any:
+    M = v.meta
+    R: Sequence[int] = v.rids
     t_ckv: list[int] = M.ckv
     t_idx: list[int] = M.idx
     t_lease: list[int] = M.lease
@@ -381,9 +381,9 @@ def guard_index_update_committed__5257079d06dc62b6(v: Any, p: Any) -> Any:
     return (t_ckv[p_b] == 2)
 
 
-def guard_index_update_direct__c3a1e621ddb526e8(v: Any, p: Any) -> Any:
-    M = v._m
-    R: Sequence[int] = v._rids
+def guard_index_update_direct__e2b4d788f3642509(v: Any, p: Any) -> Any:
+    M = v.meta
+    R: Sequence[int] = v.rids
     t_ckv: list[int] = M.ckv
     t_idx: list[int] = M.idx
     p_b: int = p['b']
@@ -443,28 +443,28 @@ def guard_load_done_complete__310da642195f296e(v: Any, p: Any) -> Any:
     return (t_prog[p_b] == 4)
 
 
-def guard_load_done_direct__11adddd198dd1632(v: Any, p: Any) -> Any:
-    M = v._m
-    R: Sequence[int] = v._rids
-    t_ckv: list[int] = M.ckv
-    t_prog: list[int] = M.prog
-    p_b: int = p['b']
-    if not ((t_ckv[R[p_b]] == 6)):
-        return False
-    if not ((t_prog[R[p_b]] == 2)):
-        return False
-    return True
-
-
-def guard_load_done_direct__74b82929091aa287(v: Any, p: Any) -> Any:
-    M = v._m
-    R: Sequence[int] = v._rids
+def guard_load_done_direct__5a04ddcaefdb92a0(v: Any, p: Any) -> Any:
+    M = v.meta
+    R: Sequence[int] = v.rids
     t_ckv: list[int] = M.ckv
     t_prog: list[int] = M.prog
     p_b: int = p['b']
     if not ((t_ckv[R[p_b]] == 6)):
         return False
     if not ((t_prog[R[p_b]] == 4)):
+        return False
+    return True
+
+
+def guard_load_done_direct__5d9a99dc20d5f6e9(v: Any, p: Any) -> Any:
+    M = v.meta
+    R: Sequence[int] = v.rids
+    t_ckv: list[int] = M.ckv
+    t_prog: list[int] = M.prog
+    p_b: int = p['b']
+    if not ((t_ckv[R[p_b]] == 6)):
+        return False
+    if not ((t_prog[R[p_b]] == 2)):
         return False
     return True
 
@@ -501,9 +501,9 @@ def guard_load_fail__0f8579d3d08430f9(v: Any, p: Any) -> Any:
     return True
 
 
-def guard_load_fail_direct__0558ab83d02f7657(v: Any, p: Any) -> Any:
-    M = v._m
-    R: Sequence[int] = v._rids
+def guard_load_fail_direct__c3ba70eca4080354(v: Any, p: Any) -> Any:
+    M = v.meta
+    R: Sequence[int] = v.rids
     t_ckv: list[int] = M.ckv
     p_b: int = p['b']
     if not ((t_ckv[R[p_b]] == 6)):
@@ -547,9 +547,9 @@ def guard_load_progress__f008546e8dc979fe(v: Any, p: Any) -> Any:
     return True
 
 
-def guard_load_progress_direct__4a68721348b61e02(v: Any, p: Any) -> Any:
-    M = v._m
-    R: Sequence[int] = v._rids
+def guard_load_progress_direct__74b8c9db86614be9(v: Any, p: Any) -> Any:
+    M = v.meta
+    R: Sequence[int] = v.rids
     t_ckv: list[int] = M.ckv
     t_prog: list[int] = M.prog
     p_b: int = p['b']
@@ -560,9 +560,9 @@ def guard_load_progress_direct__4a68721348b61e02(v: Any, p: Any) -> Any:
     return True
 
 
-def guard_load_progress_direct__b0a5a5c8e2834e03(v: Any, p: Any) -> Any:
-    M = v._m
-    R: Sequence[int] = v._rids
+def guard_load_progress_direct__d770bdc19ff4772b(v: Any, p: Any) -> Any:
+    M = v.meta
+    R: Sequence[int] = v.rids
     t_ckv: list[int] = M.ckv
     t_prog: list[int] = M.prog
     p_b: int = p['b']
@@ -621,9 +621,9 @@ def guard_load_start__8553e4712568a07f(v: Any, p: Any) -> Any:
     return True
 
 
-def guard_load_start_direct__2ec67b88014c8861(v: Any, p: Any) -> Any:
-    M = v._m
-    R: Sequence[int] = v._rids
+def guard_load_start_direct__b480dce4ef17ba55(v: Any, p: Any) -> Any:
+    M = v.meta
+    R: Sequence[int] = v.rids
     t_ckv: list[int] = M.ckv
     k_io_cap: int = v.k.io_cap
     p_b: int = p['b']
@@ -737,9 +737,9 @@ def guard_offload_cancel__f1fd7c724f6602cf(v: Any, p: Any) -> Any:
     return True
 
 
-def guard_offload_cancel_direct__5793561073aecb87(v: Any, p: Any) -> Any:
-    M = v._m
-    R: Sequence[int] = v._rids
+def guard_offload_cancel_direct__40252caa821e63cc(v: Any, p: Any) -> Any:
+    M = v.meta
+    R: Sequence[int] = v.rids
     t_ckv: list[int] = M.ckv
     p_b: int = p['b']
     if not ((t_ckv[R[p_b]] == 3)):
@@ -767,9 +767,9 @@ def guard_offload_committed__0021036be11b0beb(v: Any, p: Any) -> Any:
     return (t_ckv[p_b] == 2)
 
 
-def guard_offload_direct__eec65ac276e7bf9b(v: Any, p: Any) -> Any:
-    M = v._m
-    R: Sequence[int] = v._rids
+def guard_offload_direct__0631334bb14e0018(v: Any, p: Any) -> Any:
+    M = v.meta
+    R: Sequence[int] = v.rids
     t_ckv: list[int] = M.ckv
     t_ref: list[int] = M.ref
     p_b: int = p['b']
@@ -798,9 +798,9 @@ def guard_offload_done__212bf3da9d8fa10d(v: Any, p: Any) -> Any:
     return True
 
 
-def guard_offload_done_direct__5d8b688446888028(v: Any, p: Any) -> Any:
-    M = v._m
-    R: Sequence[int] = v._rids
+def guard_offload_done_direct__ed3ab80312793628(v: Any, p: Any) -> Any:
+    M = v.meta
+    R: Sequence[int] = v.rids
     t_ckv: list[int] = M.ckv
     t_idx: list[int] = M.idx
     t_lease: list[int] = M.lease
@@ -908,9 +908,9 @@ def guard_pin__92b13727953e8702(v: Any, p: Any) -> Any:
     return True
 
 
-def guard_pin_direct__27ee86e567cb1d97(v: Any, p: Any) -> Any:
-    M = v._m
-    R: Sequence[int] = v._rids
+def guard_pin_direct__70f9ee587d4d408b(v: Any, p: Any) -> Any:
+    M = v.meta
+    R: Sequence[int] = v.rids
     t_ckv: list[int] = M.ckv
     N: int = v.N
     k_pin_cap: int = v.k.pin_cap
@@ -929,9 +929,9 @@ def guard_pin_direct__27ee86e567cb1d97(v: Any, p: Any) -> Any:
     return True
 
 
-def guard_pin_direct__4e4016657a07700d(v: Any, p: Any) -> Any:
-    M = v._m
-    R: Sequence[int] = v._rids
+def guard_pin_direct__ba8c66e0f8da0fc0(v: Any, p: Any) -> Any:
+    M = v.meta
+    R: Sequence[int] = v.rids
     t_ckv: list[int] = M.ckv
     N: int = v.N
     k_pin_cap: int = v.k.pin_cap
@@ -995,9 +995,9 @@ def guard_rebuild_done__06bc94d7151e0bc8(v: Any, p: Any) -> Any:
     return True
 
 
-def guard_rebuild_done_direct__68766f9ff65613f8(v: Any, p: Any) -> Any:
-    M = v._m
-    R: Sequence[int] = v._rids
+def guard_rebuild_done_direct__e4100fc33e2fdd7b(v: Any, p: Any) -> Any:
+    M = v.meta
+    R: Sequence[int] = v.rids
     t_idx: list[int] = M.idx
     p_b: int = p['b']
     if not ((t_idx[R[p_b]] == 1)):
@@ -1032,9 +1032,9 @@ def guard_rebuild_start__3688ca393b02cea4(v: Any, p: Any) -> Any:
     return True
 
 
-def guard_rebuild_start_direct__a096bf2cdcde9f55(v: Any, p: Any) -> Any:
-    M = v._m
-    R: Sequence[int] = v._rids
+def guard_rebuild_start_direct__3a120096ccbec3d6(v: Any, p: Any) -> Any:
+    M = v.meta
+    R: Sequence[int] = v.rids
     t_ckv: list[int] = M.ckv
     t_idx: list[int] = M.idx
     t_iver: list[int] = M.iver
@@ -1157,9 +1157,9 @@ def guard_seal_committed__e4231c09046f3130(v: Any, p: Any) -> Any:
     return (t_ckv[p_b] == 2)
 
 
-def guard_seal_direct__dafded8c9a885af8(v: Any, p: Any) -> Any:
-    M = v._m
-    R: Sequence[int] = v._rids
+def guard_seal_direct__eecf9083aa6b4452(v: Any, p: Any) -> Any:
+    M = v.meta
+    R: Sequence[int] = v.rids
     t_ckv: list[int] = M.ckv
     t_ref: list[int] = M.ref
     t_tail: list[int] = M.tail
@@ -1206,9 +1206,9 @@ def guard_slide__85574ddc533b3c17(v: Any, p: Any) -> Any:
     return True
 
 
-def guard_slide_direct__7e03d0fa1e9166ec(v: Any, p: Any) -> Any:
-    M = v._m
-    R: Sequence[int] = v._rids
+def guard_slide_direct__0b76f7fe598415bc(v: Any, p: Any) -> Any:
+    M = v.meta
+    R: Sequence[int] = v.rids
     t_ref: list[int] = M.ref
     t_swa: list[int] = M.swa
     p_b: int = p['b']
@@ -1248,9 +1248,9 @@ def guard_spill__69a8b5473d316c73(v: Any, p: Any) -> Any:
     return True
 
 
-def guard_spill_direct__2c76c0fa8c839bbd(v: Any, p: Any) -> Any:
-    M = v._m
-    R: Sequence[int] = v._rids
+def guard_spill_direct__fc199def4036f85f(v: Any, p: Any) -> Any:
+    M = v.meta
+    R: Sequence[int] = v.rids
     t_ckv: list[int] = M.ckv
     p_b: int = p['b']
     if not ((t_ckv[R[p_b]] == 4)):
@@ -1299,9 +1299,9 @@ def guard_touch__d37f4fe96468f99b(v: Any, p: Any) -> Any:
     return True
 
 
-def guard_touch_direct__4d47bddc0855d7f7(v: Any, p: Any) -> Any:
-    M = v._m
-    R: Sequence[int] = v._rids
+def guard_touch_direct__633c5e5409b9c928(v: Any, p: Any) -> Any:
+    M = v.meta
+    R: Sequence[int] = v.rids
     t_ckv: list[int] = M.ckv
     p_b: int = p['b']
     if not ((not ((t_ckv[R[p_b]] == 0) or (t_ckv[R[p_b]] == 7)))):
@@ -1576,9 +1576,9 @@ def guard_validate__c094939d8a681ff1(v: Any, p: Any) -> Any:
     return True
 
 
-def guard_validate_direct__9085bc4a7cf21df3(v: Any, p: Any) -> Any:
-    M = v._m
-    R: Sequence[int] = v._rids
+def guard_validate_direct__88de0f734e263c47(v: Any, p: Any) -> Any:
+    M = v.meta
+    R: Sequence[int] = v.rids
     t_ckv: list[int] = M.ckv
     t_fmt: list[int] = M.fmt
     t_idx: list[int] = M.idx
@@ -1630,9 +1630,9 @@ def guard_validate_direct__9085bc4a7cf21df3(v: Any, p: Any) -> Any:
     return True
 
 
-def guard_validate_direct__d9954980c13db73e(v: Any, p: Any) -> Any:
-    M = v._m
-    R: Sequence[int] = v._rids
+def guard_validate_direct__a9c1ba9bdc78dab9(v: Any, p: Any) -> Any:
+    M = v.meta
+    R: Sequence[int] = v.rids
     t_ckv: list[int] = M.ckv
     t_fmt: list[int] = M.fmt
     t_idx: list[int] = M.idx
@@ -1899,9 +1899,9 @@ def search__f6e39d227bbb80f5(v: Any, r: int, h_max: int) -> Any:
         h = to
 
 
-def search_direct__56fab9ce6f01c5b8(v: Any, r: int, h_max: int) -> Any:
-    M = v._m
-    R: Sequence[int] = v._rids
+def search_direct__5453e125b336fe2a(v: Any, r: int, h_max: int) -> Any:
+    M = v.meta
+    R: Sequence[int] = v.rids
     t_ckv: list[int] = M.ckv
     t_fmt: list[int] = M.fmt
     t_idx: list[int] = M.idx
@@ -1957,9 +1957,9 @@ def search_direct__56fab9ce6f01c5b8(v: Any, r: int, h_max: int) -> Any:
         h = to
 
 
-def search_direct__aea33b7d0c0eae3e(v: Any, r: int, h_max: int) -> Any:
-    M = v._m
-    R: Sequence[int] = v._rids
+def search_direct__5d14b3c6a3a04691(v: Any, r: int, h_max: int) -> Any:
+    M = v.meta
+    R: Sequence[int] = v.rids
     t_ckv: list[int] = M.ckv
     t_fmt: list[int] = M.fmt
     t_idx: list[int] = M.idx
@@ -2023,18 +2023,18 @@ TWINS: dict[str, Any] = {
     "b1a5ac93b0de92760249a2c5343294b3422e1eb35c3b5bd8fd9d8fa95f2e4c97": guard_admit_direct__b1a5ac93b0de9276,
     "242c32962f10e359bb14ca6aa015e702c68d5fdac44f4b74c670c54c913eea9b": guard_admit_idle__242c32962f10e359,
     "89afb28038f1dbb39c2d5e883a59825f49b4705740346800b3e4fcda37e2852b": guard_allocate__89afb28038f1dbb3,
-    "03034b95a2dca1f31475db8aba191ce03d46faddaca5ad76ae49cc521ee6a6c8": guard_allocate_direct__03034b95a2dca1f3,
+    "8fac109af8983c9c66cf5c66abab9c3da2bc712f9cf03aa13021a2dab93d6710": guard_allocate_direct__8fac109af8983c9c,
     "56018ab261adb1658d10425c3d56ead3f445a0ba1c423760c9073ec8acc97140": guard_allocate_free__56018ab261adb165,
     "52f0109b6fb657f97c8c4bcbbaffa0870e7391b5e910bfeb043e35651518cfb7": guard_allocate_run__52f0109b6fb657f9,
     "42eeff59ab0e0504da861c87c45dfd4826f94f782eaaffddcdc5b3343855d4a9": guard_capture__42eeff59ab0e0504,
     "2f40723cba5c6b45c86c158c1276521580b88d5f27e70624aca7403d2fd3d21b": guard_capture_direct__2f40723cba5c6b45,
     "1c8bae3423df13ba9fa8888235193638bb90d02da68eabfdfa7e8c192a26a5e9": guard_capture_none__1c8bae3423df13ba,
     "f6ccf28347f69a4456e20734bb79529169d7f204021546c50cfc596fdbcb5ec7": guard_commit__f6ccf28347f69a44,
-    "383a5d201b65bba28066e0bbcb97db3d4b26a40afb5b4b051f58fd0315aa731a": guard_commit_direct__383a5d201b65bba2,
+    "eb12eb4882c4ba7f41f8f743fca8ff17bc2e98b44cd50bc593810e5171276222": guard_commit_direct__eb12eb4882c4ba7f,
     "ae5e4ef4ada8f21b634f0aa62df8698ce7e3c5f57ef0d4fc0cd60d6729858ac2": guard_commit_run__ae5e4ef4ada8f21b,
     "5e4dcbebde82cff5678620aa27b21ef328c16d28e7eed2567ba1f4343359b995": guard_commit_writing__5e4dcbebde82cff5,
     "e49d51448248071c210e6d19d0065040c033ea90beb0de3de9ff60be75836179": guard_discard__e49d51448248071c,
-    "380c094e424ec9a0552e3d1c30a4040501465080f0df189ca0559b58708f9586": guard_discard_direct__380c094e424ec9a0,
+    "05c64436a061747a0317711d1a9bc4255e8f66d6a58f41f53b2d8e504b7873f3": guard_discard_direct__05c64436a061747a,
     "b20954a4fc489ef24f8b0b0cca25a976dd257c6593a70b611e051a03793eec6f": guard_discard_run__b20954a4fc489ef2,
     "51d1b3b0a3aac7d50a95d3eb17a33044b646348b800967897ce5dad83c543a20": guard_discard_unpinned__51d1b3b0a3aac7d5,
     "46cb6bf7dc8338417f08865c371a39163c4d02e991a9a452762516adc8ef6d0c": guard_discard_writing__46cb6bf7dc833841,
@@ -2042,51 +2042,51 @@ TWINS: dict[str, Any] = {
     "ad01f7ad77ca27dc9f08f384795b814716ddf28654dbbe56de4e7c050f26c744": guard_downgrade_direct__ad01f7ad77ca27dc,
     "ceda1091612a423afb9c47bfb2d262c91452db4250fb026d2f6c31e149f09e9a": guard_downgrade_unchecked__ceda1091612a423a,
     "e13a81eddbf7530a5c0beef702218d8d7273d226d0f57f7ec3dcbdf6c9c3bfc4": guard_drop__e13a81eddbf7530a,
-    "3ce184ac7fb7d8f4e6cc3cf1ee4d858e775f25d1e3a38e927174ab98b518b7a1": guard_drop_direct__3ce184ac7fb7d8f4,
+    "839129a2158825aaed0f265e98e9ac7fd20c482787bdb301abc861fb7f05e53e": guard_drop_direct__839129a2158825aa,
     "30b8d37aa5eb41144518c1ab4822c5e343e3982c00728e907cecd1cd3e2686c5": guard_drop_lease_expired__30b8d37aa5eb4114,
     "5377da5dc4a969e896152f7e2a0acbae41cdcc7ffff535a85dfe536d60f93598": guard_drop_offloaded__5377da5dc4a969e8,
     "b40a07c8b56d7384ebd20b9493cbc839bf2063d3c36b1508116b7f9f9086d6f1": guard_drop_run__b40a07c8b56d7384,
     "cfd9aacc8428b77adec474c15e80ebca684ebe4dbed7b5a24dfa5b3bf473bab0": guard_drop_unpinned__cfd9aacc8428b77a,
     "bf526c2740ef1c48bf9c3614fa78628df2dcc51dae464b3f202d059d0616d98a": guard_evict_done__bf526c2740ef1c48,
-    "f9b3dbd86e294da681bc299e5d92ffe40db6fc27fc366b8cf160353b1e7a5449": guard_evict_done_direct__f9b3dbd86e294da6,
+    "284c671c7748108020d30d59082d57aee00bb8a25489806c462e5efb0b016541": guard_evict_done_direct__284c671c77481080,
     "34d79ee14e9f5c1ff1b3a17c7b321b0eee9501f14f4f0258b2e576d6fdad0588": guard_evict_done_evicting__34d79ee14e9f5c1f,
     "2eb7e94d7f4058de0a505b34f4087768066a7b4b981dd9fed669eebdf361b5fd": guard_evict_done_run__2eb7e94d7f4058de,
     "e11940808228a2ad5390619f14c0ba36af26ed56a7b1d87001f246ed568a5c51": guard_evict_start__e11940808228a2ad,
     "e2c39db87542c871c95ab4fd008fe0e8352a9dbef15a7992cddba93605d04cd7": guard_evict_start_committed__e2c39db87542c871,
-    "7105c7e68fa762333b8dc380221aef4fd0eb4fb35e2ad78f20c210a7697652d4": guard_evict_start_direct__7105c7e68fa76233,
+    "310ee5c6609090bbdcf43850e36150cd7597513e449086238b75f263fa6c78a5": guard_evict_start_direct__310ee5c6609090bb,
     "d323164b3eb91979db98d48c75193437fac2ddaec5ac2e5eab8633001587a295": guard_evict_start_lease_expired__d323164b3eb91979,
     "bb577a01e24c56e1210164590090ed905a92c2137e84f796260f0213479010ac": guard_evict_start_no_cpu_job__bb577a01e24c56e1,
     "78e4a9f24bf92c2ded7c3672c7d97efe292f120efea08de342067bdeb225e190": guard_evict_start_run__78e4a9f24bf92c2d,
     "b6a2083dc9e0ccf35a8c5e09143106d7ca07ded6788d4a44c42a47b5c93ce781": guard_evict_start_unpinned__b6a2083dc9e0ccf3,
     "353feba513d0f280eb84d3a0444e4b5c2c9847b29fe665735d99e872b7c1ddcf": guard_index_update__353feba513d0f280,
     "5257079d06dc62b686e293f09218d3addc44ef8706b2f3eaa2c0b1835218ceb8": guard_index_update_committed__5257079d06dc62b6,
-    "c3a1e621ddb526e80f0a4671990f83c98e8fd7be50e1d0f2b7109a7458a59d7b": guard_index_update_direct__c3a1e621ddb526e8,
+    "e2b4d788f364250965bd36696fec026228b317331e30e1f8f87c086a35dcde54": guard_index_update_direct__e2b4d788f3642509,
     "bea6910df5505121a3568b992dfec96531b0ebcdd86024ea342646ca54257113": guard_index_update_no_job__bea6910df5505121,
     "a7f6901db0b123deff21adf8d18efcf7bb97ccb319ef74f02db97f63c839887c": guard_index_update_run__a7f6901db0b123de,
     "206b43fd88ee463a87822a3ddcf41ae3bb6e65bc3d58f14ba3b43c32ac630058": guard_load_done__206b43fd88ee463a,
     "dfccc97f626c7c4f26eb8a2a555688fc9ceb19b6b94881f65bf2d1de836c34f8": guard_load_done__dfccc97f626c7c4f,
     "24a9e00d93d3a5bb9cdfba58150be311f8e64bf50066d6bab38521115c8233c5": guard_load_done_complete__24a9e00d93d3a5bb,
     "310da642195f296e612e65e1180c3bf87104ba94f56c9b195a40e7175ca835ec": guard_load_done_complete__310da642195f296e,
-    "11adddd198dd1632bfc41a4307e936347c37cadcc63c7f323966a073cf820959": guard_load_done_direct__11adddd198dd1632,
-    "74b82929091aa287eabdaef565d4174e04e647ae4e8961bd68112df799d45529": guard_load_done_direct__74b82929091aa287,
+    "5a04ddcaefdb92a0c51713a4839647132635401f94e65ed91a36fc31ff9d304a": guard_load_done_direct__5a04ddcaefdb92a0,
+    "5d9a99dc20d5f6e98a7cf16df74c842a5bb2675821422950c795cf97a675c472": guard_load_done_direct__5d9a99dc20d5f6e9,
     "ab60d23c8860c3dadb6a12c8289a3a177ef21588331194a3d5c00bf091aecd5b": guard_load_done_loading__ab60d23c8860c3da,
     "cef8dc59fa88c130474a80deeb4fd64d37baf3c31fed8dcc96740befe3218745": guard_load_done_run__cef8dc59fa88c130,
     "e2b21d9b34bc1549999287570c5de0a4da30ddd3bef3dc5be8f981a89fe27045": guard_load_done_run__e2b21d9b34bc1549,
     "0f8579d3d08430f95e0885457266317ef2515841fdbd1d9170718f4803455666": guard_load_fail__0f8579d3d08430f9,
-    "0558ab83d02f765727027490ecbbc759e32e93919a67c4b2e59ca3593b9c4ea6": guard_load_fail_direct__0558ab83d02f7657,
+    "c3ba70eca4080354369ee55ae54a28e33cf5580f02b1c3a7700c84b55c811363": guard_load_fail_direct__c3ba70eca4080354,
     "c384ba9ede81b59a3973a134b7c7adc59c4a7f1b64b0b01dfe7edf5f914a93ed": guard_load_fail_loading__c384ba9ede81b59a,
     "32c39778610a9fb79a0791b09c1e47c62a00364fb8b55b7576f174c0874246e3": guard_load_fail_run__32c39778610a9fb7,
     "a9f948c1d7fe0918e87c71de90fc97ca7b87f1da4d0814b3aceaa59c0d4d3054": guard_load_progress__a9f948c1d7fe0918,
     "f008546e8dc979fe83637ec70f091ab198e0700f3f3bcafb93209598fd922e2a": guard_load_progress__f008546e8dc979fe,
-    "4a68721348b61e027e47c5cf4f7f23575f2f9362c8551ac8ad491aeabfb42a2c": guard_load_progress_direct__4a68721348b61e02,
-    "b0a5a5c8e2834e039959b3e78b906c14f21bd5b1d7e17ab2427f11f5ad63ae05": guard_load_progress_direct__b0a5a5c8e2834e03,
+    "74b8c9db86614be99113696f62bb6acf6d54dd50070d4782b3524b4863fa13fc": guard_load_progress_direct__74b8c9db86614be9,
+    "d770bdc19ff4772b7cedb991799c23f9c4c5e6f54590c38666c06546150dcb73": guard_load_progress_direct__d770bdc19ff4772b,
     "148ef787b3240934ef22cc6aad56be4bb64c9db50b7d9f05b0622403e0f12420": guard_load_progress_loading__148ef787b3240934,
     "3bbc88597029192d1e1438e920da6e4adf05a118737f068b0d1fa859180bd49b": guard_load_progress_not_done__3bbc88597029192d,
     "8578b9ca814cc323a97f0693c3416a4a92ac9ed6080d4ad8cea3a9286c112e18": guard_load_progress_not_done__8578b9ca814cc323,
     "2d54305f32e787cfc3a7f39ee957cac7713409fa9a68636d679a99faa4f38f55": guard_load_progress_run__2d54305f32e787cf,
     "fcfb7b389f3380e9902db81fdab4fb7dc98f83c47d044e9c18e92500dd660503": guard_load_progress_run__fcfb7b389f3380e9,
     "8553e4712568a07f06f28430320e47c722388a7b0abfbf219dfddbde33c9ab22": guard_load_start__8553e4712568a07f,
-    "2ec67b88014c8861e235d9a442baf8db20b1fdc43624cea17c2b80057e3efc45": guard_load_start_direct__2ec67b88014c8861,
+    "b480dce4ef17ba55c3c397efe6ef229090c02c6f80abb2c68e66bccfe39f221f": guard_load_start_direct__b480dce4ef17ba55,
     "18abe2ea376550c758661e1f47670cefbea1545debce0abfbddb4467dd224de0": guard_load_start_io_cap__18abe2ea376550c7,
     "4c9f42bdee59ed90f92f76b2ac8060c6ee8ca6eba40c062b4c645660eccf0e83": guard_load_start_offloaded__4c9f42bdee59ed90,
     "9aaba23fa8ae805b2287c2937469f45d843f22d5a0d73224c1c4b18668c7e891": guard_match__9aaba23fa8ae805b,
@@ -2098,13 +2098,13 @@ TWINS: dict[str, Any] = {
     "3d39a57e23e35e16cae20d6f151f2248e0a2e3fabe6596c9bf0080460693839a": guard_match_waiting__3d39a57e23e35e16,
     "53af971a16c99743f53b9dbd5f80ae7992c763aa83f74b09d8015344a4454fe4": guard_offload__53af971a16c99743,
     "f1fd7c724f6602cf64d54a3c730f63902042900e736bbc1143ad6526b0a1d8e5": guard_offload_cancel__f1fd7c724f6602cf,
-    "5793561073aecb8769e3bfbfb6f5d343805644f10390cfbac1ca29a9fecab78a": guard_offload_cancel_direct__5793561073aecb87,
+    "40252caa821e63cc5e7f423e865ef7fc8bd2a592d9ca41794e6b727e6dc83d05": guard_offload_cancel_direct__40252caa821e63cc,
     "e4aaa849db20172d58d2998eaf9481fbfead6e0bb0cde801b1ce81dbdd8bdb01": guard_offload_cancel_offloading__e4aaa849db20172d,
     "8843224d6b87842fbddda325caa819701701b4431d7530a80c3dcbdbc6001a24": guard_offload_cancel_run__8843224d6b87842f,
     "0021036be11b0bebbe90e1564d91dfff1a78df8224bf931f3ecc32a577784d45": guard_offload_committed__0021036be11b0beb,
-    "eec65ac276e7bf9bd01bbfbbec1c27972d2c4872f5b0c3989c666f1d0c7d7ba5": guard_offload_direct__eec65ac276e7bf9b,
+    "0631334bb14e0018a41187011db368ba61556a6b044a9a141a79a830eba969ee": guard_offload_direct__0631334bb14e0018,
     "212bf3da9d8fa10d0c24a8e1cd53df83f28ccc6898a2a65d9d5b151d67eef9ea": guard_offload_done__212bf3da9d8fa10d,
-    "5d8b68844688802864c619b3fe4d685cd9eb591a323ee86ee90162d24e6df9a3": guard_offload_done_direct__5d8b688446888028,
+    "ed3ab80312793628d34693a3234e52b65700de5c5a5432aae7225c849a9f64e8": guard_offload_done_direct__ed3ab80312793628,
     "91899bdaf8c57653f16b79edca8f510d804e808a3d5d861f651209779c362bd5": guard_offload_done_lease_expired__91899bdaf8c57653,
     "1e67e3c3dfaba3d5a3289d390987212d43fabab0477015814f89d8e3f3b95ff2": guard_offload_done_no_cpu_job__1e67e3c3dfaba3d5,
     "47388b1a56be3aedc2466ba205283f09699a24973546e4eca04054b604bffe45": guard_offload_done_offloading__47388b1a56be3aed,
@@ -2114,19 +2114,19 @@ TWINS: dict[str, Any] = {
     "c6245ac05f89d383c901cc3251706bc819a70b793223371776042cbfcda60d61": guard_offload_unpinned__c6245ac05f89d383,
     "626b1bf850c77a8c2fcfe20dc20534d787dbb834988b310e603c0b439f0cdf71": guard_pin__626b1bf850c77a8c,
     "92b13727953e87029d5808ce0a9d0f090d0467a5f1cf2ddf291ebcb20508d2ad": guard_pin__92b13727953e8702,
-    "27ee86e567cb1d978665a718eb918a69db3062c292e862a6adcd66b7b9fb6b26": guard_pin_direct__27ee86e567cb1d97,
-    "4e4016657a07700d6bd8c456ce729c9ac6ef559d1ee265b7e3f3c5943c0db407": guard_pin_direct__4e4016657a07700d,
+    "70f9ee587d4d408be503e57d271a10c8cd480cbcc232b0016a7aecf84030abc5": guard_pin_direct__70f9ee587d4d408b,
+    "ba8c66e0f8da0fc035a099399dc97093ee755f39de13d8501f3c46238de2c18e": guard_pin_direct__ba8c66e0f8da0fc0,
     "67e183506a0862dd12ebdc7e0ee9160326c7fcd93710dc28f5d352960912fbfd": guard_pin_matched__67e183506a0862dd,
     "b667277973950be655350009961f4e8dca379b2bd4697a6804f276db33f070e2": guard_pin_pin_cap__b667277973950be6,
     "e1f0db95b8b99c0854569735b6142509cbd88c890372389ef4f831209ace8ddc": guard_pin_pin_cap__e1f0db95b8b99c08,
     "12bea5ead1bf1df7bb79ccd118a43edf78fbc7e0096582cae4d754e5c046e4d6": guard_pin_present__12bea5ead1bf1df7,
     "483ac24043cc516e9dc402736d4da518b883f2439031531850c475ac0aee5360": guard_pin_present__483ac24043cc516e,
     "06bc94d7151e0bc8b9c4e157e8786927721a93291a28de3dbb1d5d98b724194b": guard_rebuild_done__06bc94d7151e0bc8,
-    "68766f9ff65613f890e52c58af9081b8e3afa11f51e0e0f56d6643aeac379472": guard_rebuild_done_direct__68766f9ff65613f8,
+    "e4100fc33e2fdd7b5c0370ab1171c0f8f912643ba22fdd7f088213e05cfe1acb": guard_rebuild_done_direct__e4100fc33e2fdd7b,
     "c9a553f22094cb6f499966fcb6d8e0aa8bcefe88c4b3d3391186414a234cd9ca": guard_rebuild_done_rebuilding__c9a553f22094cb6f,
     "b06e06fbdfe86f7b36be6454613cc70a9a40994c0fdaa373a1ed7a4e86ae0ca0": guard_rebuild_done_run__b06e06fbdfe86f7b,
     "3688ca393b02cea40b3632b169b16cc6f0cb4ba194497f260d534956e060973f": guard_rebuild_start__3688ca393b02cea4,
-    "a096bf2cdcde9f55e909c12bbed06c53abf00ba5d490cbfd78f24567b1292ea5": guard_rebuild_start_direct__a096bf2cdcde9f55,
+    "3a120096ccbec3d6d2c19d6bb21c57133f2d19c9a24bcb3a0114d6963fc744e8": guard_rebuild_start_direct__3a120096ccbec3d6,
     "0d9aefcf58113dd4edec942c9f29a60acc22578d16782fb86939304b18ef176c": guard_rebuild_start_kv_on_device__0d9aefcf58113dd4,
     "08fdc3da5d5fc51a7767f0beb6e43cd31d83bafec05d5cf9d1dc501c1b3d8e74": guard_rebuild_start_needed__08fdc3da5d5fc51a,
     "f9a0791039c1af2e8295f5fffd1a7e67a10b89f6e7a470ab92cb7c0ad294a86a": guard_rebuild_start_run__f9a0791039c1af2e,
@@ -2142,17 +2142,17 @@ TWINS: dict[str, Any] = {
     "de2ab2d6db8c16dfa4a060490305ef2d4e61bef72befb7de5f4b3be1fb079340": guard_replay_run__de2ab2d6db8c16df,
     "d78200d8e5d6992b0213b5cd9f69a0ded9dd3241c0515da821a50c7a98849335": guard_seal__d78200d8e5d6992b,
     "e4231c09046f31307701f433fc2861312571896bda1e1f843e15ba54b452338a": guard_seal_committed__e4231c09046f3130,
-    "dafded8c9a885af89c40382ff3e0d86d9cc55e9c66c3ce6217f86b67c19db0af": guard_seal_direct__dafded8c9a885af8,
+    "eecf9083aa6b4452d363c347956e948eddc22ae5ac0091416abb40a73cbf324a": guard_seal_direct__eecf9083aa6b4452,
     "20b83d379ec69ee56c6ad937abf957b3678d6cfd9b62fb414a8bcae26025de47": guard_seal_open__20b83d379ec69ee5,
     "51c5c733fb88245f5d2b70856423b5757f6deff0c06c8a56611f0b774cf90316": guard_seal_run__51c5c733fb88245f,
     "f23235cdb2df7c7dec05f238b74092c427e32f2664eafde4d7264efc3b6b50ae": guard_seal_unpinned__f23235cdb2df7c7d,
     "85574ddc533b3c17137e2b86bb158fe796b0ce9ddb9904c874f6610508449e91": guard_slide__85574ddc533b3c17,
-    "7e03d0fa1e9166ec9c6d81b350ba38b090a003c41ed75d2fe6887194da015c4e": guard_slide_direct__7e03d0fa1e9166ec,
+    "0b76f7fe598415bcce9309240855f46c71e58f5b3844f3af3cd9783151d97bff": guard_slide_direct__0b76f7fe598415bc,
     "5359319968676c8502ae4b9ebdfa23cd8105b419021cba0ea230704e2f9ce2d8": guard_slide_run__5359319968676c85,
     "1ff19f3a5e93da64f946a16c320380d2475f7c5eaa70030495e944def048a320": guard_slide_unpinned__1ff19f3a5e93da64,
     "14e2abd70c2cf78a123b34607563252b8f4be35f762c2eb585a8220d47da193a": guard_slide_valid__14e2abd70c2cf78a,
     "69a8b5473d316c739da1b13f7a969323fbd1bf05c964c5d6f198f654809d13fc": guard_spill__69a8b5473d316c73,
-    "2c76c0fa8c839bbd450d69c59d094c8a46154c8eea2810b0c83ebb3b1bb00c0f": guard_spill_direct__2c76c0fa8c839bbd,
+    "fc199def4036f85fe9ce42d2a158db0198acb0227e1724cbece392c34f1a53cc": guard_spill_direct__fc199def4036f85f,
     "9331983c1f21918ca8577bf4847a3059b51fa6389be4b1dc26575443ecac2080": guard_spill_on_host__9331983c1f21918c,
     "0f88a1c25f9aa4b853cc04660b726005b9367f4f9d3ec830175673fec74c9a2b": guard_spill_run__0f88a1c25f9aa4b8,
     "47b28f12051d664113a9377d82d22fba0f532b761325667dce3f221e4443fa65": guard_tick__47b28f12051d6641,
@@ -2160,7 +2160,7 @@ TWINS: dict[str, Any] = {
     "1a0b11d0995d82be71dce3fb719fc15191cfa3e88ed009cdfe6fb4b7a1d12394": guard_tick_direct__1a0b11d0995d82be,
     "c07ac8753c1a8cfb72f9e21b9c85be610b8b0dc757ba13beee20c83b419c8b1a": guard_tick_run__c07ac8753c1a8cfb,
     "d37f4fe96468f99bc0a71b0abdb1ef5421c24c93a6cb43bda355781860f36306": guard_touch__d37f4fe96468f99b,
-    "4d47bddc0855d7f71fdd68c3073f35173ad664f9677169f11ee5a7922618b5d4": guard_touch_direct__4d47bddc0855d7f7,
+    "633c5e5409b9c928d933bc90190ffe5f2ac6e1e68fd671ffc4e0053de481d4b0": guard_touch_direct__633c5e5409b9c928,
     "67afed337acb1c8373879686f9f56ae7de836c39b79ed4fd3be1bf4c6cb9162f": guard_touch_resident__67afed337acb1c83,
     "f6d749fa9950ba79372d8b83cc4dc746d32512beeebee11879cac01c5527b1c0": guard_touch_run__f6d749fa9950ba79,
     "a169461eea7382c8e8906c2841de849e34bb880bbd6dc744de2c2e04c61cce64": guard_use__a169461eea7382c8,
@@ -2186,8 +2186,8 @@ TWINS: dict[str, Any] = {
     "f5ab9df5774bed1ba29e6f809fa29ba9ad3248eda263d78a5e04849b5026710c": guard_validate_L4_splice_aligned__f5ab9df5774bed1b,
     "aba61af988e2a0f9c1f43675d9c26c3a14c74df32226d617c384998c540b125a": guard_validate__aba61af988e2a0f9,
     "c094939d8a681ff1cfd80e3cdb7cb66f6fa7a3830fa23d0cdcbfcb48ea1ad202": guard_validate__c094939d8a681ff1,
-    "9085bc4a7cf21df3a25342ed67facc881e56b4f5e72257222ed6e2d8225cd423": guard_validate_direct__9085bc4a7cf21df3,
-    "d9954980c13db73e331e45d35955113a36034fa5b33393df3268c34179801493": guard_validate_direct__d9954980c13db73e,
+    "88de0f734e263c47ea5db79b41831a90e66b491391c8d26b12e83780712a8a7d": guard_validate_direct__88de0f734e263c47,
+    "a9c1ba9bdc78dab911af8dcf14816d70ca638981f81dea9ffd5d1d748d9812e0": guard_validate_direct__a9c1ba9bdc78dab9,
     "1164949173dfe886c608c873cb1209394b30e55588a0d1f169d8f08a584f8d01": guard_validate_pinned__1164949173dfe886,
     "d27efa5da8a103479a7a637dc97b746a948a8ec6b90fbcb930546813c88d3f3c": guard_validate_subset__d27efa5da8a10347,
     "437aaaf2a26885d7d394df265ec3fae07d883659b85c74f9e0755b2a16cdbec0": guards_enabled_run__437aaaf2a26885d7,
@@ -2206,6 +2206,6 @@ TWINS: dict[str, Any] = {
     "bd2baca6bbb46fa0080bfd67541bbb50bf64a65800a8aa31adf3fde4703bdc84": pred_L4_splice_aligned__bd2baca6bbb46fa0,
     "c5b29b55eab39f241c8775c2914ab78b537487b95ac04ae4287a4187e0d7d11f": search__c5b29b55eab39f24,
     "f6e39d227bbb80f581d2c774f67de51fcbff34fd57c203d343a5580848949567": search__f6e39d227bbb80f5,
-    "56fab9ce6f01c5b8234211a195b86fb60c10bec7a8b5e232fa8c0b6d758889d3": search_direct__56fab9ce6f01c5b8,
-    "aea33b7d0c0eae3e369156126a09e86f6deb8bb2350943c8f76196c12a5231da": search_direct__aea33b7d0c0eae3e,
+    "5453e125b336fe2acc5cc9af23a9439e09b33454a028c6c53cb4089c080fa23b": search_direct__5453e125b336fe2a,
+    "5d14b3c6a3a04691b4f0463de06f230a8e24b99c111f0e39accfbf5ac5ef1aa3": search_direct__5d14b3c6a3a04691,
 }

@@ -6,7 +6,7 @@ records, for the default table of each preset geometry (:data:`GEOMETRIES`), eve
 generators produce while a small cache is built and serves a few misses and hits, and writes
 them, each verbatim with type annotations added to its first lines, into one module that mypyc
 compiles with the request path (``impl/native.py`` ``COMPILED``).  At run time
-``kvstate.spec.compile.define`` returns a compiled twin only for a source that hashes to the
+``kvstate.spec.compile.define`` returns a compiled twin (the registry: ``impl/twins.py``) only for a source that hashes to the
 twin's key (SHA-256 of the exact source it was made from), so a changed table, a mutant, a
 seeded bug or another geometry runs its own generated source as before.
 
@@ -35,9 +35,11 @@ from pathlib import Path
 
 import numpy as np
 
-from kvstate.spec.compile import CONST_PREFIX, RUNTIME_CONSTS, recording
+from kvstate.spec.compile import CONST_PREFIX, RUNTIME_CONSTS
 from kvstate.spec.geometry import Geometry, deepseek_v4_flash, small
 from kvstate.spec.table import Consts, Scope, Table
+
+from .twins import recording
 
 TARGET = Path(__file__).resolve().parent / "_aot.py"
 COMMAND = "python -m kvstate.impl.aotgen"
@@ -125,7 +127,7 @@ def annotate(src: str, types: dict[str, str], columns: frozenset[str]) -> str:
                 ty = "list[int]"
             elif (
                 var == "R"
-                and rhs == "v._rids"
+                and rhs == "v.rids"
                 or var.startswith("R_")
                 and rhs.startswith("v.rids_of(")
             ):

@@ -17,7 +17,6 @@ import numpy as np
 
 from kvstate.kernels import KernelError
 from kvstate.spec.geometry import swa_kept_blocks
-from kvstate.spec.phases import CKV, Fmt, Indexer, Swa, Tail
 from kvstate.spec.table import Table
 
 from .args import integer as _int
@@ -26,25 +25,25 @@ from .events import EventKind, EventLog
 from .gate import GuardGate
 from .hashing import Chain
 from .meta import NULL_RID
+from .phasecodes import (
+    CKV_EVICTING,
+    CKV_FREE,
+    CKV_READY,
+    CKV_WRITING,
+    FMT_PRIMARY,
+    IDX_ABSENT,
+    IDX_PRESENT,
+    SWA_NULL,
+    SWA_VALID,
+    TAIL_NONE,
+    TAIL_OPEN,
+    TAIL_SEALED,
+)
 from .pipelines import LoadJob, Pipelines
-from .testdata import Writer
 from .tiers import Tiers
+from .writer import Writer
 
-# phases as plain ints (the metadata holds ints; int(IntEnum) is a call)
-# ``Final``: compiled, a final module constant is a C static; any other module global is a
-# dict lookup and an unboxing at every use (~150 instructions, several per block)
-_CKV_FREE: Final = int(CKV.FREE)
-_CKV_WRITING: Final = int(CKV.WRITING)
-_CKV_READY: Final = int(CKV.READY)
-_CKV_EVICTING: Final = int(CKV.EVICTING)
-_TAIL_NONE: Final = int(Tail.NONE)
-_TAIL_OPEN: Final = int(Tail.OPEN)
-_TAIL_SEALED: Final = int(Tail.SEALED)
-_SWA_NULL: Final = int(Swa.NULL)
-_SWA_VALID: Final = int(Swa.VALID)
-_IDX_ABSENT: Final = int(Indexer.ABSENT)
-_IDX_PRESENT: Final = int(Indexer.PRESENT)
-_FMT_PRIMARY: Final = int(Fmt.PRIMARY)
+# ``Final``: compiled, a final module constant is a C static (see phasecodes.py)
 _KEPT_MEMO: Final = 256  # window-policy answers kept (``_policy_slid``); cleared when full
 
 
@@ -268,10 +267,10 @@ class BlockStore:
         """Common effects of a block becoming FREE; ``in_lru=False``: the caller knows the block
         is off the LRU already (evict_start took it off)."""
         m = self.meta
-        m.ckv[rid] = _CKV_FREE
-        m.tail[rid] = _TAIL_NONE
-        m.swa[rid] = _SWA_NULL
-        m.idx[rid] = _IDX_ABSENT
+        m.ckv[rid] = CKV_FREE
+        m.tail[rid] = TAIL_NONE
+        m.swa[rid] = SWA_NULL
+        m.idx[rid] = IDX_ABSENT
         if in_lru:
             self.lru.pop(rid, None)
         self.tombstones[rid] = None
@@ -283,8 +282,8 @@ class BlockStore:
         writer may change it)."""
         w = self.writer
         if w is None:  # (getattr with a default would raise and catch AttributeError: ~5k
-            return _FMT_PRIMARY  # instructions per store in the compiled build)
-        return int(getattr(w, "fmt", _FMT_PRIMARY))
+            return FMT_PRIMARY  # instructions per store in the compiled build)
+        return int(getattr(w, "fmt", FMT_PRIMARY))
 
     def allocate(self, rid: Any) -> int:
         """Take a device slot for the block's new content; returns the stored form (``Fmt``)
@@ -314,11 +313,11 @@ class BlockStore:
         m = self.meta
         self.moved(rid, slot)
         m.slot[rid], m.swa_pages[rid] = slot, pages
-        m.ckv[rid] = _CKV_WRITING
+        m.ckv[rid] = CKV_WRITING
         m.gen[rid] += 1
-        m.tail[rid] = _TAIL_OPEN
-        m.swa[rid] = _SWA_NULL
-        m.idx[rid] = _IDX_ABSENT
+        m.tail[rid] = TAIL_OPEN
+        m.swa[rid] = SWA_NULL
+        m.idx[rid] = IDX_ABSENT
         m.fmt[rid] = fmt
 
     def _allocate_run(self, todo: list[int], fmt: int, slid: set[int]) -> int:
@@ -392,7 +391,7 @@ class BlockStore:
             if tokens is not None:
                 m.tokens[rid] = tokens
                 m.start[rid] = start
-            if m.ckv[rid] == _CKV_FREE and rid not in todo[-1:]:
+            if m.ckv[rid] == CKV_FREE and rid not in todo[-1:]:
                 todo.append(rid)
                 self.tombstones.pop(rid, None)  # not purged by a later record of the run
         if not todo:
@@ -439,7 +438,7 @@ class BlockStore:
         early leaves none of its records FREE and off them (indexed for good: leaked)."""
         ckv, tombstones = self.meta.ckv, self.tombstones
         for rid in rids:
-            if ckv[rid] == _CKV_FREE:
+            if ckv[rid] == CKV_FREE:
                 tombstones[rid] = None
 
     def _store_allowed(self, todo: list[int], fmt: int, ticks: int, slid: set[int]) -> int:
@@ -485,7 +484,7 @@ class BlockStore:
         self.gate.check_run("slide", run)
         swa = self.meta.swa
         for rid in run:
-            swa[rid] = _SWA_NULL
+            swa[rid] = SWA_NULL
 
     def _stored(self, rids: list[int]) -> None:
         """The STORED events of a run's committed blocks, in commit order."""
@@ -523,9 +522,9 @@ class BlockStore:
             if tokens is None or len(tokens) != self.L:
                 raise InvalidArgument(f"record {rid} has no token block to write")
             self.tiers.write_block(m.slot[rid], m.swa_pages[rid], m.start[rid], tokens, self.writer)
-        m.ckv[rid] = _CKV_READY
+        m.ckv[rid] = CKV_READY
         m.ver[rid] += 1
-        m.swa[rid] = _SWA_VALID
+        m.swa[rid] = SWA_VALID
         self.lru[rid] = None
         if emit:
             self.events.emit(EventKind.STORED, m.key[rid], "device")
@@ -535,8 +534,8 @@ class BlockStore:
             self.gate.check_block("discard", rid)
             m = self.meta
             self.free_device(rid)
-            m.ckv[rid] = _CKV_FREE
-            m.tail[rid] = _TAIL_NONE
+            m.ckv[rid] = CKV_FREE
+            m.tail[rid] = TAIL_NONE
             self.tombstones[rid] = None
 
     def seal(self, rid: Any) -> None:
@@ -557,7 +556,7 @@ class BlockStore:
                 raise InternalError(
                     f"compressor state at block {rid} does not splice: {exc}"
                 ) from exc
-        m.tail[rid] = _TAIL_SEALED
+        m.tail[rid] = TAIL_SEALED
         m.ver[rid] += 1  # the tail's rows became compressed entries: the indexer must follow
 
     def slide(self, rid: Any) -> None:
@@ -576,14 +575,14 @@ class BlockStore:
         if isinstance(job, LoadJob) and job.swa_pages:
             self.tiers.swa_pool.release(job.swa_pages)
             job.swa_pages = ()
-        m.swa[rid] = _SWA_NULL
+        m.swa[rid] = SWA_NULL
 
     # ---- Indexer State ----------------------------------------------------------------------
     def stamp_index(self, rid: int, build: bool = True) -> None:
         m = self.meta
         if build:
             self.tiers.build_index(m.slot[rid])
-        m.idx[rid] = _IDX_PRESENT
+        m.idx[rid] = IDX_PRESENT
         m.iver[rid] = m.ver[rid]
 
     def index_update(self, rid: Any) -> None:
@@ -598,7 +597,7 @@ class BlockStore:
             self.fx_evict_start(rid)
 
     def fx_evict_start(self, rid: int) -> None:
-        self.meta.ckv[rid] = _CKV_EVICTING
+        self.meta.ckv[rid] = CKV_EVICTING
         self.lru.pop(rid, None)
 
     def evict_done(self, rid: Any) -> None:

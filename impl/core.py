@@ -52,8 +52,8 @@ from .pipelines import LoadJob, OffloadJob, Pipelines, RebuildJob, TailCheckJob
 from .projection import RecoveryStep
 from .recovery import Recovery
 from .requests import RequestTable, Slot
-from .testdata import Writer
 from .tiers import Tiers, planned_bytes
+from .writer import Writer
 
 __all__ = ["CacheCore", "Slot"]
 

@@ -8,7 +8,7 @@ forms the implementation runs on its request path -- nothing here restates a gua
   subset of its conjuncts), and a block guard over a run of blocks in one call (``fused_run``);
 - *direct* forms of them, reading block columns as the implementation's live record-indexed
   lists through the chain's record ids (``X[R[b]]``, or ``X[R_t_X[b]]`` for a column a group
-  remaps): ``v._m`` the metadata, ``v._rids`` the chain, ``v.rids_of(X)`` a group's mapping;
+  remaps): ``v.meta`` the metadata, ``v.rids`` the chain, ``v.rids_of(X)`` a group's mapping;
 - each guard's *locality*, read off its term (:func:`kvstate.spec.compile.read_sites`):
   ``global``, ``block`` (block variables only at its own parameter), ``slot`` (only the acting
   request's fields) or ``chain``;
@@ -130,20 +130,20 @@ def bindings(
     names: set[str], bound: set[str], req: Callable[[int], str], columns: frozenset[str] | None
 ) -> list[str]:
     """The generated function's first lines (see ``kvstate.spec.compile.prelude``); in the
-    direct form (``columns``: the block variables) columns are the live lists ``v._m.X``, ``R``
-    the chain's record ids ``v._rids`` and ``R_t_X`` those of a mapped column."""
+    direct form (``columns``: the block variables) columns are the live lists ``v.meta.X``, ``R``
+    the chain's record ids ``v.rids`` and ``R_t_X`` those of a mapped column."""
     if columns is None:
         return prelude(names, bound, req)
     lines: list[str] = []
     rest: set[str] = set()
     if any(_var(n) in columns for n in names - bound):
-        lines.append("M = v._m")
+        lines.append("M = v.meta")
     for n in sorted(names - bound):
         var = _var(n)
         if var is not None and var in columns:
             lines.append(f"{n} = M.{var}")
         elif n == "R":
-            lines.append("R = v._rids")
+            lines.append("R = v.rids")
         elif n.startswith("R_") and _var(n[2:]) is not None:
             lines.append(f"{n} = v.rids_of({_var(n[2:])!r})")
         else:

@@ -21,16 +21,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from kvstate.spec.phases import Graph
-
 from .errors import InternalError
 from .meta import BlockMeta
+from .phasecodes import GRAPH_CAPTURED, GRAPH_NONE, GRAPH_STALE
 
 
 class GraphRegistry:
     def __init__(self, meta: BlockMeta, rows: int, max_blocks: int, device: torch.device) -> None:
         self.meta = meta
-        self.phase = int(Graph.NONE)
+        self.phase = GRAPH_NONE
         # whether a move can stale the graph at all (phase CAPTURED), kept with ``phase`` in
         # this class alone: a store moves every block it allocates, and without a captured
         # graph the block store skips calling ``moved`` (interpreted: ~1.8k instructions each)
@@ -108,7 +107,7 @@ class GraphRegistry:
         """Capture: every known block's current address is what the graph saw."""
         m = self.meta
         m.gaddr[:] = m.addr
-        self.phase = int(Graph.CAPTURED)
+        self.phase = GRAPH_CAPTURED
         self.captured = True
         self.captures += 1
         if self._fn is not None and self._cuda:
@@ -124,8 +123,8 @@ class GraphRegistry:
 
     def moved(self, rid: int, old: int, new: int) -> bool:
         """A block's state buffer moved from ``old`` to ``new``; True if that staled the graph."""
-        if self.phase == Graph.CAPTURED and new != old and self.meta.gaddr[rid] >= 0:
-            self.phase = int(Graph.STALE)
+        if self.phase == GRAPH_CAPTURED and new != old and self.meta.gaddr[rid] >= 0:
+            self.phase = GRAPH_STALE
             self.captured = False
             return True
         return False

@@ -29,7 +29,7 @@ from kvstate.kernels import Backend, select_backend, splice_tail
 from kvstate.spec.geometry import Geometry
 
 from .errors import InternalError, LayoutError
-from .testdata import Writer
+from .writer import Writer
 
 
 def _tok(a: np.ndarray) -> torch.Tensor:

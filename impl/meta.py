@@ -21,9 +21,17 @@ from typing import Any, Final
 import numpy as np
 from mypy_extensions import mypyc_attr
 
-from kvstate.spec.phases import CKV, Fmt, Indexer, Pipe, Req, Swa, Tail
-
 from .errors import InternalError
+from .phasecodes import (
+    CKV_FREE,
+    FMT_PRIMARY,
+    IDX_ABSENT,
+    PIPE_NONE,
+    REQ_IDLE,
+    REQ_PINNED,
+    SWA_NULL,
+    TAIL_NONE,
+)
 
 VIEW_FIELDS: tuple[str, ...] = (
     "ckv", "gen", "ref", "ver", "idx", "iver", "tail", "swa", "lease",
@@ -31,14 +39,6 @@ VIEW_FIELDS: tuple[str, ...] = (
 )  # fmt: skip
 
 NULL_RID: Final = 0
-# initial phases of a new record, as plain ints (an IntEnum member is a lookup and a call)
-# (``Final``: C statics in the compiled build, see blocks.py)
-_FREE: Final = int(CKV.FREE)
-_ABSENT: Final = int(Indexer.ABSENT)
-_TAIL_NONE: Final = int(Tail.NONE)
-_SWA_NULL: Final = int(Swa.NULL)
-_PRIMARY: Final = int(Fmt.PRIMARY)
-_PIPE_NONE: Final = int(Pipe.NONE)
 
 
 class BlockMeta:
@@ -111,31 +111,31 @@ class BlockMeta:
             rid = self._free.pop()
             self.key[rid], self.tokens[rid], self.start[rid] = key, tokens, start
             self.corrupt[rid] = False
-            self.disk_fmt[rid] = _PRIMARY
+            self.disk_fmt[rid] = FMT_PRIMARY
             return rid
         rid = len(self.ckv)
         # one append per column, spelled out: a loop over (name, value) pairs with getattr
         # costs ~30k instructions per record in the compiled build, this a few hundred
-        self.ckv.append(_FREE)
+        self.ckv.append(CKV_FREE)
         self.gen.append(0)
         self.ref.append(0)
         self.ver.append(0)
-        self.idx.append(_ABSENT)
+        self.idx.append(IDX_ABSENT)
         self.iver.append(0)
-        self.tail.append(_TAIL_NONE)
-        self.swa.append(_SWA_NULL)
+        self.tail.append(TAIL_NONE)
+        self.swa.append(SWA_NULL)
         self.lease.append(0)
         self.addr.append(-1)
         self.gaddr.append(-1)
         self.prog.append(self.load_steps)
-        self.fmt.append(_PRIMARY)
-        self.ldpipe.append(_PIPE_NONE)
-        self.ixpipe.append(_PIPE_NONE)
+        self.fmt.append(FMT_PRIMARY)
+        self.ldpipe.append(PIPE_NONE)
+        self.ixpipe.append(PIPE_NONE)
         self.slot.append(-1)
         self.hslot.append(-1)
         self.swa_pages.append(())
         self.on_disk.append(False)
-        self.disk_fmt.append(_PRIMARY)
+        self.disk_fmt.append(FMT_PRIMARY)
         self.corrupt.append(False)
         self.key.append(key)
         self.tokens.append(tokens)
@@ -144,7 +144,7 @@ class BlockMeta:
 
     def retire(self, rid: int) -> None:
         """Forget a FREE record (a tombstone); its id (and generation counter) is reused."""
-        if rid == NULL_RID or self.ckv[rid] != _FREE or self.ref[rid]:
+        if rid == NULL_RID or self.ckv[rid] != CKV_FREE or self.ref[rid]:
             raise InternalError(f"retiring record {rid} that is not a free tombstone")
         self.key[rid] = None
         self.tokens[rid] = None
@@ -212,7 +212,7 @@ class Others:
     def __init__(self, pinned_tokens: int) -> None:
         self.pinned = pinned_tokens
         self.hit = pinned_tokens
-        self.phase = int(Req.PINNED) if pinned_tokens else int(Req.IDLE)
+        self.phase = REQ_PINNED if pinned_tokens else REQ_IDLE
         self.deadline = 0
         self.pgen: tuple[int, ...] = ()
         self.paddr: tuple[int, ...] = ()
@@ -235,13 +235,13 @@ class _Column:
         name = self.name
         build = view._over.get(name)
         if build is not None:
-            col = build(view._rids)
+            col = build(view.rids)
         else:
-            arr = getattr(view._m, name)
+            arr = getattr(view.meta, name)
             rids = view.rids_of(name)
             if len(rids) > 1:  # one C call per column
                 gather: Callable[[Any], Any] | None = None
-                if rids is view._rids:
+                if rids is view.rids:
                     gather = view._gather
                     if gather is None:  # built on the first gathered column, kept for the rest
                         gather = view._gather = itemgetter(*rids)
@@ -263,8 +263,10 @@ class ChainView:
     manager reads through its own block mapping (``rids -> rids``: the SWA window's and the
     compressor's), ``overrides`` replaces a column with a builder ``rids -> list`` (a projected
     recovery state).  A view without overrides is *direct*: the compiled direct forms
-    (:mod:`kvstate.impl.fastforms`) read the live lists ``_m.X`` through ``_rids`` /
-    ``rids_of(X)`` instead of gathering columns.
+    (:mod:`kvstate.impl.fastforms`) read the live lists ``meta.X`` through ``rids`` /
+    ``rids_of(X)`` instead of gathering columns: ``meta`` (the block metadata) and ``rids`` (the
+    chain's record ids, by position) are the view's public reading surface for generated code.
+    (No table variable can shadow them: ``BlockMeta.check_columns`` admits only its columns.)
 
     A view is made per admission (about 8k instructions, mostly the call of a non-native
     class), so its own fields are slots: no instance dict is made or grown for them.  The
@@ -273,7 +275,7 @@ class ChainView:
     """
 
     __slots__ = (
-        "_m", "_rids", "_gather", "_over", "_maps", "_direct", "_cached", "_reqs",
+        "meta", "rids", "_gather", "_over", "_maps", "_direct", "_cached", "_reqs",
         "N", "k", "now", "graph", "io_inflight", "nfree", "req", "__dict__",
     )  # fmt: skip
     # ``req(r)``: the requests' own ``__getitem__``, bound at construction.  The generated
@@ -295,8 +297,8 @@ class ChainView:
         overrides: dict[str, Callable[[Sequence[int]], list[Any]]] | None = None,
         maps: dict[str, Callable[[Sequence[int]], Sequence[int]]] | None = None,
     ) -> None:
-        self._m = meta
-        self._rids = rids
+        self.meta = meta
+        self.rids = rids
         # built on first use (``_Column``): the direct forms of a direct view never gather
         self._gather: Callable[[Any], Any] | None = None
         self._over = overrides or {}
@@ -327,7 +329,7 @@ class ChainView:
     def rids_of(self, column: str) -> Sequence[int]:
         """The records column ``column`` is read from, by chain position."""
         m = self._maps.get(column)
-        return self._rids if m is None else m(self._rids)
+        return self.rids if m is None else m(self.rids)
 
     def forall_blocks(self, lo: Any, hi: Any, body: Callable[[Any], Any]) -> bool:
         for b in range(max(lo, 0), min(hi, self.N)):

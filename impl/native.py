@@ -26,7 +26,7 @@ from types import ModuleType
 # impl modules compiled by setup.py: the admit/use/finish path and what it calls per step
 COMPILED = (
     "gate", "blocks", "recovery", "spills", "diskreads", "requests", "core", "cache", "coordinator", "meta", "storage", "events", "hashing", "guards", "tiers",
-    "groups", "args", "_aot",
+    "groups", "args", "phasecodes", "_aot",
 )  # fmt: skip
 MANIFEST = "_native.json"
 GROUP = "_native"  # mypyc's shared library of the compiled modules: ``<GROUP>__mypyc``

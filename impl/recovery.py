@@ -20,12 +20,12 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Any
 
 import torch
 
 from kvstate.kernels import KernelError
-from kvstate.spec.phases import CKV, Indexer, Pipe, Swa
+from kvstate.spec.phases import Pipe
 from kvstate.spec.table import Table
 
 from .blocks import BlockStore
@@ -34,24 +34,25 @@ from .diskreads import DiskReads, why_failed
 from .errors import CorruptEntry, InternalError, OutOfCapacity, Refused
 from .events import EventKind, EventLog
 from .gate import GuardGate
+from .phasecodes import (
+    CKV_DISK,
+    CKV_HOST,
+    CKV_LOADING,
+    CKV_OFFLOADING,
+    CKV_READY,
+    IDX_ABSENT,
+    IDX_REBUILDING,
+    PIPE_CPU,
+    PIPE_DMA,
+    PIPE_NONE,
+    SWA_NULL,
+    SWA_VALID,
+)
 from .pipelines import LoadJob, OffloadJob, Pipelines, RebuildJob, TailCheckJob
 from .projection import RecoveryStep
 from .spills import Spills
 from .tiers import Tiers
 
-# (``Final``: C statics in the compiled build, see blocks.py)
-_CKV_READY: Final = int(CKV.READY)
-_CKV_LOADING: Final = int(CKV.LOADING)
-_CKV_OFFLOADING: Final = int(CKV.OFFLOADING)
-_CKV_DISK: Final = int(CKV.DISK)
-_CKV_HOST: Final = int(CKV.HOST)
-_SWA_NULL: Final = int(Swa.NULL)
-_SWA_VALID: Final = int(Swa.VALID)
-_PIPE_NONE: Final = int(Pipe.NONE)
-_PIPE_DMA: Final = int(Pipe.DMA)
-_PIPE_CPU: Final = int(Pipe.CPU)
-_IDX_ABSENT: Final = int(Indexer.ABSENT)
-_IDX_REBUILDING: Final = int(Indexer.REBUILDING)
 # what :meth:`Recovery.admit_load` did with a load
 STARTED, QUEUED, REFUSED, NO_ROOM = 0, 1, 2, 3
 
@@ -133,8 +134,8 @@ class Recovery:
         with self.lock:
             self.gate.check_block("rebuild_start", rid)
             m = self.meta
-            m.idx[rid] = _IDX_REBUILDING
-            m.ixpipe[rid] = _PIPE_CPU
+            m.idx[rid] = IDX_REBUILDING
+            m.ixpipe[rid] = PIPE_CPU
             self.pipes.cpu.submit(RebuildJob(self, rid))
 
     def rebuild_done(self, rid: Any) -> None:
@@ -142,7 +143,7 @@ class Recovery:
             self.gate.check_block("rebuild_done", rid)
             m = self.meta
             self.store.stamp_index(rid)
-            m.ixpipe[rid] = _PIPE_NONE
+            m.ixpipe[rid] = PIPE_NONE
             self.pipes.cpu.forget(rid)
             self.gate.notify_changed()
 
@@ -152,9 +153,9 @@ class Recovery:
         with self.lock:
             rid = job.rid
             m = self.meta
-            if m.idx[rid] == _IDX_REBUILDING and self.pipes.cpu.get(rid) is job:
-                m.idx[rid] = _IDX_ABSENT
-                m.ixpipe[rid] = _PIPE_NONE
+            if m.idx[rid] == IDX_REBUILDING and self.pipes.cpu.get(rid) is job:
+                m.idx[rid] = IDX_ABSENT
+                m.ixpipe[rid] = PIPE_NONE
                 self.pipes.cpu.forget(rid)
                 self.gate.notify_changed()
 
@@ -180,8 +181,8 @@ class Recovery:
     def _fx_offload(self, rid: int, hslot: int) -> None:
         m = self.meta
         m.hslot[rid] = hslot
-        m.ckv[rid] = _CKV_OFFLOADING
-        m.ldpipe[rid] = _PIPE_DMA
+        m.ckv[rid] = CKV_OFFLOADING
+        m.ldpipe[rid] = PIPE_DMA
         self.store.lru.pop(rid, None)
         self.pipes.dma.submit(OffloadJob(self, rid, hslot))
 
@@ -189,11 +190,11 @@ class Recovery:
         with self.lock:
             self.gate.check_block("offload_done", rid)
             m = self.meta
-            pages = m.swa_pages[rid] if m.swa[rid] == _SWA_VALID else ()
+            pages = m.swa_pages[rid] if m.swa[rid] == SWA_VALID else ()
             self.tiers.to_host(m.slot[rid], pages, m.hslot[rid])
             self.store.free_device(rid)
-            m.ckv[rid] = _CKV_HOST
-            m.ldpipe[rid] = _PIPE_NONE
+            m.ckv[rid] = CKV_HOST
+            m.ldpipe[rid] = PIPE_NONE
             self.host_lru[rid] = None
             self.pipes.dma.forget(rid)
             self.events.emit(EventKind.EVICTED, m.key[rid], "device", "offloaded to host")
@@ -209,8 +210,8 @@ class Recovery:
         m = self.meta
         self.tiers.host_slots.release([m.hslot[rid]])
         m.hslot[rid] = -1
-        m.ckv[rid] = _CKV_READY
-        m.ldpipe[rid] = _PIPE_NONE
+        m.ckv[rid] = CKV_READY
+        m.ldpipe[rid] = PIPE_NONE
         self.store.lru[rid] = None
         self.pipes.dma.forget(rid)
         self.gate.notify_changed()
@@ -236,7 +237,7 @@ class Recovery:
         with self.lock:
             self.gate.check_block("load_start", rid)
             m = self.meta
-            from_disk = m.ckv[rid] == _CKV_DISK
+            from_disk = m.ckv[rid] == CKV_DISK
             src: Any
             if from_disk:
                 src = self.disk_entries.get(rid)
@@ -244,7 +245,7 @@ class Recovery:
                     raise InternalError(f"record {rid} is on disk without an entry")
             else:
                 src = m.hslot[rid]
-            restore_swa = m.swa[rid] == _SWA_VALID and (
+            restore_swa = m.swa[rid] == SWA_VALID and (
                 not from_disk or self.k.swa_restored_from_disk
             )
             dst = self.store.take_slot(rid, -1)
@@ -256,7 +257,7 @@ class Recovery:
                     self.tiers.slots.release(dst)
                     raise
             pipe = Pipe.IO if from_disk else Pipe.DMA
-            m.ckv[rid] = _CKV_LOADING
+            m.ckv[rid] = CKV_LOADING
             m.ldpipe[rid] = int(pipe)
             m.prog[rid] = 0
             self.gate.io_inflight += int(from_disk)
@@ -332,7 +333,7 @@ class Recovery:
     def owns(self, job: LoadJob) -> bool:
         """Is ``job`` still the load of its record (the lock held)?"""
         rid = job.rid
-        return self.meta.ckv[rid] == _CKV_LOADING and self.pipes.for_pipe(job.pipe).get(rid) is job
+        return self.meta.ckv[rid] == CKV_LOADING and self.pipes.for_pipe(job.pipe).get(rid) is job
 
     def abandon_load(self, job: LoadJob, why: str) -> None:
         """A load job raised: fail its load (the table's ``load_fail`` effects) if it still
@@ -345,7 +346,7 @@ class Recovery:
         """An offload job raised: cancel it (the device copy stays, the host slot is freed)."""
         with self.lock:
             rid = job.rid
-            if self.meta.ckv[rid] == _CKV_OFFLOADING and self.pipes.dma.get(rid) is job:
+            if self.meta.ckv[rid] == CKV_OFFLOADING and self.pipes.dma.get(rid) is job:
                 self._fx_offload_cancel(rid)
 
     def start_recovery(
@@ -395,24 +396,20 @@ class Recovery:
         for st in reversed(steps):
             rid = st.rid
             # (a wanted rebuild waits on its load: pending exactly while the load is)
-            if (
-                m.ckv[rid] == _CKV_LOADING
-                or m.idx[rid] == _IDX_REBUILDING
-                or rid in self.io_waiting
-            ):
+            if m.ckv[rid] == CKV_LOADING or m.idx[rid] == IDX_REBUILDING or rid in self.io_waiting:
                 return True
         if tc is not None and tc.ok is None:
             # queued or running, or its block still loading (the load submits it when it lands)
             return (
                 tc.key in self.pipes.cpu.jobs
-                or m.ckv[tc.rid] == _CKV_LOADING
+                or m.ckv[tc.rid] == CKV_LOADING
                 or tc.rid in self.io_waiting
             )
         return False
 
     def load_pending(self, rid: int) -> bool:
         """Is a load of this record in flight or queued by the I/O cap?"""
-        return self.meta.ckv[rid] == _CKV_LOADING or rid in self.io_waiting
+        return self.meta.ckv[rid] == CKV_LOADING or rid in self.io_waiting
 
     def drop_wants(self, rid: int) -> None:
         """Follow-ups (rebuild, tail check) of a load that will not happen: an admission
@@ -459,13 +456,13 @@ class Recovery:
             self.store.moved(rid, job.dst)
             m.slot[rid] = job.dst
             m.swa_pages[rid] = job.swa_pages
-            m.ckv[rid] = _CKV_READY
-            m.ldpipe[rid] = _PIPE_NONE
+            m.ckv[rid] = CKV_READY
+            m.ldpipe[rid] = PIPE_NONE
             if from_disk:
                 self.gate.io_inflight -= 1
-                m.idx[rid] = _IDX_ABSENT
+                m.idx[rid] = IDX_ABSENT
                 if not self.k.swa_restored_from_disk:
-                    m.swa[rid] = _SWA_NULL
+                    m.swa[rid] = SWA_NULL
                 m.fmt[rid] = job.src.fmt
                 self.disk.delete(job.src)  # unlinked after the lock (load_done's reap)
                 self.disk_entries.pop(rid, None)
@@ -515,8 +512,8 @@ class Recovery:
             self.tiers.swa_pool.release(job.swa_pages)
             job.swa_pages = ()
         from_disk = job.pipe is Pipe.IO
-        m.ckv[rid] = _CKV_DISK if from_disk else _CKV_HOST
-        m.ldpipe[rid] = _PIPE_NONE
+        m.ckv[rid] = CKV_DISK if from_disk else CKV_HOST
+        m.ldpipe[rid] = PIPE_NONE
         m.prog[rid] = self.k.load_steps
         if from_disk:
             self.gate.io_inflight -= 1

@@ -17,7 +17,6 @@ from typing import Any, Final
 
 import numpy as np
 
-from kvstate.spec.phases import Req
 from kvstate.spec.table import Table
 
 from .args import MAX_COUNT
@@ -35,19 +34,21 @@ from .errors import (
 from .events import EventKind, EventLog
 from .gate import GuardGate
 from .meta import NULL_RID, ChainView, SlotState
+from .phasecodes import (
+    REQ_IDLE,
+    REQ_MATCHED,
+    REQ_PINNED,
+    REQ_RECOMPUTE,
+    REQ_USING,
+    REQ_VALIDATED,
+    REQ_WAITING,
+)
 from .pipelines import TailCheckJob
 from .projection import Projector, RecoveryPlan, Trace
 from .recovery import Recovery
 from .tiers import Tiers
 
-# (``Final``: C statics in the compiled build, see blocks.py)
-_IDLE: Final = int(Req.IDLE)
-_WAITING: Final = int(Req.WAITING)
-_MATCHED: Final = int(Req.MATCHED)
-_PINNED: Final = int(Req.PINNED)
-_VALIDATED: Final = int(Req.VALIDATED)
-_USING: Final = int(Req.USING)
-_RECOMPUTE: Final = int(Req.RECOMPUTE)
+# (``Final``: C statics in the compiled build, see phasecodes.py)
 _ACTING: Final = {"r": 0}  # a guard's parameters on a slot or view: the acting request is r = 0
 # immutable: one shared empty plan for every hit that needs none
 _NO_RECOVERY: Final = RecoveryPlan()
@@ -62,7 +63,7 @@ class Slot:
 
     def __init__(self, index: int) -> None:
         self.index = index
-        self.phase = int(Req.IDLE)
+        self.phase = REQ_IDLE
         self.hit = 0
         self.pinned = 0
         self.deadline = 0
@@ -170,7 +171,7 @@ class RequestTable:
 
     def free_slot(self) -> Slot:
         for s in self.slots:
-            if s.phase == _IDLE and s.request is None:  # an int: no IntEnum comparison per slot
+            if s.phase == REQ_IDLE and s.request is None:  # an int: no IntEnum comparison per slot
                 return s
         raise OutOfCapacity("admit", (), f"all {len(self.slots)} request slots are busy")
 
@@ -184,6 +185,17 @@ class RequestTable:
     ) -> None:
         gate = self.gate
         gate.guard(action, gate.req_state(action, slot, rids, view), {"r": 0, **params})
+
+    def _refusal(self, action: str, s: Slot, detail: str, **params: int) -> Refused:
+        """The refusal of ``action`` for a slot that is busy or holds no request, named by the
+        conjuncts of the table's guard that are false on the slot's own state (its chain
+        empty): the table names them, not this module.  Never empty: the caller refuses only
+        where the slot's phase is one the guard refuses."""
+        gate = self.gate
+        failed = gate.guards.failed(action, gate.req_state(action, s, ()), {"r": 0, **params})
+        if not failed:
+            raise InternalError(f"{action}: refused a slot the table's guard allows ({detail})")
+        return Refused(action, failed, detail)
 
     # ---- the admission, one transaction -----------------------------------------------------
     def admit(self, request: Any, ticks: int, h_max: int, lease: int, recover: bool) -> Admitted:
@@ -301,7 +313,7 @@ class RequestTable:
     def give_up(self, s: Slot) -> None:
         """Downgrade a request to a recompute (hit 0, nothing pinned)."""
         with self.lock:
-            if s.phase == _WAITING:
+            if s.phase == REQ_WAITING:
                 self.match(s, 0, [])
             self.downgrade(s)
 
@@ -311,8 +323,8 @@ class RequestTable:
         with self.lock:
             t = _int("ticks", ticks, 1, MAX_COUNT)
             s = self.free_slot() if slot is None else self.slot(slot)
-            if s.request is not None and s.phase != _IDLE:
-                raise Refused("admit", ("idle",), f"slot {s.index} is busy")
+            if s.request is not None and s.phase != REQ_IDLE:
+                raise self._refusal("admit", s, f"slot {s.index} is busy", t=t)
             self._check("admit", s, (), t=t)
             self._fx_admit(s, request, t)
             return s
@@ -321,14 +333,14 @@ class RequestTable:
     # action's guard.
     def _fx_admit(self, s: Slot, request: Any, t: int) -> None:
         s.request = request
-        s.phase = _WAITING
+        s.phase = REQ_WAITING
         s.deadline = self.gate.now + t
         s.hit = 0
         request.slot = s
 
     def _fx_match(self, s: Slot, h: int) -> None:
         s.hit = h
-        s.phase = _MATCHED
+        s.phase = REQ_MATCHED
 
     def _fx_pin(self, s: Slot, rids: Sequence[int], view: ChainView | None) -> None:
         held = list(rids[: -(-s.hit // self.L)])
@@ -340,7 +352,7 @@ class RequestTable:
         s.rids = held
         s.pinned = s.hit
         self.gate.pinned_blocks += len(held)
-        s.phase = _PINNED
+        s.phase = REQ_PINNED
         if view is not None:
             view.refresh()
 
@@ -349,7 +361,7 @@ class RequestTable:
         CUDA graph's buffers in the same critical section)."""
         gate = self.gate
         gate.guard("use", gate.req_state("use", s, ()), {"r": 0})
-        s.phase = _USING
+        s.phase = REQ_USING
 
     def release_locked(self, s: Slot) -> None:
         gate = self.gate
@@ -381,7 +393,7 @@ class RequestTable:
 
     def _fx_release(self, s: Slot) -> None:
         self._unpin(s)
-        s.phase = _IDLE
+        s.phase = REQ_IDLE
         self._detach(s)
 
     def match(
@@ -396,7 +408,7 @@ class RequestTable:
             h = _int("hit tokens", h, 0)
             req = s.request
             if req is None:
-                raise Refused("match", ("waiting",), f"slot {s.index} holds no request")
+                raise self._refusal("match", s, f"slot {s.index} holds no request", h=h)
             if h > len(req.chain.tokens):
                 raise InvalidArgument(
                     f"hit of {h} tokens is longer than the request ({len(req.chain.tokens)})"
@@ -411,7 +423,7 @@ class RequestTable:
         with self.lock:
             s = self.slot(slot)
             if s.request is None:
-                raise Refused("pin", ("matched",), f"slot {s.index} holds no request")
+                raise self._refusal("pin", s, f"slot {s.index} holds no request")
             rids = self.store.resolve(s.request.chain) if rids is None else rids
             self._check("pin", s, rids, view)
             self._fx_pin(s, rids, view)
@@ -437,7 +449,7 @@ class RequestTable:
         with self.lock:
             s = self.slot(slot)
             if s.request is None:
-                raise Refused("validate", ("pinned",), f"slot {s.index} holds no request")
+                raise self._refusal("validate", s, f"slot {s.index} holds no request")
             rids = self.store.resolve(s.request.chain) if rids is None else rids
             self.validate_checked(s, rids, view or self.gate.chain_view(rids, s), proof)
 
@@ -469,14 +481,14 @@ class RequestTable:
         if bad:
             why = (
                 "; ".join(str(x) for x in gate.coord.failures(view, 0, s.hit))
-                if s.phase == _PINNED
+                if s.phase == REQ_PINNED
                 else ""
             )
             raise Refused("validate", bad, why)
         gen, addr = self.meta.gen, self.meta.addr
         s.pgen = tuple([gen[i] for i in rids])
         s.paddr = tuple([addr[i] for i in rids])
-        s.phase = _VALIDATED
+        s.phase = REQ_VALIDATED
         gate.admitted("validate", 1)
 
     def stale_pins(
@@ -490,7 +502,7 @@ class RequestTable:
         if check is None or not rids:
             return []
         probe = Slot(-1)  # a validated request holding exactly this snapshot
-        probe.phase, probe.hit = _VALIDATED, len(rids) * self.L
+        probe.phase, probe.hit = REQ_VALIDATED, len(rids) * self.L
         probe.pgen, probe.paddr = tuple(pgen), tuple(paddr)
         view = self.gate.chain_view(rids, probe)
         return [b for b in range(len(rids)) if not check(view, 0, b)]
@@ -518,7 +530,7 @@ class RequestTable:
     def release(self, slot: Any) -> None:
         with self.lock:
             s = self.slot(slot)
-            exc = AlreadyReleased if s.phase == _IDLE else Refused
+            exc = AlreadyReleased if s.phase == REQ_IDLE else Refused
             gate = self.gate
             gate.guard("release", gate.req_state("release", s, ()), {"r": 0}, exc=exc)
             self._fx_release(s)
@@ -526,11 +538,11 @@ class RequestTable:
     def abort(self, slot: Any) -> None:
         with self.lock:
             s = self.slot(slot)
-            exc = AlreadyReleased if s.phase == _IDLE else Refused
+            exc = AlreadyReleased if s.phase == REQ_IDLE else Refused
             gate = self.gate
             gate.guard("abort", gate.req_state("abort", s, ()), {"r": 0}, exc=exc)
             self._unpin(s)
-            s.phase = _IDLE
+            s.phase = REQ_IDLE
             self._detach(s)
 
     def downgrade(self, slot: Any) -> None:
@@ -538,7 +550,7 @@ class RequestTable:
             s = self.slot(slot)
             self._check("downgrade", s, ())
             self._unpin(s)
-            s.phase = _RECOMPUTE
+            s.phase = REQ_RECOMPUTE
             req = s.request
             self.events.emit(EventKind.DOWNGRADED, None, "", "", getattr(req, "id", None))
 

@@ -13,9 +13,8 @@ entry map (loads take blocks out of them and put failed ones back), and forwards
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, Final
+from typing import Any
 
-from kvstate.spec.phases import CKV, Indexer, Swa
 from kvstate.spec.table import Table
 
 from .blocks import BlockStore
@@ -23,13 +22,8 @@ from .disk import DiskEntry, DiskTier
 from .errors import DiskWriteError, InternalError, OutOfCapacity, Refused
 from .events import EventKind, EventLog
 from .gate import GuardGate
+from .phasecodes import CKV_DISK, CKV_HOST, IDX_ABSENT, SWA_VALID
 from .tiers import Tiers
-
-# (``Final``: C statics in the compiled build, see blocks.py)
-_CKV_DISK: Final = int(CKV.DISK)
-_CKV_HOST: Final = int(CKV.HOST)
-_SWA_VALID: Final = int(Swa.VALID)
-_IDX_ABSENT: Final = int(Indexer.ABSENT)
 
 
 class Spills:
@@ -67,9 +61,9 @@ class Spills:
         for e in good[over:]:
             rid = self.store.record(e.key, None, -1)
             self.store.tombstones.pop(rid, None)
-            m.ckv[rid], m.ver[rid], m.gen[rid] = _CKV_DISK, e.ver, e.gen
+            m.ckv[rid], m.ver[rid], m.gen[rid] = CKV_DISK, e.ver, e.gen
             m.fmt[rid] = m.disk_fmt[rid] = e.fmt
-            m.tail[rid], m.swa[rid], m.idx[rid] = e.tail, e.swa, _IDX_ABSENT
+            m.tail[rid], m.swa[rid], m.idx[rid] = e.tail, e.swa, IDX_ABSENT
             m.on_disk[rid] = True
             self.disk_entries[rid] = e
             self.disk_lru[rid] = None
@@ -108,7 +102,7 @@ class Spills:
         key = m.key[rid]
         if key is None:
             raise InternalError(f"record {rid} has no key to name its disk entry")
-        with_swa = m.swa[rid] == _SWA_VALID and self.k.swa_restored_from_disk
+        with_swa = m.swa[rid] == SWA_VALID and self.k.swa_restored_from_disk
         units, swa = self.tiers.host_payload(m.hslot[rid], with_swa)
         fields: dict[str, Any] = {
             "ver": m.ver[rid],
@@ -202,7 +196,7 @@ class Spills:
         m = self.meta
         self.tiers.host_slots.release([m.hslot[rid]])
         m.hslot[rid] = -1
-        m.ckv[rid] = _CKV_DISK
+        m.ckv[rid] = CKV_DISK
         m.on_disk[rid] = True
         m.disk_fmt[rid] = m.fmt[rid]
         self.disk_entries[rid] = entry
@@ -224,7 +218,7 @@ class Spills:
         with self.gate.lock:
             self.gate.check_block("drop", rid)
             m = self.meta
-            tier = "host" if m.ckv[rid] == _CKV_HOST else "disk"
+            tier = "host" if m.ckv[rid] == CKV_HOST else "disk"
             if tier == "host":
                 self.tiers.host_slots.release([m.hslot[rid]])
                 m.hslot[rid] = -1

@@ -6,8 +6,9 @@ a block restored from the wrong slot, a window one block late or a tail spliced 
 boundary shows up as a byte mismatch, not as "plausible-looking" data.
 
 The generator is vectorised torch integer arithmetic (a 31-bit multiply-xorshift mix); there is
-no per-token Python work.  :class:`DeterministicWriter` implements the writer protocol the cache
-uses to fill pages when it stores a block; an engine plugs in its own writer (its forward pass).
+no per-token Python work.  :class:`DeterministicWriter` implements the writer protocol
+(:mod:`kvstate.impl.writer`) with this content: the tests and the conformance fuzzers pass it
+to the cache; a serving engine writes its own pages (the protocol's production default).
 """
 
 from __future__ import annotations
@@ -15,10 +16,19 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Protocol
 
 import numpy as np
 import torch
+
+from .writer import Writer
+
+__all__ = [
+    "DeterministicWriter",
+    "Writer",
+    "expected_rows",
+    "expected_state_rows",
+    "harness_tokens",
+]
 
 GROUP_IDS: dict[str, int] = {"csa": 1, "hca": 2, "indexer": 3, "swa": 4, "compressor": 5}
 _M31 = 0x7FFFFFFF
@@ -40,28 +50,6 @@ def _base(
     p = _h(positions.to(torch.int64) * 1_000_003 + t)
     lay = layers.to(torch.int64).view(-1, 1)
     return _h(p.view(1, -1) + lay * 7919 + gid * 104_729)  # [layers, n]
-
-
-class Writer(Protocol):
-    """What the cache calls to fill a block's pages with content.  A writer may also have an
-    ``fmt`` attribute: the ``Fmt`` of the blocks it writes (default: the primary form)."""
-
-    def rows(
-        self,
-        group: str,
-        layers: torch.Tensor,
-        positions: torch.Tensor,
-        tokens: torch.Tensor,
-        width: int,
-    ) -> torch.Tensor:
-        """uint8 ``[len(layers), len(positions), width]``."""
-        ...
-
-    def state_rows(
-        self, layers: torch.Tensor, positions: torch.Tensor, tokens: torch.Tensor, width: int
-    ) -> torch.Tensor:
-        """float32 ``[len(layers), len(positions), width]`` (compressor kv|score rows)."""
-        ...
 
 
 class DeterministicWriter:

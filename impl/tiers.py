@@ -29,7 +29,7 @@ from kvstate.spec.geometry import Geometry
 from .errors import LayoutError
 from .groups import CompressedGroup, CompressorGroup, Group, IndexerGroup, SlotGroup, SWAGroup
 from .storage import PagePool, SlotPool
-from .testdata import Writer
+from .writer import Writer
 
 Unit = tuple[SlotGroup, int]  # (group, layer position within the group)
 

@@ -74,8 +74,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "freed_keeps_window",
         "free without reset",
         "impl/blocks.py",
-        "        m.tail[rid] = _TAIL_NONE\n        m.swa[rid] = _SWA_NULL\n        m.idx[rid] = _IDX_ABSENT\n        if in_lru:",
-        "        m.tail[rid] = _TAIL_NONE\n        m.idx[rid] = _IDX_ABSENT\n        if in_lru:",
+        "        m.tail[rid] = TAIL_NONE\n        m.swa[rid] = SWA_NULL\n        m.idx[rid] = IDX_ABSENT\n        if in_lru:",
+        "        m.tail[rid] = TAIL_NONE\n        m.idx[rid] = IDX_ABSENT\n        if in_lru:",
     ),
     Mutant(
         "evict_keeps_swa_pages",
@@ -102,7 +102,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "disk_load_keeps_indexer",
         "stale indexer after a disk load",
         "impl/recovery.py",
-        "                self.gate.io_inflight -= 1\n                m.idx[rid] = _IDX_ABSENT",
+        "                self.gate.io_inflight -= 1\n                m.idx[rid] = IDX_ABSENT",
         "                self.gate.io_inflight -= 1",
     ),
     Mutant(
@@ -165,8 +165,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "io_counter_not_decremented",
         "admission cap accounting",
         "impl/recovery.py",
-        "            if from_disk:\n                self.gate.io_inflight -= 1\n                m.idx[rid] = _IDX_ABSENT",
-        "            if from_disk:\n                m.idx[rid] = _IDX_ABSENT",
+        "            if from_disk:\n                self.gate.io_inflight -= 1\n                m.idx[rid] = IDX_ABSENT",
+        "            if from_disk:\n                m.idx[rid] = IDX_ABSENT",
     ),
     Mutant(
         "store_skips_seal",
@@ -186,8 +186,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "allocate_keeps_generation",
         "generation not bumped on reuse",
         "impl/blocks.py",
-        "        m.ckv[rid] = _CKV_WRITING\n        m.gen[rid] += 1",
-        "        m.ckv[rid] = _CKV_WRITING",
+        "        m.ckv[rid] = CKV_WRITING\n        m.gen[rid] += 1",
+        "        m.ckv[rid] = CKV_WRITING",
     ),
     Mutant(
         "gather_first_page_only",
@@ -223,8 +223,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "spill_keeps_host_slot",
         "free without reset (leak)",
         "impl/spills.py",
-        "        self.tiers.host_slots.release([m.hslot[rid]])\n        m.hslot[rid] = -1\n        m.ckv[rid] = _CKV_DISK",
-        "        m.hslot[rid] = -1\n        m.ckv[rid] = _CKV_DISK",
+        "        self.tiers.host_slots.release([m.hslot[rid]])\n        m.hslot[rid] = -1\n        m.ckv[rid] = CKV_DISK",
+        "        m.hslot[rid] = -1\n        m.ckv[rid] = CKV_DISK",
     ),
     Mutant(
         "disk_load_wrong_form",
@@ -295,7 +295,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "raising_offload_not_cancelled",
         "raising job left stuck",
         "impl/recovery.py",
-        "            if self.meta.ckv[rid] == _CKV_OFFLOADING and self.pipes.dma.get(rid) is job:",
+        "            if self.meta.ckv[rid] == CKV_OFFLOADING and self.pipes.dma.get(rid) is job:",
         "            if False:",
     ),
     Mutant(
@@ -500,8 +500,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "no_request_slot_is_free",
         "refusal not required by the table",
         "impl/requests.py",
-        "            if s.phase == _IDLE and s.request is None:",
-        "            if s.phase == _IDLE and s.request is not None:",
+        "            if s.phase == REQ_IDLE and s.request is None:",
+        "            if s.phase == REQ_IDLE and s.request is not None:",
     ),
     # argument checks (kvstate/api_args.py): a NaN timeout taken as a wait, a closed cache
     # that still answers (a changed default is planted by cosmic-ray's NumberReplacer only: a

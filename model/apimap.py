@@ -247,15 +247,12 @@ class Explainer:
                     out[(name, i)] = x
         return out
 
-    def _distance(self, cur: Mapping[str, Any], goal: dict[tuple[str, Any], Any]) -> int:
-        """Cells of ``cur`` that differ from ``goal`` (a missing cell is ``None``)."""
-        return self._distance_by_var(cur, _by_var(goal))
-
     @staticmethod
     def _distance_by_var(cur: Mapping[str, Any], want: list[_VarGoal]) -> int:
-        """:meth:`_distance` over a goal grouped by variable.  A successor state shares every
-        value its action did not write (the same object), so a variable's count is reused while
-        its value is the one last counted: a search step costs the variables it changed."""
+        """Cells of ``cur`` that differ from a goal grouped by variable (a missing cell is
+        ``None``).  A successor state shares every value its action did not write (the same
+        object), so a variable's count is reused while its value is the one last counted: a
+        search step costs the variables it changed."""
         total = 0
         for g in want:
             v = cur.get(g.name, _MISSING)
@@ -263,20 +260,6 @@ class Explainer:
                 g.last, g.count = v, g.mismatches(v)
             total += g.count
         return total
-
-    def _candidates(
-        self,
-        a: Action,
-        cur: ConcreteState,
-        obs: Mapping[str, Any],
-        req: int | None,
-        forbid: set[tuple[str, int]],
-        ticks: int | None = None,
-        fmts: Mapping[tuple[str, int], int] | None = None,
-        rewritten: frozenset[str] = frozenset(),
-    ) -> list[dict[str, int]]:
-        """Parameters worth trying: the ones that change something the library shows."""
-        return _Ask(self, obs, req, forbid, ticks, fmts, rewritten).candidates(a, cur)
 
     def explain(
         self,

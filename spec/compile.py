@@ -22,12 +22,10 @@ built from the traced terms kept here (``kvstate.impl.fastforms``).
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import linecache
 import re
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -529,67 +527,29 @@ def memo(kind: str, args: tuple[Any, ...], build: Callable[..., Any]) -> Any:
 
 
 _DEFINED = itertools.count()
-# ahead-of-time twins of generated functions, by the hash of the exact source they were built
-# from (``register_twins``; the implementation's compiled build registers its own)
-_TWINS: dict[str, Callable[..., Any]] = {}
-# open ``recording()`` blocks: every source ``define`` is asked for, by its hash
-_RECORDING: list[dict[str, tuple[str, str, tuple[str, ...]]]] = []
+# asked by ``define`` before it runs a source: (name, source, env names) -> a function standing
+# in for it, or None.  An implementation installs it (``kvstate.impl.twins``: its compiled twins
+# of the sources its default tables generate, and the recording ``impl/aotgen.py`` emits)
+_HOOK: Callable[[str, str, tuple[str, ...]], Callable[..., Any] | None] | None = None
 
 
-def source_key(src: str) -> str:
-    """The key of a generated function's source: its SHA-256, hex."""
-    return hashlib.sha256(src.encode()).hexdigest()
-
-
-def register_twins(twins: Mapping[str, Callable[..., Any]]) -> None:
-    """Functions compiled ahead of time from generated sources, keyed by :func:`source_key` of
-    the very source each was made from.  ``define`` returns a twin instead of running a source
-    only when the source it is asked for hashes to that key: byte for byte the source the twin
-    was made from (so a changed table or generator, or a custom table, runs its own source).
-    A twin's source must read no name of ``env``: it runs without it."""
-    _TWINS.update(twins)
-
-
-def registered_twins() -> int:
-    return len(_TWINS)
-
-
-@contextmanager
-def suspend_twins() -> Iterator[None]:
-    """Every source ``define`` is asked for while the block runs is run as generated (a test of
-    the generated sources themselves; tracebacks into a twin show ``impl/_aot.py``)."""
-    kept = dict(_TWINS)
-    _TWINS.clear()
-    try:
-        yield
-    finally:
-        _TWINS.update(kept)
-
-
-@contextmanager
-def recording() -> Iterator[dict[str, tuple[str, str, tuple[str, ...]]]]:
-    """Record every source ``define`` is asked for while the block runs: key -> (name,
-    source, the ``env`` names it was given)."""
-    out: dict[str, tuple[str, str, tuple[str, ...]]] = {}
-    _RECORDING.append(out)
-    try:
-        yield out
-    finally:
-        _RECORDING.remove(out)
+def set_define_hook(
+    hook: Callable[[str, str, tuple[str, ...]], Callable[..., Any] | None] | None,
+) -> None:
+    """Install (None: remove) the one hook :func:`define` asks first."""
+    global _HOOK
+    _HOOK = hook
 
 
 def define(name: str, src: str, env: dict[str, Any] | None = None) -> Callable[..., Any]:
     """Run one generated function's source (``env``: globals it may read besides builtins); it
     is registered with ``linecache`` under a unique file name, so tracebacks,
     ``inspect.getsource`` and profilers show the generated lines.  A registered twin of exactly
-    this source (:func:`register_twins`) is returned instead."""
+    this source is returned instead when the hook (:func:`set_define_hook`) answers one."""
     if not name.isidentifier():
         raise CompileError(f"generated function name {name!r} is not an identifier")
-    if _TWINS or _RECORDING:
-        key = source_key(src)
-        for rec in _RECORDING:
-            rec[key] = (name, src, tuple(sorted(env or ())))
-        twin = _TWINS.get(key)
+    if _HOOK is not None:
+        twin = _HOOK(name, src, tuple(sorted(env or ())))
         if twin is not None:
             return twin
     filename = f"<kvstate.spec.compile:{name}#{next(_DEFINED)}>"

@@ -178,7 +178,10 @@ class Target:
     def use(self, r: int) -> None:
         req = self._reqs[r]
         if req is None:
-            raise AlreadyReleased("use", ("checked",), f"request slot {r} was never admitted")
+            use = self.cache.table.action("use")  # a request never admitted: no conjunct holds
+            raise AlreadyReleased(
+                "use", [c.name for c in use.guard], f"request slot {r} was never admitted"
+            )
         ctx = self.cache.use(req, store=False)
         ctx.__enter__()
         self._ctx[r] = ctx

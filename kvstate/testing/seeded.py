@@ -143,8 +143,8 @@ SEEDED: tuple[Seeded, ...] = (
         (
             Edit(
                 _BLOCKS,
-                "        m.idx[rid] = _IDX_PRESENT\n        m.iver[rid] = m.ver[rid]\n",
-                "        m.idx[rid] = _IDX_PRESENT  # seeded bug: the version stamp is skipped\n",
+                "        m.idx[rid] = IDX_PRESENT\n        m.iver[rid] = m.ver[rid]\n",
+                "        m.idx[rid] = IDX_PRESENT  # seeded bug: the version stamp is skipped\n",
             ),
         ),
     ),

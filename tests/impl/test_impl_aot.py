@@ -15,6 +15,7 @@ import sys
 import pytest
 
 from kvstate.impl import HeterogeneousKVCache, native_modules
+from kvstate.impl import twins as T
 from kvstate.impl.aotgen import COMMAND, annotate
 from kvstate.spec import compile as C
 from kvstate.spec.geometry import small
@@ -33,14 +34,14 @@ def test_the_twins_module_is_fresh() -> None:
 def test_a_twin_is_used_only_for_its_exact_source() -> None:
     src = "def aot_probe(v, p):\n    return 1\n"
     twin = lambda v, p: 2  # noqa: E731
-    key = C.source_key(src)
-    C.register_twins({key: twin})
+    key = T.source_key(src)
+    T.register_twins({key: twin})
     try:
         assert C.define("aot_probe", src) is twin
         assert C.define("aot_probe", src.replace("1", "3"))(None, None) == 3
         assert C.define("aot_probe", src + " ")(None, None) == 1
     finally:
-        del C._TWINS[key]
+        del T._TWINS[key]
 
 
 def test_annotations_are_read_off_the_table_and_layout_only() -> None:

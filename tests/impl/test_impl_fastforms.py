@@ -171,8 +171,8 @@ def direct_view(v: View, table: Any, data: st.DataObject, mapped: frozenset[str]
                 col[where[b]] = getattr(v, var.name)[b]
             cols[var.name] = col
     d = View(**vars(v))
-    d._m = Records(**cols)
-    d._rids = rids
+    d.meta = Records(**cols)
+    d.rids = rids
     d.rids_of = lambda c: own.get(c, rids)
     return d
 

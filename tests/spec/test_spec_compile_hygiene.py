@@ -16,8 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvstate.impl.fastforms import compile_search
+from kvstate.impl.twins import suspend_twins
 from kvstate.spec import default_table
-from kvstate.spec.compile import compile_guards, compile_hit_rule, suspend_twins
+from kvstate.spec.compile import compile_guards, compile_hit_rule
 from kvstate.spec.errors import SpecError
 from kvstate.spec.expr import AND
 from kvstate.spec.layers import Rule, RuleScope
