@@ -54,7 +54,7 @@ from kvstate.calls import parse_calls
 from kvstate.examples_db import run_machine, saved, with_database
 from kvstate.model.apimap import Explainer, after_restart, state_diff
 from kvstate.model.concrete import KeptMachine, Machine
-from kvstate.model.fuzz import Nonconformance
+from kvstate.targets.block.machine import Nonconformance
 from kvstate.spec.api import API, RESTART_KEEPS
 from kvstate.spec.phases import CKV, Indexer, Pipe, Req, Swa
 from kvstate.spec.state import ConcreteState

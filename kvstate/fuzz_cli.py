@@ -12,7 +12,7 @@ second CPU the pass runs in a forked process beside the exploration (the two sha
 answers kept per pure input), otherwise first, and its finding is reported first either way.
 A finding is shrunk to a short trace that fails the same way: by Hypothesis' own shrinker when
 Hypothesis found it, then (either way) by delta debugging over fresh replays
-(:func:`kvstate.model.fuzz.minimize`).  The report gives who found it and the lengths before
+(:func:`kvstate.targets.block.machine.minimize`).  The report gives who found it and the lengths before
 and after, the failure, the minimized trace (one action per line), the seed, Hypothesis'
 ``@reproduce_failure`` blob when it applies, and one-line commands to rerun the run, replay the
 trace (``--replay``) and reproduce Hypothesis' example (``--reproduce``); exit 1.
@@ -46,7 +46,7 @@ from kvstate.examples_db import (
 )
 from kvstate.fuzz_report import Outcome, block_states, emit, itf, spec_location
 from kvstate.model.concrete import Machine
-from kvstate.model.fuzz import (
+from kvstate.targets.block.machine import (
     OUTPUT_KINDS,
     Minimized,
     Nonconformance,
@@ -74,7 +74,7 @@ def resolve_target(spec: str, bugs: list[str]) -> Any:
     if bugs:
         raise SpecError("--bug plants seeded bugs in the built-in target only (--target kvstate)")
     if spec == "model":
-        from kvstate.model.fuzz import ModelTarget
+        from kvstate.targets.block.machine import ModelTarget
 
         return lambda table, n: ModelTarget(table, n)
     if ":" not in spec:
@@ -396,7 +396,7 @@ class _CoverageBeside:
 
 def run_fuzz_cli(args: argparse.Namespace, table: Table) -> int:
     if args.target == "vllm":  # a real engine's allocator, checked on the table's projection
-        from kvstate.engines.vllm import cli_main
+        from kvstate.targets.vllm.engine import cli_main
 
         return cli_main(args)
     for name, default in (

@@ -139,7 +139,7 @@ class CoverageItem(pytest.Item):
         self.machine, self.table, self.replay = machine, table, replay
 
     def runtest(self) -> None:
-        from kvstate.model.fuzz import replay_seeds
+        from kvstate.targets.block.machine import replay_seeds
         from kvstate.proofs.witnesses import reach_traces
 
         replay_seeds(self.machine, self.table, reach_traces(self.table.name))
@@ -164,7 +164,7 @@ class FuzzItem(pytest.Function):
 def _fuzz_failure(item: Any, excinfo: Any) -> str | None:
     """A conformance finding, minimized by fresh replays, as ``kvstate fuzz`` prints it."""
     from kvstate.fuzz_cli import MINIMIZE_SECONDS, _nonconformance
-    from kvstate.model.fuzz import minimize
+    from kvstate.targets.block.machine import minimize
 
     found = _nonconformance(excinfo.value)
     if found is None:
@@ -237,7 +237,7 @@ def _fuzz_items(
 
     from kvstate.examples_db import database_key, machine_test
     from kvstate.fuzz_cli import resolve_target
-    from kvstate.model.fuzz import build_state_machine
+    from kvstate.targets.block.machine import build_state_machine
     from kvstate.proofs.witnesses import reach_traces
     from kvstate.spec.errors import SpecError
 

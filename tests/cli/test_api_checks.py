@@ -11,7 +11,7 @@ from kvstate.api_harness import ApiHarness, op, witnesses
 from kvstate.api_inputs import CASES
 from kvstate.api_prefix import variant_tokens
 from kvstate.impl.events import EventKind
-from kvstate.model.fuzz import Nonconformance
+from kvstate.targets.block.machine import Nonconformance
 from kvstate.spec import default_table
 
 TABLE = default_table()

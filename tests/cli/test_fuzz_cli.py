@@ -7,7 +7,7 @@ import shlex
 import pytest
 
 from kvstate.cli import main
-from kvstate.model.fuzz import Nonconformance, build_state_machine, minimize, replay_trace
+from kvstate.targets.block.machine import Nonconformance, build_state_machine, minimize, replay_trace
 from kvstate.spec import default_table
 from kvstate.testing.adapter import make_target
 from kvstate.testing.seeded import BUGS, witness
@@ -159,7 +159,7 @@ def test_coverage_pass_beside_counts_and_fails_as_in_place():
     from collections import Counter
 
     from kvstate.fuzz_cli import _CoverageBeside
-    from kvstate.model.fuzz import replay_seeds
+    from kvstate.targets.block.machine import replay_seeds
     from kvstate.proofs.witnesses import reach_traces
 
     t = default_table()
@@ -183,7 +183,7 @@ def test_coverage_pass_beside_counts_and_fails_as_in_place():
 _FORK_AFTER_OPENMP = """
 import sys, torch
 from kvstate.fuzz_cli import _CoverageBeside
-from kvstate.model.fuzz import build_state_machine
+from kvstate.targets.block.machine import build_state_machine
 from kvstate.proofs.witnesses import reach_traces
 from kvstate.spec.default import default_table
 from kvstate.testing.adapter import make_target

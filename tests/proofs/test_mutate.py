@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from kvstate.cli import main
-from kvstate.model.fuzz import build_state_machine, replay_trace
+from kvstate.targets.block.machine import build_state_machine, replay_trace
 from kvstate.proofs.mutate import OPERATORS, check_mutant, mutants
 from kvstate.spec import SpecError, table_named
 from kvstate.spec.table import Conjunct

@@ -14,15 +14,15 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import vllm_import
-from .vllm_checks import (
+from . import imports as vllm_import
+from .checks import (
     Geometry,
     Violation,
     expected_complete_hit,
     geometry_of,
     hit_violations,
 )
-from .vllm_configs import Config
+from .configs import Config
 
 Op = tuple[Any, ...]
 

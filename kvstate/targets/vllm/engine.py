@@ -18,9 +18,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import vllm_import
-from .vllm_configs import ALL, Config
-from .vllm_driver import TOKENS_SRC, Driver, Finding, Op, Stats, draw_op
+from . import imports as vllm_import
+from .configs import ALL, Config
+from .driver import TOKENS_SRC, Driver, Finding, Op, Stats, draw_op
 
 PROFILES = {  # examples x steps; ci is derandomized
     "ci": (240, 60),

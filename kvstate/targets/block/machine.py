@@ -35,7 +35,7 @@ from kvstate.spec.phases import Req
 from kvstate.spec.state import ConcreteState
 from kvstate.spec.table import Action, ParamKind, Scope, Table, address_vars
 
-from .concrete import GuardError, KeptMachine, Machine
+from kvstate.model.concrete import GuardError, KeptMachine, Machine
 
 OUTPUT_KINDS = (ParamKind.ADDR, ParamKind.FMT)  # chosen by the target, fed to the model
 
