@@ -52,9 +52,9 @@ from kvstate.api_pools import do_pools
 from kvstate.api_prefix import do_variant, read_outside_chain
 from kvstate.calls import parse_calls
 from kvstate.examples_db import run_machine, saved, with_database
+from kvstate.harness.finding import Nonconformance
 from kvstate.model.apimap import Explainer, after_restart, state_diff
 from kvstate.model.concrete import KeptMachine, Machine
-from kvstate.targets.block.machine import Nonconformance
 from kvstate.spec.api import API, RESTART_KEEPS
 from kvstate.spec.phases import CKV, Indexer, Pipe, Req, Swa
 from kvstate.spec.state import ConcreteState

@@ -25,9 +25,9 @@ from vllm.v1.core import kv_cache_coordinator as kc  # noqa: E402
 from vllm.v1.core import kv_cache_utils as ku  # noqa: E402
 from vllm.v1.core import single_type_kv_cache_manager as st  # noqa: E402
 
-from kvstate.targets.vllm.engine import run  # noqa: E402
 from kvstate.targets.vllm.checks import CHECK_CLASSES  # noqa: E402
 from kvstate.targets.vllm.configs import ALL, Config  # noqa: E402
+from kvstate.targets.vllm.engine import run  # noqa: E402
 
 FULL = (Config("full", False, 14),)
 TWO = (Config("full-2sizes", False, 16),)

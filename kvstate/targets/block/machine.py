@@ -10,381 +10,51 @@ random walks) or any object with one method per action plus ``observe()`` -- the
 protocol of ``kvstate fuzz``.  Each example gets a fresh target from the factory, so nothing
 carries over between examples.
 
-Findings are raised as :class:`Nonconformance` (a kind and details: which invariant, which
-``observe()`` fields, which refused action and conjunct) carrying the steps that led to them;
-:func:`replay_seeds` is the deterministic coverage pass, and :func:`minimize` shrinks any
-finding by delta debugging, replaying every candidate trace on a fresh target and model.
+Findings are raised as the toolkit's :class:`Nonconformance` (a kind and details: which
+invariant, which ``observe()`` fields, which refused action and conjunct) carrying the steps
+that led to them.  The model's answers per state are kept on the walk's machine
+(``_LockstepMachine``, a ``KeptMachine``): the class's ``enabled_inputs``, ``near_misses``,
+``complete_prefix`` and the completeness check run once per distinct model state (and set of
+disturbed blocks), and the rules' strategies are built once per state and shared by states
+with the same options.  The ci walks follow :data:`CI_SEED`, pinned, not the class's source.
 """
 
 from __future__ import annotations
 
 import re
-import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from types import MappingProxyType
-from typing import Any, Protocol
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
-from hypothesis import event, settings, target
+from hypothesis import event, target
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from kvstate.harness.finding import Nonconformance
+from kvstate.harness.trace import TraceStep
 from kvstate.spec.errors import ActionRefused
 from kvstate.spec.phases import Req
 from kvstate.spec.state import ConcreteState
-from kvstate.spec.table import Action, ParamKind, Scope, Table, address_vars
+from kvstate.spec.table import Action, ParamKind, Table
 
-from kvstate.model.concrete import GuardError, KeptMachine, Machine
-
-OUTPUT_KINDS = (ParamKind.ADDR, ParamKind.FMT)  # chosen by the target, fed to the model
-
-# Each profile derives from Hypothesis' built-in "default", not from whatever profile is loaded
-# when this module is imported: registered under a loaded ``ci`` (HYPOTHESIS_PROFILE=ci, a
-# plugin), ``dev`` would inherit ``derandomize=True`` and lose its example database.
-_BASE = settings.get_profile("default")
-settings.register_profile(
-    "ci",
-    _BASE,
-    derandomize=True,
-    max_examples=60,
-    stateful_step_count=40,
-    deadline=None,
-    print_blob=True,
-)
-settings.register_profile(
-    "dev", _BASE, max_examples=300, stateful_step_count=50, deadline=None, print_blob=True
-)
-settings.register_profile(
-    "nightly", _BASE, max_examples=5000, stateful_step_count=100, deadline=None, print_blob=True
+from .observe import canonical, diff, with_ghosts
+from .target import (
+    OUTPUT_KINDS,
+    ModelTarget,
+    TargetFactory,
+    _inputs,
+    _LockstepMachine,
+    _ObservedTarget,
 )
 
-
-class Target(Protocol):
-    """The adapter protocol: one method per action (keyword params) plus ``observe()``.
-
-    A method returns ``None``, or for actions with output parameters (address, format) a dict
-    of the values the target chose.  A disabled action raises :class:`ActionRefused` and
-    changes nothing.  Optionally, ``check_data() -> list[str]`` verifies the bytes running
-    requests read; the harness calls it after every step and fails on any problem.
-    """
-
-    def observe(self) -> Mapping[str, Any]: ...
-
-
-TargetFactory = Callable[[Table, int], Any]
-
-
-class _ObservedTarget:
-    """A target whose ``observe()`` is answered from its last observation while nothing but
-    ``observe()`` has called it since (any other call, action or hook, drops it first).
-
-    A refusal check observes before and after the refused call; the next check's "before" is
-    then the previous "after", with no call to the target in between, so it is not asked again.
-    The observation is returned as a read-only snapshot (a copy the target cannot edit).
-    """
-
-    __slots__ = ("_target", "_last", "_calls")
-
-    def __init__(self, target: Any) -> None:
-        self._target = target
-        self._last: Mapping[str, Any] | None = None
-        # name -> (the target's attribute, its wrapper): made once per name, and remade if the
-        # target's attribute is another object now (its methods are bound anew at every read)
-        self._calls: dict[str, tuple[Any, Callable[..., Any]]] = {}
-
-    def observe(self) -> Mapping[str, Any]:
-        if self._last is None:  # a private read-only copy: nobody can edit it behind our back
-            self._last = MappingProxyType(dict(self._target.observe()))
-        return self._last
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._target, name)
-        if not callable(attr):
-            return attr
-        kept = self._calls.get(name)
-        if kept is not None and kept[0] == attr:  # the same method of the same target
-            return kept[1]
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            self._last = None
-            return attr(*args, **kwargs)
-
-        self._calls[name] = (attr, call)
-        return call
-
-
-class ModelTarget:
-    """The reference interpreter wrapped as a target (model-only fuzzing, and a self-check)."""
-
-    def __init__(self, table: Table, N: int) -> None:
-        self.m = Machine(table, N)
-        self.s = self.m.init()
-
-    def __getattr__(self, name: str) -> Callable[..., Any]:
-        if name.startswith("_") or name not in {a.name for a in self.m.table.actions}:
-            raise AttributeError(name)
-        action = self.m.table.action(name)
-
-        def do(**params: int) -> dict[str, int] | None:
-            outs = {}
-            for q in action.params:
-                if q.kind in OUTPUT_KINDS and q.name not in params:
-                    # a fresh address each time: a buffer placed anew always moves
-                    self._placed = getattr(self, "_placed", 0) + (q.kind is ParamKind.ADDR)
-                    params[q.name] = outs[q.name] = (
-                        0 if q.kind is ParamKind.FMT else 3 * self.m.N + self._placed
-                    )
-            try:
-                self.s = self.m.step(self.s, action, params)
-            except GuardError as exc:
-                raise ActionRefused(str(exc)) from exc
-            return outs or None
-
-        return do
-
-    def observe(self) -> dict[str, Any]:
-        return self.s.values
-
-
-_canonical_last: list[Any] = [None, None, None]  # (values, table, result) of the last call
-
-
-class _LockstepMachine(KeptMachine):
-    """The model as the lockstep machine walks it.
-
-    The machine enumerates each action's inputs and skips every combination whose target-chosen
-    outputs (an address, a format) are not 0: those are filled in from the target's answer.
-    Leaving them out of the space here gives the same lists with a twelfth of the work for
-    ``allocate`` (its address ranges over ``4N`` values).  Guard answers and successors are
-    kept per state value (:class:`KeptMachine`): the ``ci`` run asks about 3227 state objects
-    holding 317 distinct values.
-    """
-
-    def param_space(
-        self, action: Action, *, tokens_step: int | None = None
-    ) -> Iterator[dict[str, Any]]:
-        key = ("lockstep:" + action.name, tokens_step)  # beside the full spaces
-        space = self._spaces.get(key)
-        if space is None:
-            outs = [q.name for q in action.params if q.kind in OUTPUT_KINDS]
-            space = self._spaces[key] = tuple(
-                p
-                for p in super().param_space(action, tokens_step=tokens_step)
-                if not any(p[name] for name in outs)
-            )
-        for params in space:
-            yield dict(params)
-
-
-def canonical(values: Mapping[str, Any], table: Table) -> dict[str, Any]:
-    """Addresses renamed by order of first appearance: equal iff equal up to a bijection."""
-    if not isinstance(values, MappingProxyType):
-        return _canonical(values, table)
-    # A read-only snapshot (_ObservedTarget's): the same object is the same observation, and a
-    # refusal check's "before" is the previous check's "after".
-    last = _canonical_last
-    if values is not last[0] or table is not last[1]:
-        last[:] = [values, table, _canonical(values, table)]
-    return dict(last[2])
-
-
-class _Facts:
-    """Per table, computed once (each observation needs them)."""
-
-    __slots__ = ("table", "addresses", "names", "mechanism_first", "mechanism", "ghosts")
-
-    def __init__(self, table: Table) -> None:
-        names = {v.name for v in table.vars}
-        self.table = table
-        # the address variables with their scopes
-        self.addresses = tuple(
-            (var, table.var(var).scope) for var in address_vars(table) if var in names
-        )
-        # the names ``observe()`` must report (every non-ghost variable)
-        self.names = frozenset(v.name for v in table.vars if not v.ghost)
-        ghost = [table.var(var).ghost for var, _ in self.addresses]
-        # no ghost address is renamed before a mechanism one: equal mechanism values are then
-        # equal up to renaming too (see ``diff``)
-        self.mechanism_first = ghost == sorted(ghost)
-        # ``with_ghosts``: the mechanism's address variables (flattened when per request and
-        # block), and each ghost with whether it is a per-block address (translated)
-        self.mechanism = tuple(
-            (var, scope is Scope.REQ_BLOCK)
-            for var, scope in self.addresses
-            if not table.var(var).ghost
-        )
-        addresses = address_vars(table)
-        self.ghosts = tuple(
-            (v.name, v.name in addresses and v.scope is Scope.BLOCK) for v in table.vars if v.ghost
-        )
-
-
-_facts_memo: dict[int, _Facts] = {}
-
-
-def _facts_of(table: Table) -> _Facts:
-    hit = _facts_memo.get(id(table))
-    if hit is None or hit.table is not table:
-        hit = _facts_memo[id(table)] = _Facts(table)
-    return hit
-
-
-def _canonical(values: Mapping[str, Any], table: Table) -> dict[str, Any]:
-    names: dict[int, int] = {}
-
-    def rn(x: int) -> int:
-        return names.setdefault(x, len(names))
-
-    out = dict(values)
-    for var, scope in _facts_of(table).addresses:
-        if var not in values:
-            continue
-        v = values[var]
-        if scope is Scope.BLOCK:
-            out[var] = tuple(rn(x) for x in v)
-        elif scope is Scope.REQ_BLOCK:
-            out[var] = tuple(tuple(rn(x) for x in row) for row in v)
-    return out
-
-
-_PLAIN = (dict, MappingProxyType)
-
-
-def diff(model: Mapping[str, Any], observed: Mapping[str, Any], table: Table) -> list[str]:
-    facts = _facts_of(table)
-    names, mechanism_first = facts.names, facts.mechanism_first
-    if model is observed or (
-        len(model) == len(observed)
-        and (
-            model == observed  # dicts and their read-only views compare item by item, uncopied
-            if type(model) in _PLAIN and type(observed) in _PLAIN
-            else dict(model) == dict(observed)
-        )
-    ):  # equal as they stand (a refusal check's before and after): equal up to renaming too
-        if names <= observed.keys():
-            return []
-    elif mechanism_first and names <= observed.keys() and names <= model.keys():
-        # The model has ghosts the target lacks.  Every variable the target shows equal as it
-        # stands: ``_diff`` would find no difference, because the renaming (by first
-        # appearance, address variables in table order) meets the same values in the same
-        # order on both sides until the first ghost address, and every mechanism address
-        # variable comes before it (``mechanism_first``).
-        if all(model[n] == observed[n] for n in names):
-            return []
-    return _diff(model, observed, table)
-
-
-def _diff(model: Mapping[str, Any], observed: Mapping[str, Any], table: Table) -> list[str]:
-    a, b = canonical(model, table), canonical(observed, table)
-    out = []
-    for v in table.vars:
-        if v.ghost:  # ghost truth lives in the model only
-            continue
-        if v.name not in b:
-            out.append(f"{v.name}: missing from observe()")
-        elif a[v.name] != b[v.name]:
-            out.append(f"{v.name}: model {a[v.name]!r} != target {b[v.name]!r}")
-    return out
-
-
-def with_ghosts(
-    model: Mapping[str, Any], observed: Mapping[str, Any], table: Table
-) -> dict[str, Any]:
-    """The observed state completed with the model's ghost truth (the target has none), so the
-    invariants over ghosts can be checked on it.  Ghost addresses are translated into the
-    target's address names through the mechanism's address variables, which ``diff`` has just
-    found equal up to a bijection."""
-    out = dict(observed)
-    facts = _facts_of(table)
-    if not facts.ghosts:
-        return out
-    to_target: dict[int, int] = {}
-    for var, flat in facts.mechanism:
-        if var in observed:
-            a, b = model[var], observed[var]
-            if flat:
-                a = tuple(x for row in a for x in row)
-                b = tuple(x for row in b for x in row)
-            if a == b:  # each x pairs with itself (the first pairing of an x stands)
-                for x in a:
-                    to_target.setdefault(x, x)
-                continue
-            for x, y in zip(a, b, strict=False):
-                to_target.setdefault(x, y)
-    # a ghost address not named by the mechanism keeps its name, as one paired with itself
-    renames = any(x != y for x, y in to_target.items())
-    for name, translate in facts.ghosts:
-        val = model[name]
-        if translate and renames:
-            val = tuple(to_target.get(x, x) for x in val)
-        out[name] = val
-    return out
-
-
-def _inputs(action: Action) -> list[Any]:
-    return [q for q in action.params if q.kind not in OUTPUT_KINDS]
-
-
-Step = tuple[str, dict[str, int]]  # (action, its input parameters): one replayable step
-
-
-@dataclass
-class TraceStep:
-    """One step a run took: an action it fired, or a disabled action whose refusal it checked."""
-
-    action: str
-    inputs: dict[str, int]
-    refused: bool = False  # the model's guard was false: the target had to refuse it
-    failed: tuple[str, ...] = ()  # the false guard conjuncts (refused steps)
-    outputs: dict[str, int] = field(default_factory=dict)  # parameters the target chose
-
-    @property
-    def step(self) -> Step:
-        return (self.action, dict(self.inputs))
-
-    def call(self) -> str:
-        return f"{self.action}({', '.join(f'{k}={v}' for k, v in self.inputs.items())})"
-
-    def render(self) -> str:
-        if self.refused:
-            note = f"guard false ({', '.join(self.failed)}): the target must refuse it"
-        elif self.outputs:
-            note = "target chose " + ", ".join(f"{k}={v}" for k, v in self.outputs.items())
-        else:
-            return self.call()
-        return f"{self.call():<24}  # {note}"
-
-
-class Nonconformance(AssertionError):
-    """A finding, classified so that a minimized trace can be checked to fail *the same way*.
-
-    ``kind`` is one of ``model-invariant``, ``observe`` (``detail``: the fields of ``observe()``
-    that differ from the model), ``observed-invariant`` (the invariants the observed state
-    breaks), ``data`` (the states whose bytes are wrong), ``accepted-disabled`` (the target
-    performed an action whose guard is false; ``detail``: ``action[conjuncts]``),
-    ``refusal-changed-state``, ``refusal-error`` (raised something other than ``ActionRefused``),
-    ``target-error`` (failed an allowed action), ``missing-output``.  ``trace`` holds the steps
-    of the run up to and including the failing one; ``origin`` says who found it.
-    """
-
-    def __init__(self, kind: str, detail: Sequence[str], message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.detail = tuple(detail)
-        self.trace: list[TraceStep] = []
-        self.origin = ""
-
-    @property
-    def signature(self) -> str:
-        return f"{self.kind}: {', '.join(self.detail)}"
-
-    def same_as(self, original: Nonconformance) -> bool:
-        """Same kind, and ``original``'s primary detail among ours: the same refused action and
-        conjuncts, the same first mismatched field (table order), the same first invariant."""
-        return self.kind == original.kind and (
-            not original.detail or original.detail[0] in self.detail
-        )
+# The seed of the derandomized ci walks, pinned (printed in the run's header): the one
+# Hypothesis derived from this machine's source before the seed was pinned, so ci runs draw
+# the examples they drew then (``kvstate fuzz --target kvstate --profile ci``: 3173 steps).
+CI_SEED = int(
+    "6bce815092478ef20b14bbffc076fdfb863b314faa78d47dec512a78d04a39a8"
+    "f7962b8b8f82a1b72cde765271691852",
+    16,
+)
 
 
 def _data_subject(problem: str) -> str:
@@ -418,8 +88,6 @@ def build_state_machine(
     def make(t: Table, k: int) -> Any:
         return _ObservedTarget(new_target(t, k))
 
-    # Speed lives outside the class below: Hypothesis derandomizes (the ci profile) with a seed
-    # taken from the class's source, so any edit of its body changes the ci walks.
     machine = _LockstepMachine(table, n, memo=True)
     counts = stats if stats is not None else Counter()
 
@@ -434,8 +102,44 @@ def build_state_machine(
             self.in_hypothesis = True  # events may be recorded only inside a Hypothesis test
             self.disturbed: set[int] = set()  # blocks a completeness-disturbing action touched
 
-        # -- completeness (the table's rule: the write path enables the read path) -----------
+        # -- the model's answers, kept per state value ------------------------------------
+        # Pure functions of the model state (and the blocks a disturbing action touched), kept
+        # on the machine (``_LockstepMachine``) and run once per distinct state; callers only
+        # read them (the rules draw from them, ``perform`` and ``expect_refusal`` copy what
+        # they take).  A completeness check is skipped where it passed on the same (a failing
+        # one raises and is never kept: it fails afresh).
+        def enabled_inputs(self, a: Action) -> list[dict[str, int]]:
+            kept = machine.answers_for(self.model)
+            key = ("enabled_inputs", a.name)
+            got = kept.get(key)
+            if got is None:
+                got = kept[key] = self._enabled_inputs(a)
+            return got  # type: ignore[no-any-return]
+
+        def near_misses(self) -> list[tuple[str, tuple[tuple[str, int], ...]]]:
+            kept = machine.answers_for(self.model)
+            got = kept.get(("near_misses",))
+            if got is None:
+                got = kept["near_misses",] = self._near_misses()
+            return got  # type: ignore[no-any-return]
+
         def complete_prefix(self) -> tuple[int, int]:
+            kept = machine.answers_for(self.model)
+            key = ("complete_prefix", frozenset(self.disturbed))
+            got = kept.get(key)
+            if got is None:
+                got = kept[key] = self._complete_prefix()
+            return got  # type: ignore[no-any-return]
+
+        def check_completeness(self) -> None:
+            kept = machine.answers_for(self.model)
+            key = ("completeness checked", frozenset(self.disturbed))
+            if key not in kept:
+                self._check_completeness()
+                kept[key] = True
+
+        # -- completeness (the table's rule: the write path enables the read path) -----------
+        def _complete_prefix(self) -> tuple[int, int]:
             """(n, r): the longest undisturbed prefix the ghost truth says is stored, sealed
             and indexed, and an idle request to probe it with; (0, -1) when there is none."""
             c = table.completeness
@@ -450,7 +154,7 @@ def build_state_machine(
                     return k, idle[0]
             return 0, -1
 
-        def check_completeness(self) -> None:
+        def _check_completeness(self) -> None:
             """The model itself must accept the read path over a complete prefix."""
             k, r = self.complete_prefix()
             if k == 0:
@@ -494,7 +198,7 @@ def build_state_machine(
                 counts["(first failure steps)"] = len(self.steps)
             return exc
 
-        def enabled_inputs(self, a: Action) -> list[dict[str, int]]:
+        def _enabled_inputs(self, a: Action) -> list[dict[str, int]]:
             if self._enabled is None:
                 self._enabled = {}
             if a.name not in self._enabled:
@@ -513,7 +217,7 @@ def build_state_machine(
                 self._enabled[a.name] = res
             return self._enabled[a.name]
 
-        def near_misses(self) -> list[tuple[str, tuple[tuple[str, int], ...]]]:
+        def _near_misses(self) -> list[tuple[str, tuple[tuple[str, int], ...]]]:
             out = []
             for a in table.actions:
                 outs = {q.name: 0 for q in a.params if q.kind in OUTPUT_KINDS}
@@ -673,58 +377,6 @@ def build_state_machine(
             if callable(close):
                 close()
 
-    # The model's answers per state, kept by value on the machine (``_LockstepMachine``): the
-    # class's own ``enabled_inputs`` and ``near_misses`` (their source above is what seeds the
-    # ci walks, so they stay as written) are pure functions of the model state and run once
-    # per distinct state; an instance then gets the kept lists.  Callers only read them (the
-    # rules draw from them, ``perform`` and ``expect_refusal`` copy what they take).
-    body_enabled_inputs = Conformance.enabled_inputs
-    body_near_misses = Conformance.near_misses
-
-    def enabled_inputs(self: Any, a: Action) -> list[dict[str, int]]:
-        kept = machine.answers_for(self.model)
-        key = ("enabled_inputs", a.name)
-        got = kept.get(key)
-        if got is None:
-            got = kept[key] = body_enabled_inputs(self, a)
-        return got  # type: ignore[no-any-return]
-
-    def near_misses(self: Any) -> list[tuple[str, tuple[tuple[str, int], ...]]]:
-        kept = machine.answers_for(self.model)
-        got = kept.get(("near_misses",))
-        if got is None:
-            got = kept["near_misses",] = body_near_misses(self)
-        return got  # type: ignore[no-any-return]
-
-    Conformance.enabled_inputs = enabled_inputs  # type: ignore[method-assign]
-    Conformance.near_misses = near_misses  # type: ignore[method-assign]
-
-    # The completeness rule likewise: ``complete_prefix`` and ``check_completeness`` read the
-    # model state and the blocks a disturbing action touched, nothing else.  The prefix is kept
-    # per (state value, disturbed blocks); a check is skipped where it passed on the same
-    # (a failing one raises, and is never kept: it fails afresh).  The precondition of the
-    # probe rule asks for the prefix at every rule choice.
-    body_complete_prefix = Conformance.complete_prefix
-    body_check_completeness = Conformance.check_completeness
-
-    def complete_prefix(self: Any) -> tuple[int, int]:
-        kept = machine.answers_for(self.model)
-        key = ("complete_prefix", frozenset(self.disturbed))
-        got = kept.get(key)
-        if got is None:
-            got = kept[key] = body_complete_prefix(self)
-        return got  # type: ignore[no-any-return]
-
-    def check_completeness(self: Any) -> None:
-        kept = machine.answers_for(self.model)
-        key = ("completeness checked", frozenset(self.disturbed))
-        if key not in kept:
-            body_check_completeness(self)
-            kept[key] = True
-
-    Conformance.complete_prefix = complete_prefix  # type: ignore[method-assign]
-    Conformance.check_completeness = check_completeness  # type: ignore[method-assign]
-
     # One strategy per distinct list of options (many states enable the same inputs): a new
     # strategy object is validated at its first draw, and equal ones draw alike.
     strategies: dict[tuple[Any, ...], st.SearchStrategy[Any]] = {}
@@ -846,227 +498,3 @@ def build_state_machine(
     Conformance.table = table  # type: ignore[attr-defined]
     Conformance.machine = machine  # type: ignore[attr-defined]
     return Conformance
-
-
-def _close(m: Any) -> None:
-    close = getattr(m.target, "close", None)
-    if callable(close):
-        close()
-
-
-def replay_seeds(
-    machine_cls: type[RuleBasedStateMachine],
-    table: Table,
-    seeds: Sequence[Sequence[tuple[str, Mapping[str, int]]]],
-) -> None:
-    """Deterministic coverage pass: each seed trace in lockstep from Init, checked every step.
-
-    Like Hypothesis' ``@example`` for state machines: it guarantees every seeded path (e.g. every
-    reachability witness) is exercised in every run, before the random exploration starts.
-    After every step, every near miss (an action whose guard is false on exactly one conjunct)
-    must be refused.  A finding is raised as :class:`Nonconformance` whose ``trace`` is the
-    witness up to the failing step (a failing near-miss check is its last step; passing checks
-    change nothing and are left out); :func:`minimize` shrinks it.
-    """
-    for idx, trace in enumerate(seeds):
-        m: Any = machine_cls()
-        m.in_hypothesis = False
-        sweep = False
-        try:
-            m.conforms()
-            for name, params in trace:
-                a = table.action(name)
-                m.attempt(a, {q.name: params[q.name] for q in _inputs(a) if q.name in params})
-                m.conforms()
-                sweep = True
-                for a_name, inputs in m.near_misses():
-                    done = len(m.steps)
-                    m.expect_refusal(table.action(a_name), dict(inputs))
-                    del m.steps[done:]
-                sweep = False
-        except Nonconformance as exc:
-            exc.origin = f"coverage pass (witness trace {idx + 1} of {len(seeds)}" + (
-                ", near-miss refusal sweep)" if sweep else ")"
-            )
-            raise
-        finally:
-            _close(m)
-
-
-def replay_trace(
-    machine_cls: type[RuleBasedStateMachine], steps: Sequence[Step]
-) -> tuple[Nonconformance | None, int, list[TraceStep]]:
-    """Replay ``steps`` from Init on a FRESH target and model, checking after every step.
-
-    Each step is fired if the model allows it, else the target must refuse it.  Returns the
-    finding (or None), the index of the step it arose at (-1: at Init; the last index when
-    none), and the steps the run took.
-    """
-    table: Table = machine_cls.table  # type: ignore[attr-defined]
-    m: Any = machine_cls()
-    m.in_hypothesis = False
-    at = -1
-    try:
-        m.conforms()
-        for name, params in steps:
-            at += 1
-            a = table.action(name)
-            m.attempt(a, {q.name: params[q.name] for q in _inputs(a) if q.name in params})
-            m.conforms()
-    except Nonconformance as exc:
-        return exc, at, m.steps
-    finally:
-        _close(m)
-    return None, len(steps) - 1, m.steps
-
-
-@dataclass
-class Minimized:
-    """The outcome of :func:`minimize`."""
-
-    steps: list[TraceStep]  # the minimized trace, as its final fresh replay took it
-    failure: Nonconformance  # the failure that replay raised
-    before: int  # steps in the trace it started from
-    replays: int  # fresh replays tried
-    seconds: float
-    reproduced: bool  # the starting trace failed the same way on a fresh replay
-    complete: bool  # a fixpoint: no single step can be removed or parameter lowered
-
-    @property
-    def after(self) -> int:
-        return len(self.steps)
-
-
-def _simpler(machine: Machine, kind: ParamKind, v: int) -> list[int]:
-    """Smaller values for a parameter, smallest first (whole LCM blocks first for tokens)."""
-    lower = [x for x in machine.domain(kind) if x < v]
-    if kind is ParamKind.TOKENS:
-        step = machine.table.consts.L
-        return [x for x in lower if x % step == 0] + [x for x in lower if x % step]
-    return lower
-
-
-def _relabel(steps: list[Step], table: Table, kind: ParamKind) -> list[Step]:
-    """Rename the block (request) indices by order of first appearance: 0, 1, ..."""
-    names: dict[int, int] = {}
-    out = []
-    for name, params in steps:
-        p = dict(params)
-        for q in table.action(name).params:
-            if q.kind is kind and q.name in p:
-                p[q.name] = names.setdefault(p[q.name], len(names))
-        out.append((name, p))
-    return out
-
-
-def minimize(
-    machine_cls: type[RuleBasedStateMachine],
-    failure: Nonconformance,
-    *,
-    max_replays: int = 400,
-    max_seconds: float = 60.0,
-) -> Minimized:
-    """Shrink ``failure.trace`` to a short trace that fails *the same way*.
-
-    Delta debugging over the steps (remove chunks, halving down to single steps), then lower
-    each parameter (and rename blocks/requests to 0, 1, ...), repeated to a fixpoint.  Every
-    candidate is replayed from Init on a fresh target and model (:func:`replay_trace`: no
-    state carries over between replays) and kept only if it raises a :class:`Nonconformance`
-    that is :meth:`~Nonconformance.same_as` the original (same kind; same refused action and
-    conjuncts, same first mismatched field, same first invariant); steps after the failing one
-    are dropped.
-    """
-    table: Table = machine_cls.table  # type: ignore[attr-defined]
-    machine: Machine = machine_cls.machine  # type: ignore[attr-defined]
-    original = [s.step for s in failure.trace]
-    started = time.monotonic()
-    replays = 0
-
-    def over() -> bool:
-        return replays >= max_replays or time.monotonic() - started > max_seconds
-
-    def check(cand: list[Step]) -> tuple[list[Step], Nonconformance, list[TraceStep]] | None:
-        nonlocal replays
-        replays += 1
-        exc, i, taken = replay_trace(machine_cls, cand)
-        if exc is None or not exc.same_as(failure):
-            return None
-        return cand[: i + 1], exc, taken
-
-    first = check(original)
-    if first is None:
-        return Minimized(
-            failure.trace, failure, len(original), replays, 0.0, reproduced=False, complete=False
-        )
-    cur, exc, taken = first
-    complete = False
-    while not over():
-        changed = False
-        # 1. delta debugging: try removing each of n chunks, refining n up to single steps
-        n = 2
-        while cur and not over():
-            size = -(-len(cur) // n)
-            for k in range(0, len(cur), size):
-                r = check(cur[:k] + cur[k + size :])
-                if r is not None:
-                    cur, exc, taken = r
-                    n, changed = max(n - 1, 2), True
-                    break
-                if over():
-                    break
-            else:
-                if size == 1:
-                    break
-                n = min(2 * n, len(cur))
-        # 2. simpler parameters, one at a time, then canonical block / request names
-        j = 0
-        while j < len(cur) and not over():
-            name, params = cur[j]
-            for q in _inputs(table.action(name)):
-                if q.name not in params:
-                    continue
-                for v in _simpler(machine, q.kind, params[q.name]):
-                    cand = list(cur)
-                    cand[j] = (name, {**params, q.name: v})
-                    r = check(cand)
-                    if r is not None:
-                        cur, exc, taken = r
-                        changed = True
-                        break
-                    if over():
-                        break
-                if j >= len(cur) or over():
-                    break
-                params = cur[j][1]
-            j += 1
-        for kind in (ParamKind.BLOCK, ParamKind.REQ):
-            cand = _relabel(cur, table, kind)
-            if cand != cur and not over():
-                r = check(cand)
-                if r is not None:
-                    cur, exc, taken = r
-                    changed = True
-        if not changed:
-            complete = not over()
-            break
-    exc.origin = failure.origin
-    return Minimized(taken, exc, len(original), replays, time.monotonic() - started, True, complete)
-
-
-def run_conformance(
-    table: Table,
-    factory: TargetFactory | None = None,
-    N: int | None = None,
-    *,
-    profile: settings | None = None,
-    seeds: Sequence[Sequence[tuple[str, Mapping[str, int]]]] = (),
-    stats: Counter[str] | None = None,
-) -> Counter[str]:
-    """The seeded coverage pass, then Hypothesis' random walks; raises on the first divergence."""
-    from hypothesis.stateful import run_state_machine_as_test
-
-    counts: Counter[str] = stats if stats is not None else Counter()
-    cls = build_state_machine(table, N, factory, stats=counts, seed_traces=seeds)
-    replay_seeds(cls, table, seeds)
-    run_state_machine_as_test(cls, settings=profile or settings.get_profile("ci"))
-    return counts
