@@ -34,6 +34,12 @@ TARGETS: dict[str, Entry] = {
     e.name: e
     for e in (
         Entry(
+            "kvstate-api",
+            "kvstate.api_harness:run_api_cli",
+            "the public API with bytes and faults",
+            runs_allocator=True,
+        ),
+        Entry(
             "kvstate",
             "kvstate.targets.block.cli:run_block_cli",
             "the built-in allocator, one action at a time",
@@ -43,12 +49,6 @@ TARGETS: dict[str, Entry] = {
             "model",
             "kvstate.targets.block.cli:run_block_cli",
             "the reference interpreter (a self-check)",
-        ),
-        Entry(
-            "kvstate-api",
-            "kvstate.api_harness:run_api_cli",
-            "the public API with bytes and faults",
-            runs_allocator=True,
         ),
         Entry(
             "vllm",
