@@ -1699,7 +1699,7 @@ def minimize_ops(
     table: Table, N: int, failure: Nonconformance, *, max_seconds: float = 60.0
 ) -> tuple[list[Op], Nonconformance, int]:
     """Delta debugging over operations (fresh replays; kept only if it fails the same way),
-    then smaller arguments; the same algorithm as :func:`kvstate.model.fuzz.minimize`."""
+    then smaller arguments; the same algorithm as :func:`kvstate.targets.block.replay.minimize`."""
     cur: list[Op] = list(getattr(failure, "api_trace", []))
     best = failure
     started = time.monotonic()
