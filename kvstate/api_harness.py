@@ -54,9 +54,9 @@ from kvstate.api_pools import do_pools
 from kvstate.api_prefix import do_variant, read_outside_chain
 from kvstate.calls import parse_calls
 from kvstate.examples_db import run_machine, saved, with_database
+from kvstate.harness.finding import Nonconformance
 from kvstate.model.apimap import Explainer, after_restart, state_diff
 from kvstate.model.concrete import KeptMachine, Machine
-from kvstate.model.fuzz import Nonconformance
 from kvstate.spec.api import API, RESTART_KEEPS
 from kvstate.spec.phases import CKV, Indexer, Pipe, Req, Swa
 from kvstate.spec.state import ConcreteState
@@ -1743,7 +1743,7 @@ def minimize_ops(
     table: Table, N: int, failure: Nonconformance, *, max_seconds: float = 60.0
 ) -> tuple[list[Op], Nonconformance, int]:
     """Delta debugging over operations (fresh replays; kept only if it fails the same way),
-    then smaller arguments; the same algorithm as :func:`kvstate.model.fuzz.minimize`."""
+    then smaller arguments; the same algorithm as :func:`kvstate.targets.block.replay.minimize`."""
     cur: list[Op] = list(getattr(failure, "api_trace", []))
     best = failure
     started = time.monotonic()

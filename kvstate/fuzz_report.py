@@ -256,7 +256,7 @@ def api_states(table: Table, n: int, ops: Sequence[Any]) -> list[tuple[str, Any,
     """The model's state after each operation of an API-target trace, on a fresh cache (the
     harness's replay), and after the final quiescence; up to the failing operation."""
     from kvstate.api_harness import ApiHarness, Coverage
-    from kvstate.model.fuzz import Nonconformance
+    from kvstate.harness.finding import Nonconformance
 
     h = ApiHarness(table, n, coverage=Coverage())
     out: list[tuple[str, Any, Any]] = [("init", {}, h.model.values)]

@@ -91,7 +91,7 @@ def prepare() -> None:
     import z3  # noqa: F401
 
     import kvstate.model.apimap  # noqa: F401
-    import kvstate.model.fuzz  # noqa: F401
+    import kvstate.targets.block  # noqa: F401
     from kvstate.spec import default_table
     from kvstate.testing.scratch import ram_scratch
     from kvstate.testing.threads import single_intraop_thread

@@ -139,8 +139,8 @@ class CoverageItem(pytest.Item):
         self.machine, self.table, self.replay = machine, table, replay
 
     def runtest(self) -> None:
-        from kvstate.model.fuzz import replay_seeds
         from kvstate.proofs.witnesses import reach_traces
+        from kvstate.targets.block import replay_seeds
 
         replay_seeds(self.machine, self.table, reach_traces(self.table.name))
 
@@ -163,8 +163,8 @@ class FuzzItem(pytest.Function):
 
 def _fuzz_failure(item: Any, excinfo: Any) -> str | None:
     """A conformance finding, minimized by fresh replays, as ``kvstate fuzz`` prints it."""
-    from kvstate.fuzz_cli import MINIMIZE_SECONDS, _nonconformance
-    from kvstate.model.fuzz import minimize
+    from kvstate.targets.block import minimize
+    from kvstate.targets.block.cli import MINIMIZE_SECONDS, _nonconformance
 
     found = _nonconformance(excinfo.value)
     if found is None:
@@ -236,10 +236,10 @@ def _fuzz_items(
     from hypothesis import Phase, settings
 
     from kvstate.examples_db import database_key, machine_test
-    from kvstate.fuzz_cli import resolve_target
-    from kvstate.model.fuzz import build_state_machine
     from kvstate.proofs.witnesses import reach_traces
     from kvstate.spec.errors import SpecError
+    from kvstate.targets.block import build_state_machine
+    from kvstate.targets.block.cli import resolve_target
 
     bugs = config.getoption("kvstate_bug")
     n = config.getoption("kvstate_pool") or table.geometry.model_blocks

@@ -143,19 +143,6 @@ class Machine:
         p = SimpleNamespace(**params)
         return [c.name for c in a.guard if not c.fn(s, p)]
 
-    def failed_upto(
-        self, s: ConcreteState, action: Action, params: Mapping[str, Any], limit: int
-    ) -> list[str]:
-        """The first ``limit`` false conjuncts, in guard order (enough to tell a near miss)."""
-        p = SimpleNamespace(**params)
-        out = []
-        for c in action.guard:
-            if not c.fn(s, p):
-                out.append(c.name)
-                if len(out) >= limit:
-                    break
-        return out
-
     def is_enabled(self, s: ConcreteState, action: Action | str, params: Mapping[str, Any]) -> bool:
         a = self.table.action(action) if isinstance(action, str) else action
         p = SimpleNamespace(**params)

@@ -17,7 +17,7 @@ os.environ.setdefault("KVSTATE_EXAMPLE_DB", "none")
 
 from hypothesis import settings  # noqa: E402
 
-import kvstate.model.fuzz  # noqa: E402,F401  (registers the ci/dev/nightly profiles)
+import kvstate.harness.profiles  # noqa: E402,F401  (registers the ci/dev/nightly profiles)
 
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 

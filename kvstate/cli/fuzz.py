@@ -10,6 +10,8 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+from kvstate.targets import TARGETS
+
 from .common import (
     EXIT_CODES,
     EXIT_USAGE,
@@ -20,13 +22,7 @@ from .common import (
     spec_names,
 )
 
-TARGETS = {
-    "kvstate-api": "the public API with bytes and faults",
-    "kvstate": "the built-in allocator, one action at a time",
-    "model": "the reference interpreter (a self-check)",
-    "vllm": "vLLM's KVCacheManager, on the table's projection",
-}
-RUNS_THE_ALLOCATOR = ("kvstate", "kvstate-api")
+RUNS_THE_ALLOCATOR = tuple(k for k, e in TARGETS.items() if e.runs_allocator)
 
 
 def target(text: str) -> str:
@@ -124,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
 def _epilog() -> str:
     from kvstate.testing.seeded import BUGS
 
-    targets = "\n".join(f"  {k:<12} {v}" for k, v in TARGETS.items())
+    targets = "\n".join(f"  {k:<12} {e.about}" for k, e in TARGETS.items())
     bugs = "\n".join(f"  {k:<28} {v}" for k, v in sorted(BUGS.items()))
     return (
         f"targets:\n{targets}\n  module:factory  factory(table, N) -> an object with one method "

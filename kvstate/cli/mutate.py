@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         )
     fuzz_failures: dict[str, str] = {}
     if args.fuzz and rep.stopped is None:
-        from kvstate.fuzz_cli import fuzz_spec_mutants
+        from kvstate.targets.block.cli import fuzz_spec_mutants
 
         pure_build_notice()
         fuzz_failures = fuzz_spec_mutants(table, rep, examples=args.fuzz_examples)

@@ -9,7 +9,7 @@ import pytest
 
 import kvstate.api_args as api_args
 from kvstate.api_harness import OPS, ApiHarness, op, witnesses
-from kvstate.model.fuzz import Nonconformance
+from kvstate.harness.finding import Nonconformance
 from kvstate.spec import default_table
 
 TABLE = default_table()

@@ -25,7 +25,7 @@ from kvstate.api_harness import (
     run_api,
     witnesses,
 )
-from kvstate.model.fuzz import Nonconformance
+from kvstate.harness.finding import Nonconformance
 from kvstate.spec import default_table
 
 TABLE = default_table()

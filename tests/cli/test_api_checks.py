@@ -10,8 +10,8 @@ from kvstate.api_damage import PARTS, _offset
 from kvstate.api_harness import ApiHarness, op, witnesses
 from kvstate.api_inputs import CASES
 from kvstate.api_prefix import variant_tokens
+from kvstate.harness.finding import Nonconformance
 from kvstate.impl.events import EventKind
-from kvstate.model.fuzz import Nonconformance
 from kvstate.spec import default_table
 
 TABLE = default_table()

@@ -420,8 +420,8 @@ class _Refusing:
 def test_a_refusal_the_table_does_not_require_is_a_finding() -> None:
     """An ``admit`` refused while the table has an idle request slot (the generated mutant
     ``cache.py`` ``is not`` -> ``is``): the harness asks the model, which admits."""
+    from kvstate.harness.finding import Nonconformance
     from kvstate.impl.errors import OutOfCapacity, Refused
-    from kvstate.model.fuzz import Nonconformance
 
     for exc in (Refused("admit", ("idle",), "planted"), OutOfCapacity("admit", (), "planted")):
         h = ApiHarness(TABLE, N)

@@ -7,8 +7,8 @@ import shlex
 import pytest
 
 from kvstate.cli import main
-from kvstate.model.fuzz import Nonconformance, build_state_machine, minimize, replay_trace
 from kvstate.spec import default_table
+from kvstate.targets.block import Nonconformance, build_state_machine, minimize, replay_trace
 from kvstate.testing.adapter import make_target
 from kvstate.testing.seeded import BUGS, witness
 
@@ -158,9 +158,9 @@ def test_coverage_pass_beside_counts_and_fails_as_in_place():
     and a failing pass there says so (the CLI then replays it in place for the report)."""
     from collections import Counter
 
-    from kvstate.fuzz_cli import _CoverageBeside
-    from kvstate.model.fuzz import replay_seeds
     from kvstate.proofs.witnesses import reach_traces
+    from kvstate.targets.block import replay_seeds
+    from kvstate.targets.block.cli import _CoverageBeside
 
     t = default_table()
     seeds = reach_traces(t.name)[:6]
@@ -182,8 +182,8 @@ def test_coverage_pass_beside_counts_and_fails_as_in_place():
 
 _FORK_AFTER_OPENMP = """
 import sys, torch
-from kvstate.fuzz_cli import _CoverageBeside
-from kvstate.model.fuzz import build_state_machine
+from kvstate.targets.block.cli import _CoverageBeside
+from kvstate.targets.block import build_state_machine
 from kvstate.proofs.witnesses import reach_traces
 from kvstate.spec.default import default_table
 from kvstate.testing.adapter import make_target

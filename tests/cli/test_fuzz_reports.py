@@ -139,7 +139,7 @@ def test_api_target_reports(tmp_path):
 
     from kvstate.api_harness import Coverage, RunResult
     from kvstate.fuzz_report import api_outcome, emit
-    from kvstate.model.fuzz import Nonconformance
+    from kvstate.harness.finding import Nonconformance
 
     table = default_table(small())
     ops = parse_ops(f"request(i=0, n={2 * table.consts.L + 1}, life=1); admit(i=0)")

@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from kvstate.engines import vllm_import
+from kvstate.targets.vllm import imports as vllm_import
 
 try:
     vllm_import.load("vllm.v1.core.kv_cache_manager")
@@ -25,9 +25,9 @@ from vllm.v1.core import kv_cache_coordinator as kc  # noqa: E402
 from vllm.v1.core import kv_cache_utils as ku  # noqa: E402
 from vllm.v1.core import single_type_kv_cache_manager as st  # noqa: E402
 
-from kvstate.engines.vllm import run  # noqa: E402
-from kvstate.engines.vllm_checks import CHECK_CLASSES  # noqa: E402
-from kvstate.engines.vllm_configs import ALL, Config  # noqa: E402
+from kvstate.targets.vllm.checks import CHECK_CLASSES  # noqa: E402
+from kvstate.targets.vllm.configs import ALL, Config  # noqa: E402
+from kvstate.targets.vllm.engine import run  # noqa: E402
 
 FULL = (Config("full", False, 14),)
 TWO = (Config("full-2sizes", False, 16),)

@@ -19,11 +19,11 @@ import pytest
 from kvstate.impl.errors import KVStateError
 from kvstate.impl.testdata import harness_tokens
 from kvstate.model.concrete import Machine
-from kvstate.model.fuzz import canonical
 from kvstate.spec import default_table
 from kvstate.spec.compile import invariant_reads
 from kvstate.spec.state import ConcreteState, initial_state
 from kvstate.spec.table import Scope
+from kvstate.targets.block import canonical
 from kvstate.testing.adapter import NAMESPACE, make_target
 
 TABLE = default_table()

@@ -5,11 +5,11 @@ from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from kvstate.model.concrete import GuardError, Machine
-from kvstate.model.fuzz import ModelTarget, build_state_machine, canonical, diff, run_conformance
 from kvstate.model.graph import check_structure, phase_graph, to_dot
 from kvstate.proofs.corpus import evict_without_refcount, replay_without_recapture
 from kvstate.proofs.witnesses import reach_traces
 from kvstate.spec import CKV, LIFECYCLES, Req, SpecError, default_table
+from kvstate.targets.block import ModelTarget, build_state_machine, canonical, diff, run_conformance
 
 HAPPY = [
     ("allocate", {"b": 0, "a": 0, "f": 0}),

@@ -142,7 +142,7 @@ def test_lockstep_machine_answers_what_the_plain_machine_answers(
     states keep using the answers they hold, successors are keyed by live answer sets only)."""
     from kvstate.model import concrete
     from kvstate.model.concrete import GuardError
-    from kvstate.model.fuzz import _LockstepMachine
+    from kvstate.targets.block.target import _LockstepMachine
 
     monkeypatch.setattr(concrete, "_STATES_KEPT", kept)
 
@@ -172,7 +172,7 @@ def test_diff_shortcut_reports_what_the_full_comparison_reports() -> None:
     """``diff`` answers "no difference" without renaming when every variable the target shows
     equals the model's; the full comparison (``_diff``) agrees on reached states, on damaged
     observations, and on observations with a variable missing."""
-    from kvstate.model.fuzz import _diff, _facts_of, diff
+    from kvstate.targets.block.observe import _diff, _facts_of, diff
 
     assert _facts_of(TABLE).mechanism_first  # the default table's mechanism addresses come first
     shown = [v.name for v in TABLE.vars if not v.ghost]
@@ -219,8 +219,8 @@ def test_with_ghosts_translates_as_the_plain_loop() -> None:
     """The observed state completed with the model's ghosts, ghost addresses translated into
     the target's names: the same as the plain loop, for targets that name addresses as the
     model does, rename them (a bijection), or show some of them wrong."""
-    from kvstate.model.fuzz import with_ghosts
     from kvstate.spec.table import Scope, address_vars
+    from kvstate.targets.block.observe import with_ghosts
 
     shown = [v.name for v in TABLE.vars if not v.ghost]
     mechanism = [a for a in address_vars(TABLE) if not TABLE.var(a).ghost]

@@ -9,10 +9,10 @@ from dataclasses import replace
 import pytest
 
 from kvstate.cli import main
-from kvstate.model.fuzz import build_state_machine, replay_trace
 from kvstate.proofs.mutate import OPERATORS, check_mutant, mutants
 from kvstate.spec import SpecError, table_named
 from kvstate.spec.table import Conjunct
+from kvstate.targets.block import build_state_machine, replay_trace
 
 TABLE = table_named("default")
 MUTANTS = {m.id: m for m in mutants(TABLE)}
@@ -173,8 +173,8 @@ def test_fuzz_finds_the_spec_mutants_the_implementation_disagrees_with() -> None
     # apart; a mutant proved equivalent behaves like the table on every path.
     from types import SimpleNamespace
 
-    from kvstate.fuzz_cli import fuzz_spec_mutants
     from kvstate.proofs.mutate import Outcome
+    from kvstate.targets.block.cli import fuzz_spec_mutants
 
     ids = ["swap-phase:capture.graph[CAPTURED<->STALE]", "drop-conjunct:match.in_pool"]
     rep = SimpleNamespace(

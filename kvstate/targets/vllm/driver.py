@@ -9,20 +9,19 @@ fresh manager.  Each call the driver makes is also written as a line of standalo
 
 from __future__ import annotations
 
-import random
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import vllm_import
-from .vllm_checks import (
+from . import imports as vllm_import
+from .checks import (
     Geometry,
     Violation,
     expected_complete_hit,
     geometry_of,
     hit_violations,
 )
-from .vllm_configs import Config
+from .configs import Config
 
 Op = tuple[Any, ...]
 
@@ -532,14 +531,6 @@ class Driver:
         self.stats.steps += 1
         if v:
             raise Finding(v, step, op)
-
-
-def random_ops(rng: random.Random, n: int, geo_L: int) -> list[Op]:
-    """A plain random trace (for smoke runs without Hypothesis)."""
-    ops: list[Op] = []
-    for _ in range(n):
-        ops.append(draw_op(rng.random, rng.randrange, geo_L))
-    return ops
 
 
 def draw_op(rand: Any, rr: Any, L: int) -> Op:
