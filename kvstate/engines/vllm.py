@@ -21,11 +21,12 @@ from typing import Any
 from . import vllm_import
 from .vllm_configs import ALL, Config
 from .vllm_driver import TOKENS_SRC, Driver, Finding, Op, Stats, draw_op
+from .vllm_tenants import TENANTS
 
-PROFILES = {  # examples x steps; ci is derandomized
-    "ci": (240, 60),
-    "dev": (200, 80),
-    "nightly": (2000, 120),
+PROFILES = {  # examples (shared out among the configurations) x steps; ci is derandomized
+    "ci": (264, 60),
+    "dev": (220, 80),
+    "nightly": (2200, 120),
 }
 
 
@@ -169,7 +170,10 @@ def _machine(
             """One scheduler-like call; the draw's seed picks the operation and its arguments
             with traffic-like weights (arrivals, admissions and steps dominate)."""
             rng = random.Random(seed * 1_000_003 + len(self.ops))  # varied even at seed 0
-            self._run(draw_op(rng.random, rng.randrange, self._L()))
+            op = draw_op(rng.random, rng.randrange, self._L())
+            if op[0] == "arrive" and self.d is not None and self.d.tenants:
+                op = (*op, None, rng.randrange(TENANTS))  # drawn after: other layouts unchanged
+            self._run(op)
 
     return VLLMMachine
 

@@ -151,8 +151,9 @@ BREAKS = {
 }
 
 
-def test_every_check_class_has_a_break() -> None:
-    assert set(BREAKS) == set(CHECK_CLASSES)
+def test_every_projected_check_class_has_a_break() -> None:
+    # the other classes' breaks: test_vllm_target_more.py
+    assert set(BREAKS) <= set(CHECK_CLASSES)
 
 
 @pytest.mark.parametrize("check", sorted(BREAKS))
