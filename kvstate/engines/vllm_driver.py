@@ -26,7 +26,7 @@ from .vllm_configs import Config
 from .vllm_events import EventLedger
 from .vllm_evict import EvictionOrder
 from .vllm_reset import reset_violations, stale_hits
-from .vllm_tenants import keyed_tokens, reads_no_cache, separation_violations
+from .vllm_tenants import TENANTS, keyed_tokens, reads_no_cache, separation_violations
 from .vllm_window import reads_of, window_violations
 
 Op = tuple[Any, ...]
@@ -110,6 +110,9 @@ class Driver:
         self.keys = self._cache_keys()
         self.stats = stats or Stats()
         self.tenants = "make_tenant_request" in self.ns
+        if self.tenants:  # a release without these inputs' classes cannot build the layout
+            for t in range(TENANTS):
+                self.ns["make_tenant_request"](f"probe{t}", list(range(1, 33)), t)
         self.raw: dict[int, tuple[int, ...]] = {}  # tenants: block id -> its plain token ids
         self.stale: set[int] = set()  # blocks cached before the last successful reset
         self.reads = reads_of(self.kvm)

@@ -25,7 +25,10 @@ class EventLedger:
 
         self.ev = ev
         self.ku = ku
-        self.enabled = bool(getattr(kvm.block_pool, "enable_kv_cache_events", False))
+        needs = ("maybe_convert_block_hash", "get_block_hash", "get_group_id")
+        self.enabled = bool(getattr(kvm.block_pool, "enable_kv_cache_events", False)) and all(
+            hasattr(ku, n) for n in needs
+        )  # a release without them is not checked for events
         # Releases whose events carry no group index are compared on hashes alone.
         self.grouped = "group_idx" in getattr(ev.BlockStored, "__struct_fields__", ())
         self.entries: Counter[tuple[Any, Any]] = Counter()
