@@ -151,8 +151,9 @@ BREAKS = {
 }
 
 
-def test_every_check_class_has_a_break() -> None:
-    assert set(BREAKS) == set(CHECK_CLASSES)
+def test_every_projected_check_class_has_a_break() -> None:
+    # the other classes' breaks: test_vllm_target_more.py
+    assert set(BREAKS) <= set(CHECK_CLASSES)
 
 
 @pytest.mark.parametrize("check", sorted(BREAKS))
@@ -163,7 +164,14 @@ def test_each_check_fires_when_vllm_is_broken(check: str, monkeypatch: pytest.Mo
     assert not r.ok, f"{check}: not caught"
     assert r.finding is not None
     fired = {v.check for v in r.finding.violations}
-    print(check, "->", fired, len(r.trace), "ops")
+    print(
+        check,
+        "->",
+        fired,
+        f"after {r.stats.steps} steps in {r.seconds:.1f} s,",
+        len(r.trace),
+        "ops",
+    )
     assert check in fired, r.render()
     assert "kvm = make_manager(" in r.reproducer
     compile(r.reproducer, "<reproducer>", "exec")

@@ -44,12 +44,12 @@ RULES_NOT_PROJECTED = {
 INVARIANT_PROJECTION = {
     "refcount": ("refcount", "free_queue"),
     "ghost_counters": ("free_queue",),
-    "toctou": ("toctou", "exclusive"),
+    "toctou": ("toctou", "exclusive", "window"),
     "hit_soundness": ("L1", "L3", "soundness"),
     # ghost truth: the content a hit names is the prompt's (the hash chain) and a held block's
     # content does not change while it is held
     "hit_truth": ("soundness",),
-    "reading_truth": ("toctou", "exclusive"),
+    "reading_truth": ("toctou", "exclusive", "window"),
 }
 INVARIANTS_NOT_PROJECTED = {
     "graph_topology": "no CUDA graph in the manager",
@@ -71,6 +71,11 @@ CHECK_CLASSES = (
     "L3",
     "soundness",
     "completeness",
+    "window",  # vllm_window
+    "eviction",  # vllm_evict
+    "reset",  # vllm_reset
+    "events",  # vllm_events
+    "separation",  # vllm_tenants
 )
 
 

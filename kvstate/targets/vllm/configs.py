@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import vllm_tenants
+
 PRELUDE = '''\
 import inspect
 import types
@@ -39,7 +41,8 @@ def manager_from_groups(groups, num_blocks, use_eagle, max_len, sched_block, has
     cfg = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=groups)
     cfg = generate_scheduler_kv_cache_config([cfg])  # what the engine core hands the scheduler
     return kw(KVCacheManager, cfg, max_model_len=max_len, scheduler_block_size=sched_block,
-              hash_block_size=hash_block, enable_caching=True, use_eagle=use_eagle)
+              hash_block_size=hash_block, enable_caching=True, use_eagle=use_eagle,
+              enable_kv_cache_events=True)
 
 
 init_none_hash(sha256)
@@ -130,10 +133,11 @@ def make_manager(num_blocks, use_eagle):
     return manager_from_groups(dsv4_groups(), num_blocks, use_eagle, MAX_LEN, SCHED_BLOCK,
                                HASH_BLOCK)
 ''',
+    "tenants": vllm_tenants.SOURCE,
 }
 
 # Pools small enough that the fuzzer's traffic evicts (blocks, incl. the null block).
-POOL = {"full": 14, "full-2sizes": 16, "swa": 16, "mamba": 24, "deepseek-v4": 320}
+POOL = {"full": 14, "full-2sizes": 16, "swa": 16, "mamba": 24, "deepseek-v4": 320, "tenants": 14}
 
 
 @dataclass(frozen=True)
@@ -151,4 +155,7 @@ class Config:
         return PRELUDE + "\n" + CONFIGS[self.name]
 
 
-ALL = tuple(Config(n, e, POOL[n]) for n in CONFIGS for e in (False, True))
+# Every layout with EAGLE off and on; the tenants' inputs (one full-attention group) once.
+ALL = tuple(Config(n, e, POOL[n]) for n in CONFIGS if n != "tenants" for e in (False, True)) + (
+    Config("tenants", False, POOL["tenants"]),
+)

@@ -22,6 +22,11 @@ from .checks import (
     hit_violations,
 )
 from .configs import Config
+from .events import EventLedger
+from .evict import EvictionOrder
+from .reset import reset_violations, stale_hits
+from .tenants import TENANTS, keyed_tokens, reads_no_cache, separation_violations
+from .window import reads_of, window_violations
 
 Op = tuple[Any, ...]
 
@@ -61,6 +66,7 @@ class Live:
     out_seed: int = 0
     admitted_epoch: int = -1
     external: bool = False  # some of its tokens came from a KV connector, not computed here
+    tenant: int = 0  # the tenants configuration's inputs (vllm_tenants)
 
 
 @dataclass
@@ -68,6 +74,7 @@ class Finished:
     tokens: tuple[int, ...]
     computed: int
     epoch: int  # the eviction epoch when it was admitted
+    tenant: int = 0
 
 
 @dataclass
@@ -101,6 +108,15 @@ class Driver:
         self.epoch = 0  # bumped whenever a cached prefix entry disappears (any eviction)
         self.keys = self._cache_keys()
         self.stats = stats or Stats()
+        self.tenants = "make_tenant_request" in self.ns
+        if self.tenants:  # a release without these inputs' classes cannot build the layout
+            for t in range(TENANTS):
+                self.ns["make_tenant_request"](f"probe{t}", list(range(1, 33)), t)
+        self.raw: dict[int, tuple[int, ...]] = {}  # tenants: block id -> its plain token ids
+        self.stale: set[int] = set()  # blocks cached before the last successful reset
+        self.reads = reads_of(self.kvm)
+        self.evictions = EvictionOrder(self.kvm.block_pool)
+        self.ledger = EventLedger(self.kvm)
         self.code: list[str] = [
             f"kvm = make_manager({config.num_blocks}, use_eagle={config.use_eagle})"
         ]
@@ -116,8 +132,27 @@ class Driver:
 
     # -- helpers ---------------------------------------------------------------------------
     def _call(self, name: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """One call into vLLM; a mutating one is followed by the per-call bookkeeping: the
+        eviction order and the eviction epoch (a compound operation makes several calls)."""
         self.stats.calls[name] += 1
-        return vllm_import.call(fn, *args, **kwargs)
+        if name == "get_computed_blocks":
+            return vllm_import.call(fn, *args, **kwargs)
+        self.evictions.before()
+        seen = self.evictions.evictions
+        result = vllm_import.call(fn, *args, **kwargs)
+        v = self.evictions.after(name)
+        self.stats.checks["eviction"] += self.evictions.evictions - seen
+        keys = self._cache_keys()
+        if self.keys - keys:
+            self.epoch += 1
+        self.keys = keys
+        if v:
+            self.pending.extend(v)
+        return result
+
+    def _tokens(self, x: Live) -> list[Any]:
+        """The request's content as the model sees it (plain token ids but for tenants)."""
+        return keyed_tokens(x.req) if self.tenants else x.req.all_token_ids
 
     def _pick(self, i: int | str, running: bool | None) -> Live | None:
         """The ``i``-th live request (modulo), or, in a resolved trace, the one named ``i``."""
@@ -137,13 +172,17 @@ class Driver:
         return frozenset(keys)
 
     def _record_content(self, x: Live) -> None:
-        toks = x.req.all_token_ids
+        toks = self._tokens(x)
+        raw = x.req.all_token_ids
         done = x.req.num_computed_tokens
         for g in self.geo.groups:
             blocks = self.kvm.coordinator.single_type_managers[g.index].req_to_blocks.get(x.rid, [])
             for j, b in enumerate(blocks):
                 if not b.is_null and (j + 1) * g.block_size <= done:
                     self.content[b.block_id] = tuple(toks[: (j + 1) * g.block_size])
+                    self.stale.discard(b.block_id)
+                    if self.tenants:
+                        self.raw[b.block_id] = tuple(raw[: (j + 1) * g.block_size])
 
     def _compute(self, x: Live, n_new: int, accepted: int = 0, drafts: int = 0) -> None:
         """The step ran: ``n_new`` tokens (incl. drafts) computed, rejected drafts rolled back."""
@@ -165,7 +204,13 @@ class Driver:
         getattr(self, "op_" + op[0])(*op[1:])
 
     def op_arrive(
-        self, family: int, shared: int, tail_family: int, extra: int, rid: str | None = None
+        self,
+        family: int,
+        shared: int,
+        tail_family: int,
+        extra: int,
+        rid: str | None = None,
+        tenant: int = 0,
     ) -> None:
         max_prompt = self.geo.max_len // 2
         shared = min(shared, max_prompt)
@@ -177,12 +222,14 @@ class Driver:
         self.created = rid
         var = rid
         self.n += 1
-        req = self.ns["make_request"](self.ns["HASH_BLOCK"], rid, toks)
-        self.live.append(Live(rid, var, req, out_seed=int(rid[1:])))
-        self.code.append(
-            f"{var} = make_request(HASH_BLOCK, {rid!r}, tokens_of({family}, 0, {shared}) + "
-            f"tokens_of({tail_family}, {shared}, {shared + extra}))"
-        )
+        src = f"tokens_of({family}, 0, {shared}) + tokens_of({tail_family}, {shared}, {shared + extra})"
+        if self.tenants:
+            req = self.ns["make_tenant_request"](rid, toks, tenant)
+            self.code.append(f"{var} = make_tenant_request({rid!r}, {src}, {tenant})")
+        else:
+            req = self.ns["make_request"](self.ns["HASH_BLOCK"], rid, toks)
+            self.code.append(f"{var} = make_request(HASH_BLOCK, {rid!r}, {src})")
+        self.live.append(Live(rid, var, req, out_seed=int(rid[1:]), tenant=tenant))
 
     def _mamba_split(self, r: Any, start: int, n: int) -> int:
         """The scheduler's chunk clipping in Mamba "align" mode (state exists at chunk ends)."""
@@ -303,6 +350,7 @@ class Driver:
                 tuple(x.req.prompt_token_ids),
                 0 if x.external else x.req.num_computed_tokens,  # computed here, or no promise
                 x.admitted_epoch,
+                x.tenant,
             )
         )
         self.finished = self.finished[-8:]
@@ -314,10 +362,14 @@ class Driver:
         f = self.finished[k % len(self.finished)]
         rid = f"s{self.n}"  # its own namespace: resolved traces name arrivals explicitly
         self.n += 1
-        req = self.ns["make_request"](self.ns["HASH_BLOCK"], rid, list(f.tokens))
-        x = Live(rid, rid, req, out_seed=1000 + int(rid[1:]))
+        if self.tenants:
+            req = self.ns["make_tenant_request"](rid, list(f.tokens), f.tenant)
+            self.code.append(f"{rid} = make_tenant_request({rid!r}, {list(f.tokens)}, {f.tenant})")
+        else:
+            req = self.ns["make_request"](self.ns["HASH_BLOCK"], rid, list(f.tokens))
+            self.code.append(f"{rid} = make_request(HASH_BLOCK, {rid!r}, {list(f.tokens)})")
+        x = Live(rid, rid, req, out_seed=1000 + int(rid[1:]), tenant=f.tenant)
         self.live.append(x)
-        self.code.append(f"{rid} = make_request(HASH_BLOCK, {rid!r}, {list(f.tokens)})")
         self.op_admit(len([y for y in self.live if not y.running]) - 1, chunk, 0)
 
     def op_roundtrip(self, family: int, shared: int, tail: int, extra: int, chunk: int) -> None:
@@ -348,8 +400,15 @@ class Driver:
 
     def op_reset(self) -> None:
         self.code.append("kvm.reset_prefix_cache()")
-        ok = self._call("reset_prefix_cache", self.kvm.reset_prefix_cache)
+        before = self.keys
+        ok = bool(self._call("reset_prefix_cache", self.kvm.reset_prefix_cache))
         self.code[-1] += f"  # -> {ok}"
+        self.stats.checks["reset"] += 1
+        holders = [x.rid for x in self.live if x.running]
+        entries = len(getattr(self.kvm.block_pool, "cached_block_hash_to_block", ()))
+        self.pending.extend(reset_violations(ok, holders, before, self.keys, entries))
+        if ok:
+            self.stale = set(self.content)
 
     def op_skip(self, i: int) -> None:
         x = self._pick(i, running=True)
@@ -370,13 +429,17 @@ class Driver:
     # -- checks -----------------------------------------------------------------------------
     def _check_hit(self, x: Live, blocks: Any, hit: int) -> None:
         per_group = tuple(list(g) for g in blocks.blocks)
-        toks = x.req.all_token_ids
-        v = hit_violations(self.geo, hit, per_group, toks, self.content)
+        v = hit_violations(self.geo, hit, per_group, self._tokens(x), self.content)
         for c in ("L1", "L3", "soundness"):
             self.stats.checks[c] += 1
+        v += stale_hits(per_group, self.stale)
+        if self.tenants:
+            self.stats.checks["separation"] += 1
+            sizes = [g.block_size for g in self.geo.groups]
+            v += separation_violations(x.req, hit, per_group, sizes, self.content, self.raw)
         # Completeness: the same prompt ran to the end before and nothing was evicted since.
         prompt = tuple(x.req.prompt_token_ids)
-        if x.req.num_tokens == len(prompt):
+        if x.req.num_tokens == len(prompt) and not reads_no_cache(x.req):
             for f in reversed(self.finished):
                 if f.tokens == prompt and f.epoch == self.epoch and f.computed >= len(prompt):
                     self.stats.checks["completeness"] += 1
@@ -474,7 +537,7 @@ class Driver:
                 for rid, g, j in hs:
                     end = (j + 1) * self.geo.groups[g].block_size
                     x = by_rid.get(rid)
-                    toks = x.req.all_token_ids if x else []
+                    toks = self._tokens(x) if x else []
                     prefixes.add(tuple(toks[:end]) if len(toks) >= end else ("uncomputed", rid))
                 if len(prefixes) > 1:
                     out.append(
@@ -505,10 +568,22 @@ class Driver:
             self.held[x.rid] = dict(now)
         return out
 
+    def _window_and_events(self) -> list[Violation]:
+        self.stats.checks["window"] += 1
+        running = [(x.rid, x.req.num_computed_tokens) for x in self.live if x.running]
+        v = window_violations(self.kvm, self.reads, running)
+        if self.ledger.enabled:
+            self.stats.checks["events"] += 1
+            ev = self.ledger.check(self.kvm, self.keys)
+            if ev:
+                self.code.append("print(kvm.take_events())  # the event stream since the start")
+            v += ev
+        return v
+
     def resolved(self, op: Op) -> Op:
         """``op`` naming the request it acted on, so deleting other steps cannot redirect it."""
         if op[0] == "arrive":
-            return (*op[:5], self.created)
+            return (*op[:5], self.created, *op[6:])
         if op[0] in ("admit", "step", "preempt", "finish", "skip", "cache"):
             return (op[0], self.picked or "none", *op[2:])
         return op
@@ -523,11 +598,7 @@ class Driver:
             crash = Violation("crash", f"{type(e).__name__}: {e}")
             raise Finding(self.pending + [crash], step, op) from e
         self.trace.append(self.resolved(op))
-        keys = self._cache_keys()
-        if self.keys - keys:
-            self.epoch += 1
-        self.keys = keys
-        v = self.pending + self.state_violations()
+        v = self.pending + self.state_violations() + self._window_and_events()
         self.stats.steps += 1
         if v:
             raise Finding(v, step, op)

@@ -23,6 +23,7 @@ from kvstate.harness.profiles import SIZES, pin, show
 from . import imports as vllm_import
 from .configs import ALL, Config
 from .driver import TOKENS_SRC, Driver, Finding, Op, Stats, draw_op
+from .tenants import TENANTS
 
 PROFILES = SIZES["vllm"]  # the toolkit's profiles, sized for this target (examples x steps)
 
@@ -167,7 +168,10 @@ def _machine(
             """One scheduler-like call; the draw's seed picks the operation and its arguments
             with traffic-like weights (arrivals, admissions and steps dominate)."""
             rng = random.Random(seed * 1_000_003 + len(self.ops))  # varied even at seed 0
-            self._run(draw_op(rng.random, rng.randrange, self._L()))
+            op = draw_op(rng.random, rng.randrange, self._L())
+            if op[0] == "arrive" and self.d is not None and self.d.tenants:
+                op = (*op, None, rng.randrange(TENANTS))  # drawn after: other layouts unchanged
+            self._run(op)
 
     return VLLMMachine
 

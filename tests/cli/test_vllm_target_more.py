@@ -1,0 +1,192 @@
+"""The vLLM target's checks beyond the table's projection, each shown able to fire.
+
+For each check class (sliding-window and Mamba state reads, eviction order, reset, KV cache
+events, inputs that separate caches) one vLLM method is broken in-process with monkeypatch and
+the fuzzer must report that class; the time to catch is printed (``pytest -s``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from kvstate.targets.vllm import imports as vllm_import
+
+try:
+    vllm_import.load("vllm.v1.core.kv_cache_manager")
+except vllm_import.VLLMUnavailable as e:  # pragma: no cover - depends on the machine
+    if os.environ.get("CI"):  # .ci/run installs vLLM: a missing one is a failure there
+        raise
+    pytest.skip(f"vLLM not installed ({e}); run tools/install_vllm.sh", allow_module_level=True)
+
+from test_vllm_target import BREAKS as PROJECTED_BREAKS  # noqa: E402
+from vllm.v1.core import block_pool as bp  # noqa: E402
+from vllm.v1.core import kv_cache_manager as km  # noqa: E402
+from vllm.v1.core import kv_cache_utils as ku  # noqa: E402
+from vllm.v1.core import single_type_kv_cache_manager as st  # noqa: E402
+
+from kvstate.targets.vllm.engine import run  # noqa: E402
+from kvstate.targets.vllm.checks import CHECK_CLASSES  # noqa: E402
+from kvstate.targets.vllm.configs import Config  # noqa: E402
+
+FULL = (Config("full", False, 14),)
+SWA = (Config("swa", False, 16),)
+MAMBA = (Config("mamba", False, 24),)
+TENANTS = (Config("tenants", False, 14),)
+
+
+def break_swa_skip(mp: pytest.MonkeyPatch) -> None:
+    """The sliding window's skipped-token count one too high: a block still inside the window of
+    a running request is freed (silent to every other check)."""
+    orig = st.SlidingWindowManager.get_num_skipped_tokens
+    mp.setattr(st.SlidingWindowManager, "get_num_skipped_tokens", lambda s, n: orig(s, n) + 1)
+
+
+def break_mamba_skip(mp: pytest.MonkeyPatch) -> None:
+    """Mamba keeps no state: the block holding the last computed token's state is freed."""
+    mp.setattr(st.MambaManager, "get_num_skipped_tokens", lambda s, n: n)
+
+
+def break_lru(mp: pytest.MonkeyPatch) -> None:
+    """LRU reversed: freed cached blocks go to the front of the free queue (evicted first)."""
+    orig = bp.BlockPool.free_blocks
+
+    def free_blocks(self, ordered_blocks):  # type: ignore[no-untyped-def]
+        blocks = list(ordered_blocks)
+        orig(self, blocks)
+        cached = [b for b in blocks if b.ref_cnt == 0 and b.block_hash is not None]
+        for b in cached:
+            self.free_block_queue.remove(b)
+        self.free_block_queue.prepend_n(cached)
+
+    mp.setattr(bp.BlockPool, "free_blocks", free_blocks)
+
+
+def break_reset_in_use(mp: pytest.MonkeyPatch) -> None:
+    """Reset does not wait for the blocks in use to be freed."""
+
+    def reset(self):  # type: ignore[no-untyped-def]
+        self.cached_block_hash_to_block = bp.BlockHashToBlockMap()
+        self.cached_block_hashes_by_block.clear()
+        for b in self.blocks:
+            b.reset_hash()
+        return True
+
+    mp.setattr(bp.BlockPool, "reset_prefix_cache", reset)
+
+
+def break_reset_incomplete(mp: pytest.MonkeyPatch) -> None:
+    """Reset clears the blocks' hashes but keeps the hash map: old KV stays reachable."""
+    orig = bp.BlockPool.reset_prefix_cache
+
+    def reset(self):  # type: ignore[no-untyped-def]
+        kept = self.cached_block_hash_to_block
+        ok = orig(self)
+        self.cached_block_hash_to_block = kept
+        return ok
+
+    mp.setattr(bp.BlockPool, "reset_prefix_cache", reset)
+
+
+def break_events(mp: pytest.MonkeyPatch) -> None:
+    """An eviction for reuse reports no ``BlockRemoved``: a router keeps routing to lost KV."""
+
+    def evict(self, block):  # type: ignore[no-untyped-def]
+        return bool(self._remove_cached_block_hashes(block))
+
+    mp.setattr(bp.BlockPool, "_maybe_evict_cached_block", evict)
+
+
+def break_salt(mp: pytest.MonkeyPatch) -> None:
+    orig = ku.generate_block_hash_extra_keys
+
+    def keys(request, *a, **k):  # type: ignore[no-untyped-def]
+        extra, idx = orig(request, *a, **k)
+        kept = tuple(x for x in extra or () if x[0] != "cache_salt")
+        return kept or None, idx
+
+    mp.setattr(ku, "generate_block_hash_extra_keys", keys)
+
+
+def break_lora(mp: pytest.MonkeyPatch) -> None:
+    mp.setattr(ku, "_gen_lora_extra_hash_keys", lambda request: [])
+
+
+def break_mm(mp: pytest.MonkeyPatch) -> None:
+    orig = ku._gen_mm_extra_hash_keys
+
+    def keys(*a, **k):  # type: ignore[no-untyped-def]
+        extra, idx = orig(*a, **k)
+        return [(x[0], "image", *x[2:]) for x in extra], idx  # the image's identity dropped
+
+    mp.setattr(ku, "_gen_mm_extra_hash_keys", keys)
+
+
+def break_prompt_logprobs(mp: pytest.MonkeyPatch) -> None:
+    mp.setattr(km.KVCacheManager, "prefix_cache_lookup_enabled", lambda self, r: True)
+
+
+# name -> (break, configurations, the check class that must fire)
+BREAKS = {
+    "window-swa": (break_swa_skip, SWA, "window"),
+    "window-mamba": (break_mamba_skip, MAMBA, "window"),
+    "eviction-lru-reversed": (break_lru, FULL, "eviction"),
+    "reset-in-use": (break_reset_in_use, FULL, "reset"),
+    "reset-incomplete": (break_reset_incomplete, FULL, "reset"),
+    "events-removal-missing": (break_events, FULL, "events"),
+    "separation-salt": (break_salt, TENANTS, "separation"),
+    "separation-lora": (break_lora, TENANTS, "separation"),
+    "separation-image": (break_mm, TENANTS, "separation"),
+    "separation-prompt-logprobs": (break_prompt_logprobs, TENANTS, "separation"),
+}
+
+
+def test_every_check_class_has_a_break() -> None:
+    assert set(PROJECTED_BREAKS) | {c for _, _, c in BREAKS.values()} == set(CHECK_CLASSES)
+
+
+@pytest.mark.parametrize("name", sorted(BREAKS))
+def test_each_check_fires_when_vllm_is_broken(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    brk, configs, check = BREAKS[name]
+    brk(monkeypatch)
+    t0 = time.monotonic()
+    r = run(profile="ci", configs=configs, examples=60)  # derandomized: the same run every time
+    assert not r.ok, f"{name}: not caught"
+    assert r.finding is not None
+    fired = {v.check for v in r.finding.violations}
+    print(
+        f"{name}: caught as {sorted(fired)} after {r.stats.steps} steps in {r.seconds:.1f} s "
+        f"(with minimizing {time.monotonic() - t0:.1f} s), {len(r.trace)} ops"
+    )
+    assert check in fired, r.render()
+    compile(r.reproducer, "<reproducer>", "exec")
+
+
+# A roundtrip (one operation: admit, chunks, finish, re-send) on mamba+eagle/pool24 whose own
+# later chunks evict the Mamba states its first chunks cached: the re-sent prompt rightly hits
+# 0 tokens.  With the eviction epoch updated once per operation, the re-send was held to the
+# full-cache promise (48 tokens) and reported as a completeness failure of a correct vLLM.
+ROUNDTRIP_EVICTS = [
+    ("roundtrip", 2, 0, 11, 21, 5),
+    ("step", "s1", 41, 2, 1),
+    ("roundtrip", 2, 8, 13, 22, 27),
+    ("step", "s1", 39, 2, 2),
+    ("arrive", 0, 72, 13, 7, "r4"),
+    ("admit", "r4", 4, 0),
+    ("step", "r4", 9, 2, 0),
+    ("roundtrip", 1, 16, 11, 10, 29),
+    ("roundtrip", 2, 0, 11, 4, 15),
+    ("roundtrip", 1, 56, 13, 14, 21),
+]
+
+
+def test_an_eviction_inside_a_compound_operation_counts() -> None:
+    from kvstate.targets.vllm.engine import replay
+
+    f, d = replay(Config("mamba", True, 24), ROUNDTRIP_EVICTS[:-1])
+    assert f is None
+    epoch = d.epoch
+    d.run_op(len(ROUNDTRIP_EVICTS) - 1, ROUNDTRIP_EVICTS[-1])  # raises a Finding if held to it
+    assert d.epoch > epoch  # the roundtrip's own chunks evicted cached entries
