@@ -37,10 +37,21 @@ class CallCheck:
 
 def make_checks(h: Any) -> list[CallCheck]:
     """The checks one harness runs (each keeps its own state for the example)."""
+    from kvstate.api_delivery import Delivery
+    from kvstate.api_graphs import GraphProtocol
     from kvstate.api_handout import Events, GraphRows
     from kvstate.api_memo import WindowPolicy
     from kvstate.api_orders import OrderHook
     from kvstate.api_ready import Readiness
     from kvstate.api_refusals import RefusalRequired
 
-    return [OrderHook(h), GraphRows(), Events(h), WindowPolicy(), Readiness(), RefusalRequired()]
+    return [
+        OrderHook(h),
+        GraphRows(),
+        Events(h),
+        WindowPolicy(),
+        Readiness(),
+        RefusalRequired(),
+        GraphProtocol(h),
+        Delivery(h),
+    ]
