@@ -1606,7 +1606,6 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[Op]]:
             op("pools", k=2),
             *to_disk,
             op("foreign", ns=0, n=full),
-            op("tick", t=lease_max),
             *hit,
         ],
         "a spill to a full disk drops the LRU entry first": [
