@@ -38,7 +38,7 @@ from .writer import Writer  # noqa: E402
 
 # the compiled twins of the generated guards and search (impl/aotgen.py): used for exactly the
 # sources they were made from, and only when compiled (interpreted they would gain nothing)
-if "_aot" in native_modules():
+if "_aot" in native_modules():  # pragma: no cover: compiled build only (coverage runs pure)
     register_twins(_aot.TWINS)
 
 __all__ = [

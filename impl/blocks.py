@@ -249,19 +249,27 @@ class BlockStore:
             if pages:
                 self.tiers.swa_pool.release_run(pages)
 
-    def moved(self, rid: int, new: int) -> None:
-        """The record's state buffer is now at device slot ``new`` (a graph may go stale)."""
+    def moved(self, rid: int, new: int) -> str:
+        """The record's state buffer is now at device slot ``new``; returns why a captured
+        graph went stale ("" if it did not).  The caller reports it (:meth:`stale`) once the
+        record is whole: a subscriber that recaptures on ``STALE_GRAPH`` must record the new
+        address and find the block in its new phase."""
         m = self.meta
         old = m.addr[rid]
-        if new != old:
-            if old >= 0:
-                self.tiers.slots.unclaim(old, rid)
-            graph = self.gate.graph
-            if graph.captured and graph.moved(rid, old, new):
-                self.events.emit(
-                    EventKind.STALE_GRAPH, m.key[rid], "device", f"slot {old} -> {new}"
-                )
-            m.addr[rid] = new
+        if new == old:
+            return ""
+        if old >= 0:
+            self.tiers.slots.unclaim(old, rid)
+        m.addr[rid] = new
+        graph = self.gate.graph
+        if graph.captured and graph.moved(rid, old, new):
+            return f"slot {old} -> {new}"
+        return ""
+
+    def stale(self, rid: int, why: str) -> None:
+        """Report what :meth:`moved` returned (nothing when the graph did not go stale)."""
+        if why:
+            self.events.emit(EventKind.STALE_GRAPH, self.meta.key[rid], "device", why)
 
     def freed(self, rid: int, in_lru: bool = True) -> None:
         """Common effects of a block becoming FREE; ``in_lru=False``: the caller knows the block
@@ -311,7 +319,7 @@ class BlockStore:
     def _allocated(self, rid: int, slot: int, pages: tuple[int, ...], fmt: int) -> None:
         """allocate's effects on the record, once its slot and SWA pages are taken."""
         m = self.meta
-        self.moved(rid, slot)
+        why = self.moved(rid, slot)
         m.slot[rid], m.swa_pages[rid] = slot, pages
         m.ckv[rid] = CKV_WRITING
         m.gen[rid] += 1
@@ -319,6 +327,7 @@ class BlockStore:
         m.swa[rid] = SWA_NULL
         m.idx[rid] = IDX_ABSENT
         m.fmt[rid] = fmt
+        self.stale(rid, why)
 
     def _allocate_run(self, todo: list[int], fmt: int, slid: set[int]) -> int:
         """fx_allocate of a run's blocks in order; how many got their slot and pages (none for

@@ -57,7 +57,7 @@ class GraphRegistry:
         self._held: list[tuple[list[int], list[int]] | None] = [None] * rows
         self._width = max_blocks
         self._cuda = device.type == "cuda"  # read once: ``torch.device.type`` is a slow getter
-        if self._cuda:
+        if self._cuda:  # pragma: no cover: CUDA device only (the fuzz runs on the CPU)
             self.block_tables = torch.full((rows, max_blocks), -1, dtype=torch.int32, device=device)
             self.state_ptrs = torch.zeros((rows, max_blocks), dtype=torch.int64, device=device)
         else:
@@ -98,7 +98,7 @@ class GraphRegistry:
             self._bt_rows[row][n:old] = self._bt_pad[: old - n]
             self._sp_rows[row][n:old] = self._sp_pad[: old - n]
         self._filled[row] = n
-        if self._cuda:
+        if self._cuda:  # pragma: no cover: CUDA device only (the fuzz runs on the CPU)
             self.block_tables[row].copy_(torch.from_numpy(self._bt[row]), non_blocking=True)
             self.state_ptrs[row].copy_(torch.from_numpy(self._sp[row]), non_blocking=True)
         self._held[row] = (list(slots), list(ptrs))  # copies: a caller may reuse its lists
@@ -110,7 +110,7 @@ class GraphRegistry:
         self.phase = GRAPH_CAPTURED
         self.captured = True
         self.captures += 1
-        if self._fn is not None and self._cuda:
+        if self._fn is not None and self._cuda:  # pragma: no cover: CUDA device only
             g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g):
                 self._fn()
@@ -131,7 +131,7 @@ class GraphRegistry:
 
     def replay(self) -> None:
         self.replays += 1
-        if self._graph is not None:
+        if self._graph is not None:  # pragma: no cover: CUDA device only (record() made it)
             self._graph.replay()
         elif self._fn is not None:
             self._fn()

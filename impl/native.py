@@ -35,7 +35,7 @@ _HERE = Path(__file__).resolve().parent
 _PACKAGE = __name__.rpartition(".")[0]
 
 
-def digest(path: Path) -> str:
+def digest(path: Path) -> str:  # pragma: no cover: stale() only (not pure); test_impl_native
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
@@ -50,7 +50,9 @@ def extensions(folder: Path = _HERE) -> list[Path]:
     return out
 
 
-def manifest(folder: Path, sources: Path | None = None) -> dict[str, dict[str, str]]:
+def manifest(  # pragma: no cover: stale() only (not pure); test_impl_native.py
+    folder: Path, sources: Path | None = None
+) -> dict[str, dict[str, str]]:
     """What a build records: the sources it compiled (in ``sources``, default ``folder``) and
     the extension files it wrote (in ``folder``)."""
     src = folder if sources is None else sources
@@ -64,7 +66,7 @@ def _pure_requested() -> bool:
     return os.environ.get(ENV_PURE, "") not in ("", "0")
 
 
-def stale(folder: Path = _HERE) -> list[str]:
+def stale(folder: Path = _HERE) -> list[str]:  # pragma: no cover: not pure; test_impl_native
     """Why the extensions in ``folder`` do not match their sources (empty: they match)."""
     path = folder / MANIFEST
     if not path.exists():
@@ -104,8 +106,8 @@ def install_guard() -> None:
         return
     reasons = [] if _pure_requested() else stale()
     if not _pure_requested() and not reasons:
-        return
-    if reasons:
+        return  # pragma: no cover: compiled build only (the coverage run is the pure build)
+    if reasons:  # pragma: no cover: a stale build (the coverage run asks for the pure one)
         warnings.warn(
             "kvstate: running the Python sources of the request path, not its stale mypyc "
             f"build ({'; '.join(reasons)}); rebuild with `pip install -e .`",
@@ -124,5 +126,5 @@ def native_modules() -> tuple[str, ...]:
         if mod is not None and isinstance(
             getattr(mod.__spec__, "loader", None), importlib.machinery.ExtensionFileLoader
         ):
-            out.append(m)
+            out.append(m)  # pragma: no cover: compiled build only (coverage runs pure)
     return tuple(out)

@@ -453,7 +453,7 @@ class Recovery:
                     if isinstance(exc, CorruptEntry):
                         raise
                     raise CorruptEntry(f"loading record {rid}: {why_failed(exc)}") from exc
-            self.store.moved(rid, job.dst)
+            why = self.store.moved(rid, job.dst)
             m.slot[rid] = job.dst
             m.swa_pages[rid] = job.swa_pages
             m.ckv[rid] = CKV_READY
@@ -472,6 +472,7 @@ class Recovery:
                 m.hslot[rid] = -1
             self.store.lru[rid] = None
             self.pipes.for_pipe(job.pipe).forget(rid)
+            self.store.stale(rid, why)  # once the record is whole (BlockStore.moved)
             self.events.emit(EventKind.LOADED, m.key[rid], "disk" if from_disk else "host")
             self._after_load(rid, from_disk)
             self.gate.notify_changed()

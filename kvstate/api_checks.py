@@ -38,6 +38,8 @@ class CallCheck:
 def make_checks(h: Any) -> list[CallCheck]:
     """The checks one harness runs (each keeps its own state for the example)."""
     from kvstate.api_args import MaintCount
+    from kvstate.api_delivery import Delivery
+    from kvstate.api_graphs import GraphProtocol
     from kvstate.api_handout import Events, GraphRows
     from kvstate.api_memo import WindowPolicy
     from kvstate.api_orders import OrderHook
@@ -54,4 +56,6 @@ def make_checks(h: Any) -> list[CallCheck]:
         RefusalRequired(),
         MaintCount(),
         AppendWindows(),
+        GraphProtocol(h),
+        Delivery(h),
     ]

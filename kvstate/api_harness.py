@@ -49,6 +49,7 @@ from hypothesis.stateful import RuleBasedStateMachine
 from kvstate.api_args import CASES as ARG_CASES
 from kvstate.api_args import NP_OPS, do_refuse_arg
 from kvstate.api_damage import PARTS, do_damage
+from kvstate.api_graphs import do_capture, do_recapture, do_replay
 from kvstate.api_inputs import CASES, do_bad_input
 from kvstate.api_pools import do_pools
 from kvstate.api_prefix import do_variant, read_outside_chain
@@ -58,7 +59,7 @@ from kvstate.harness.finding import Nonconformance
 from kvstate.model.apimap import Explainer, after_restart, state_diff
 from kvstate.model.concrete import KeptMachine, Machine
 from kvstate.spec.api import API, RESTART_KEEPS
-from kvstate.spec.phases import CKV, Indexer, Pipe, Req, Swa
+from kvstate.spec.phases import CKV, Graph, Indexer, Pipe, Req, Swa
 from kvstate.spec.state import ConcreteState
 from kvstate.spec.table import Scope, Table
 from kvstate.testing.adapter import observe_reader
@@ -392,7 +393,10 @@ class ApiHarness:
                         want[(ev[0], b, "host" if v["ckv"][b] == CKV.HOST else "disk")] += 1
                     else:
                         want[(ev[0], b, ev[1])] += 1
-            s = self.machine.step(s, name, p)
+            nxt = self.machine.step(s, name, p)
+            if b is not None and nxt.values["graph"] != s.values["graph"] == Graph.CAPTURED:
+                want[("stale_graph", b, "device")] += 1  # its move staled the graph
+            s = nxt
         got = Counter(self.call_events)
         if got != want:
             raise self.fail(
@@ -1338,6 +1342,9 @@ OPS: dict[str, Callable[[ApiHarness, Op], int | None]] = {
     **{k: do for k, (do, _) in NP_OPS.items()},
     "pools": do_pools,
     "damage": do_damage,
+    "capture": do_capture,
+    "replay": do_replay,
+    "recapture": do_recapture,
 }
 # which spec/api.py entry explains each operation
 MAPPING: dict[str, str] = {
@@ -1365,6 +1372,9 @@ MAPPING: dict[str, str] = {
             "step",
             "drain",
             "read",
+            "capture",
+            "replay",
+            "recapture",
         )
     },
     "read_released": "read",
@@ -1419,6 +1429,22 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[Op]]:
         *to_disk[len(to_host) :],
     ]
     return {
+        # kvstate/api_graphs.py: captured over a running request's row, staled by the disk
+        # loads of another request (into other slots), refused, recaptured, replayed
+        "a graph staled by a load": [
+            op("capture"),
+            *store[:3],
+            op("replay"),
+            *to_disk[3:],
+            *hit,
+            op("replay"),
+            op("capture"),
+            op("recapture"),
+            op("replay"),
+            op("append", i=1, k=L),
+            op("finish", i=1),
+            op("replay"),
+        ],
         "hit after a host load": [*to_host, *hit, op("finish", i=1)],
         "hit after a disk load and an indexer rebuild": [*to_disk, *hit, op("finish", i=1)],
         "an admission cancels an offload in flight": [

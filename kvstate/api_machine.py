@@ -103,6 +103,8 @@ def build_machine(
     add("host_tail", b=st.integers(0, N - 1))
     add("disk_full", on=st.integers(0, 1))
     add("restart")
+    for g in ("capture", "replay", "recapture"):  # kvstate/api_graphs.py
+        add(g)
 
     if seeds:
         seed_list = [list(s) for s in seeds]

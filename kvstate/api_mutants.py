@@ -440,6 +440,36 @@ MUTANTS: tuple[Mutant, ...] = (
         "            for raw in raws:\n                self._deliver",
         "            for raw in raws[::-1]:\n                self._deliver",
     ),
+    # the graph protocol and events at delivery (kvstate/api_graphs.py, kvstate/api_delivery.py)
+    Mutant(
+        "stale_graph_reported_mid_move",
+        "event delivered before the move it reports",
+        "impl/recovery.py",
+        "            why = self.store.moved(rid, job.dst)\n",
+        "            why = self.store.moved(rid, job.dst)\n            self.store.stale(rid, why)\n"
+        '            why = ""\n',
+    ),
+    Mutant(
+        "move_keeps_graph_captured",
+        "CUDA graph not staled by a move",
+        "impl/graphs.py",
+        "        if self.phase == Graph.CAPTURED and new != old and self.meta.gaddr[rid] >= 0:",
+        "        if self.phase == Graph.CAPTURED and new != old and self.meta.gaddr[rid] > 0:",
+    ),
+    Mutant(
+        "refill_writes_the_next_row",
+        "CUDA-graph row of another request",
+        "impl/graphs.py",
+        "        self._bt_rows[row][:n] = bs",
+        "        self._bt_rows[(row + 1) % len(self._bt_rows)][:n] = bs",
+    ),
+    Mutant(
+        "replay_skips_the_work",
+        "CUDA-graph replay runs nothing",
+        "impl/graphs.py",
+        "        elif self._fn is not None:\n            self._fn()",
+        "        elif self._fn is None:\n            self._fn()",
+    ),
     Mutant(
         "store_policy_end_off_by_one",
         "window policy asked for the wrong prefix",

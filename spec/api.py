@@ -79,6 +79,10 @@ API: dict[str, ApiCall] = {
         ("(STORE | slide)*",), "decode: store completed blocks, slide the window", "lifetime"
     ),
     "tick": ApiCall(("tick",), "time passes", "arg"),
+    # the CUDA-graph protocol of an engine that replays its step as a graph
+    "capture": ApiCall(("capture",), "capture the step over the persistent buffers"),
+    "replay": ApiCall(("replay",), "replay the captured graph (refused once it is stale)"),
+    "recapture": ApiCall(("recapture",), "capture again after a recovery moved a buffer"),
     "evict": ApiCall(("EVICT*",), "evict up to n lease-expired unpinned device blocks"),
     "offload": ApiCall(("(drop | spill | offload)*",), "start up to n offloads (making host room)"),
     "spill": ApiCall(("(drop | spill)*",), "write up to n host blocks to disk (making disk room)"),
