@@ -42,5 +42,14 @@ def make_checks(h: Any) -> list[CallCheck]:
     from kvstate.api_orders import OrderHook
     from kvstate.api_ready import Readiness
     from kvstate.api_refusals import RefusalRequired
+    from kvstate.api_stored import StoredForms
 
-    return [OrderHook(h), GraphRows(), Events(h), WindowPolicy(), Readiness(), RefusalRequired()]
+    return [
+        OrderHook(h),
+        GraphRows(),
+        Events(h),
+        WindowPolicy(),
+        Readiness(),
+        RefusalRequired(),
+        StoredForms(),
+    ]

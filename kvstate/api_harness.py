@@ -50,6 +50,7 @@ from kvstate.api_damage import PARTS, do_damage
 from kvstate.api_inputs import CASES, do_bad_input
 from kvstate.api_pools import do_pools
 from kvstate.api_prefix import do_variant, read_outside_chain
+from kvstate.api_stored import FORGERIES, at_restart, do_forge
 from kvstate.calls import parse_calls
 from kvstate.examples_db import run_machine, saved, with_database
 from kvstate.model.apimap import Explainer, after_restart, state_diff
@@ -74,6 +75,7 @@ FAULT_KINDS = (
     "abort_in_use",
     "token_reuse",
     "read_after_release",
+    "forge",
 )
 
 
@@ -191,9 +193,8 @@ class ApiHarness:
         self.checks = make_checks(self)  # kvstate/api_checks.py: orders, prefixes, pools
 
     # -- lifecycle --------------------------------------------------------------------------
-    def _open(self) -> None:
-        from kvstate.impl.cache import HeterogeneousKVCache
-
+    def open_kwargs(self) -> dict[str, Any]:
+        """The cache's constructor arguments (kvstate/api_stored.py opens it refused, too)."""
         kw = dict(
             table=self.table,
             executors="threads" if self.threads else "manual",
@@ -212,7 +213,12 @@ class ApiHarness:
             max_model_len=len(self.tokens),
         )
         kw.update(self.cache_kwargs)
-        self.cache = HeterogeneousKVCache(**kw)
+        return kw
+
+    def _open(self) -> None:
+        from kvstate.impl.cache import HeterogeneousKVCache
+
+        self.cache = HeterogeneousKVCache(**self.open_kwargs())
         self.core = self.cache.core
         self.chain = self.cache.chain(self.tokens[: self.N * self.L], NAMESPACE)
         self.rids = self.cache.register(self.chain)
@@ -1279,6 +1285,7 @@ def _do_restart(h: ApiHarness, o: Op) -> int | None:
         h.released = [None] * h.R
         h.done = [None] * h.R
         _plant_files(h, len(h.steps))
+        at_restart(h, len(h.steps))  # kvstate/api_stored.py: a refused open, our leftovers
         h._open()
     return None
 
@@ -1334,10 +1341,12 @@ OPS: dict[str, Callable[[ApiHarness, Op], int | None]] = {
     "bad_input": do_bad_input,
     "pools": do_pools,
     "damage": do_damage,
+    "forge": do_forge,
 }
 # which spec/api.py entry explains each operation
 MAPPING: dict[str, str] = {
     "foreign": "foreign",
+    "forge": "corrupt",  # an authentic header not of this layout (kvstate/api_stored.py)
     "damage": "corrupt",  # one section of an entry (kvstate/api_damage.py)
     "pools": "read",  # a fresh cache resized (kvstate/api_pools.py)
     "bad_input": "read",  # refused, nothing changes (kvstate/api_inputs.py)
@@ -1379,6 +1388,7 @@ FAULT_OPS = {
     "abort_in_use": ("abort_in_use",),
     "token_reuse": ("mutate_tokens",),
     "read_after_release": ("read_released",),
+    "forge": ("forge",),
 }
 
 
@@ -1631,6 +1641,18 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[Op]]:
             op("use", i=1),
             op("read", i=1),
         ],
+        # authentic headers not of this layout (kvstate/api_stored.py): a restart drops them
+        **{
+            f"forged headers {k0}-{k0 + N - 1}, then a restart": [
+                *to_disk,
+                *[op("forge", b=b, k=k0 + b) for b in range(N)],
+                op("restart"),
+                *hit,
+            ]
+            for k0 in range(0, len(FORGERIES), N)
+        },
+        # one refused open of the directory at each restart (REFUSALS rotates with the step)
+        "refused opens at restarts": [*to_disk, *[op("restart") for _ in range(8)], *hit],
         "an offload job raises: the library abandons it (the offload is cancelled)": [
             *store,
             op("offload", n=1),
