@@ -37,6 +37,7 @@ class CallCheck:
 
 def make_checks(h: Any) -> list[CallCheck]:
     """The checks one harness runs (each keeps its own state for the example)."""
+    from kvstate.api_exhaust import Counts
     from kvstate.api_handout import Events, GraphRows
     from kvstate.api_memo import WindowPolicy
     from kvstate.api_orders import OrderHook
@@ -52,4 +53,5 @@ def make_checks(h: Any) -> list[CallCheck]:
         Readiness(),
         RefusalRequired(),
         StoredForms(),
+        Counts(),
     ]

@@ -47,6 +47,7 @@ from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine
 
 from kvstate.api_damage import PARTS, do_damage
+from kvstate.api_exhaust import do_spill_fills
 from kvstate.api_inputs import CASES, do_bad_input
 from kvstate.api_pools import do_pools
 from kvstate.api_prefix import do_variant, read_outside_chain
@@ -76,6 +77,7 @@ FAULT_KINDS = (
     "token_reuse",
     "read_after_release",
     "forge",
+    "disk_fills",
 )
 
 
@@ -187,6 +189,7 @@ class ApiHarness:
         # what the library shows after each job step of the current drain (manual pipelines)
         self.drained: list[dict[str, Any]] | None = None
         self.cache: Any = None
+        self.returned: Any = None  # what the current maintenance call returned
         self._open()
         from kvstate.api_checks import make_checks
 
@@ -1147,7 +1150,7 @@ def _do_tick(h: ApiHarness, o: Op) -> int | None:
 
 def _maint(name: str) -> Callable[[ApiHarness, Op], int | None]:
     def do(h: ApiHarness, o: Op) -> int | None:
-        getattr(h.cache, name)(o.arg("n"))
+        h.returned = getattr(h.cache, name)(o.arg("n"))  # (kvstate/api_exhaust.py)
         return None
 
     return do
@@ -1342,10 +1345,12 @@ OPS: dict[str, Callable[[ApiHarness, Op], int | None]] = {
     "pools": do_pools,
     "damage": do_damage,
     "forge": do_forge,
+    "spill_fills": do_spill_fills,
 }
 # which spec/api.py entry explains each operation
 MAPPING: dict[str, str] = {
     "foreign": "foreign",
+    "spill_fills": "spill",  # the disk full after one write (kvstate/api_exhaust.py)
     "forge": "corrupt",  # an authentic header not of this layout (kvstate/api_stored.py)
     "damage": "corrupt",  # one section of an entry (kvstate/api_damage.py)
     "pools": "read",  # a fresh cache resized (kvstate/api_pools.py)
@@ -1389,6 +1394,7 @@ FAULT_OPS = {
     "token_reuse": ("mutate_tokens",),
     "read_after_release": ("read_released",),
     "forge": ("forge",),
+    "disk_fills": ("spill_fills",),
 }
 
 
@@ -1652,6 +1658,15 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[Op]]:
             for k0 in range(0, len(FORGERIES), N)
         },
         # one refused open of the directory at each restart (REFUSALS rotates with the step)
+        # the disk fills after one entry of a spill (kvstate/api_exhaust.py): one block spilled
+        "the disk fills partway through a spill": [
+            *to_host,
+            op("spill_fills", n=N),
+            op("disk_full", on=1),
+            op("spill", n=N),
+            op("disk_full", on=0),
+            *hit,
+        ],
         "refused opens at restarts": [*to_disk, *[op("restart") for _ in range(8)], *hit],
         "an offload job raises: the library abandons it (the offload is cancelled)": [
             *store,

@@ -99,6 +99,7 @@ def build_machine(
     add("forge", b=st.integers(0, N - 1), k=st.integers(0, len(FORGERIES) - 1))
     add("host_tail", b=st.integers(0, N - 1))
     add("disk_full", on=st.integers(0, 1))
+    add("spill_fills", n=st.integers(1, N))
     add("restart")
 
     if seeds:

@@ -1,0 +1,106 @@
+"""A disk that fills partway through a spill, and the counts the maintenance calls return.
+
+The harness's ``disk_full`` fills the disk for every write, so a ``spill(n)`` either writes
+everything it picks or nothing: what a spill does when its disk runs out *after* some blocks
+were written (README, errors: ``spill(n)`` returns what it spilled before the failure and raises
+``DiskWriteError`` only when it spilled nothing) is never exercised, and the count a call
+returns is never compared with what it did.  Here:
+
+* ``spill_fills(n)``: ``spill(n)`` over a disk that takes one more entry and is then full (the
+  harness's own full-disk fault, armed after the first write).  The call must not raise once
+  it spilled a block, and the disk's later refusals must leave nothing behind.
+* :class:`Counts`: ``spill`` and ``drop`` return the number of blocks they wrote or dropped,
+  which must be the number of ``spill`` / ``drop`` actions explaining the call (at least that
+  many once blocks of other prompts, outside the modelled chain, were stored); and a ``spill``
+  on a full disk that the table would let write a block must raise ``DiskWriteError`` (it
+  spilled nothing), never return 0 as if nothing were spillable; one that did fewer than ``n``
+  left no block that the table let it take at both ends of the call ("up to n").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from kvstate.api_checks import CallCheck
+from kvstate.spec.state import ConcreteState
+
+Step = tuple[str, dict[str, int]]
+COUNTED = {"spill": "spill", "drop": "drop", "spill_fills": "spill"}
+
+
+def do_spill_fills(h: Any, o: Any) -> int | None:
+    from kvstate.api_harness import _FULL, _install_full_disk
+
+    if h.disk_full or h.threads:
+        return None
+    disk = h.core.disk
+    kept = disk.prepare
+    writes = [0]
+
+    def fills(key: bytes, **kw: Any) -> Any:
+        writes[0] += 1
+        _FULL.on = writes[0] > 1  # the first entry fits; the disk is full after it
+        try:
+            return kept(key, **kw)
+        finally:
+            _FULL.on = False
+
+    _install_full_disk()
+    disk.prepare = fills
+    try:
+        h.returned = h.cache.spill(o.arg("n"))
+    finally:
+        disk.prepare = kept
+    if writes[0] > 1:
+        h.cov.add("fault the disk fills partway through a spill")
+    return None
+
+
+class Counts(CallCheck):
+    def before(self, h: Any, o: Any) -> None:
+        h.returned = None
+
+    def after(
+        self, h: Any, o: Any, before: ConcreteState, steps: Sequence[Step], end: ConcreteState
+    ) -> None:
+        action = COUNTED.get(o.name)
+        if action is None or h.returned is None:
+            return
+        did = sum(1 for n, _ in steps if n == action)
+        # blocks of other prompts (``foreign``, ``variant``) count too: the model has not them
+        others = bool(h.foreign_stored or h.variants_stored)
+        if h.returned < did or h.returned != did and not others:
+            raise h.fail(
+                "returned-count",
+                [o.name],
+                f"{o.render()} returned {h.returned}, but {did} '{action}' actions explain it",
+            )
+        h.cov.add(f"check: {o.name} returned what it did")
+        m = h.machine
+        if o.name != "spill_fills" and not h.disk_full and h.returned < o.arg("n"):
+            # "up to n": one that did fewer left none behind that the table let it take at
+            # both ends of the call (a block touched in between is no candidate)
+            left = [
+                b
+                for b in range(h.N)
+                if m.is_enabled(before, action, {"b": b}) and m.is_enabled(end, action, {"b": b})
+            ]
+            if left:
+                raise h.fail(
+                    "stopped-early",
+                    [o.name],
+                    f"{o.render()} did {h.returned} and stopped, though the table lets blocks "
+                    f"{left} '{action}' before and after the call",
+                )
+            h.cov.add(f"check: {o.name} did all it could")
+        if o.name == "spill" and h.disk_full and not did:
+            can = [b for b in range(h.N) if m.is_enabled(before, "spill", {"b": b})]
+            if can:
+                raise h.fail(
+                    "full-disk-spill",
+                    [o.name],
+                    f"{o.render()} on a full disk returned 0 without DiskWriteError, though the "
+                    f"table lets blocks {can} spill (README: it raises when it spilled nothing)",
+                )
+            h.cov.add("check: a spill on a full disk with nothing to spill")
