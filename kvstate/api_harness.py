@@ -51,7 +51,7 @@ from kvstate.api_exhaust import do_spill_fills
 from kvstate.api_inputs import CASES, do_bad_input
 from kvstate.api_pools import do_pools
 from kvstate.api_prefix import do_variant, read_outside_chain
-from kvstate.api_stored import FORGERIES, at_restart, do_forge
+from kvstate.api_stored import FORGERIES, REFUSALS, at_restart, do_forge
 from kvstate.calls import parse_calls
 from kvstate.examples_db import run_machine, saved, with_database
 from kvstate.model.apimap import Explainer, after_restart, state_diff
@@ -1667,7 +1667,7 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[Op]]:
             op("disk_full", on=0),
             *hit,
         ],
-        "refused opens at restarts": [*to_disk, *[op("restart") for _ in range(8)], *hit],
+        "refused opens at restarts": [*to_disk, *[op("restart") for _ in REFUSALS], *hit],
         "an offload job raises: the library abandons it (the offload is cancelled)": [
             *store,
             op("offload", n=1),

@@ -198,18 +198,21 @@ def _key(h: Any) -> str:
     return os.path.join(h.dir, KEY_FILE)
 
 
-def _refuse_in_use(h: Any) -> tuple[str, Callable[[], None]]:
+Setup = tuple[Any, Callable[[], None]]  # (cache_dir, or the constructor's arguments; undo)
+
+
+def _refuse_in_use(h: Any) -> Setup:
     fd = os.open(h.dir, os.O_RDONLY | os.O_DIRECTORY)  # another process holds the directory
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     return h.dir, lambda: os.close(fd)
 
 
-def _refuse_mode(h: Any) -> tuple[str, Callable[[], None]]:
+def _refuse_mode(h: Any) -> Setup:
     os.chmod(_key(h), 0o644)
     return h.dir, lambda: os.chmod(_key(h), 0o600)
 
 
-def _aside(h: Any, put: Callable[[str, str], None]) -> tuple[str, Callable[[], None]]:
+def _aside(h: Any, put: Callable[[str, str], None]) -> Setup:
     key, aside = _key(h), os.path.join(os.path.dirname(h.dir), os.path.basename(h.dir) + ".key")
     os.rename(key, aside)
     put(key, aside)
@@ -224,15 +227,15 @@ def _aside(h: Any, put: Callable[[str, str], None]) -> tuple[str, Callable[[], N
     return h.dir, back
 
 
-def _refuse_symlink(h: Any) -> tuple[str, Callable[[], None]]:
+def _refuse_symlink(h: Any) -> Setup:
     return _aside(h, lambda key, aside: os.symlink(aside, key))
 
 
-def _refuse_not_file(h: Any) -> tuple[str, Callable[[], None]]:
+def _refuse_not_file(h: Any) -> Setup:
     return _aside(h, lambda key, aside: os.mkdir(key, 0o700))
 
 
-def _refuse_length(h: Any) -> tuple[str, Callable[[], None]]:
+def _refuse_length(h: Any) -> Setup:
     def short(key: str, aside: str) -> None:
         fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         os.write(fd, open(aside, "rb").read()[:-1])
@@ -241,23 +244,31 @@ def _refuse_length(h: Any) -> tuple[str, Callable[[], None]]:
     return _aside(h, short)
 
 
-def _refuse_owner(h: Any) -> tuple[str, Callable[[], None]]:
+def _refuse_owner(h: Any) -> Setup:
     st = os.stat(_key(h))
     os.chown(_key(h), st.st_uid + 1, st.st_gid)
     return h.dir, lambda: os.chown(_key(h), st.st_uid, st.st_gid)
 
 
-def _refuse_is_file(h: Any) -> tuple[str, Callable[[], None]]:
+def _refuse_is_file(h: Any) -> Setup:
     return _key(h), lambda: None
 
 
-def _refuse_under_file(h: Any) -> tuple[str, Callable[[], None]]:
+def _refuse_under_file(h: Any) -> Setup:
     return os.path.join(_key(h), "sub"), lambda: None
+
+
+def _refuse_nul(h: Any) -> Setup:
+    return h.dir + "\x00x", lambda: None
+
+
+def _refuse_short_key(h: Any) -> Setup:
+    return {"cache_dir": h.dir, "disk_key": b"k" * 8}, lambda: None
 
 
 # (name, the documented error, the world's setup returning (cache_dir, undo)); the owner's
 # refusal needs a user that can give a file away (root), else it is skipped
-REFUSALS: tuple[tuple[str, str, Callable[[Any], tuple[str, Callable[[], None]]]], ...] = (
+REFUSALS: tuple[tuple[str, str, Callable[[Any], Setup]], ...] = (
     ("the directory locked by another holder", "DirectoryInUse", _refuse_in_use),
     ("the key readable by others", "InvalidArgument", _refuse_mode),
     ("the key a symlink", "InvalidArgument", _refuse_symlink),
@@ -266,6 +277,8 @@ REFUSALS: tuple[tuple[str, str, Callable[[Any], tuple[str, Callable[[], None]]]]
     ("the key another user's", "InvalidArgument", _refuse_owner),
     ("the cache directory a file", "InvalidArgument", _refuse_is_file),
     ("the cache directory under a file", "InvalidArgument", _refuse_under_file),
+    ("a NUL byte in the cache directory's name", "InvalidArgument", _refuse_nul),
+    ("a disk key of 8 bytes", "InvalidArgument", _refuse_short_key),
 )
 
 
@@ -280,10 +293,11 @@ def _refused_open(h: Any, n: int) -> None:
     if not os.path.exists(_key(h)):
         return
     before = _snapshot(h.dir)
-    root, undo = setup(h)
+    where, undo = setup(h)
     got: BaseException | None = None
     try:
-        c = HeterogeneousKVCache(**{**h.open_kwargs(), "cache_dir": root})
+        over = where if isinstance(where, dict) else {"cache_dir": where}
+        c = HeterogeneousKVCache(**{**h.open_kwargs(), **over})
         c.close()
     except errors.KVStateError as exc:
         got = exc
@@ -340,6 +354,37 @@ def _plant_ours(h: Any, tag: str) -> list[str]:
     return names
 
 
+def _plant_aliens(h: Any, tag: str) -> dict[str, tuple[int, str]]:
+    """What is not kvstate's under its names, which the scan must leave alone and never follow:
+    a directory and a symlink (to a real entry) under entry names, a FIFO under a temporary's,
+    a symlink under a key temporary's, and where the harness may give a file away (root), an
+    entry-named file with kvstate's magic that another user owns.  name -> (kind, link)."""
+    import stat
+
+    from kvstate.impl.disk import MAGIC
+
+    out: dict[str, tuple[int, str]] = {}
+    d = f"{'de' * 16}{tag}.kvb"
+    os.mkdir(os.path.join(h.dir, d), 0o700)
+    out[d] = (stat.S_IFDIR, "")
+    entries = sorted(e.path.name for e in h.core.disk_entries.values())
+    target = entries[0] if entries else os.path.basename(_key(h))
+    for name in (f"{'df' * 16}{tag}.kvb", f".kvstate-key.{tag}link.new"):
+        os.symlink(target, os.path.join(h.dir, name))
+        out[name] = (stat.S_IFLNK, target)
+    fifo = f".{'da' * 16}{tag}.kvb.x.tmp"
+    os.mkfifo(os.path.join(h.dir, fifo), 0o600)
+    out[fifo] = (stat.S_IFIFO, "")
+    if os.geteuid() == 0:
+        other = f"{'db' * 16}{tag}.kvb"
+        path = os.path.join(h.dir, other)
+        with open(path, "wb") as f:
+            f.write(MAGIC + b"\x00" * 4)
+        os.chown(path, 1, 1)
+        out[other] = (stat.S_IFREG, "")
+    return out
+
+
 def at_restart(h: Any, n: int) -> None:
     """After the crash, before the new cache opens: one refused open, then the leftovers."""
     _refused_open(h, n)
@@ -347,6 +392,7 @@ def at_restart(h: Any, n: int) -> None:
     for c in h.checks:
         if isinstance(c, StoredForms):
             c.planted = _plant_ours(h, f"{n:08x}")
+            c.aliens = _plant_aliens(h, f"{n:08x}")
 
 
 class StoredForms(CallCheck):
@@ -354,8 +400,31 @@ class StoredForms(CallCheck):
 
     def __init__(self) -> None:
         self.planted: Sequence[str] = ()
+        self.aliens: dict[str, tuple[int, str]] = {}
 
     def restart(self, h: Any) -> None:
+        import stat
+
+        aliens, self.aliens = self.aliens, {}
+        for name, (kind, link) in aliens.items():
+            path = os.path.join(h.dir, name)
+            try:
+                st = os.lstat(path)
+                same = stat.S_IFMT(st.st_mode) == kind and (not link or os.readlink(path) == link)
+            except OSError:
+                same = False
+            if not same:
+                raise h.fail(
+                    "restart-scan",
+                    ["aliens"],
+                    f"the restarted cache's scan touched {name}, which is not kvstate's",
+                )
+            if kind == stat.S_IFDIR:  # (gone again: the accounting lists entries' names)
+                os.rmdir(path)
+            else:
+                os.unlink(path)
+        if aliens:
+            h.cov.add("check: the scan left what is not kvstate's alone")
         left = [n for n in self.planted if os.path.lexists(os.path.join(h.dir, n))]
         self.planted = ()
         if left:
