@@ -82,6 +82,11 @@ def _chunk_range(hd: Header) -> Header:
     return hd
 
 
+def _chunk_bool(hd: Header) -> Header:
+    hd["chunks"][0][2] = False  # equal to 0, the chunk's first byte, but not a number
+    return hd
+
+
 def _chunk_mac(hd: Header) -> Header:
     hd["chunks"][-1][4] = hd["chunks"][-1][4][:-2]  # a MAC one byte short
     return hd
@@ -124,6 +129,7 @@ FORGERIES: tuple[tuple[str, Callable[[Header], Header] | None, str], ...] = (
     ("a chunk missing", _chunks_fewer, "replace"),
     ("a chunk's range", _chunk_range, "replace"),
     ("a chunk MAC's length", _chunk_mac, "replace"),
+    ("a chunk bound that is a bool", _chunk_bool, "replace"),
     ("the window section", _window, "replace"),
     ("a nonce that is not text", _set("nonce", 7), "replace"),
     ("another format", _set("format", 4), "replace"),
