@@ -11,7 +11,8 @@ returns is never compared with what it did.  Here:
   it spilled a block, and the disk's later refusals must leave nothing behind.
 * :class:`Counts`: ``spill`` and ``drop`` return the number of blocks they wrote or dropped,
   which must be the number of ``spill`` / ``drop`` actions explaining the call (at least that
-  many once blocks of other prompts, outside the modelled chain, were stored); and a ``spill``
+  many while the cache holds blocks outside the modelled chain: another prompt's, or a
+  request's grown past the chain); and a ``spill``
   on a full disk that the table would let write a block must raise ``DiskWriteError`` (it
   spilled nothing), never return 0 as if nothing were spillable; one that did fewer than ``n``
   left no block that the table let it take at both ends of the call ("up to n").
@@ -64,9 +65,25 @@ def do_spill_fills(h: Any, o: Any) -> int | None:
     return None
 
 
+def _off_chain(h: Any) -> bool:
+    """Does the cache hold a block outside the modelled chain (another prompt's, or a request's
+    grown past the chain's N blocks)?  The one read of the cache's records in this module."""
+    from kvstate.spec.phases import CKV
+
+    core = h.core
+    chain = set(h.rids)
+    with core.lock:
+        ckv = core.meta.ckv
+        return any(r not in chain and ckv[r] != CKV.FREE for r in core.index.values())
+
+
 class Counts(CallCheck):
+    def __init__(self) -> None:
+        self.others = False
+
     def before(self, h: Any, o: Any) -> None:
         h.returned = None
+        self.others = o.name in COUNTED and _off_chain(h)
 
     def after(
         self, h: Any, o: Any, before: ConcreteState, steps: Sequence[Step], end: ConcreteState
@@ -75,9 +92,8 @@ class Counts(CallCheck):
         if action is None or h.returned is None:
             return
         did = sum(1 for n, _ in steps if n == action)
-        # blocks of other prompts (``foreign``, ``variant``) count too: the model has not them
-        others = bool(h.foreign_stored or h.variants_stored)
-        if h.returned < did or h.returned != did and not others:
+        # blocks outside the chain count too: the model has not them
+        if h.returned < did or h.returned != did and not self.others:
             raise h.fail(
                 "returned-count",
                 [o.name],
