@@ -7,7 +7,8 @@ were written (README, errors: ``spill(n)`` returns what it spilled before the fa
 returns is never compared with what it did.  Here:
 
 * ``spill_fills(n)``: ``spill(n)`` over a disk that takes one more entry and is then full (the
-  harness's own full-disk fault, armed after the first write).  The call must not raise once
+  harness's own full-disk fault, armed after the first write, or, every other time, a file
+  system out of inodes: creating the temporary fails).  The call must not raise once
   it spilled a block, and the disk's later refusals must leave nothing behind.
 * :class:`Counts`: ``spill`` and ``drop`` return the number of blocks they wrote or dropped,
   which must be the number of ``spill`` / ``drop`` actions explaining the call (at least that
@@ -20,6 +21,9 @@ returns is never compared with what it did.  Here:
 
 from __future__ import annotations
 
+import errno
+import os
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -37,31 +41,58 @@ COUNTED = {
 EXHAUSTIVE = ("spill", "drop", "evict")
 
 
+_NO_CREATE = threading.local()  # on: this thread's new files are refused (no inode left)
+
+
+class _NoCreateOs:
+    """``os`` as the cache directory sees it: while ``_NO_CREATE.on``, creating a file fails
+    as on a file system out of inodes (ENOSPC at ``open``); everything else is ``os``."""
+
+    def __init__(self, real: Any) -> None:
+        self._real = real
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    def open(self, path: Any, flags: int, *a: Any, **k: Any) -> int:
+        if getattr(_NO_CREATE, "on", False) and flags & os.O_CREAT:
+            raise OSError(errno.ENOSPC, "No space left on device (injected: no inode)", path)
+        return self._real.open(path, flags, *a, **k)
+
+
 def do_spill_fills(h: Any, o: Any) -> int | None:
     from kvstate.api_harness import _FULL, _install_full_disk
+    from kvstate.impl import diskdir
 
     if h.disk_full or h.threads:
         return None
     disk = h.core.disk
     kept = disk.prepare
     writes = [0]
+    # the disk runs out of blocks (the temporary's writes fail) or of inodes (its creation
+    # fails), alternately by the trace's length
+    flag = _FULL if len(h.steps) % 2 else _NO_CREATE
 
     def fills(key: bytes, **kw: Any) -> Any:
         writes[0] += 1
-        _FULL.on = writes[0] > 1  # the first entry fits; the disk is full after it
+        flag.on = writes[0] > 1  # the first entry fits; the disk is full after it
         try:
             return kept(key, **kw)
         finally:
-            _FULL.on = False
+            flag.on = False
 
     _install_full_disk()
+    if not isinstance(diskdir.os, _NoCreateOs):
+        diskdir.os = _NoCreateOs(diskdir.os)  # type: ignore[assignment]
     disk.prepare = fills
     try:
         h.returned = h.cache.spill(o.arg("n"))
     finally:
         disk.prepare = kept
     if writes[0] > 1:
-        h.cov.add("fault the disk fills partway through a spill")
+        h.cov.add(
+            f"fault the disk fills partway through a spill ({flag is _FULL and 'blocks' or 'inodes'})"
+        )
     return None
 
 

@@ -1659,14 +1659,19 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[Op]]:
         },
         # one refused open of the directory at each restart (REFUSALS rotates with the step)
         # the disk fills after one entry of a spill (kvstate/api_exhaust.py): one block spilled
-        "the disk fills partway through a spill": [
-            *to_host,
-            op("spill_fills", n=N),
-            op("disk_full", on=1),
-            op("spill", n=N),
-            op("disk_full", on=0),
-            *hit,
-        ],
+        # (out of blocks or of inodes by the trace's length: one witness for each)
+        **{
+            f"the disk fills partway through a spill{' (inodes)' if pad else ''}": [
+                *[op("tick", t=1)] * pad,
+                *to_host,
+                op("spill_fills", n=N),
+                op("disk_full", on=1),
+                op("spill", n=N),
+                op("disk_full", on=0),
+                *hit,
+            ]
+            for pad in (0, 1)
+        },
         "refused opens at restarts": [*to_disk, *[op("restart") for _ in REFUSALS], *hit],
         "an offload job raises: the library abandons it (the offload is cancelled)": [
             *store,
