@@ -40,12 +40,14 @@ def make_checks(h: Any) -> list[CallCheck]:
     from kvstate.api_args import MaintCount
     from kvstate.api_delivery import Delivery
     from kvstate.api_graphs import GraphProtocol
+    from kvstate.api_exhaust import Counts
     from kvstate.api_handout import Events, GraphRows
     from kvstate.api_memo import WindowPolicy
     from kvstate.api_orders import OrderHook
     from kvstate.api_ready import Readiness
     from kvstate.api_refusals import RefusalRequired
     from kvstate.api_window import AppendWindows
+    from kvstate.api_stored import StoredForms
 
     return [
         OrderHook(h),
@@ -58,4 +60,6 @@ def make_checks(h: Any) -> list[CallCheck]:
         AppendWindows(),
         GraphProtocol(h),
         Delivery(h),
+        StoredForms(),
+        Counts(),
     ]

@@ -50,9 +50,11 @@ from kvstate.api_args import CASES as ARG_CASES
 from kvstate.api_args import NP_OPS, do_refuse_arg
 from kvstate.api_damage import PARTS, do_damage
 from kvstate.api_graphs import do_capture, do_recapture, do_replay
+from kvstate.api_exhaust import do_spill_fills
 from kvstate.api_inputs import CASES, do_bad_input
 from kvstate.api_pools import do_pools
 from kvstate.api_prefix import do_variant, read_outside_chain
+from kvstate.api_stored import FORGERIES, REFUSALS, at_restart, do_forge
 from kvstate.calls import parse_calls
 from kvstate.examples_db import run_machine, saved, with_database
 from kvstate.harness.finding import Nonconformance
@@ -77,6 +79,8 @@ FAULT_KINDS = (
     "abort_in_use",
     "token_reuse",
     "read_after_release",
+    "forge",
+    "disk_fills",
 )
 
 
@@ -188,15 +192,15 @@ class ApiHarness:
         # what the library shows after each job step of the current drain (manual pipelines)
         self.drained: list[dict[str, Any]] | None = None
         self.cache: Any = None
+        self.returned: Any = None  # what the current maintenance call returned
         self._open()
         from kvstate.api_checks import make_checks
 
         self.checks = make_checks(self)  # kvstate/api_checks.py: orders, prefixes, pools
 
     # -- lifecycle --------------------------------------------------------------------------
-    def _open(self) -> None:
-        from kvstate.impl.cache import HeterogeneousKVCache
-
+    def open_kwargs(self) -> dict[str, Any]:
+        """The cache's constructor arguments (kvstate/api_stored.py opens it refused, too)."""
         kw = dict(
             table=self.table,
             executors="threads" if self.threads else "manual",
@@ -215,7 +219,12 @@ class ApiHarness:
             max_model_len=len(self.tokens),
         )
         kw.update(self.cache_kwargs)
-        self.cache = HeterogeneousKVCache(**kw)
+        return kw
+
+    def _open(self) -> None:
+        from kvstate.impl.cache import HeterogeneousKVCache
+
+        self.cache = HeterogeneousKVCache(**self.open_kwargs())
         self.core = self.cache.core
         self.chain = self.cache.chain(self.tokens[: self.N * self.L], NAMESPACE)
         self.rids = self.cache.register(self.chain)
@@ -1147,7 +1156,7 @@ def _do_tick(h: ApiHarness, o: Op) -> int | None:
 
 def _maint(name: str) -> Callable[[ApiHarness, Op], int | None]:
     def do(h: ApiHarness, o: Op) -> int | None:
-        getattr(h.cache, name)(o.arg("n"))
+        h.returned = getattr(h.cache, name)(o.arg("n"))  # (kvstate/api_exhaust.py)
         return None
 
     return do
@@ -1285,6 +1294,7 @@ def _do_restart(h: ApiHarness, o: Op) -> int | None:
         h.released = [None] * h.R
         h.done = [None] * h.R
         _plant_files(h, len(h.steps))
+        at_restart(h, len(h.steps))  # kvstate/api_stored.py: a refused open, our leftovers
         h._open()
     return None
 
@@ -1345,10 +1355,14 @@ OPS: dict[str, Callable[[ApiHarness, Op], int | None]] = {
     "capture": do_capture,
     "replay": do_replay,
     "recapture": do_recapture,
+    "forge": do_forge,
+    "spill_fills": do_spill_fills,
 }
 # which spec/api.py entry explains each operation
 MAPPING: dict[str, str] = {
     "foreign": "foreign",
+    "spill_fills": "spill",  # the disk full after one write (kvstate/api_exhaust.py)
+    "forge": "corrupt",  # an authentic header not of this layout (kvstate/api_stored.py)
     "damage": "corrupt",  # one section of an entry (kvstate/api_damage.py)
     "pools": "read",  # a fresh cache resized (kvstate/api_pools.py)
     "bad_input": "read",  # refused, nothing changes (kvstate/api_inputs.py)
@@ -1395,6 +1409,8 @@ FAULT_OPS = {
     "abort_in_use": ("abort_in_use",),
     "token_reuse": ("mutate_tokens",),
     "read_after_release": ("read_released",),
+    "forge": ("forge",),
+    "disk_fills": ("spill_fills",),
 }
 
 
@@ -1701,6 +1717,32 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[Op]]:
             op("use", i=1),
             op("read", i=1),
         ],
+        # authentic headers not of this layout (kvstate/api_stored.py): a restart drops them
+        **{
+            f"forged headers {k0}-{k0 + N - 1}, then a restart": [
+                *to_disk,
+                *[op("forge", b=b, k=k0 + b) for b in range(N)],
+                op("restart"),
+                *hit,
+            ]
+            for k0 in range(0, len(FORGERIES), N)
+        },
+        # one refused open of the directory at each restart (REFUSALS rotates with the step)
+        # the disk fills after one entry of a spill (kvstate/api_exhaust.py): one block spilled
+        # (out of blocks or of inodes by the trace's length: one witness for each)
+        **{
+            f"the disk fills partway through a spill{' (inodes)' if pad else ''}": [
+                *[op("tick", t=1)] * pad,
+                *to_host,
+                op("spill_fills", n=N),
+                op("disk_full", on=1),
+                op("spill", n=N),
+                op("disk_full", on=0),
+                *hit,
+            ]
+            for pad in (0, 1)
+        },
+        "refused opens at restarts": [*to_disk, *[op("restart") for _ in REFUSALS], *hit],
         "an offload job raises: the library abandons it (the offload is cancelled)": [
             *store,
             op("offload", n=1),

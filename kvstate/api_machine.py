@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
 from kvstate.api_harness import _HARNESS, OPS, Coverage, Op, op
+from kvstate.api_stored import FORGERIES
 from kvstate.spec.table import Table
 
 
@@ -100,8 +101,10 @@ def build_machine(
     add("corrupt", b=st.integers(0, N - 1), kind=st.integers(0, 2))
     add("read_error", b=st.integers(0, N - 1))
     add("damage", b=st.integers(0, N - 1), part=st.integers(0, 4))
+    add("forge", b=st.integers(0, N - 1), k=st.integers(0, len(FORGERIES) - 1))
     add("host_tail", b=st.integers(0, N - 1))
     add("disk_full", on=st.integers(0, 1))
+    add("spill_fills", n=st.integers(1, N))
     add("restart")
     for g in ("capture", "replay", "recapture"):  # kvstate/api_graphs.py
         add(g)

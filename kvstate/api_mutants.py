@@ -557,6 +557,50 @@ MUTANTS: tuple[Mutant, ...] = (
         "        self._open()\n        return self.core.stats()",
         "        return self.core.stats()",
     ),
+    # kvstate/api_stored.py: authentic headers not of this layout, the directory's refusals
+    Mutant(
+        "header_unit_table_unchecked",
+        "stored-form field never compared",
+        "impl/diskheader.py",
+        "    if layout is not None and units != layout:",
+        "    if False and layout is not None and units != layout:",
+    ),
+    Mutant(
+        "key_file_mode_unchecked",
+        "cache directory: a key readable by others accepted",
+        "impl/diskdir.py",
+        "            if st.st_mode & 0o077:",
+        "            if st.st_mode & 0o000:",
+    ),
+    Mutant(
+        "refused_open_keeps_lock",
+        "cache directory: a refused open leaks its lock",
+        "impl/disk.py",
+        "        except BaseException:\n            self.close()\n            raise",
+        "        except BaseException:\n            raise",
+    ),
+    Mutant(
+        "scan_keeps_older_copy",
+        "restart: two entries of one key, the older kept",
+        "impl/disk.py",
+        "                if (old.mtime_ns, old.path.name) > (e.mtime_ns, e.path.name):",
+        "                if (old.mtime_ns, old.path.name) < (e.mtime_ns, e.path.name):",
+    ),
+    # kvstate/api_exhaust.py: a disk full partway through a spill, counts, "up to n"
+    Mutant(
+        "spill_raises_after_partial",
+        "exhaustion partway through a store",
+        "impl/spills.py",
+        "                if done:\n                    return done\n                raise",
+        "                if not done:\n                    return done\n                raise",
+    ),
+    Mutant(
+        "spill_stops_early",
+        "maintenance call does less than it may",
+        "impl/spills.py",
+        "        while done < n:\n            snap = self._next_spill(tried)",
+        "        while done < n - 1:\n            snap = self._next_spill(tried)",
+    ),
 )
 
 
