@@ -27,9 +27,9 @@ from vllm.v1.core import kv_cache_manager as km  # noqa: E402
 from vllm.v1.core import kv_cache_utils as ku  # noqa: E402
 from vllm.v1.core import single_type_kv_cache_manager as st  # noqa: E402
 
-from kvstate.targets.vllm.engine import run  # noqa: E402
 from kvstate.targets.vllm.checks import CHECK_CLASSES  # noqa: E402
 from kvstate.targets.vllm.configs import Config  # noqa: E402
+from kvstate.targets.vllm.engine import run  # noqa: E402
 
 FULL = (Config("full", False, 14),)
 SWA = (Config("swa", False, 16),)
@@ -152,7 +152,7 @@ def test_each_check_fires_when_vllm_is_broken(name: str, monkeypatch: pytest.Mon
     brk, configs, check = BREAKS[name]
     brk(monkeypatch)
     t0 = time.monotonic()
-    r = run(profile="ci", configs=configs, examples=60)  # derandomized: the same run every time
+    r = run(profile="ci", configs=configs, examples=120)  # derandomized: the same run every time
     assert not r.ok, f"{name}: not caught"
     assert r.finding is not None
     fired = {v.check for v in r.finding.violations}

@@ -71,11 +71,11 @@ CHECK_CLASSES = (
     "L3",
     "soundness",
     "completeness",
-    "window",  # vllm_window
-    "eviction",  # vllm_evict
-    "reset",  # vllm_reset
-    "events",  # vllm_events
-    "separation",  # vllm_tenants
+    "window",  # window.py
+    "eviction",  # evict.py
+    "reset",  # reset.py
+    "events",  # events.py
+    "separation",  # tenants.py
 )
 
 

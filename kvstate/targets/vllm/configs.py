@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import vllm_tenants
+from . import tenants as vllm_tenants
 
 PRELUDE = '''\
 import inspect

@@ -66,7 +66,7 @@ class Live:
     out_seed: int = 0
     admitted_epoch: int = -1
     external: bool = False  # some of its tokens came from a KV connector, not computed here
-    tenant: int = 0  # the tenants configuration's inputs (vllm_tenants)
+    tenant: int = 0  # the tenants configuration's inputs (tenants.py)
 
 
 @dataclass

@@ -6,7 +6,7 @@ the way the scheduler does: arrivals sharing prefixes, admission (``get_computed
 ``allocate_slots``, with a KV connector's external tokens), chunked prefill, decode and EAGLE
 steps, preemption, ``free``, ``cache_blocks``, ``remove_skipped_blocks``, ``evict_blocks``,
 ``reset_prefix_cache`` and re-sent prompts.  After every call the table's rules, projected onto
-what vLLM exposes (``vllm_checks``), are checked.  A failure is cut down by replaying shorter
+what vLLM exposes (``checks``), are checked.  A failure is cut down by replaying shorter
 traces on fresh managers and printed as a standalone Python reproducer.
 """
 
