@@ -60,7 +60,7 @@ def manifest(folder: Path, sources: Path | None = None) -> dict[str, dict[str, s
     }
 
 
-def _pure_requested() -> bool:
+def pure_requested() -> bool:
     return os.environ.get(ENV_PURE, "") not in ("", "0")
 
 
@@ -102,8 +102,8 @@ def install_guard() -> None:
     global _guard
     if _guard is not None or not extensions():
         return
-    reasons = [] if _pure_requested() else stale()
-    if not _pure_requested() and not reasons:
+    reasons = [] if pure_requested() else stale()
+    if not pure_requested() and not reasons:
         return
     if reasons:
         warnings.warn(
