@@ -307,7 +307,7 @@ class Prefix:
     def files(self) -> list[Path]:
         """The entry files, in the order the recovery loads them (chain order)."""
         core = self.cache.core
-        entries = core.disk_entries
+        entries = core.recovery.disk_entries
         chain = self.cache.chain(self.tokens[: self.n])
         rids = self.cache.inspect().resolve(chain)
         out = [entries[r].path for r in rids if r in entries]

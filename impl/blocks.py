@@ -631,16 +631,11 @@ class BlockStore:
         if emit:
             self.events.emit(EventKind.EVICTED, self.meta.key[rid], "device")
 
-    def touch_prefix(self, rids: Sequence[int], blocks: int, ticks: int) -> None:
+    def touch_prefix_locked(self, rids: Sequence[int], blocks: int, ticks: int) -> None:
         """``touch`` the first ``blocks`` blocks of a chain up to the first absent one: the
         table's guard over the whole prefix in one call where it allows that (a touch changes no
-        input of another block's touch guard), else per block on one view."""
-        with self.lock:
-            self.touch_prefix_locked(rids, blocks, ticks)
-
-    def touch_prefix_locked(self, rids: Sequence[int], blocks: int, ticks: int) -> None:
-        """:meth:`touch_prefix` for a caller that holds the lock (an admission: taking the
-        reentrant lock again costs ~1k instructions)."""
+        input of another block's touch guard), else per block on one view.  The caller holds
+        the lock (an admission: taking the reentrant lock again costs ~1k instructions)."""
         gate = self.gate
         t = _int("ticks", ticks, 1, self.k.lease_max)
         lease, now = self.meta.lease, gate.now

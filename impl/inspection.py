@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .errors import InvalidArgument, UnknownRequest
+
 if TYPE_CHECKING:
     from .core import CacheCore
     from .pipelines import Executor, Job
@@ -328,8 +330,19 @@ class TestHooks:
     def act(self, action: str, *args: Any) -> Any:
         """One table action by name, with its arguments (a record id for a block action, a
         slot for a request action, ticks for ``tick``), dispatched by the core's action map;
-        :class:`~kvstate.impl.errors.Refused` when the guard refuses."""
+        :class:`~kvstate.impl.errors.Refused` when the guard refuses.  ``admit`` takes one of
+        this cache's requests (another's, or anything else, is refused as ``admit`` refuses it)."""
+        if action == "admit" and args:
+            self._own(args[0])
         return self._core.act(action, *args)
+
+    def _own(self, request: Any) -> None:
+        """A request of this cache, not forgotten (the errors ``admit`` raises otherwise)."""
+        cache = getattr(request, "cache", None)
+        if getattr(cache, "core", None) is None or not hasattr(request, "owned"):
+            raise InvalidArgument(f"expected a Request, got {type(request).__name__}")
+        if cache.core is not self._core or not request.owned:
+            raise UnknownRequest(f"{request!r} does not belong to this cache")
 
     def register(self, chain: Any) -> list[int]:
         """Records for every block of a chain (created FREE where unknown)."""

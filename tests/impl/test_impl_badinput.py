@@ -190,14 +190,14 @@ class Actions:
     """The table's actions by name on a cache (``TestHooks.act``), and ``can`` / ``check_tail``."""
 
     def __init__(self, c: HeterogeneousKVCache) -> None:
-        self.hooks, self.view = c.test_hooks(), c.inspect()
+        self.c = c  # the view and the hooks asked for at each call (a closed cache refuses)
 
     def __getattr__(self, name: str) -> Any:
         if name == "can":
-            return self.view.can
+            return lambda *a: self.c.inspect().can(*a)
         if name == "check_tail":
-            return self.hooks.check_tail
-        return lambda *a: self.hooks.act(name, *a)
+            return lambda *a: self.c.test_hooks().check_tail(*a)
+        return lambda *a: self.c.test_hooks().act(name, *a)
 
 
 def params(owner: str, sig: inspect.Signature) -> list[inspect.Parameter]:
