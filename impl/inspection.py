@@ -338,7 +338,7 @@ class TestHooks:
 
     def _own(self, request: Any) -> None:
         """A request of this cache, not forgotten (the errors ``admit`` raises otherwise)."""
-        cache = getattr(request, "cache", None)
+        cache: Any = getattr(request, "cache", None)
         if getattr(cache, "core", None) is None or not hasattr(request, "owned"):
             raise InvalidArgument(f"expected a Request, got {type(request).__name__}")
         if cache.core is not self._core or not request.owned:
