@@ -427,8 +427,9 @@ class TestHooks:
         return grp.host_data[:, grp.host_index(hslot)]
 
     def poke(self, column: str, rid: int, value: Any) -> None:
-        """One metadata field set directly, no guard, no effect (a test places a block at an
-        address, or breaks a counter, to see what the checks say)."""
+        """One metadata field set directly, no guard, no effect, no lock taken (a test places
+        a block at an address, or changes a field behind the lock, to see what the checks say;
+        hold ``lock`` around it for a change inside one)."""
         getattr(self._core.meta, column)[rid] = value
 
     def leak_device_slot(self) -> None:
