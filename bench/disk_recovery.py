@@ -21,7 +21,7 @@ offloaded to host and spilled to disk as they go.  Then, per repeat:
 GB/s are the entry files' bytes (10^9) over the wall time.  Next to them: this process's CPU
 seconds (user+sys) over each timed interval (on a shared machine a recovery that needs more CPU
 than it gets is CPU-bound, whatever its overlap), and the overlap itself: how long after the
-last disk read ``use`` returned, and how much MAC time ran after it (the disk tier's ``_pread``
+last disk read ``use`` returned, and how much MAC time ran after it (the disk tier's ``pread``
 and ``_chunk_mac`` are timed by wrappers on its instance).  The page cache is emptied before
 each timed read with ``os.sync()`` and ``posix_fadvise(POSIX_FADV_DONTNEED)`` on every file, and
 ``echo 3 > /proc/sys/vm/drop_caches`` where this process may write it; the header says which
@@ -307,9 +307,9 @@ class Prefix:
     def files(self) -> list[Path]:
         """The entry files, in the order the recovery loads them (chain order)."""
         core = self.cache.core
-        entries = core.disk_entries
+        entries = core.recovery.disk_entries
         chain = self.cache.chain(self.tokens[: self.n])
-        rids = core.resolve(chain)
+        rids = self.cache.inspect().resolve(chain)
         out = [entries[r].path for r in rids if r in entries]
         if len(out) != self.nb:
             raise RuntimeError(f"{len(out)} of {self.nb} blocks are on disk")
@@ -346,7 +346,7 @@ class Prefix:
 
 class Overlap:
     """When a recovery's disk reads and chunk MACs ran: wrappers on the disk tier's instance
-    (``_pread``, ``_chunk_mac``: plain Python, the tests replace them the same way), a few
+    (``pread``, ``_chunk_mac``: plain Python, the tests replace them the same way), a few
     microseconds a call.  ``after_io``: from the last read's end to ``use`` returning (what
     still ran after the disk was done: the last MACs, landings, rebuilds, the validation);
     ``mac_after_io``: the MAC seconds that ran after the last read (about one chunk's MAC per
@@ -359,7 +359,7 @@ class Overlap:
 
     def __enter__(self) -> Overlap:
         disk, spans = self.disk, self.spans
-        pread, mac = disk._pread, disk._chunk_mac
+        pread, mac = disk.pread, disk._chunk_mac
 
         def timed(kind: str, f: Any) -> Any:
             def call(*args: Any) -> Any:
@@ -371,12 +371,12 @@ class Overlap:
 
             return call
 
-        disk._pread = timed("read", pread)
+        disk.pread = timed("read", pread)
         disk._chunk_mac = timed("mac", mac)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        del self.disk._pread, self.disk._chunk_mac
+        del self.disk.pread, self.disk._chunk_mac
 
     def after_io(self) -> float:
         last = max((e for k, _, e in self.spans if k == "read"), default=self.end)

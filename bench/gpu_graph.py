@@ -128,7 +128,7 @@ def check_cuda_graph_replay(device: str | torch.device = "cuda", *, blocks: int 
     (:func:`attention_step`) reads only persistent buffers: the graph registry's block table and
     state pointers (``impl/graphs.py``, refilled in place by ``cache.use``), one layer of the CSA
     and compressor device tiers, a static query; it writes static outputs.  It is captured
-    through ``cache.core.capture()`` (the registry wraps it in a ``torch.cuda.CUDAGraph`` after
+    through ``cache.test_hooks().act("capture")`` (the registry wraps it in a ``torch.cuda.CUDAGraph`` after
     a warm-up on a side stream), with every request row empty.  Then:
 
     * recovery: the prefix is offloaded to host (chain order), half of it spilled to disk, the
@@ -198,7 +198,7 @@ def _graph_scenario(
     first = cache.admit(cache.request(toks))
     with cache.use(first):
         pass
-    rids = core.resolve(cache.chain(toks))
+    rids = cache.inspect().resolve(cache.chain(toks))
     home = [m.addr[r] for r in rids]
     if sorted(home) != list(range(blocks)) or any(m.ckv[r] != CKV.READY for r in rids):
         raise RuntimeError(f"prefix not stored as expected: slots {home}")
@@ -303,7 +303,7 @@ def _graph_scenario(
 
     def replay(tag: str) -> bool:
         try:
-            core.replay()
+            cache.test_hooks().act("replay")
         except Refused as exc:
             print(f"       {tag}: replay refused: {exc}")
             return False
@@ -322,7 +322,7 @@ def _graph_scenario(
                 step()
         torch.cuda.current_stream(dev).wait_stream(side)
         _sync(dev)
-    core.capture()
+    cache.test_hooks().act("capture")
     captured = addresses()
     captured_ptrs = block_ptrs([m.gaddr[r] for r in rids])
     if not replay("before recovery"):
@@ -333,10 +333,10 @@ def _graph_scenario(
     # ---- recovery 1: host + disk, back into the same slots -----------------------------
     cache.tick(10)  # leases expire: the prefix may leave the device
     for r in rids:
-        core.offload(r)
+        cache.test_hooks().act("offload", r)
     cache.pipelines.drain()
     for r in rids[blocks // 2 :]:
-        core.spill(r)
+        cache.test_hooks().act("spill", r)
     for s in home:  # the freed slots are reused by someone else in the meantime
         for grp in tiers.slot_groups:
             grp.device_data[:, grp.dev_index(s)].fill_(0xA5)
@@ -399,7 +399,7 @@ def _graph_scenario(
     stale_events = len(cache.events_of(EventKind.STALE_GRAPH))
     cache.tick(10)
     for r in reversed(rids):  # slots freed in reverse: the oldest free slot is the last block's
-        core.offload(r)
+        cache.test_hooks().act("offload", r)
     cache.pipelines.drain()
     adm2 = cache.admit(cache.request(toks))
     cache.pipelines.drain()
@@ -432,7 +432,7 @@ def _graph_scenario(
             )
             recorded["slot"] = m.addr[rids[-1]]
             try:
-                core.recapture()
+                cache.test_hooks().act("recapture")
                 recaptured = True
             except Refused as exc:
                 print(f"       recapture refused: {exc}")

@@ -49,6 +49,14 @@ _ASSIGN = re.compile(r"^    (\w+) = (.+)$")
 _DEF = re.compile(r"^def (\w+)\(([\w, ]*)\):$")
 
 
+def twins() -> dict[str, object]:
+    """The twins ``impl/_aot.py`` holds, keyed by the SHA-256 of each one's source (what a
+    check of the generated module reads, without importing its private name)."""
+    from . import _aot
+
+    return dict(_aot.TWINS)
+
+
 def collect(geometry: Geometry) -> dict[str, tuple[str, str, tuple[str, ...]]]:
     """Every generated source (key -> (name, source, env names)) a cache of ``geometry``'s
     default table asks for while it is built and serves misses, hits and evictions."""

@@ -44,7 +44,7 @@ from .tiers import Tiers
 from .writer import Writer
 
 # ``Final``: compiled, a final module constant is a C static (see phasecodes.py)
-_KEPT_MEMO: Final = 256  # window-policy answers kept (``_policy_slid``); cleared when full
+_KEPT_MEMO: Final = 256  # window-policy answers kept (``policy_slid``); cleared when full
 
 
 class BlockStore:
@@ -406,7 +406,7 @@ class BlockStore:
         if not todo:
             return 0
         fmt = self.write_fmt
-        slid = self._policy_slid(todo, end)
+        slid = self.policy_slid(todo, end)
         try:
             gate.check_run("allocate", todo, f=fmt)
         except Refused:
@@ -418,29 +418,46 @@ class BlockStore:
             if at:  # the prefix stored ends where the refused block starts
                 head = todo[:at]
                 cut = m.start[todo[at]] // self.L if end >= 0 else -1
-                self._store_allowed(head, fmt, ticks, self._policy_slid(head, cut))
+                self._store_allowed(head, fmt, ticks, self.policy_slid(head, cut))
             raise
         except BaseException:
             self._tombstone_free(todo)
             raise
         return self._store_allowed(todo, fmt, ticks, slid)
 
-    def _policy_slid(self, todo: list[int], end: int) -> set[int]:
+    def policy_slid(self, todo: list[int], end: int) -> set[int]:
         """The run's blocks the window policy does not keep for a prefix of ``end`` chain
         blocks (-1: no policy): one call for the run's span of the chain."""
         if end < 0 or not todo:
             return set()
         starts, L = self.meta.start, self.L
-        first, last = starts[todo[0]] // L, starts[todo[-1]] // L
-        span = (first, last + 1, end)
+        kept = self.kept_blocks(starts[todo[0]] // L, starts[todo[-1]] // L + 1, end)
+        return {rid for rid in todo if starts[rid] // L not in kept}
+
+    def kept_blocks(self, first: int, stop: int, end: int) -> Any:
+        """The chain blocks among ``[first, stop)`` whose windows the policy keeps for a prefix
+        of ``end`` blocks (``swa_kept_blocks``), memoized: asked again at every store and every
+        decode step over the same spans.  Read only."""
+        span = (first, stop, end)
         kept = self._kept.get(span)
         if kept is None:
             w, p = self.swa_policy
-            kept = swa_kept_blocks(w, p, first, last + 1, end)
+            kept = swa_kept_blocks(w, p, first, stop, end)
             if len(self._kept) >= _KEPT_MEMO:
                 self._kept.clear()
             self._kept[span] = kept  # read only: never changed once kept
-        return {rid for rid in todo if starts[rid] // L not in kept}
+        return kept
+
+    def slide_passed(self, rids: Sequence[int], lo: int, hi: int, end: int) -> None:
+        """Decode moved the window of a prefix of ``end`` blocks (``rids``) past blocks
+        ``[lo, hi)``: each the policy does not keep is slid where the table's guard allows
+        (the caller holds the lock)."""
+        kept = self.kept_blocks(lo, hi, end)
+        can = self.gate.can
+        for b in range(lo, hi):
+            rid = rids[b]
+            if b not in kept and can("slide", rid):
+                self.fx_slide(rid)
 
     def _tombstone_free(self, rids: Sequence[int]) -> None:
         """Put the FREE records among ``rids`` (back) on the tombstones: a run that stops
@@ -581,9 +598,10 @@ class BlockStore:
             self.tiers.swa_pool.release(m.swa_pages[rid])
             m.swa_pages[rid] = ()
         job = self.pipes.dma.get(rid) or self.pipes.io.get(rid)
-        if isinstance(job, LoadJob) and job.swa_pages:
-            self.tiers.swa_pool.release(job.swa_pages)
-            job.swa_pages = ()
+        if isinstance(job, LoadJob):
+            pages = job.give_back_window()
+            if pages:
+                self.tiers.swa_pool.release(pages)
         m.swa[rid] = SWA_NULL
 
     # ---- Indexer State ----------------------------------------------------------------------
@@ -621,16 +639,11 @@ class BlockStore:
         if emit:
             self.events.emit(EventKind.EVICTED, self.meta.key[rid], "device")
 
-    def touch_prefix(self, rids: Sequence[int], blocks: int, ticks: int) -> None:
+    def touch_prefix_locked(self, rids: Sequence[int], blocks: int, ticks: int) -> None:
         """``touch`` the first ``blocks`` blocks of a chain up to the first absent one: the
         table's guard over the whole prefix in one call where it allows that (a touch changes no
-        input of another block's touch guard), else per block on one view."""
-        with self.lock:
-            self.touch_prefix_locked(rids, blocks, ticks)
-
-    def touch_prefix_locked(self, rids: Sequence[int], blocks: int, ticks: int) -> None:
-        """:meth:`touch_prefix` for a caller that holds the lock (an admission: taking the
-        reentrant lock again costs ~1k instructions)."""
+        input of another block's touch guard), else per block on one view.  The caller holds
+        the lock (an admission: taking the reentrant lock again costs ~1k instructions)."""
         gate = self.gate
         t = _int("ticks", ticks, 1, self.k.lease_max)
         lease, now = self.meta.lease, gate.now

@@ -39,7 +39,7 @@ from mypy_extensions import mypyc_attr
 from kvstate.kernels import gather_blocks
 from kvstate.spec.default import default_table
 from kvstate.spec.errors import GeometryError
-from kvstate.spec.geometry import Geometry, small, swa_kept_blocks
+from kvstate.spec.geometry import Geometry, small
 from kvstate.spec.phases import CKV, Req, Swa
 from kvstate.spec.table import Table
 
@@ -61,7 +61,7 @@ from .errors import (
 )
 from .events import Event, EventKind, EventLog
 from .hashing import Chain, as_tokens
-from .meta import NULL_RID
+from .inspection import CacheView, TestHooks
 from .pipelines import TailCheckJob
 from .projection import RecoveryPlan
 from .requests import Admitted, Slot
@@ -401,33 +401,13 @@ class Run:
     def read_window(self, layer: Checked[Any, int]) -> torch.Tensor:
         """The SWA rows of positions ``[h - n_win, h)`` of model layer ``layer`` (zeros before 0)."""
         core = self.cache.core
-        g = core.g
-        swa = core.tiers.swa
-        li = args.index("layer", layer, swa.device_data.shape[0])
-        h, bt, n_win = self.hit_tokens, g.swa_block_tokens, g.n_win
-        out = torch.zeros(n_win, g.entry_bytes, dtype=torch.uint8)
+        tiers = core.tiers
+        li = args.index("layer", layer, tiers.swa.device_data.shape[0])
         with core.lock:
             self._check("read_window")
-            if h == 0:
-                return out
-            first = max(0, h - n_win) // bt
-            last = (h - 1) // bt
-            table = []
-            rids = swa.map(core.resolve(self.request.chain))
-            for j in range(first, last + 1):
-                b, i = divmod(j, swa.pages_per_block)
-                rid = rids[b] if b < len(rids) else NULL_RID
-                pages = core.meta.swa_pages[rid]
-                table.append(
-                    pages[i] if pages and core.meta.swa[rid] == _SWA_VALID else swa.NULL_PAGE
-                )
-            tier = swa.device_data[li].view(-1, bt, g.entry_bytes)
-            t = torch.tensor(table, dtype=torch.int64, device=tier.device)
-            rows = gather_blocks(tier, t, backend=core.backend).reshape(-1, g.entry_bytes).cpu()
-        lo = max(0, h - n_win) - first * bt
-        got = rows[lo : lo + min(h, n_win)]
-        out[n_win - got.shape[0] :] = got
-        return out
+            m, h = core.meta, self.hit_tokens
+            rids = core.store.resolve(self.request.chain) if h else []
+            return tiers.read_window(li, rids, h, m.swa_pages, m.swa, _SWA_VALID, core.backend)
 
     def read_tail(self, layer: Checked[Any, int]) -> torch.Tensor:
         """The compressor state of CSA layer ``layer`` at the hit boundary, checked by the tail
@@ -440,9 +420,8 @@ class Run:
             self._check("read_tail")
             if h == 0:
                 return torch.zeros(grp.ring, grp.width)
-            rid = grp.map(core.resolve(self.request.chain))[self.blocks - 1]
-            slot = core.meta.slot[rid]
-            state, pos = grp.decode(grp.device_data[li, grp.dev_index(max(slot, 0))])  # a copy
+            rid = grp.map(core.store.resolve(self.request.chain))[self.blocks - 1]
+            state, pos = core.tiers.tail_state(li, rid, core.meta.slot[rid])  # a copy
         return grp.check(state, pos, h, core.backend)
 
     def verify_pins(self) -> list[str]:
@@ -730,7 +709,7 @@ class HeterogeneousKVCache:
         self._open()
         if not isinstance(chain, Chain) or chain.block_tokens != self.L:
             raise InvalidArgument(f"expected a Chain of this cache (see chain()), got {chain!r}")
-        return self.core.register(chain)
+        return self.store.register(chain)
 
     def max_hit(self, request: Checked[Any, Request]) -> int:
         """The longest hit a request could use: every token but the last, which is computed for
@@ -799,7 +778,7 @@ class HeterogeneousKVCache:
             if adm.state != "pending":
                 return
             if core.pipes.mode == "threads":
-                if not core.wait_changed(lambda: not self._pending(adm), timeout):
+                if not core.gate.wait_changed(lambda: not self._pending(adm), timeout):
                     raise NotReady("use", (), "recovery still running after the timeout")
             elif self._pending(adm):
                 raise NotReady("use", (), "recovery jobs are queued: drive the manual pipelines")
@@ -808,7 +787,7 @@ class HeterogeneousKVCache:
             if bad:
                 raise Refused("use", tuple(bad), f"{adm.request!r} is no longer pinned")
             assert s is not None
-            rids = core.resolve(adm.request.chain)
+            rids = core.store.resolve(adm.request.chain)
             tc = adm.tail_check
             if tc is None or tc.ok is not False:
                 try:
@@ -926,13 +905,8 @@ class HeterogeneousKVCache:
             if n == before:
                 return  # no block completed: the window did not move past one
             W = self.table.consts.W
-            rids = core.resolve(req.chain)
-            lo, hi = max(0, before - W), max(0, n - W)
-            w, p = self.store.swa_policy
-            kept = swa_kept_blocks(w, p, lo, hi, n)
-            for b in range(lo, hi):
-                if b not in kept and core.can("slide", rids[b]):
-                    core.slide(rids[b])
+            store = self.store
+            store.slide_passed(store.resolve(req.chain), max(0, before - W), max(0, n - W), n)
 
     def _store(self, req: Request) -> None:
         """Store the request's full blocks not cached yet (dedup: a block another request
@@ -1010,7 +984,7 @@ class HeterogeneousKVCache:
         """Advance the cache's clock: leases and request deadlines are counted in ticks, so a
         block becomes evictable only once the lease covering its last reader has run out."""
         self._open()
-        self.core.tick(args.integer("ticks", ticks, 1, args.MAX_COUNT))
+        self.core.gate.tick(args.integer("ticks", ticks, 1, args.MAX_COUNT))
 
     def evict(self, n: Checked[Any, int] = 1) -> int:
         """Evict up to ``n`` least recently used unpinned, lease-expired device blocks."""
@@ -1018,7 +992,7 @@ class HeterogeneousKVCache:
         n = args.integer("n", n, 0)
         done = 0
         with self.core.lock:
-            while done < n and self.core.evict_one():
+            while done < n and self.store.evict_one():
                 done += 1
         return done
 
@@ -1026,23 +1000,39 @@ class HeterogeneousKVCache:
         """Start offloading up to ``n`` LRU device blocks to host (DMA pipeline)."""
         self._open()
         n = args.integer("n", n, 0)
-        return self.core.offload_some(n)
+        return self.recovery.offload_some(n)
 
     def spill(self, n: Checked[Any, int] = 1) -> int:
         """Write up to ``n`` LRU host blocks to disk."""
         self._open()
-        return self.core.spill_some(args.integer("n", n, 0))
+        return self.recovery.spill_some(args.integer("n", n, 0))
 
     def drop(self, n: Checked[Any, int] = 1) -> int:
         """Delete up to ``n`` LRU (or corrupt) host/disk entries whose lease expired."""
         self._open()
         n = args.integer("n", n, 0)
-        return self.core.drop_some(n)
+        return self.recovery.drop_some(n)
 
     def stats(self) -> dict[str, Any]:
         """A snapshot of the pools, tiers, pipelines and counters, for monitoring."""
         self._open()
         return self.core.stats()
+
+    def inspect(self) -> CacheView:
+        """A read-only, live view of the cache's state for checkers and tests: the block
+        metadata by record, the request slots, pools, disk entries, pipeline jobs
+        (:class:`~kvstate.impl.inspection.CacheView`).  Reading through it never changes the
+        cache; hold ``view.lock`` to read several things at one instant.  A view taken while
+        the cache was open reads on after ``close`` (what it left behind)."""
+        self._open()
+        return CacheView(self.core)
+
+    def test_hooks(self) -> TestHooks:
+        """The seams tests and checkers inject faults through (one table action by name, a
+        job step, the disk tier's read or write replaced, a crash:
+        :class:`~kvstate.impl.inspection.TestHooks`).  A server never needs them."""
+        self._open()
+        return TestHooks(self.core, lambda req, store: self._finish_locked(self._own(req), store))
 
     def events_of(self, kind: Checked[Any, EventKind]) -> list[Event]:
         """The logged events of one kind, oldest first (``events.subscribe`` for a stream)."""

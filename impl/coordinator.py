@@ -88,14 +88,14 @@ class Coordinator:
         # the one search (.fastforms): every rule inlined, the table's callable where a rule
         # did not translate; the direct form for direct views
         self._search = compiled.search
-        self._search_direct = compiled.search_direct
+        self.search_direct = compiled.search_direct
         self._named = [_named(r) for r in hit_rule.rules]
 
     def _cut(self, i: int, block: int | None, frm: int, to: int) -> Shortening:
         return _shortening(self._named[i], block, frm, to)
 
     def search(self, view: Any, r: int, h_max: int) -> HitSearch:
-        whole = self._search_direct if getattr(view, "_direct", False) else self._search
+        whole = self.search_direct if getattr(view, "_direct", False) else self._search
         h, cuts, rejected = whole(view, r, h_max)
         fields = (
             h_max,

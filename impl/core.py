@@ -18,38 +18,35 @@ admission as one transaction).  Every transition has the same shape, under the g
 
 The effects are this implementation's own code (storage, pools, pipelines); only the guards and
 the hit rules are read from the table, so the model and the implementation are two readings of
-one contract and the conformance harness compares them.  :class:`CacheCore` builds the parts
-and keeps one method per action (block actions take a record id, request actions a slot): the
-surface the conformance adapter drives by the table's action names.  The library
+one contract and the conformance harness compares them.  :class:`CacheCore` only builds the
+parts; which part performs each of the table's actions is one map (:mod:`kvstate.impl.actions`,
+checked against the table here), through which :meth:`CacheCore.act` drives an action by name
+(the conformance adapter, :class:`~kvstate.impl.inspection.TestHooks`).  The library
 (:mod:`kvstate.impl.cache`) calls the parts directly on its request path.
 """
 
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from kvstate.spec.phases import CKV
 from kvstate.spec.table import Table
 
+from .actions import bind, block_actions
 from .args import MAX_COUNT
 from .args import integer as _int
 from .blocks import BlockStore
-from .coordinator import HitSearch
 from .disk import DiskTier
 from .errors import CacheClosed, InvalidArgument, LayoutError, StorageError
 from .events import EventLog
 from .gate import GuardGate
 from .graphs import GraphRegistry
-from .hashing import Chain
-from .meta import BlockMeta, ChainView
-from .pipelines import LoadJob, OffloadJob, Pipelines, RebuildJob, TailCheckJob
-from .projection import RecoveryStep
+from .meta import BlockMeta
+from .pipelines import Pipelines
 from .recovery import Recovery
 from .requests import RequestTable, Slot
 from .tiers import Tiers, planned_bytes
@@ -225,9 +222,6 @@ class CacheCore:
             grp.state_var: grp.map for grp in (self.tiers.swa, self.tiers.compressor) if grp.remaps
         }
         self.gate = gate = GuardGate(table, self.meta, self.graph, maps)
-        self.guards = gate.guards
-        self.coord = gate.coord
-        self.rule_reads = gate.rule_reads
         self.store = store = BlockStore(
             table,
             gate,
@@ -240,7 +234,6 @@ class CacheCore:
             max_records=4 * (self.device_blocks + self.host_blocks + self.disk_blocks) + 64,
             backend=self.backend,
         )
-        self.index = store.index
         self.recovery = recovery = Recovery(
             table,
             gate,
@@ -253,26 +246,16 @@ class CacheCore:
             disk_blocks=self.disk_blocks,
             backend=self.backend,
         )
-        self.disk_entries = recovery.disk_entries
-        self.io_waiting = recovery.io_waiting
-        self.want_rebuild = recovery.want_rebuild
-        self.want_tail_check = recovery.want_tail_check
-        self.requests = requests = RequestTable(
+        self.requests = RequestTable(
             table, gate, store, recovery, self.tiers, self.events, caps["max_requests"]
         )
-        self.slots = requests.slots
         recovery.scan_disk()
+        self._actions = bind(table, self)  # checked against the table's actions
+        self._block_actions = block_actions(table)
 
     def _live(self) -> None:
         if self.closed:
             raise CacheClosed("the cache is closed")
-
-    def _rid(self, rid: Any) -> int:
-        """A block action's record argument: the cache is open, and a NumPy integer is an int
-        (the one rule of every entry point, :func:`kvstate.impl.args.integer`); the range and
-        the rest are the part's guard's."""
-        self._live()
-        return rid if rid.__class__ is int else self.gate.rid(rid)
 
     def close(self) -> None:
         self.closed = True
@@ -298,7 +281,7 @@ class CacheCore:
             "load_steps": self.k.load_steps,
         }
 
-    # ---- the lock, the table's global scalars and the states guards read (the gate's) -----
+    # ---- the lock (the gate's; every part takes the same one) -----------------------------
     @property
     def lock(self) -> Any:
         return self.gate.lock
@@ -317,35 +300,27 @@ class CacheCore:
     def changed(self, changed: Any) -> None:
         self.gate.changed = changed
 
-    @property
-    def now(self) -> int:
-        return self.gate.now
+    # ---- the table's actions, by name (the action map) --------------------------------------
+    def act(self, action: Any, *args: Any) -> Any:
+        """Perform one table action by name (:data:`kvstate.impl.actions.ACTIONS` says which
+        part's method): a block action's first argument is a record id, a request action's a
+        slot.  :class:`CacheClosed` on a closed cache, :class:`InvalidArgument` for an unknown
+        action or a bad argument, :class:`Refused` when the table's guard refuses."""
+        self._live()
+        fn = self._actions.get(action) if isinstance(action, str) else None
+        if fn is None:
+            raise InvalidArgument(f"no action {action!r} (the table's: {sorted(self._actions)})")
+        if action in self._block_actions:
+            if not args:
+                raise InvalidArgument(f"{action} takes a record id")
+            rid = args[0]
+            return fn(rid if rid.__class__ is int else self.gate.rid(rid), *args[1:])
+        return fn(*args)
 
-    @property
-    def io_inflight(self) -> int:
-        return self.gate.io_inflight
-
-    @property
-    def pinned_blocks(self) -> int:
-        return self.gate.pinned_blocks
-
-    @property
-    def epoch(self) -> int:
-        return self.gate.epoch
-
-    def wait_changed(self, ready: Callable[[], bool], timeout: float | None) -> bool:
-        return self.gate.wait_changed(ready, timeout)
-
-    def notify_changed(self) -> None:
-        self.gate.notify_changed()
-
-    def block_view(self, rid: int) -> ChainView:
-        return self.gate.block_view(rid)
-
-    def chain_view(
-        self, rids: Sequence[int], slot: Slot | None = None, overrides: dict[str, Any] | None = None
-    ) -> ChainView:
-        return self.gate.chain_view(rids, slot, overrides)
+    def rid(self, rid: Any) -> int:
+        """A record argument of an open cache (:meth:`GuardGate.rid`)."""
+        self._live()
+        return self.gate.rid(rid)
 
     def can(self, action: Any, rid: Any) -> bool:
         """Would the block action be allowed now (jobs ask this to choose their next step)."""
@@ -361,14 +336,14 @@ class CacheCore:
         with self.lock:
             counts = dict.fromkeys(_STAT_NAMES.values(), 0)
             ckv = self.meta.ckv
-            for rid in self.index.values():
+            for rid in self.store.index.values():
                 counts[_STAT_NAMES[ckv[rid]]] += 1
             gate = self.gate
             return {
                 "blocks": counts,
                 "device_free": self.tiers.slots.free,
                 "host_free": self.tiers.host_slots.free,
-                "disk_entries": len(self.disk_entries),
+                "disk_entries": len(self.recovery.disk_entries),
                 # files let go of whose unlink is in flight; files a refused unlink left behind
                 "disk_unlinking": self.disk.unlinking,
                 "disk_orphans": len(self.disk.orphans),
@@ -378,156 +353,12 @@ class CacheCore:
                 "now": gate.now,
             }
 
-    # ---- the block store --------------------------------------------------------------------
-    def record(self, key: bytes, tokens: np.ndarray | None, start: int) -> int:
-        return self.store.record(key, tokens, start)
-
-    def register(self, chain: Chain) -> list[int]:
-        return self.store.register(chain)
-
-    def resolve(self, chain: Chain) -> list[int]:
-        return self.store.resolve(chain)
-
-    def store_run(
-        self, blocks: Sequence[tuple[bytes, np.ndarray | None, int]], ticks: int, end: int = -1
-    ) -> int:
-        return self.store.store_run(blocks, ticks, end)
-
-    def allocate(self, rid: Any) -> int:
-        rid = self._rid(rid)
-        return self.store.allocate(rid)
-
-    def commit(self, rid: Any) -> None:
-        rid = self._rid(rid)
-        self.store.commit(rid)
-
-    def discard(self, rid: Any) -> None:
-        rid = self._rid(rid)
-        self.store.discard(rid)
-
-    def seal(self, rid: Any) -> None:
-        rid = self._rid(rid)
-        self.store.seal(rid)
-
-    def slide(self, rid: Any) -> None:
-        rid = self._rid(rid)
-        self.store.slide(rid)
-
-    def index_update(self, rid: Any) -> None:
-        rid = self._rid(rid)
-        self.store.index_update(rid)
-
-    def evict_start(self, rid: Any) -> None:
-        rid = self._rid(rid)
-        self.store.evict_start(rid)
-
-    def evict_done(self, rid: Any) -> None:
-        rid = self._rid(rid)
-        self.store.evict_done(rid)
-
-    def evict_one(self) -> bool:
-        return self.store.evict_one()
-
-    def touch(self, rid: Any, ticks: Any) -> None:
-        rid = self._rid(rid)
-        self.store.touch(rid, ticks)
-
-    def touch_prefix(self, rids: Sequence[int], blocks: int, ticks: int) -> None:
-        self.store.touch_prefix(rids, blocks, ticks)
-
-    def used(self, rids: Sequence[int]) -> None:
-        self.store.used(rids)
-
-    # ---- recovery ---------------------------------------------------------------------------
-    def rebuild_start(self, rid: Any) -> None:
-        rid = self._rid(rid)
-        self.recovery.rebuild_start(rid)
-
-    def rebuild_done(self, rid: Any) -> None:
-        rid = self._rid(rid)
-        self.recovery.rebuild_done(rid)
-
-    def offload(self, rid: Any) -> None:
-        rid = self._rid(rid)
-        self.recovery.offload(rid)
-
-    def offload_done(self, rid: Any) -> None:
-        rid = self._rid(rid)
-        self.recovery.offload_done(rid)
-
-    def offload_cancel(self, rid: Any) -> None:
-        rid = self._rid(rid)
-        self.recovery.offload_cancel(rid)
-
-    def spill(self, rid: Any) -> None:
-        rid = self._rid(rid)
-        self.recovery.spill(rid)
-
-    def load_start(self, rid: Any) -> None:
-        rid = self._rid(rid)
-        self.recovery.load_start(rid)
-
-    def load_progress(self, rid: Any, data: torch.Tensor | None = None) -> None:
-        rid = self._rid(rid)
-        self.recovery.load_progress(rid, data)
-
-    def load_done(self, rid: Any) -> tuple[int, int]:
-        rid = self._rid(rid)
-        return self.recovery.load_done(rid)
-
-    def load_fail(self, rid: Any) -> None:
-        rid = self._rid(rid)
-        self.recovery.load_fail(rid)
-
-    def drop(self, rid: Any) -> None:
-        rid = self._rid(rid)
-        self.recovery.drop(rid)
-
-    def offload_some(self, n: int) -> int:
-        return self.recovery.offload_some(n)
-
-    def spill_some(self, n: int) -> int:
-        return self.recovery.spill_some(n)
-
-    def drop_some(self, n: int) -> int:
-        return self.recovery.drop_some(n)
-
-    def owns(self, job: LoadJob) -> bool:
-        return self.recovery.owns(job)
-
-    def disk_load_step(self, job: LoadJob) -> bool:
-        return self.recovery.disk_load_step(job)
-
-    def abandon_load(self, job: LoadJob, why: str) -> None:
-        self.recovery.abandon_load(job, why)
-
-    def abandon_offload(self, job: OffloadJob) -> None:
-        self.recovery.abandon_offload(job)
-
-    def abandon_rebuild(self, job: RebuildJob) -> None:
-        self.recovery.abandon_rebuild(job)
-
-    def start_recovery(
-        self, steps: Sequence[RecoveryStep], rids: Sequence[int], hit: int
-    ) -> TailCheckJob | None:
-        return self.recovery.start_recovery(steps, rids, hit)
-
-    def recovery_pending(self, steps: Sequence[RecoveryStep], tc: TailCheckJob | None) -> bool:
-        return self.recovery.recovery_pending(steps, tc)
-
-    def load_pending(self, rid: int) -> bool:
-        return self.recovery.load_pending(rid)
-
-    def inject_load_fault(self, rid: Any) -> None:
-        """Test hook: the next step of this block's load fails as an I/O error would."""
-        self.recovery.inject_load_fault(self._rid(rid))
-
     def check_tail(self, rid: Any, boundary: Any) -> bool:
         """Does the compressor state saved at the end of record ``rid`` splice at token
         ``boundary``, the record's end (a positive multiple of the block, the record's own when
         it knows its start)?  A failure marks the record corrupt; a bad argument is refused
         (InvalidArgument) before anything is read or marked."""
-        rid = self.gate.rid(self._rid(rid))
+        rid = self.rid(rid)
         b = _int("boundary", boundary, self.L, MAX_COUNT)
         start = self.meta.start[rid]
         if b % self.L or (start >= 0 and b != start + self.L):
@@ -536,101 +367,3 @@ class CacheCore:
                 f"({'a multiple of ' + str(self.L) if start < 0 else start + self.L})"
             )
         return self.recovery.check_tail(rid, b)
-
-    # ---- CUDA graph and time (global actions: the gate's guard, then the effect) ------------
-    def tick(self, ticks: Any = 1) -> None:
-        self._live()
-        gate = self.gate
-        with self.lock:
-            t = _int("ticks", ticks, 1, MAX_COUNT)
-            gate.guard("tick", gate.global_state("tick"), {"t": t})
-            gate.now += t
-
-    def capture(self) -> None:
-        self._live()
-        gate = self.gate
-        with self.lock:
-            gate.guard("capture", gate.global_state("capture"), {})
-            self.graph.record()
-
-    def replay(self) -> None:
-        """The CUDA-graph topology safeguard: the table's ``replay`` guard refuses a graph whose
-        recorded addresses went stale (a block moved since capture: ``BlockStore.moved``)."""
-        self._live()
-        gate = self.gate
-        with self.lock:
-            gate.guard("replay", gate.global_state("replay"), {})
-            self.graph.replay()
-
-    def recapture(self) -> None:
-        self._live()
-        gate = self.gate
-        with self.lock:
-            gate.guard("recapture", gate.global_state("recapture"), {})
-            self.graph.record()
-
-    # ---- the request table ------------------------------------------------------------------
-    def free_slot(self) -> Slot:
-        return self.requests.free_slot()
-
-    def begin(self, request: Any, ticks: Any, slot: Any = None) -> Slot:
-        return self.requests.begin(request, ticks, slot)
-
-    def match(
-        self,
-        slot: Any,
-        h: Any,
-        rids: Sequence[int] | None = None,
-        view: ChainView | None = None,
-    ) -> None:
-        self._live()
-        self.requests.match(slot, h, rids, view)
-
-    def pin(
-        self, slot: Any, rids: Sequence[int] | None = None, view: ChainView | None = None
-    ) -> None:
-        self._live()
-        self.requests.pin(slot, rids, view)
-
-    def search(
-        self, slot: Slot, rids: Sequence[int], h_max: int, overrides: dict[str, Any] | None = None
-    ) -> tuple[HitSearch, int]:
-        return self.requests.search(slot, rids, h_max, overrides)
-
-    def validate(
-        self,
-        slot: Any,
-        rids: Sequence[int] | None = None,
-        proof: tuple[HitSearch, int] | None = None,
-        view: ChainView | None = None,
-    ) -> None:
-        self._live()
-        self.requests.validate(slot, rids, proof, view)
-
-    def use(self, slot: Any) -> None:
-        self._live()
-        self.requests.use(slot)
-
-    def release(self, slot: Any) -> None:
-        self._live()
-        self.requests.release(slot)
-
-    def abort(self, slot: Any) -> None:
-        self._live()
-        self.requests.abort(slot)
-
-    def downgrade(self, slot: Any) -> None:
-        self._live()
-        self.requests.downgrade(slot)
-
-    def abortable(self, s: Slot) -> bool:
-        return self.requests.abortable(s)
-
-    def in_use(self, s: Slot) -> bool:
-        return self.requests.in_use(s)
-
-    def use_locked(self, s: Slot) -> None:
-        self.requests.use_locked(s)
-
-    def release_locked(self, s: Slot) -> None:
-        self.requests.release_locked(s)

@@ -186,7 +186,7 @@ class DiskTier:
         return h.hexdigest(STEM_HEX // 2)
 
     # ---- MACs ---------------------------------------------------------------------------
-    def _header_mac(self, hb: bytes) -> bytes:
+    def header_mac(self, hb: bytes) -> bytes:
         h = self._mac_header.copy()
         h.update(self.key_id)
         h.update(hb)
@@ -273,7 +273,7 @@ class DiskTier:
                 os.close(fd)
                 raise
             with f:
-                f.write(_PREFIX.pack(MAGIC, len(hb), self._header_mac(hb), self.key_id))
+                f.write(_PREFIX.pack(MAGIC, len(hb), self.header_mac(hb), self.key_id))
                 f.write(hb)
                 for p in parts:
                     f.write(p)
@@ -281,7 +281,7 @@ class DiskTier:
                     f.flush()
                     os.fsync(f.fileno())
         except BaseException as exc:
-            self._remove(tmp)
+            self.remove(tmp)
             if isinstance(exc, OSError):
                 raise self._write_error(key, exc) from exc
             raise
@@ -297,23 +297,23 @@ class DiskTier:
         try:
             os.rename(tmp, entry.path)
         except OSError as exc:
-            self._remove(tmp)
+            self.remove(tmp)
             raise self._write_error(entry.key, exc) from exc
         return entry
 
     def discard(self, prepared: tuple[Path, DiskEntry]) -> None:
-        self._remove(prepared[0])
+        self.remove(prepared[0])
 
     def _write_error(self, key: bytes, exc: OSError) -> DiskWriteError:
         err = DiskWriteError(f"writing an entry in {self.root}: {exc}")
         err.__cause__ = exc  # (kept when a compiled caller re-raises it)
         return err
 
-    def _remove(self, path: Path) -> bool:
+    def remove(self, path: Path) -> bool:
         return self.dir.remove(path)
 
     # ---- reading ------------------------------------------------------------------------
-    def _pread(self, fd: int, buf: memoryview, offset: int, need: int | None = None) -> int:
+    def pread(self, fd: int, buf: memoryview, offset: int, need: int | None = None) -> int:
         """Fill ``buf`` from ``offset``, or at least its first ``need`` bytes (fewer only at end
         of file); returns the bytes read.  One read of the disk tier: a test replaces it to stall
         or fail the disk.
@@ -334,7 +334,7 @@ class DiskTier:
 
     def _read_exact(self, fd: int, n: int, offset: int) -> bytes:
         buf = bytearray(n)
-        got = self._pread(fd, memoryview(buf), offset)
+        got = self.pread(fd, memoryview(buf), offset)
         return bytes(buf[:got]) if got < n else bytes(buf)
 
     def _open(self, path: Path, extra: int = 0) -> int:
@@ -388,7 +388,7 @@ class DiskTier:
             raise CorruptEntry(f"{path.name}: {exc}") from exc
         finally:
             os.close(fd)
-        if len(hb) != hlen or not hmac.compare_digest(self._header_mac(hb), mac):
+        if len(hb) != hlen or not hmac.compare_digest(self.header_mac(hb), mac):
             raise CorruptEntry(f"{path.name}: header MAC (keyed checksum) mismatch")
         try:
             header = json.loads(hb)
@@ -464,11 +464,11 @@ class DiskTier:
                         skip = start - a0
                         buf = self._buffer(a1 - a0, scratch)
                         view = buf.numpy().data
-                        got = self._pread(fd, view, a0, skip + n) - skip
+                        got = self.pread(fd, view, a0, skip + n) - skip
                     else:
                         skip, buf = 0, self._buffer(n, scratch)
                         view = buf.numpy().data
-                        got = self._pread(fd, view, start)
+                        got = self.pread(fd, view, start)
                     view.release()
                 finally:
                     os.close(fd)
@@ -625,11 +625,11 @@ class DiskTier:
             path = self.root / name
             if _KEY_TMP_NAME.fullmatch(name):
                 if self._ours(path, magic_prefix_ok=None):
-                    self._remove(path)  # a key being created when its writer died
+                    self.remove(path)  # a key being created when its writer died
                 continue
             if _TMP_NAME.fullmatch(name):
                 if self._ours(path, magic_prefix_ok=True):
-                    self._remove(path)  # a write that never got published
+                    self.remove(path)  # a write that never got published
                 continue
             if not _ENTRY_NAME.fullmatch(name) or len(name) % 2:
                 continue
@@ -641,13 +641,13 @@ class DiskTier:
             except CorruptEntry as exc:
                 if self._ours(path, magic_prefix_ok=False):
                     bad.append((path, str(exc)))
-                    self._remove(path)
+                    self.remove(path)
                 continue
             old = good.get(e.key)
             if old is not None:  # two entries of one key (a crash before a reap): the newer
                 if (old.mtime_ns, old.path.name) > (e.mtime_ns, e.path.name):
                     old, e = e, old
                 bad.append((old.path, f"{old.path.name}: superseded by {e.path.name}"))
-                self._remove(old.path)
+                self.remove(old.path)
             good[e.key] = e
         return sorted(good.values(), key=lambda e: (e.mtime_ns, e.path.name)), bad

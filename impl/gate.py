@@ -20,7 +20,7 @@ from typing import Any
 
 from kvstate.spec.table import Table
 
-from .args import integer
+from .args import MAX_COUNT, integer
 from .coordinator import Coordinator
 from .errors import InternalError, InvalidArgument, Refused
 from .fastforms import compile_search
@@ -240,6 +240,30 @@ class GuardGate:
         with self.lock:
             state, b = self.block_state(action, rid)
             return self.guards.allows(action, state, {"b": b})
+
+    # ---- the global actions: time and the CUDA graph (the guard, then the effect) ---------
+    def tick(self, ticks: Any = 1) -> None:
+        with self.lock:
+            t = integer("ticks", ticks, 1, MAX_COUNT)
+            self.guard("tick", self.global_state("tick"), {"t": t})
+            self.now += t
+
+    def capture(self) -> None:
+        with self.lock:
+            self.guard("capture", self.global_state("capture"), {})
+            self.graph.record()
+
+    def replay(self) -> None:
+        """The CUDA-graph topology safeguard: the table's ``replay`` guard refuses a graph whose
+        recorded addresses went stale (a block moved since capture: ``BlockStore.moved``)."""
+        with self.lock:
+            self.guard("replay", self.global_state("replay"), {})
+            self.graph.replay()
+
+    def recapture(self) -> None:
+        with self.lock:
+            self.guard("recapture", self.global_state("recapture"), {})
+            self.graph.record()
 
     def rid(self, rid: Any) -> int:
         """A record argument: an int (a NumPy integer too, never a bool: :func:`integer`)

@@ -58,6 +58,11 @@ class Guards:
             return None
         return self._compiled.fused_without(action, skip)
 
+    @property
+    def fast(self) -> FastGuards | None:
+        """The fused forms (None: the table's guards did not translate)."""
+        return self._compiled
+
     def run_test(self, action: str) -> Any:
         """``action``'s guard over a run of blocks in one call, ``fn(state, params, rids) -> int``
         (position of the first refused block, -1: none) on the record-indexed state, or None

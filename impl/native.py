@@ -62,7 +62,7 @@ def manifest(  # pragma: no cover: stale() only (not pure); test_impl_native.py
     }
 
 
-def _pure_requested() -> bool:
+def pure_requested() -> bool:
     return os.environ.get(ENV_PURE, "") not in ("", "0")
 
 
@@ -104,8 +104,8 @@ def install_guard() -> None:
     global _guard
     if _guard is not None or not extensions():
         return
-    reasons = [] if _pure_requested() else stale()
-    if not _pure_requested() and not reasons:
+    reasons = [] if pure_requested() else stale()
+    if not pure_requested() and not reasons:
         return  # pragma: no cover: compiled build only (the coverage run is the pure build)
     if reasons:  # pragma: no cover: a stale build (the coverage run asks for the pure one)
         warnings.warn(

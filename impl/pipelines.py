@@ -30,16 +30,35 @@ import queue
 import threading
 import traceback
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from kvstate.spec.phases import Pipe
 
 from .errors import CorruptEntry, KVStateError, Refused
 
-if TYPE_CHECKING:
-    from .recovery import Recovery
-
 MODES = ("manual", "threads")
+
+
+class JobOwner(Protocol):
+    """What a job calls back (the recovery part, :class:`~kvstate.impl.recovery.Recovery`):
+    declared here, so that the pipelines do not import the part that owns their jobs."""
+
+    lock: Any
+    pipes: Any
+
+    def can(self, action: Any, rid: Any) -> bool: ...
+    def owns(self, job: LoadJob) -> bool: ...
+    def disk_load_step(self, job: LoadJob) -> bool: ...
+    def load_progress(self, rid: Any, data: Any = None) -> None: ...
+    def load_done(self, rid: Any) -> tuple[int, int]: ...
+    def abandon_load(self, job: LoadJob, why: str) -> None: ...
+    def offload_done(self, rid: Any) -> None: ...
+    def offload_cancel(self, rid: Any) -> None: ...
+    def abandon_offload(self, job: OffloadJob) -> None: ...
+    def rebuild_done(self, rid: Any) -> None: ...
+    def abandon_rebuild(self, job: RebuildJob) -> None: ...
+    def check_tail(self, rid: int, boundary: int) -> bool: ...
+    def notify_changed(self) -> None: ...
 
 
 class Job:
@@ -48,8 +67,8 @@ class Job:
     pipe = Pipe.NONE
     kind = "job"
 
-    def __init__(self, core: Recovery, rid: int) -> None:
-        self.core = core
+    def __init__(self, owner: JobOwner, rid: int) -> None:
+        self.owner = owner  # the part the job's transitions go through
         self.rid = rid
         self.key = rid  # executors hold one job per key
         self.over = False
@@ -70,9 +89,9 @@ class LoadJob(Job):
     kind = "load"
 
     def __init__(
-        self, core: Recovery, rid: int, pipe: Pipe, dst: int, src: Any, swa_pages: tuple[int, ...]
+        self, owner: JobOwner, rid: int, pipe: Pipe, dst: int, src: Any, swa_pages: tuple[int, ...]
     ) -> None:
-        super().__init__(core, rid)
+        super().__init__(owner, rid)
         self.pipe = pipe
         self.dst = dst  # device slot being written (owned by this job until the load ends)
         self.src = src  # host slot (DMA) or DiskEntry (IO)
@@ -85,7 +104,7 @@ class LoadJob(Job):
         self.buffer: Any = None
 
     def step(self) -> bool:
-        c = self.core
+        c = self.owner
         try:
             if self.pipe is Pipe.IO:
                 return c.disk_load_step(self)
@@ -100,8 +119,14 @@ class LoadJob(Job):
         except CorruptEntry:
             return True  # the core already turned it into load_fail
 
+    def give_back_window(self) -> tuple[int, ...]:
+        """The SWA pages reserved for the block's window, handed back (the window slid while
+        the block loads): from now on the load lands no window."""
+        pages, self.swa_pages = self.swa_pages, ()
+        return pages
+
     def abandon(self, why: str) -> None:
-        self.core.abandon_load(self, why)
+        self.owner.abandon_load(self, why)
 
 
 class OffloadJob(Job):
@@ -110,12 +135,12 @@ class OffloadJob(Job):
     kind = "offload"
     pipe = Pipe.DMA
 
-    def __init__(self, core: Recovery, rid: int, hslot: int) -> None:
-        super().__init__(core, rid)
+    def __init__(self, owner: JobOwner, rid: int, hslot: int) -> None:
+        super().__init__(owner, rid)
         self.hslot = hslot
 
     def step(self) -> bool:
-        c = self.core
+        c = self.owner
         with c.lock:  # the choice and the transition, one atomic step
             if c.pipes.dma.get(self.rid) is not self:
                 return True  # cancelled already
@@ -126,7 +151,7 @@ class OffloadJob(Job):
         return True
 
     def abandon(self, why: str) -> None:
-        self.core.abandon_offload(self)
+        self.owner.abandon_offload(self)
 
 
 class RebuildJob(Job):
@@ -136,11 +161,11 @@ class RebuildJob(Job):
     pipe = Pipe.CPU
 
     def step(self) -> bool:
-        self.core.rebuild_done(self.rid)
+        self.owner.rebuild_done(self.rid)
         return True
 
     def abandon(self, why: str) -> None:
-        self.core.abandon_rebuild(self)
+        self.owner.abandon_rebuild(self)
 
 
 class TailCheckJob(Job):
@@ -149,21 +174,21 @@ class TailCheckJob(Job):
     kind = "tail_check"
     pipe = Pipe.CPU
 
-    def __init__(self, core: Recovery, rid: int, boundary: int) -> None:
-        super().__init__(core, rid)
+    def __init__(self, owner: JobOwner, rid: int, boundary: int) -> None:
+        super().__init__(owner, rid)
         self.key = -rid  # may run beside the record's rebuild job
         self.boundary = boundary
         self.ok: bool | None = None
 
     def step(self) -> bool:
-        core = self.core
+        core = self.owner
         with core.lock:
             self.ok = core.check_tail(self.rid, self.boundary)
             core.notify_changed()
         return True
 
     def abandon(self, why: str) -> None:
-        core = self.core
+        core = self.owner
         with core.lock:
             if self.ok is None:
                 self.ok = False  # unverified: the hit is not served at this boundary
@@ -216,9 +241,26 @@ class Executor:
             self.fail(job, exc)  # abandoned, as in a worker thread; the caller sees why
             raise
 
+    def step_job(self, job: Job) -> bool:
+        """One step of this job (True when it is over), as :meth:`step` does for a key: a
+        checker stepping jobs it listed earlier steps exactly those, even where one that ended
+        meanwhile was followed by a new job under the same key."""
+        try:
+            return self._step(job)
+        except Exception as exc:
+            self.fail(job, exc)
+            raise
+
     def run(self, key: int) -> None:
         while not self.step(key):
             pass
+
+    def hand_over(self, q: Any) -> list[tuple[str, Callable[[], None]]]:
+        """Threads mode over the queue ``q``, with worker loops the caller runs on threads of
+        its own (a schedule explorer runs them one at a time): (thread name, loop) each."""
+        self._q = q
+        self.mode = "threads"
+        return [(f"kvstate-{self.name}-{i}", self._work) for i in range(self.workers)]
 
     def pending(self) -> list[int]:
         return list(self.jobs)

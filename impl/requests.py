@@ -319,7 +319,10 @@ class RequestTable:
 
     # ---- the table's request actions --------------------------------------------------------
     def begin(self, request: Any, ticks: Any, slot: Any = None) -> Slot:
-        """The table's ``admit``: the request takes a slot and a deadline ``now + ticks``."""
+        """The table's ``admit``: the request takes a slot and a deadline ``now + ticks``
+        (``request``: a :class:`~kvstate.impl.cache.Request`, anything with a ``slot``)."""
+        if request is None or request.__class__ is bool or not hasattr(request, "slot"):
+            raise InvalidArgument(f"request must be a Request, got {type(request).__name__}")
         with self.lock:
             t = _int("ticks", ticks, 1, MAX_COUNT)
             s = self.free_slot() if slot is None else self.slot(slot)

@@ -84,6 +84,10 @@ class PagePool:
         self.busy: list[bool] = [False] * n
         self._free: deque[int] = deque(range(first, n))
 
+    def free_pages(self) -> list[int]:
+        """The free pages in the order they will be handed out (a copy)."""
+        return list(self._free)
+
     @property
     def free(self) -> int:
         return len(self._free)

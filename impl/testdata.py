@@ -82,10 +82,10 @@ def expected_rows(
     group: str, layers: torch.Tensor, positions: torch.Tensor, tokens: torch.Tensor, width: int
 ) -> torch.Tensor:
     """The bytes :class:`DeterministicWriter` writes for these rows."""
-    return _kept(("rows", group), layers, positions, tokens, width, _expected_rows)
+    return _kept(("rows", group), layers, positions, tokens, width, compute_rows)
 
 
-def _expected_rows(
+def compute_rows(
     group: str, layers: torch.Tensor, positions: torch.Tensor, tokens: torch.Tensor, width: int
 ) -> torch.Tensor:
     base = _base(group, layers, positions, tokens)
@@ -98,10 +98,10 @@ def expected_state_rows(
     layers: torch.Tensor, positions: torch.Tensor, tokens: torch.Tensor, width: int
 ) -> torch.Tensor:
     """The float32 compressor rows :class:`DeterministicWriter` writes (exact small dyadics)."""
-    return _kept(("state rows", "compressor"), layers, positions, tokens, width, _expected_state)
+    return _kept(("state rows", "compressor"), layers, positions, tokens, width, compute_state_rows)
 
 
-def _expected_state(
+def compute_state_rows(
     group: str, layers: torch.Tensor, positions: torch.Tensor, tokens: torch.Tensor, width: int
 ) -> torch.Tensor:
     base = _base(group, layers, positions, tokens)
@@ -167,6 +167,14 @@ def _kept(
 
 
 _TOKENS: dict[tuple[int, int], np.ndarray] = {}
+
+
+def memo_stats() -> tuple[int, int, int]:
+    """(row blocks kept, bytes the memo counts, bytes the kept tensors hold): the memo's bound
+    is checked against the last two being equal and at most the bound."""
+    with _KEPT_LOCK:
+        held = sum(t.numel() * t.element_size() for t in _KEPT.values())
+        return len(_KEPT), _kept_bytes, held
 
 
 def harness_tokens(n: int, seed: int = 0) -> np.ndarray:

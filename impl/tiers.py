@@ -309,6 +309,49 @@ class Tiers:
         return units, swa
 
     # ---- reads (for use, tests and the stress checker) -----------------------------------
+    # ---- what a Run reads (the caller holds the cache's lock) -------------------------------
+    def read_window(
+        self,
+        li: int,
+        rids: Sequence[int],
+        h: int,
+        swa_pages: Sequence[tuple[int, ...]],
+        swa: Sequence[int],
+        valid: int,
+        backend: str | None,
+    ) -> torch.Tensor:
+        """The SWA rows of positions ``[h - n_win, h)`` of SWA layer ``li`` over the chain's
+        records ``rids`` (zeros before position 0; a block whose window was slid, the null
+        page's zeros).  ``swa_pages`` / ``swa``: each record's device pages and window phase
+        (the block metadata's columns), ``valid`` the phase whose pages hold the window."""
+        g, grp = self.g, self.swa
+        bt, n_win, eb = g.swa_block_tokens, g.n_win, g.entry_bytes
+        out = torch.zeros(n_win, eb, dtype=torch.uint8)
+        if h == 0:
+            return out
+        first = max(0, h - n_win) // bt
+        last = (h - 1) // bt
+        table = []
+        mapped = grp.map(rids)
+        for j in range(first, last + 1):
+            b, i = divmod(j, grp.pages_per_block)
+            rid = mapped[b] if b < len(mapped) else 0  # 0: the null record
+            pages = swa_pages[rid]
+            table.append(pages[i] if pages and swa[rid] == valid else grp.NULL_PAGE)
+        tier = grp.device_data[li].view(-1, bt, eb)
+        t = torch.tensor(table, dtype=torch.int64, device=tier.device)
+        rows = gather_blocks(tier, t, backend=backend).reshape(-1, eb).cpu()
+        lo = max(0, h - n_win) - first * bt
+        got = rows[lo : lo + min(h, n_win)]
+        out[n_win - got.shape[0] :] = got
+        return out
+
+    def tail_state(self, li: int, rid: int, slot: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The compressor state saved at the end of record ``rid`` (device slot ``slot``) for
+        CSA layer ``li``, decoded (a copy): ``(state, positions)``."""
+        grp = self.compressor
+        return grp.decode(grp.device_data[li, grp.dev_index(max(slot, 0))])  # type: ignore[no-any-return]
+
     def device_block(self, slot: int, swa_pages: Sequence[int]) -> list[torch.Tensor]:
         """Copies of every page a block holds on the device (what a pinned reader relies on)."""
         out = [grp.device_data[:, grp.dev_index(slot)].clone() for grp in self.slot_groups]

@@ -34,7 +34,7 @@ def _offset(e: Any, part: str) -> int | None:
 
 def do_damage(h: Any, o: Any) -> int | None:
     b, part = o.arg("b"), PARTS[o.arg("part") % len(PARTS)]
-    e = h.core.disk_entries.get(h.rids[b])
+    e = h.view.disk_entries.get(h.rids[b])
     if e is None or b in h.corrupt:
         return None
     at = _offset(e, part)

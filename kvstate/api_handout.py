@@ -35,7 +35,7 @@ class GraphRows(CallCheck):
         if lv is None or lv.run is None or lv.req.slot is None:
             return
         row = lv.req.slot.index
-        g = h.core.graph
+        g = h.view.graph
         bt = g.block_tables[row].tolist()
         sp = g.state_ptrs[row].tolist()
         want = lv.run.block_table()

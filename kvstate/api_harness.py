@@ -225,7 +225,8 @@ class ApiHarness:
         from kvstate.impl.cache import HeterogeneousKVCache
 
         self.cache = HeterogeneousKVCache(**self.open_kwargs())
-        self.core = self.cache.core
+        self.view = self.cache.inspect()  # read-only, live: the checks read the cache here
+        self.hooks = self.cache.test_hooks()  # and inject faults here
         self.chain = self.cache.chain(self.tokens[: self.N * self.L], NAMESPACE)
         self.rids = self.cache.register(self.chain)
         self._blocks = {k: b for b, k in enumerate(self.chain.keys)}
@@ -236,8 +237,8 @@ class ApiHarness:
         self._gather = pick if len(self.rids) > 1 else (lambda col: (pick(col),))
         self._read = observe_reader(self.table, self.N, pad=True)
         self.cache.events.subscribe(self._event)
-        self._real_write = self.core.disk.prepare
-        self._real_read = self.core.disk._pread
+        self._real_write = self.hooks.replace_disk_write(None)  # (None: the tier's own)
+        self._real_read = self.hooks.replace_disk_read(None)
         if self.disk_full:
             self._arm_disk_full()
 
@@ -266,19 +267,19 @@ class ApiHarness:
 
     # -- observation ------------------------------------------------------------------------
     def observe(self) -> dict[str, Any]:
-        core = self.core
-        with core.lock:
-            return self._read(core, core.meta, self._gather, core.slots[: self.R])
+        view = self.view
+        with view.lock:
+            return self._read(view, view.meta, self._gather, view.slots[: self.R])
 
     def accounting(self) -> list[str]:
         """Pool counters against what the blocks hold (a leak or a double free shows here)."""
-        core = self.core
+        core = self.view
         out = []
         with core.lock:
             m = core.meta
             t = core.tiers
             live = list(core.index.values())
-            jobs = [j for e in core.pipes.all for j in list(e.jobs.values())]
+            jobs = [j for _, j in core.jobs()]
             loads = [j for j in jobs if getattr(j, "kind", "") == "load"]
             held = sum(1 for r in live if m.slot[r] >= 0) + len(loads)
             if t.slots.free + held != t.slots.n:
@@ -317,9 +318,9 @@ class ApiHarness:
                         f"{len(m.swa_pages[r])} SWA pages"
                     )
                 # a phase a job drives has its job (one whose job is gone stays there for good)
-                if ck == CKV.OFFLOADING and core.pipes.dma.get(r) is None:
+                if ck == CKV.OFFLOADING and core.job("dma", r) is None:
                     out.append(f"record {r}: phase OFFLOADING, no offload job")
-                if m.idx[r] == Indexer.REBUILDING and core.pipes.cpu.get(r) is None:
+                if m.idx[r] == Indexer.REBUILDING and core.job("cpu", r) is None:
                     out.append(f"record {r}: indexer REBUILDING, no rebuild job")
                 if (ck == CKV.LOADING) != (r in load_dma or r in load_io):
                     out.append(
@@ -327,15 +328,15 @@ class ApiHarness:
                     )
             # a FREE record of the index is reclaimable only from the tombstones: one off them
             # is never purged (leaked); a tombstone that is not FREE would purge a live block
-            store = core.store
+            tombstones = set(core.tombstones)
             idx = set(live)
             for r in live:
-                if (m.ckv[r] == CKV.FREE) != (r in store.tombstones):
+                if (m.ckv[r] == CKV.FREE) != (r in tombstones):
                     out.append(
                         f"record {r}: phase {CKV(m.ckv[r]).name}, "
-                        f"on the tombstones {r in store.tombstones}"
+                        f"on the tombstones {r in tombstones}"
                     )
-            gone = [r for r in store.tombstones if r not in idx]
+            gone = [r for r in core.tombstones if r not in idx]
             if gone:
                 out.append(f"tombstones {gone} are not records of the index")
             refs = sum(m.ref[r] for r in live)
@@ -366,12 +367,11 @@ class ApiHarness:
         """After a drain of manual pipelines nothing runs, so nothing may wait on something
         running: no job left, no disk load held back by the I/O cap, no follow-up (rebuild,
         tail check) waiting on a load (each would leave an admission pending for good)."""
-        core = self.core
-        rec = core.recovery
+        core = rec = self.view
         out = []
         with core.lock:
-            if core.pipes.busy():
-                out.append(f"drained, yet jobs are left: {[e.pending() for e in core.pipes.all]}")
+            if core.busy():
+                out.append(f"drained, yet jobs are left: {list(core.pending().values())}")
             if core.io_inflight:
                 out.append(f"drained, yet io_inflight is {core.io_inflight}")
             if rec.io_waiting:
@@ -430,7 +430,7 @@ class ApiHarness:
         problems = verify_run(run, want)
         n = run.hit_tokens
         if n:
-            g = self.core.g
+            g = self.view.geometry
             per_tok = sum(len(g.layers) * g.entry_bytes for _ in (0,))
             self.cov.add(
                 "bytes compared", int(n * per_tok + g.n_win * g.entry_bytes * len(g.layers))
@@ -455,7 +455,7 @@ class ApiHarness:
         if run.hit_tokens == 0:
             return  # a run without a hit reads no pages: nothing to serve after release
         self.cov.add("fault read_after_release")
-        L = self.core.g.lcm_tokens
+        L = self.view.geometry.lcm_tokens
         # every reader a Run has: each must refuse with a documented error (one that still
         # answers serves a block table, pages or a view of blocks that may be someone else's)
         readers: list[tuple[str, Callable[[], Any]]] = [
@@ -680,7 +680,7 @@ class ApiHarness:
     def _fmts(self, before: ConcreteState) -> dict[tuple[str, int], int]:
         """The stored form each output parameter must report: the writer's for an allocation,
         the file's for a load from disk (the world knows both; the library may not choose)."""
-        w = int(getattr(self.core.writer, "fmt", 0))
+        w = int(getattr(self.view.writer, "fmt", 0))
         out = {("allocate", b): w for b in range(self.N)}
         for b, pub in self.published.items():
             out[("load_done", b)] = pub["fmt"]
@@ -703,7 +703,7 @@ class ApiHarness:
     def _unkept(self) -> list[tuple[str, Any]]:
         """``state_data_ptrs`` cells past each request's own chain (the library keeps none)."""
         out: list[tuple[str, Any]] = []
-        for r, s in enumerate(self.core.slots[: self.R]):
+        for r, s in enumerate(self.view.slots[: self.R]):
             for b in range(len(s.pgen), self.N):
                 out += [("pgen", (r, b)), ("paddr", (r, b))]
         return out
@@ -831,7 +831,6 @@ class ApiHarness:
         self.restored.clear()
 
     def _arm_disk_full(self) -> None:
-        disk = self.core.disk
         real = self._real_write
 
         def full(key: bytes, **kw: Any) -> Any:
@@ -845,7 +844,7 @@ class ApiHarness:
 
         _install_full_disk()
 
-        disk.prepare = full if self.disk_full else real  # type: ignore[method-assign]
+        self.hooks.replace_disk_write(full if self.disk_full else None)
 
     # -- quiescence ---------------------------------------------------------------------------
     def quiesce(self) -> None:
@@ -861,7 +860,7 @@ class ApiHarness:
         big = 4 * self.N + 8
         self.apply(op("evict", n=big))
         self.apply(op("drop", n=big))
-        t = self.core.tiers
+        t = self.view.tiers
         leaks = []
         if t.slots.free != t.slots.n:
             leaks.append(f"{t.slots.n - t.slots.free} device slots")
@@ -869,10 +868,10 @@ class ApiHarness:
             leaks.append(f"{t.host_slots.n - t.host_slots.free} host slots")
         if t.swa_pool.free != t.swa_pool.n - t.swa_pool.first:
             leaks.append(f"{t.swa_pool.n - t.swa_pool.first - t.swa_pool.free} SWA pages")
-        if self.core.disk_entries:
-            leaks.append(f"{len(self.core.disk_entries)} disk entries")
-        if self.core.pinned_blocks:
-            leaks.append(f"{self.core.pinned_blocks} pinned blocks")
+        if self.view.disk_entries:
+            leaks.append(f"{len(self.view.disk_entries)} disk entries")
+        if self.view.pinned_blocks:
+            leaks.append(f"{self.view.pinned_blocks} pinned blocks")
         if leaks:
             stuck = Counter(CKV(x).name for x in self.observe()["ckv"])
             raise self.fail(
@@ -1163,7 +1162,7 @@ def _maint(name: str) -> Callable[[ApiHarness, Op], int | None]:
 
 
 def _jobs(h: ApiHarness) -> list[tuple[Any, Any]]:
-    return [(e, j) for e in h.core.pipes.all for j in list(e.jobs.values())]
+    return h.view.jobs()
 
 
 class _InjectedJobError(RuntimeError):
@@ -1174,11 +1173,10 @@ def _step_job(h: ApiHarness, e: Any, job: Any) -> None:
     from kvstate.impl.errors import KVStateError
 
     try:
-        e._step(job)
+        h.hooks.step_job(e, job)
     except Exception as exc:
-        # as a worker thread and ``Pipelines.drain`` do: the job is abandoned (its record
+        # as a worker thread and ``Pipelines.drain`` do: the job was abandoned (its record
         # back to a consistent phase: a load fails, an offload is cancelled) and dropped
-        e.fail(job, exc)
         if not isinstance(exc, (KVStateError, _InjectedJobError)):
             raise  # (a bug in a job: an undocumented error of the call that ran it)
 
@@ -1206,7 +1204,7 @@ def _do_drain(h: ApiHarness, o: Op) -> int | None:
 
 
 def _entry_path(h: ApiHarness, b: int) -> Any:
-    e = h.core.disk_entries.get(h.rids[b])
+    e = h.view.disk_entries.get(h.rids[b])
     return e
 
 
@@ -1235,15 +1233,13 @@ def _do_host_tail(h: ApiHarness, o: Op) -> int | None:
     one block (the tail check), never served."""
     b = o.arg("b")
     rid = h.rids[b]
-    m = h.core.meta
+    m = h.view.meta
     if m.ckv[rid] != CKV.HOST or m.hslot[rid] < 0:
         return None
-    grp = h.core.tiers.compressor
-    idx = grp.host_index(m.hslot[rid])
-    v = grp.host_data[:, idx].clone()
+    grp = h.view.tiers.compressor
+    v = h.hooks.host_copy("compressor", rid)  # writable: host memory has no checksum
     h_end = (b + 1) * h.L  # the boundary this state belongs to; its last position's ring slot
     v[..., grp.state_bytes + 8 * ((h_end - 1) % grp.ring)] ^= 0x01  # the splice check must fail
-    grp.host_data[:, idx] = v
     h.tail_damaged.add(b)
     h.cov.add("fault host_tail")
     return None
@@ -1254,9 +1250,9 @@ def _do_read_error(h: ApiHarness, o: Op) -> int | None:
     (the job raises: the library abandons it, which cancels the offload)."""
     b = o.arg("b")
     rid = h.rids[b]
-    ck = h.core.meta.ckv[rid]
+    ck = h.view.meta.ckv[rid]
     if ck == CKV.OFFLOADING and not h.threads:
-        job = h.core.pipes.dma.get(rid)
+        job = h.view.job("dma", rid)
         if job is not None:
 
             def broken() -> bool:
@@ -1267,7 +1263,7 @@ def _do_read_error(h: ApiHarness, o: Op) -> int | None:
         return None
     if ck != CKV.LOADING:
         return None
-    h.core.inject_load_fault(rid)
+    h.hooks.inject_load_fault(rid)
     h.read_error.add(b)
     h.cov.add("fault read_error")
     return None
@@ -1287,8 +1283,7 @@ def _do_disk_full(h: ApiHarness, o: Op) -> int | None:
 def _do_restart(h: ApiHarness, o: Op) -> int | None:
     h.cov.add("fault crash")
     try:
-        h.cache.core.pipes.stop()  # the process dies: nothing of it runs on
-        h.cache.core.disk.close()  # and the kernel drops its lock on the directory
+        h.hooks.crash()  # the process dies, the kernel drops its lock on the directory
     finally:
         h.live = [None] * h.R
         h.released = [None] * h.R

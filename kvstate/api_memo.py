@@ -1,6 +1,6 @@
 """Memoized answers inside the library, compared with fresh ones from the spec.
 
-The store keeps the device tier's SWA window policy per span (``BlockStore._policy_slid``:
+The store keeps the device tier's SWA window policy per span (``BlockStore.policy_slid``:
 the spec's ``Geometry.swa_kept_blocks`` runs interpreted, so its answers are memoized).  The
 table's ``STORE`` lets a stored block's window be slid or kept (``slide?``), so refinement
 cannot see a memo that answers for the wrong span; the policy can.  After every ``finish``,

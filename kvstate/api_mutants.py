@@ -129,7 +129,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "window_read_one_row_late",
         "wrong window offset",
-        "impl/cache.py",
+        "impl/tiers.py",
         "        lo = max(0, h - n_win) - first * bt",
         "        lo = max(0, h - n_win) - first * bt + 1",
     ),
@@ -253,7 +253,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "scan_keeps_unpublished_temporary",
         "crash leftover never reaped",
         "impl/disk.py",
-        "                    self._remove(path)  # a write that never got published",
+        "                    self.remove(path)  # a write that never got published",
         "                    pass  # a write that never got published",
     ),
     Mutant(

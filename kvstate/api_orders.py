@@ -193,8 +193,8 @@ class OrderHook(CallCheck):
 
     def _queue(self, h: Any) -> list[int]:
         blocks = {r: b for b, r in enumerate(h.rids)}
-        with h.core.lock:
-            return [blocks[r] for r in h.core.recovery.io_waiting if r in blocks]
+        with h.view.lock:
+            return [blocks[r] for r in h.view.io_waiting if r in blocks]
 
     def before(self, h: Any, o: Any) -> None:
         self.check.queue = self._queue(h)

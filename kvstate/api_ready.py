@@ -36,8 +36,8 @@ class Readiness(CallCheck):
         self.forbid = h._forbid(o)
         # a load starts again only where the I/O cap held it back (a failed one is not retried)
         blocks = {r: b for b, r in enumerate(h.rids)}
-        with h.core.lock:
-            self.queued = {blocks[r] for r in h.core.recovery.io_waiting if r in blocks}
+        with h.view.lock:
+            self.queued = {blocks[r] for r in h.view.io_waiting if r in blocks}
 
     def after(
         self, h: Any, o: Any, before: ConcreteState, steps: Sequence[Step], end: ConcreteState

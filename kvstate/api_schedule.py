@@ -63,7 +63,7 @@ class ScheduleResult:
 def _prepare(h: ApiHarness) -> None:
     """Before the threads: the harness's prefix stored, then part of it moved to host and disk,
     so the threads' admissions recover (host loads on the DMA pipeline, disk loads on I/O)."""
-    cache, core, k = h.cache, h.core, h.table.consts
+    cache, k = h.cache, h.table.consts
     n = h.N * h.L + 1
     req = cache.request(np.array(h.tokens[:n], dtype=np.int64), namespace=NAMESPACE, lifetime=1)
     cache.admit(req)
@@ -71,7 +71,7 @@ def _prepare(h: ApiHarness) -> None:
         pass
     cache.tick(k.lease_max)
     cache.offload(2)
-    core.pipes.drain()
+    h.hooks.drain()
     cache.spill(1)
 
 
@@ -91,16 +91,13 @@ def run_schedule(
     h = ApiHarness(table, N, cache_kwargs={"executors": "manual"})
     try:
         _prepare(h)
-        core, cache = h.core, h.cache
+        cache = h.cache
         rec = _Recorder(h)
         sched = Scheduler(choices, on_idle=lambda: _idle_problems(h))
         lock = SchedLock(sched, rec.enter, rec.exit)
-        core.lock = lock
-        core.changed = SchedCondition(lock)
-        for e in core.pipes.all:  # the real worker loop, over a scheduled queue
-            e._q = SchedQueue(sched)  # type: ignore[assignment]
-            e.mode = "threads"
-        core.pipes.mode = "threads"
+        h.hooks.set_lock(lock, SchedCondition(lock))
+        # the real worker loops, over scheduled queues
+        workers = h.hooks.hand_over_workers(lambda: SchedQueue(sched))
         calls: dict[str, Any] = {
             name: getattr(cache, name)
             for name in (
@@ -120,9 +117,10 @@ def run_schedule(
         if plant is not None:
             plant(h, calls)
         _scenario(h, sched, rec, calls, seed, res, verify_run, KVStateError)
-        for e in core.pipes.all:  # after the callers: a blocked caller hands the turn to the
-            for i in range(e.workers):  # aborter first, then the others, then the workers
-                sched.spawn(f"kvstate-{e.name}-{i}", e._work, primary=False)
+        # after the callers: a blocked caller hands the turn to the aborter first, then the
+        # others, then the workers
+        for name, loop in workers:
+            sched.spawn(name, loop, primary=False)
         try:
             sched.run()
         except Hung as exc:
@@ -131,7 +129,7 @@ def run_schedule(
         finally:
             res.points, res.switches, res.waits = sched.points, sched.switches, sched.waits
             res.problems.extend(sched.problems)
-        errs = core.pipes.errors()
+        errs = h.view.pipeline_errors()
         if errs:
             res.problems.append(f"a pipeline job raised: {errs[0][-400:]}")
         if res.problems:
@@ -145,7 +143,7 @@ def run_schedule(
 
 def _idle_problems(h: ApiHarness) -> list[str]:
     """Every caller done and every worker waiting on an empty queue: no job may be left."""
-    busy = {e.name: sorted(e.jobs) for e in h.core.pipes.all if e.jobs}
+    busy = {name: sorted(keys) for name, keys in h.view.pending().items() if keys}
     if busy:
         return [f"jobs left with every worker idle (a lost submit or wake-up): {busy}"]
     return []
@@ -153,10 +151,8 @@ def _idle_problems(h: ApiHarness) -> list[str]:
 
 def _quiesce(h: ApiHarness, res: ScheduleResult) -> None:
     """Through the API: every lease runs out, everything is evicted and dropped; pools free."""
-    cache, core, N = h.cache, h.core, h.N
-    core.pipes.mode = "manual"
-    for e in core.pipes.all:
-        e.mode = "manual"
+    cache, core, N = h.cache, h.view, h.N
+    h.hooks.set_pipeline_mode("manual")
     cache.tick(h.table.consts.lease_max)
     cache.evict(4 * N + 8)
     cache.drop(4 * N + 8)

@@ -157,18 +157,17 @@ def run_threads(
     started = time.monotonic()
     h = ApiHarness(table, N, threads=True)
     rec = _Recorder(h)
-    core = h.core
+    core = h.view
     lock = RecordingLock(rec.enter, rec.exit)
-    core.lock = lock  # type: ignore[assignment]
-    core.changed = threading.Condition(lock)  # type: ignore[arg-type]
-    real_read = core.disk._pread
+    h.hooks.set_lock(lock, threading.Condition(lock))  # type: ignore[arg-type]
+    real_read: Any = None
 
     def slow_read(*a: Any, **kw: Any) -> Any:  # the world: a slow disk
         time.sleep(stall)
         res.counts["fault stall"] += 1
         return real_read(*a, **kw)
 
-    core.disk._pread = slow_read  # type: ignore[method-assign]
+    real_read = h.hooks.replace_disk_read(slow_read)
     L = table.consts.L
     problems = res.problems
     plock = threading.Lock()
@@ -281,13 +280,11 @@ def run_threads(
         for t in threads:
             t.join(timeout=120)
         deadline = time.monotonic() + 30
-        while core.pipes.busy() and time.monotonic() < deadline:
+        while core.busy() and time.monotonic() < deadline:
             time.sleep(0.01)
-        if core.pipes.busy():
-            problems.append(
-                f"pipelines still busy 30 s after the threads ended: {[e.jobs for e in core.pipes.all]}"
-            )
-        errs = core.pipes.errors()
+        if core.busy():
+            problems.append(f"pipelines still busy 30 s after the threads ended: {core.pending()}")
+        errs = core.pipeline_errors()
         if errs:
             res.counts["pipeline errors (documented)"] += len(errs)
         # quiescence through the API: every lease runs out, everything is evicted and dropped

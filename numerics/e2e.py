@@ -16,7 +16,8 @@ longest hit) and measures:
   matching :mod:`kvstate.numerics.corrupt` function (said in ``how``);
 * kvstate's verdict and the explanation lines (the rules, states and groups that cut the hit).
 
-Mechanisms (all real library paths; ``core`` calls are the library's own guarded transitions):
+Mechanisms (all real library paths; ``test_hooks().act`` calls are the library's own guarded
+transitions):
 
 ========================== ===============================================================
 case                       how the state is broken
@@ -158,7 +159,7 @@ class E2E:
         return c.request(self.tokens)
 
     def rids(self, c: HeterogeneousKVCache) -> list[int]:
-        return c.core.resolve(c.chain(self.tokens[: self.h]))
+        return c.inspect().resolve(c.chain(self.tokens[: self.h]))
 
     def serve(
         self, c: HeterogeneousKVCache, adm: Admission, at: int | None = None
@@ -172,13 +173,13 @@ class E2E:
     def to_host(c: HeterogeneousKVCache, rids: list[int]) -> None:
         c.tick(c.table.consts.lease_max + 1)
         for rid in rids:
-            c.core.offload(rid)
+            c.test_hooks().act("offload", rid)
         c.pipelines.drain()
 
     @staticmethod
     def to_disk(c: HeterogeneousKVCache, rids: list[int]) -> None:
         for rid in rids:
-            c.core.spill(rid)
+            c.test_hooks().act("spill", rid)
 
     def store_last_block(
         self, c: HeterogeneousKVCache, w: ModelWriter, steps: tuple[str, ...]
@@ -186,13 +187,13 @@ class E2E:
         """Store the prompt's first ``h - L`` tokens normally, then block ``h/L - 1`` by the
         library's own transitions ``steps`` (a write path that skips or reorders one)."""
         store_prompt(c, w, self.trace, self.h - self.L)
-        core, b = c.core, self.h // self.L - 1
+        hooks, b = c.test_hooks(), self.h // self.L - 1
         chain = c.chain(self.tokens[: self.h])
-        rid = core.record(chain.keys[b], chain.block_tokens_of(b), b * self.L)
+        rid = hooks.record(chain.keys[b], chain.block_tokens_of(b), b * self.L)
         with w.writing(self.trace):
             for step in steps:
-                getattr(core, step)(rid)
-        core.touch(rid, c.table.consts.lease_max)
+                hooks.act(step, rid)
+        hooks.act("touch", rid, c.table.consts.lease_max)
         return rid
 
     def _explain(self, adm: Admission) -> tuple[list[str], tuple[str, ...], tuple[str, ...]]:
@@ -241,7 +242,7 @@ class E2E:
                 self.to_disk(c, rids[: -c.table.consts.W])
             adm = c.admit(self.request(c))
             c.pipelines.drain()
-            m = c.core.meta
+            m = c.inspect().meta
             extra = {"windowless": sum(m.swa[r] == Swa.NULL for r in rids)}  # after the loads
             writes = w.calls
             if policy == "checkpoint":  # window + tail from the last checkpoint, then replay
@@ -328,7 +329,7 @@ class E2E:
         c, w = self.cache()
         try:
             store_prompt(c, w, self.trace, self.h)
-            c.core.slide(self.rids(c)[-1])
+            c.test_hooks().act("slide", self.rids(c)[-1])
             req = self.request(c)
             adm = c.admit(req)
             raw = read_unvalidated(self.model, c, req, self.h)
@@ -422,7 +423,7 @@ class E2E:
     def _negate_hca_entry(self, c: HeterogeneousKVCache, rid: int) -> torch.Tensor:
         """Flip the sign bit of every float of block ``rid``'s first HCA entry in its disk file;
         returns the entry as the file now holds it."""
-        entry = c.core.disk_entries[rid]
+        entry = c.inspect().disk_entries[rid]
         off = entry.payload_offset
         for group, gpos, nbytes in entry.units:
             if (group, gpos) == ("hca", 0):
@@ -450,7 +451,7 @@ class E2E:
             req = self.request(c)
             adm = c.admit(req)
             c.pipelines.io.step(last)  # chunk 1 of load_steps landed
-            job = c.core.recovery.load_job(last)
+            job = c.inspect().load_job(last)
             raw = read_unvalidated(self.model, c, req, self.h, slots={last: job.dst})
             try:
                 with c.use(adm, store=False):

@@ -356,12 +356,12 @@ class StorageReader:
         slots: dict[int, int] | None = None,
     ) -> None:
         self.cache = cache
-        self.core = cache.core
+        self.view = cache.inspect()  # read-only: what the bridge reads of the cache
         self.h = h
         self.entry_bytes = cache.geometry.entry_bytes
         self.nb = -(-h // cache.L)
-        with self.core.lock:
-            self.chain_rids = self.core.resolve(request.chain)
+        with self.view.lock:
+            self.chain_rids = self.view.resolve(request.chain)
         if self.nb > len(self.chain_rids):
             raise BridgeError(f"the request has only {len(self.chain_rids)} blocks")
         self.rids = self.chain_rids[: self.nb]
@@ -370,7 +370,7 @@ class StorageReader:
     def _slot(self, rid: int) -> int:
         if rid in self.slots:
             return self.slots[rid]
-        return self.core.meta.slot[rid] if rid >= 0 else -1
+        return self.view.meta.slot[rid] if rid >= 0 else -1
 
     def _pages(self, grp: Any, gpos: int, rids: Sequence[int]) -> Tensor:
         ppl = grp.pages_per_block
@@ -382,14 +382,14 @@ class StorageReader:
         return out
 
     def compressed(self, group: str, gpos: int) -> Tensor:
-        return self._pages(getattr(self.core.tiers, group), gpos, self.rids)
+        return self._pages(getattr(self.view.tiers, group), gpos, self.rids)
 
     def indexer(self, gpos: int) -> Tensor:
-        return self._pages(self.core.tiers.indexer, gpos, self.rids)
+        return self._pages(self.view.tiers.indexer, gpos, self.rids)
 
     def window(self, layer: int) -> Tensor:
         """As ``Run.read_window``, through the group's block table (null page when not valid)."""
-        core, g = self.core, self.cache.geometry
+        core, g = self.view, self.cache.geometry
         swa = core.tiers.swa
         h, bt, n_win = self.h, g.swa_block_tokens, g.n_win
         out = torch.zeros(n_win, g.entry_bytes, dtype=torch.uint8)
@@ -413,7 +413,7 @@ class StorageReader:
     def tail(self, gpos: int) -> tuple[Tensor, list[int]]:
         """The rows of positions ``[h - m, h)`` the boundary's compressor page holds (by its
         position labels; no continuity check), through the group's block table."""
-        grp = self.core.tiers.compressor
+        grp = self.view.tiers.compressor
         m, hd = grp.ratio, self.cache.geometry.head_dim
         empty = torch.zeros(0, 2 * hd)
         if self.h == 0:
@@ -437,8 +437,8 @@ class StorageReader:
         hr = self.cache.table.hit_rule
         rules = [hr.rule(n) for n in names]
         L = self.cache.L
-        with self.core.lock:
-            view = self.core.chain_view(self.rids)
+        with self.view.lock:
+            view = self.view.chain_view(self.rids)
             n = 0
             while n < len(self.rids) and all(hr.rule_holds(r, view, 0, (n + 1) * L) for r in rules):
                 n += 1

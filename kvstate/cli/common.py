@@ -169,7 +169,7 @@ def build_state() -> tuple[bool, str]:
     native = _native()
     if native is None:
         return False, "kvstate.impl not found"
-    if native._pure_requested():
+    if native.pure_requested():
         return False, f"{native.ENV_PURE}=1 is set"
     if not native.extensions():
         return False, (

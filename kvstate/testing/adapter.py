@@ -61,7 +61,8 @@ class Target:
             cache_dir=cache_dir,
             device=device,
         )
-        self.core = self.cache.core
+        self.view = self.cache.inspect()  # what the table's state is read from
+        self._act = self.cache.test_hooks().act  # each action performed by name
         self.chain = self.cache.chain(harness_tokens(N * k.L), NAMESPACE)
         self.rids = self.cache.register(self.chain)
         # one C call gathers a column over the chain (observe() runs after every fuzz step)
@@ -72,7 +73,7 @@ class Target:
         self._observe = observe_reader(table, N)
         self._reqs: list[Request | None] = [None] * self.R
         self._ctx: list[UseContext | None] = [None] * self.R
-        self._slots = self.core.slots[: self.R]  # the slot objects stay (their fields change)
+        self._slots = self.view.slots[: self.R]  # live views of the slots (their fields change)
 
     def close(self) -> None:
         self.cache.close()
@@ -83,78 +84,78 @@ class Target:
 
     def allocate(self, b: int) -> dict[str, int]:
         rid = self._rid(b)
-        f = int(self.core.allocate(rid))
-        return {"a": int(self.core.meta.addr[rid]), "f": f}
+        f = int(self._act("allocate", rid))
+        return {"a": int(self.view.meta.addr[rid]), "f": f}
 
     def commit(self, b: int) -> None:
-        self.core.commit(self._rid(b))
+        self._act("commit", self._rid(b))
 
     def discard(self, b: int) -> None:
-        self.core.discard(self._rid(b))
+        self._act("discard", self._rid(b))
 
     def seal(self, b: int) -> None:
-        self.core.seal(self._rid(b))
+        self._act("seal", self._rid(b))
 
     def slide(self, b: int) -> None:
-        self.core.slide(self._rid(b))
+        self._act("slide", self._rid(b))
 
     def index_update(self, b: int) -> None:
-        self.core.index_update(self._rid(b))
+        self._act("index_update", self._rid(b))
 
     def rebuild_start(self, b: int) -> None:
-        self.core.rebuild_start(self._rid(b))
+        self._act("rebuild_start", self._rid(b))
 
     def rebuild_done(self, b: int) -> None:
-        self.core.rebuild_done(self._rid(b))
+        self._act("rebuild_done", self._rid(b))
 
     def offload(self, b: int) -> None:
-        self.core.offload(self._rid(b))
+        self._act("offload", self._rid(b))
 
     def offload_done(self, b: int) -> None:
-        self.core.offload_done(self._rid(b))
+        self._act("offload_done", self._rid(b))
 
     def offload_cancel(self, b: int) -> None:
-        self.core.offload_cancel(self._rid(b))
+        self._act("offload_cancel", self._rid(b))
 
     def spill(self, b: int) -> None:
-        self.core.spill(self._rid(b))
+        self._act("spill", self._rid(b))
 
     def load_start(self, b: int) -> None:
-        self.core.load_start(self._rid(b))
+        self._act("load_start", self._rid(b))
 
     def load_progress(self, b: int) -> None:
-        self.core.load_progress(self._rid(b))
+        self._act("load_progress", self._rid(b))
 
     def load_done(self, b: int) -> dict[str, int]:
-        a, f = self.core.load_done(self._rid(b))
+        a, f = self._act("load_done", self._rid(b))
         return {"a": int(a), "f": int(f)}
 
     def load_fail(self, b: int) -> None:
-        self.core.load_fail(self._rid(b))
+        self._act("load_fail", self._rid(b))
 
     def drop(self, b: int) -> None:
-        self.core.drop(self._rid(b))
+        self._act("drop", self._rid(b))
 
     def evict_start(self, b: int) -> None:
-        self.core.evict_start(self._rid(b))
+        self._act("evict_start", self._rid(b))
 
     def evict_done(self, b: int) -> None:
-        self.core.evict_done(self._rid(b))
+        self._act("evict_done", self._rid(b))
 
     def touch(self, b: int, t: int) -> None:
-        self.core.touch(self._rid(b), t)
+        self._act("touch", self._rid(b), t)
 
     def tick(self, t: int) -> None:
-        self.core.tick(t)
+        self._act("tick", t)
 
     def capture(self) -> None:
-        self.core.capture()
+        self._act("capture")
 
     def replay(self) -> None:
-        self.core.replay()
+        self._act("replay")
 
     def recapture(self) -> None:
-        self.core.recapture()
+        self._act("recapture")
 
     # ---- request actions ------------------------------------------------------------------
     def admit(self, r: int, t: int) -> None:
@@ -163,17 +164,17 @@ class Target:
             req = self._reqs[r] = self.cache.request(
                 self.chain.tokens, namespace=NAMESPACE, lifetime=t
             )
-        self.core.begin(req, t, slot=r)
+        self._act("admit", req, t, r)
         req.lifetime = t
 
     def match(self, r: int, h: int) -> None:
-        self.core.match(r, h)
+        self._act("match", r, h)
 
     def pin(self, r: int) -> None:
-        self.core.pin(r)
+        self._act("pin", r)
 
     def validate(self, r: int) -> None:
-        self.core.validate(r)
+        self._act("validate", r)
 
     def use(self, r: int) -> None:
         req = self._reqs[r]
@@ -188,22 +189,22 @@ class Target:
 
     def release(self, r: int) -> None:
         ctx = self._ctx[r]
-        if ctx is not None and self.core.slots[r].request is ctx.request:
+        if ctx is not None and self.view.slots[r].request is ctx.request:
             ctx.finish()
         else:
-            self.core.release(r)
+            self._act("release", r)
         self._ctx[r] = None
 
     def abort(self, r: int) -> None:
         ctx = self._ctx[r]
-        if ctx is not None and self.core.slots[r].request is ctx.request:
+        if ctx is not None and self.view.slots[r].request is ctx.request:
             ctx.abort()
         else:
-            self.core.abort(r)
+            self._act("abort", r)
         self._ctx[r] = None
 
     def downgrade(self, r: int) -> None:
-        self.core.downgrade(r)
+        self._act("downgrade", r)
 
     # ---- observation ----------------------------------------------------------------------
     def check_data(self) -> list[str]:
@@ -214,7 +215,7 @@ class Target:
             if (
                 ctx is not None
                 and ctx.run is not None
-                and self.core.slots[r].request is ctx.request
+                and self.view.slots[r].request is ctx.request
             ):
                 if tokens is None:
                     tokens = harness_tokens(self.N * self.table.consts.L)
@@ -222,7 +223,8 @@ class Target:
         return out
 
     def observe(self) -> dict[str, Any]:
-        return self._observe(self.core, self.core.meta, self._gather, self._slots)
+        view = self.view
+        return self._observe(view, view.meta, self._gather, self._slots)
 
 
 _READERS: dict[tuple[int, int, bool], tuple[Table, Callable[..., dict[str, Any]]]] = {}
@@ -231,14 +233,15 @@ _READERS: dict[tuple[int, int, bool], tuple[Table, Callable[..., dict[str, Any]]
 def observe_reader(table: Table, N: int, *, pad: bool = False) -> Callable[..., dict[str, Any]]:
     """``observe()``'s body for ``table`` and ``N``, generated from its variables once: one
     dictionary display reading each shown variable where the library keeps it (a block
-    column gathered over the chain, a request field of each slot, a global on the core).
+    column gathered over the chain, a request field of each slot, a global of the cache's
+    inspection view).
     The loop it replaces tested each variable's scope at every call, and ``observe()`` runs
     before and after every refusal check (24,000 times a ``ci`` run).  Ghost truth is not
     shown: the harness tracks it.  Table names are identifiers (``spec/validate.py``).  A
     request's per-block row is shown as the slot keeps it, or ``N`` zeros when empty; with
     ``pad`` (the API harness) cut or padded with zeros to ``N`` (a request grown past the
     modelled chain by appends pins blocks the model does not have).  Called as
-    ``reader(core, core.meta, gather, slots)``, ``gather`` picking the chain's records and
+    ``reader(view, view.meta, gather, slots)`` (``view``: :meth:`HeterogeneousKVCache.inspect`), ``gather`` picking the chain's records and
     ``slots`` the table's ``R`` request slots (exactly ``R``: they are unpacked once, and a
     request variable is read slot by slot, not by a comprehension per variable)."""
     hit = _READERS.get((id(table), N, pad))
@@ -262,9 +265,9 @@ def observe_reader(table: Table, N: int, *, pad: bool = False) -> Callable[..., 
             if name == "nfree":
                 expr = "ckv.count(FREE)"
             elif name == "graph":
-                expr = "core.graph.phase"
+                expr = "view.graph.phase"
             else:
-                expr = f"core.{name}"
+                expr = f"view.{name}"
         elif v.scope is Scope.REQ:
             expr = per_slot(f"@.{name}")  # names are identifiers: no ``@`` in them
         elif pad:
@@ -273,7 +276,7 @@ def observe_reader(table: Table, N: int, *, pad: bool = False) -> Callable[..., 
             expr = per_slot(f"(tuple(@.{name}) or zeros)")
         items.append(f"        {name!r}: {expr},\n")
     src = (
-        "def observe(core, m, gather, slots):\n"
+        "def observe(view, m, gather, slots):\n"
         + (f"    {', '.join(slots)}, = slots\n" if slots else "    () = slots\n")
         # the ckv column once: ``nfree`` counts it (the same list, read in the same call)
         + ("    ckv = gather(m.ckv)\n" if shown & {"ckv", "nfree"} else "")

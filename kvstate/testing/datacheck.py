@@ -48,8 +48,8 @@ def _entries(
 
 def verify_run(run: Run, tokens: np.ndarray) -> list[str]:
     """Problems found in the data ``run`` reads for a prefix of ``tokens`` (empty: all exact)."""
-    core = run.cache.core
-    g = core.g
+    core = run.cache.inspect()
+    g = core.geometry
     L = g.lcm_tokens
     eb = g.entry_bytes  # a derived property: computed at every read, read here once
     h = run.hit_tokens

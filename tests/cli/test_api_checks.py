@@ -127,7 +127,7 @@ def test_damage_lands_inside_its_section(part: str) -> None:
     try:
         for o in w[: w.index(op("request", i=1, n=FULL, life=1))]:
             h.apply(o)
-        e = h.core.disk_entries[h.rids[N - 1]]
+        e = h.view.disk_entries[h.rids[N - 1]]
         at = _offset(e, part)
         assert at is not None and 0 <= at < e.size - e.payload_offset
         if part == "window":

@@ -30,8 +30,8 @@ def test_unplanted_library_passes_its_schedules() -> None:
 
 def _unlocked_finish(h: ApiHarness, calls: dict[str, Any]) -> None:
     """Planted: the façade's ``finish`` runs its body without the cache lock."""
-    cache = h.cache
-    calls["finish"] = lambda req, store=True: cache._finish_locked(cache._own(req), store)
+    hooks = h.hooks
+    calls["finish"] = lambda req, store=True: hooks.finish_unlocked(req, store)
 
 
 class _DroppingCondition(SchedCondition):
@@ -47,8 +47,7 @@ class _DroppingCondition(SchedCondition):
 
 
 def _lost_wakeup(h: ApiHarness, calls: dict[str, Any]) -> None:
-    core = h.core
-    core.changed = _DroppingCondition(core.changed.lock)
+    h.hooks.set_lock(h.view.lock, _DroppingCondition(h.view.lock))
 
 
 def _split_abort(h: ApiHarness, calls: dict[str, Any]) -> None:
@@ -56,7 +55,7 @@ def _split_abort(h: ApiHarness, calls: dict[str, Any]) -> None:
     façade does both in one): the slot may be another request's by then."""
     from kvstate.impl.errors import AlreadyReleased
 
-    cache, core = h.cache, h.core
+    cache, core = h.cache, h.view
 
     def abort(req: Any) -> None:
         with core.lock:

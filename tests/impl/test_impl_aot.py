@@ -17,6 +17,7 @@ import pytest
 from kvstate.impl import HeterogeneousKVCache, native_modules
 from kvstate.impl import twins as T
 from kvstate.impl.aotgen import COMMAND, annotate
+from kvstate.impl.aotgen import twins as aot_twins
 from kvstate.spec import compile as C
 from kvstate.spec.geometry import small
 
@@ -65,14 +66,14 @@ def _cycle(cache: HeterogeneousKVCache) -> None:
 
 @pytest.mark.skipif("_aot" not in native_modules(), reason="the twins are not compiled")
 def test_the_preset_geometry_runs_the_twins_and_another_its_own_source() -> None:
-    twins = set(map(id, sys.modules["kvstate.impl._aot"].TWINS.values()))
+    twins = set(map(id, aot_twins().values()))
     kw = dict(device="cpu", executors="manual", max_requests=4, writer=None)
     with HeterogeneousKVCache(small(), **kw) as preset:  # type: ignore[arg-type]
         _cycle(preset)
-        assert id(preset.core.gate.coord._search_direct) in twins
+        assert id(preset.inspect().hit_search) in twins
     with HeterogeneousKVCache(small(32), **kw) as other:  # type: ignore[arg-type]
         _cycle(other)
-        fn = other.core.gate.coord._search_direct
+        fn = other.inspect().hit_search
         assert id(fn) not in twins and hasattr(fn, "__code__")
 
 
@@ -81,8 +82,7 @@ def test_a_deployments_caps_and_pools_do_not_change_the_generated_sources() -> N
     caps: what ``bench/vs_vllm.py`` and ``bench/impl_bench.py`` size per prefix length) asks
     for exactly the sources of the twins: the caps are read at run time from the state's
     constants (``spec/compile.py`` ``RUNTIME_CONSTS``), not folded into the source."""
-    from kvstate.impl import _aot
-    from kvstate.impl.aotgen import collect
+    from kvstate.impl.aotgen import collect, twins
     from kvstate.spec.geometry import deepseek_v4_flash
 
     for pin_cap, io_cap in ((6, 3), (5, 1)):
@@ -91,7 +91,7 @@ def test_a_deployments_caps_and_pools_do_not_change_the_generated_sources() -> N
         )
         asked = collect(g)
         assert asked, "nothing was generated: the sources were compiled before (memo)"
-        missing = sorted(name for key, (name, _src, _env) in asked.items() if key not in _aot.TWINS)
+        missing = sorted(name for key, (name, _src, _env) in asked.items() if key not in twins())
         assert not missing, (
             f"sources without a twin at pin_cap={pin_cap}, io_cap={io_cap}: {missing}"
         )

@@ -79,7 +79,7 @@ def check_tail(run: Any, toks: np.ndarray, li: int = 0) -> None:
 
 
 def check_compressed(run: Any, toks: np.ndarray) -> None:
-    core = run.cache.core
+    core = run.cache.inspect()
     for grp in (core.tiers.csa, core.tiers.hca):
         for li, layer in enumerate(grp.layers):
             pages = run.read_compressed(grp.name, li)
@@ -187,7 +187,7 @@ def test_admission_cap_downgrades() -> None:
         assert c.events.of(EventKind.DOWNGRADED)
         with c.use(a) as run:  # a downgraded request recomputes from scratch
             assert run.hit_tokens == 0
-        assert c.core.pinned_blocks == 0
+        assert c.inspect().pinned_blocks == 0
     finally:
         c.close()
 
@@ -195,11 +195,11 @@ def test_admission_cap_downgrades() -> None:
 def test_decode_append_seals_indexes_and_slides(cache: HeterogeneousKVCache) -> None:
     toks = harness_tokens(2 * L + 1)
     a = cache.admit(cache.request(toks))
-    m = cache.core.meta
+    m = cache.inspect().meta
     with cache.use(a) as run:
         run.append(harness_tokens(4 * L, seed=5))
         req = a.request
-        rids = cache.core.resolve(req.chain)
+        rids = cache.inspect().resolve(req.chain)
         assert req.chain.blocks == 6
         for rid in rids:
             assert (
@@ -240,10 +240,10 @@ def test_lru_eviction_reverse_order_and_pins() -> None:
         c.tick(10)
         store(c, t2)  # fills the pool
         c.tick(10)
-        r1 = c.core.resolve(held.request.chain)
-        r2 = c.core.resolve(c.chain(t2))
+        r1 = c.inspect().resolve(held.request.chain)
+        r2 = c.inspect().resolve(c.chain(t2))
         assert c.evict(1) == 1
-        m = c.core.meta
+        m = c.inspect().meta
         assert m.ckv[r2[2]] == CKV.FREE and m.ckv[r2[0]] == CKV.READY  # deepest block first
         assert c.evict(10) == 2
         assert all(m.ckv[r] == CKV.READY for r in r1)  # pinned blocks never evicted
@@ -265,11 +265,11 @@ def test_lease_protects_unpinned_blocks(cache: HeterogeneousKVCache) -> None:
 def offload_all(c: HeterogeneousKVCache) -> None:
     c.tick(10)
     c.offload(1000)
-    if c.core.pipes.mode == "manual":
+    if c.inspect().pipeline_mode == "manual":
         c.pipelines.drain()
     else:
         deadline = time.time() + 10
-        while c.core.pipes.busy() and time.time() < deadline:
+        while c.inspect().busy() and time.time() < deadline:
             time.sleep(0.005)
 
 
@@ -293,11 +293,11 @@ def test_offload_spill_and_recover_exactly(cache: HeterogeneousKVCache) -> None:
     # drive the pipelines by hand: one job step at a time
     io = cache.pipelines.io
     rid = next(iter(io.jobs))
-    assert isinstance(io.jobs[rid], LoadJob) and cache.core.meta.prog[rid] == 0
+    assert isinstance(io.jobs[rid], LoadJob) and cache.inspect().meta.prog[rid] == 0
     io.step(rid)  # a disk load's first step reads its block and checks every MAC: none lands
-    assert cache.core.meta.prog[rid] == 0 and io.jobs[rid].chunks is not None
+    assert cache.inspect().meta.prog[rid] == 0 and io.jobs[rid].chunks is not None
     io.step(rid)
-    assert cache.core.meta.prog[rid] == 1 and cache.core.meta.ckv[rid] == CKV.LOADING
+    assert cache.inspect().meta.prog[rid] == 1 and cache.inspect().meta.ckv[rid] == CKV.LOADING
     cache.pipelines.drain()
     with cache.use(a) as run:
         assert run.hit_tokens == 5 * L and run.verify_pins() == []
@@ -313,12 +313,14 @@ def test_io_cap_bounds_disk_loads(cache: HeterogeneousKVCache) -> None:
     offload_all(cache)
     cache.spill(6)
     a = cache.admit(cache.request(toks))
-    assert cache.core.io_inflight == G.io_cap and len(cache.core.io_waiting) == 6 - G.io_cap
+    assert (
+        cache.inspect().io_inflight == G.io_cap and len(cache.inspect().io_waiting) == 6 - G.io_cap
+    )
     peak = 0
     while cache.pipelines.busy():
         for rid in list(cache.pipelines.io.jobs):
             cache.pipelines.io.step(rid)
-            peak = max(peak, cache.core.io_inflight)
+            peak = max(peak, cache.inspect().io_inflight)
         cache.pipelines.drain() if not cache.pipelines.io.jobs else None
     assert peak <= G.io_cap
     with cache.use(a) as run:
@@ -331,9 +333,9 @@ def test_load_failure_truncates_and_recomputes(cache: HeterogeneousKVCache) -> N
     store(cache, toks)
     offload_all(cache)
     a = cache.admit(cache.request(toks))
-    rids = cache.core.resolve(a.request.chain)
+    rids = cache.inspect().resolve(a.request.chain)
     # block 3 fails (a boundary whose window the store kept: Geometry.swa_kept)
-    cache.core.inject_load_fault(rids[3])
+    cache.test_hooks().inject_load_fault(rids[3])
     cache.pipelines.drain()
     with cache.use(a) as run:
         assert run.hit_tokens == 3 * L  # blocks 0-2 loaded; 3 failed: the rest is recomputed
@@ -343,29 +345,31 @@ def test_load_failure_truncates_and_recomputes(cache: HeterogeneousKVCache) -> N
     cuts = a.explanation.truncations
     assert cuts[0].from_tokens == 4 * L and cuts[0].to_tokens == 3 * L
     assert any(s.rule == "L3.ckv_ready" and s.block == 3 for s in cuts[1:])
-    assert cache.core.meta.ckv[rids[3]] == CKV.HOST  # the source stayed where it was
+    assert cache.inspect().meta.ckv[rids[3]] == CKV.HOST  # the source stayed where it was
 
 
 def test_abort_during_load_neither_leaks_nor_reuses(cache: HeterogeneousKVCache) -> None:
     toks = harness_tokens(3 * L + 1)
     store(cache, toks)
     offload_all(cache)
-    free_before = cache.core.tiers.slots.free
+    free_before = cache.inspect().tiers.slots.free
     a = cache.admit(cache.request(toks))
-    rids = cache.core.resolve(a.request.chain)
+    rids = cache.inspect().resolve(a.request.chain)
     cache.pipelines.dma.step(rids[0])  # first chunk of block 0 landed
-    dst = cache.core.recovery.load_job(rids[0]).dst
+    dst = cache.inspect().load_job(rids[0]).dst
     cache.abort(a.request)
-    assert cache.core.meta.ref[rids[0]] == 0 and cache.core.meta.ckv[rids[0]] == CKV.LOADING
+    assert (
+        cache.inspect().meta.ref[rids[0]] == 0 and cache.inspect().meta.ckv[rids[0]] == CKV.LOADING
+    )
     # the in-flight destination is not handed out while the load writes into it
     other = cache.register(cache.chain(harness_tokens(L, seed=77)))[0]
-    cache.core.allocate(other)
-    assert cache.core.meta.slot[other] != dst
-    cache.core.discard(other)
+    cache.test_hooks().act("allocate", other)
+    assert cache.inspect().meta.slot[other] != dst
+    cache.test_hooks().act("discard", other)
     cache.pipelines.drain()  # the loads finish in their pipeline
-    assert all(cache.core.meta.ckv[r] == CKV.READY for r in rids)
-    assert cache.core.tiers.slots.free == free_before - 3
-    assert cache.core.tiers.host_slots.free == G.host_blocks
+    assert all(cache.inspect().meta.ckv[r] == CKV.READY for r in rids)
+    assert cache.inspect().tiers.slots.free == free_before - 3
+    assert cache.inspect().tiers.host_slots.free == G.host_blocks
     b = cache.admit(cache.request(toks))
     assert b.hit_tokens == 3 * L
     with cache.use(b) as run:
@@ -384,7 +388,7 @@ def test_offload_cancelled_by_a_hit(cache: HeterogeneousKVCache) -> None:
     cache.pipelines.drain()
     with cache.use(a) as run:
         assert run.hit_tokens == 2 * L
-    assert cache.core.tiers.host_slots.free == G.host_blocks
+    assert cache.inspect().tiers.host_slots.free == G.host_blocks
 
 
 def test_zero_swa_policy_recomputes_the_window() -> None:
@@ -413,18 +417,18 @@ def test_zero_swa_policy_recomputes_the_window() -> None:
 def test_graph_goes_stale_when_a_load_moves_a_block(cache: HeterogeneousKVCache) -> None:
     toks = harness_tokens(2 * L + 1)
     store(cache, toks)
-    core = cache.core
+    core, act = cache.inspect(), cache.test_hooks().act
     bufs = core.graph.buffer_ptrs
-    core.capture()
-    core.replay()
+    act("capture")
+    act("replay")
     offload_all(cache)
     a = cache.admit(cache.request(toks))
     cache.pipelines.drain()
     assert core.graph.phase == Graph.STALE and cache.events.of(EventKind.STALE_GRAPH)
     with pytest.raises(Refused):
-        core.replay()
-    core.recapture()
-    core.replay()
+        act("replay")
+    act("recapture")
+    act("replay")
     with cache.use(a) as run:
         row = core.graph.block_tables[a.request.slot.index]
         assert row[:2].tolist() == run.block_table() and row[2:].eq(-1).all()
@@ -434,14 +438,14 @@ def test_graph_goes_stale_when_a_load_moves_a_block(cache: HeterogeneousKVCache)
 def test_evicted_block_keeps_its_address(cache: HeterogeneousKVCache) -> None:
     toks = harness_tokens(2 * L + 1)
     store(cache, toks)
-    rids = cache.core.resolve(cache.chain(toks))
-    addrs = [cache.core.meta.addr[r] for r in rids]
-    cache.core.capture()
+    rids = cache.inspect().resolve(cache.chain(toks))
+    addrs = [cache.inspect().meta.addr[r] for r in rids]
+    cache.test_hooks().act("capture")
     cache.tick(10)
     assert cache.evict(2) == 2
     store(cache, toks)
-    assert [cache.core.meta.addr[r] for r in rids] == addrs
-    assert cache.core.graph.phase == Graph.CAPTURED
+    assert [cache.inspect().meta.addr[r] for r in rids] == addrs
+    assert cache.inspect().graph.phase == Graph.CAPTURED
 
 
 # ---- threads -----------------------------------------------------------------------------------
@@ -511,7 +515,7 @@ def test_bug_use_before_load_complete_lands_garbage() -> None:
         store(c, harness_tokens(4 * L + 1, seed=3))  # reuses the freed device slots
         a = c.admit(c.request(toks))
         c.pipelines.drain()
-        core = c.core
+        core = c.inspect()
         rid = a.rids[0]
         assert (
             core.meta.ckv[rid] == CKV.READY and core.meta.prog[rid] < G.load_steps
@@ -535,12 +539,12 @@ def test_bug_abort_during_load_double_frees() -> None:
         store(c, toks)
         offload_all(c)
         a = c.admit(c.request(toks))
-        rids = c.core.resolve(a.request.chain)
+        rids = c.inspect().resolve(a.request.chain)
         c.abort(a.request)
-        assert c.core.meta.ckv[rids[0]] == CKV.FREE  # freed while its load is still in flight
-        job = c.core.recovery.load_job(rids[0])
+        assert c.inspect().meta.ckv[rids[0]] == CKV.FREE  # freed while its load is still in flight
+        job = c.inspect().load_job(rids[0])
         with pytest.raises(InternalError):  # ... and the load frees its destination again
-            c.core.recovery.fail_load(rids[0], job, "late failure", corrupt=False)
+            c.test_hooks().fail_load(rids[0], job, "late failure", corrupt=False)
     finally:
         c.close()
 
@@ -573,7 +577,7 @@ def test_request_phases_and_events(cache: HeterogeneousKVCache) -> None:
     with pytest.raises(ZeroDivisionError):
         with cache.use(cache.admit(cache.request(harness_tokens(2 * L + 1)))):
             1 / 0  # noqa: B018 - an exception inside use() aborts the request
-    assert cache.core.pinned_blocks == 0 and seen.count("stored") == 2
+    assert cache.inspect().pinned_blocks == 0 and seen.count("stored") == 2
 
 
 def test_same_job_code_in_both_modes(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -618,13 +622,13 @@ def test_who_writes_the_indexer_pages_of_a_stored_block(derive: bool | None) -> 
     its pages alone, unless derive_index=True.  Either way the block then hits."""
     c = make(writer=None, derive_index=derive)
     try:
-        ix = c.core.tiers.indexer.device_data
+        ix = c.inspect().tiers.indexer.device_data
         ix.fill_(0x5A)  # what "the engine" wrote
         before = ix.clone()
         toks = harness_tokens(2 * L + 3)
         store(c, toks)
-        rids = c.core.resolve(c.chain(toks))
-        m = c.core.meta
+        rids = c.inspect().resolve(c.chain(toks))
+        m = c.inspect().meta
         assert all(m.idx[r] == Indexer.PRESENT and m.iver[r] == m.ver[r] for r in rids)
         if derive:
             assert not torch.equal(ix, before)  # derived from the (zero) CSA entries
@@ -649,11 +653,11 @@ def test_graph_block_table_holds_a_long_hit_whole() -> None:
         a = c.admit(c.request(toks))
         assert a.hit_tokens == n * L
         with c.use(a) as run:
-            row = c.core.graph.block_tables[a.request.slot.index]
+            row = c.inspect().graph.block_tables[a.request.slot.index]
             assert row.shape[0] >= n + 1
             assert row[:n].tolist() == run.block_table() and row[n:].eq(-1).all()
         with pytest.raises(InternalError, match="do not fit"):
-            c.core.graph.refill(0, [0] * (row.shape[0] + 1), [0] * (row.shape[0] + 1))
+            c.test_hooks().graph_refill(0, [0] * (row.shape[0] + 1), [0] * (row.shape[0] + 1))
     finally:
         c.close()
 
@@ -700,7 +704,7 @@ def test_graph_rows_are_the_last_refill_then_padding() -> None:
     # a row as wide as 16 blocks: the plan refills every width down to 0 (quadratic in it)
     g_ = small()
     with HeterogeneousKVCache(g_, executors="manual", max_model_len=16 * g_.lcm_tokens) as c:
-        g = c.core.graph
+        g, refill = c.inspect().graph, c.test_hooks().graph_refill
         width = g.block_tables.shape[1]
         assert width <= 32
         rng = random.Random(3)
@@ -710,7 +714,7 @@ def test_graph_rows_are_the_last_refill_then_padding() -> None:
         for row, n in plan:
             slots = [rng.randrange(100) for _ in range(n)]
             ptrs = [rng.randrange(1, 1 << 40) for _ in range(n)]
-            g.refill(row, slots, ptrs)
+            refill(row, slots, ptrs)
             assert g.block_tables[row].tolist() == slots + [-1] * (width - n)
             assert g.state_ptrs[row].tolist() == ptrs + [0] * (width - n)
 
@@ -721,9 +725,9 @@ def test_a_captured_graph_goes_stale_when_any_recorded_address_moves() -> None:
 
     for old in (0, 1, 5):
         with HeterogeneousKVCache(small(), executors="manual") as c:
-            core = c.core
-            rid = core.register(c.chain(np.arange(small().lcm_tokens)))[0]
-            core.meta.addr[rid] = old
-            core.capture()
-            assert core.graph.moved(rid, old, old + 7)
+            core, hooks = c.inspect(), c.test_hooks()
+            rid = hooks.register(c.chain(np.arange(small().lcm_tokens)))[0]
+            hooks.poke("addr", rid, old)
+            hooks.act("capture")
+            assert hooks.graph_moved(rid, old, old + 7)
             assert core.graph.phase != 0 and not core.graph.captured

@@ -89,15 +89,15 @@ def test_corrupt_payload_is_rejected_and_recomputed(tmp_path: Path) -> None:
             check_compressed(run, toks)
         fails = c.events.of(EventKind.LOAD_FAILED)
         assert fails and "checksum" in fails[0].detail
-        rid = c.core.resolve(c.chain(toks))[3]
-        assert c.core.meta.corrupt[rid]
+        rid = c.inspect().resolve(c.chain(toks))[3]
+        assert c.inspect().meta.corrupt[rid]
         # the corrupt entry is never planned again; dropping it lets the block be recomputed
         b = c.admit(c.request(toks))
         assert all(s.block < 3 for s in b.recovery.steps) and b.hit_tokens == 3 * L
         c.abort(b.request)
         c.tick(10)
         c.drop(100)
-        assert c.core.meta.ckv[rid] == CKV.FREE and not victim.exists()
+        assert c.inspect().meta.ckv[rid] == CKV.FREE and not victim.exists()
         a = c.admit(c.request(toks))
         with c.use(a):
             pass  # recomputes block 3 and stores it again
@@ -127,8 +127,8 @@ def test_bad_files_are_rejected_at_scan(tmp_path: Path, damage: str) -> None:
         raw += b"\0" * 16
     elif damage in ("format", "geometry"):
         c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors="manual")
-        fp = c.core.disk.fingerprint
-        (vkey,) = [e.key for e in c.core.disk_entries.values() if e.path == victim]
+        fp = dict(c.inspect().disk.fingerprint)
+        (vkey,) = [e.key for e in c.inspect().disk_entries.values() if e.path == victim]
         c.close()
         other = DiskTier(
             tmp_path / "z",
@@ -145,7 +145,7 @@ def test_bad_files_are_rejected_at_scan(tmp_path: Path, damage: str) -> None:
             magic, hlen, _, kid = pre.unpack(bytes(data[: pre.size]))
             hb = bytes(data[pre.size : pre.size + hlen])
             hb = hb.replace(f'"format": {FILE_FORMAT}'.encode(), b'"format": 9')
-            mac = other._header_mac(hb)
+            mac = other.header_mac(hb)
             data = bytearray(
                 pre.pack(magic, len(hb), mac, kid) + hb + bytes(data[pre.size + hlen :])
             )
@@ -162,7 +162,7 @@ def test_bad_files_are_rejected_at_scan(tmp_path: Path, damage: str) -> None:
         elif damage == "geometry":  # authentic under this key, for another geometry: another
             # cache's entry, left alone and not counted (never deleted, never read)
             assert removed == [] and victim.exists()
-            assert [why for _, why in c.core.disk.foreign] == [
+            assert [why for _, why in c.inspect().disk.foreign] == [
                 f"{victim.name}: written for another geometry/layout"
             ]
         else:
@@ -203,7 +203,7 @@ def test_loaded_files_are_unlinked_without_the_lock(
     toks = harness_tokens(4 * L + 1)
     persist(tmp_path, toks)
     c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors=executors)
-    core = c.core
+    core = c.inspect()
     real_unlink, real_rename = os.unlink, os.rename
     unlinks: list[tuple[str, bool]] = []
     renames: list[str] = []
@@ -249,9 +249,10 @@ def test_a_disk_load_opens_and_reads_its_file_once(
     toks = harness_tokens(4 * L + 1)
     persist(tmp_path, toks)
     c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors=executors)
-    assert c.core.k.load_steps > 1
-    disk = c.core.disk
-    real_open, real_pread = os.open, disk._pread
+    assert c.inspect().consts.load_steps > 1
+    hooks = c.test_hooks()
+    real_open: Any = os.open
+    real_pread: Any = None
     opened: list[str] = []
     reads: list[int] = []
 
@@ -265,7 +266,7 @@ def test_a_disk_load_opens_and_reads_its_file_once(
         return real_pread(*a)
 
     monkeypatch.setattr(os, "open", counting_open)
-    disk._pread = counting_pread  # type: ignore[method-assign]
+    real_pread = hooks.replace_disk_read(counting_pread)
     try:
         a = c.admit(c.request(toks))
         if executors == "manual":
@@ -290,7 +291,7 @@ def test_a_block_with_one_bad_chunk_lands_no_chunk(tmp_path: Path) -> None:
     persist(tmp_path, toks)
     c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors="manual")
     try:
-        core = c.core
+        core = c.inspect()
         rid = core.resolve(c.chain(toks))[3]
         entry = core.disk_entries[rid]
         lo, hi = entry.chunks[-1][2], entry.chunks[-1][3]
@@ -320,7 +321,7 @@ def test_a_loaded_file_left_by_a_crash_is_adopted_with_exact_bytes(tmp_path: Pat
     persist(tmp_path, toks)
     c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors="manual")
     try:
-        c.core.disk.reap = lambda: None  # type: ignore[method-assign]  # the crash: never reaped
+        c.test_hooks().replace_disk_method("reap", lambda: None)  # the crash: never reaped
         a = c.admit(c.request(toks))
         c.pipelines.drain()
         with c.use(a) as run:

@@ -41,7 +41,7 @@ def accounting(c: HeterogeneousKVCache) -> list[str]:
     """What must hold at rest whatever the disk did: every DISK record has its entry and every
     entry its DISK record, every READY unpinned block is in the device LRU (evictable),
     nothing loads, and the device slots in use are the records' own."""
-    core = c.core
+    core = c.inspect()
     out = []
     with core.lock:
         m = core.meta
@@ -50,7 +50,7 @@ def accounting(c: HeterogeneousKVCache) -> list[str]:
             ck = m.ckv[r]
             if (ck == CKV.DISK) != (r in core.disk_entries):
                 out.append(f"record {r}: {CKV(ck).name}, disk entry {r in core.disk_entries}")
-            if ck == CKV.READY and m.ref[r] == 0 and r not in core.store.lru:
+            if ck == CKV.READY and m.ref[r] == 0 and r not in core.lru:
                 out.append(f"record {r}: READY and unpinned, but not in the LRU")
             if ck == CKV.LOADING:
                 out.append(f"record {r}: still LOADING")
@@ -86,14 +86,14 @@ def test_a_stalled_unlink_and_rename_block_no_other_work(
         with c.use(c.admit(c.request(warm))):
             pass
         c.tick(10)
-        warm_rid = c.core.resolve(c.chain(warm))[0]
-        c.core.offload(warm_rid)  # one host block, for the spill
+        warm_rid = c.inspect().resolve(c.chain(warm))[0]
+        c.test_hooks().act("offload", warm_rid)  # one host block, for the spill
         deadline = time.monotonic() + 20
-        while c.core.meta.ckv[warm_rid] != CKV.HOST and time.monotonic() < deadline:
+        while c.inspect().meta.ckv[warm_rid] != CKV.HOST and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert c.core.meta.ckv[warm_rid] == CKV.HOST
+        assert c.inspect().meta.ckv[warm_rid] == CKV.HOST
         # (the loaded prompt's entries are the most recent: drop takes the other prompt's)
-        dropped_rids = c.core.resolve(c.chain(dropped))
+        dropped_rids = c.inspect().resolve(c.chain(dropped))
         release = threading.Event()
         threads: list[threading.Thread] = []
         errors: list[BaseException] = []
@@ -108,7 +108,7 @@ def test_a_stalled_unlink_and_rename_block_no_other_work(
             for name in ("unlink", "rename", "replace"):
                 fs.stall(name, release, 8.0)
             adm = c.admit(c.request(loaded))  # two disk loads: each ends with an unlink
-            for fn in (lambda: c.core.drop(dropped_rids[0]), lambda: c.spill(1)):
+            for fn in (lambda: c.test_hooks().act("drop", dropped_rids[0]), lambda: c.spill(1)):
                 threads.append(threading.Thread(target=run, args=(fn,), daemon=True))
                 threads[-1].start()
 
@@ -145,9 +145,9 @@ def test_a_stalled_unlink_and_rename_block_no_other_work(
             check_compressed(run_, loaded)
         c.pipelines.stop()
         assert c.stats()["disk_unlinking"] == 0
-        assert c.core.meta.ckv[warm_rid] == CKV.DISK
+        assert c.inspect().meta.ckv[warm_rid] == CKV.DISK
         assert accounting(c) == []
-        names = sorted(e.path.name for e in c.core.disk_entries.values())
+        names = sorted(e.path.name for e in c.inspect().disk_entries.values())
         assert sorted(p.name for p in files(tmp_path)) == names
     finally:
         c.close()
@@ -165,7 +165,7 @@ def test_a_load_whose_file_cannot_be_removed_completes(
     persist(tmp_path, toks)
     c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors="manual")
     try:
-        free = c.core.tiers.slots.free
+        free = c.inspect().tiers.slots.free
         with faulty_fs(monkeypatch, tmp_path) as fs:
             for name in ("unlink", "rename", "replace"):
                 fs.fail(name, REFUSALS[refusal])
@@ -179,7 +179,7 @@ def test_a_load_whose_file_cannot_be_removed_completes(
         st = c.stats()
         assert st["disk_entries"] == 0 and st["disk_orphans"] == 2 and len(files(tmp_path)) == 2
         c.tick(100)
-        assert c.evict(100) == 2 and c.core.tiers.slots.free == free
+        assert c.evict(100) == 2 and c.inspect().tiers.slots.free == free
     finally:
         c.close()
 
@@ -196,13 +196,13 @@ def test_drop_on_a_read_only_directory_falls_back(
     c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors="manual")
     try:
         c.tick(10)
-        rids = c.core.resolve(c.chain(toks))
+        rids = c.inspect().resolve(c.chain(toks))
         with faulty_fs(monkeypatch, tmp_path) as fs:
             fs.fail("unlink", REFUSALS[refusal])
-            c.core.drop(rids[0])  # the core's action
+            c.test_hooks().act("drop", rids[0])  # the core's action
             assert c.drop(100) == 1  # and the library's
         assert accounting(c) == []
-        assert all(c.core.meta.ckv[r] == CKV.FREE for r in rids)
+        assert all(c.inspect().meta.ckv[r] == CKV.FREE for r in rids)
         st = c.stats()
         assert st["disk_entries"] == 0 and st["disk_orphans"] == 2 and len(files(tmp_path)) == 2
     finally:
@@ -232,8 +232,8 @@ def test_a_refused_spill_is_a_documented_error_and_leaves_nothing(
         c.tick(10)
         c.offload(1)
         c.pipelines.drain()
-        rid = c.core.resolve(c.chain(toks))[0]
-        assert c.core.meta.ckv[rid] == CKV.HOST
+        rid = c.inspect().resolve(c.chain(toks))[0]
+        assert c.inspect().meta.ckv[rid] == CKV.HOST
         before = sorted(p.name for p in tmp_path.iterdir())
         with faulty_fs(monkeypatch, tmp_path) as fs:
             if call == "create":
@@ -246,9 +246,9 @@ def test_a_refused_spill_is_a_documented_error_and_leaves_nothing(
             with pytest.raises(DiskWriteError):
                 c.spill(1)
             with pytest.raises(DiskWriteError):
-                c.core.spill(rid)
+                c.test_hooks().act("spill", rid)
         assert sorted(p.name for p in tmp_path.iterdir()) == before  # no temporary left
-        assert c.core.meta.ckv[rid] == CKV.HOST and accounting(c) == []
+        assert c.inspect().meta.ckv[rid] == CKV.HOST and accounting(c) == []
         assert c.spill(1) == 1  # the disk is back: the same block spills
     finally:
         c.close()
@@ -308,20 +308,20 @@ def test_offload_spilling_on_a_full_disk_raises_a_documented_error(
             with c.use(c.admit(c.request(toks))):
                 pass
         c.tick(10)
-        a, b = c.core.resolve(c.chain(first))[0], c.core.resolve(c.chain(second))[0]
-        c.core.offload(a)
+        a, b = c.inspect().resolve(c.chain(first))[0], c.inspect().resolve(c.chain(second))[0]
+        c.test_hooks().act("offload", a)
         c.pipelines.drain()
-        assert c.core.meta.ckv[a] == CKV.HOST
+        assert c.inspect().meta.ckv[a] == CKV.HOST
         with faulty_fs(monkeypatch, tmp_path) as fs:
             fs.fail("fdopen", errno.ENOSPC)
             with pytest.raises(DiskWriteError):
-                c.core.offload(b)
-        assert (c.core.meta.ckv[a], c.core.meta.ckv[b]) == (CKV.HOST, CKV.READY)
+                c.test_hooks().act("offload", b)
+        assert (c.inspect().meta.ckv[a], c.inspect().meta.ckv[b]) == (CKV.HOST, CKV.READY)
         assert files(tmp_path) == [] and not list(tmp_path.glob(".*.tmp"))
         assert accounting(c) == []
-        c.core.offload(b)  # the disk is back: a spills, b offloads
+        c.test_hooks().act("offload", b)  # the disk is back: a spills, b offloads
         c.pipelines.drain()
-        assert (c.core.meta.ckv[a], c.core.meta.ckv[b]) == (CKV.DISK, CKV.HOST)
+        assert (c.inspect().meta.ckv[a], c.inspect().meta.ckv[b]) == (CKV.DISK, CKV.HOST)
     finally:
         c.close()
 
@@ -348,7 +348,7 @@ def test_the_cores_step_by_step_load_touches_no_file_under_the_lock(
     toks = harness_tokens(2 * L + 1)
     persist(tmp_path, toks)
     c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors="manual")
-    core = c.core
+    core, act = c.inspect(), c.test_hooks().act
     calls: list[tuple[str, bool]] = []
     for name in ("open", "unlink", "rename"):
         real = getattr(os, name)
@@ -361,10 +361,10 @@ def test_the_cores_step_by_step_load_touches_no_file_under_the_lock(
         monkeypatch.setattr(os, name, spy)
     try:
         for rid in core.resolve(c.chain(toks)):
-            core.load_start(rid)
+            act("load_start", rid)
             for _ in range(G.load_steps):
-                core.load_progress(rid)
-            core.load_done(rid)
+                act("load_progress", rid)
+            act("load_done", rid)
             assert core.meta.ckv[rid] == CKV.READY
         monkeypatch.undo()
         assert calls and [call for call in calls if call[1]] == []

@@ -39,7 +39,7 @@ def test_entries_written_under_another_key_are_misses_and_left_alone(tmp_path: P
     try:
         assert c.stats()["disk_entries"] == 0 and c.events.of(EventKind.REMOVED) == []
         assert (
-            sorted(why.split(": ")[1] for _, why in c.core.disk.foreign)
+            sorted(why.split(": ")[1] for _, why in c.inspect().disk.foreign)
             == ["written under another key"] * 2
         )
         a = c.admit(c.request(toks))

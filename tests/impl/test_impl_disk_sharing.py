@@ -94,7 +94,7 @@ def test_another_geometry_leaves_the_entries_alone(tmp_path: Path) -> None:
     before = {p.name: p.read_bytes() for p in files(tmp_path)}
     other = G.with_changes(load_steps=G.load_steps + 1)
     c = HeterogeneousKVCache(other, cache_dir=tmp_path, executors="manual")
-    disk = c.core.disk
+    disk = c.inspect().disk
     try:
         assert c.stats()["disk_entries"] == 0
     finally:
@@ -126,7 +126,7 @@ def test_over_budget_the_most_recently_written_entries_are_kept(tmp_path: Path) 
         os.utime(p, ns=(10**18 + i * 10**9, 10**18 + i * 10**9))
     c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors="manual", disk_blocks=2)
     try:
-        kept = [c.core.disk_entries[r].path.name for r in c.core.recovery.disk_lru]
+        kept = [c.inspect().disk_entries[r].path.name for r in c.inspect().disk_lru]
         assert kept == [by_name[2].name, by_name[3].name]
         assert [p.name for p in files(tmp_path)] == kept
     finally:
@@ -197,6 +197,6 @@ def test_an_older_authentic_entry_put_back_serves_exact_bytes(tmp_path: Path) ->
             check_compressed(run, toks)
             check_window(run, toks)
             check_tail(run, toks)
-        assert all(c.core.meta.ckv[r] == CKV.READY for r in c.core.resolve(c.chain(toks)))
+        assert all(c.inspect().meta.ckv[r] == CKV.READY for r in c.inspect().resolve(c.chain(toks)))
     finally:
         c.close()

@@ -77,7 +77,7 @@ def rewrite_header(path: Path, mutate: Any, key: bytes = KEY) -> None:
     if not isinstance(hb, bytes):
         hb = json.dumps(hb, sort_keys=True).encode()
     tier = DiskTier(path.parent.parent / f"mac-{path.parent.name}", {}, G.load_steps, key=key)
-    mac = tier._header_mac(hb)
+    mac = tier.header_mac(hb)
     tier.close()
     path.write_bytes(pre.pack(magic, len(hb), mac, kid) + hb + raw[pre.size + hlen :])
 
@@ -91,14 +91,13 @@ def test_any_exception_in_a_load_fails_it_cleanly(
     persist(tmp_path, toks)
     c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors=mode)
     try:
-        free, swa_free = c.core.tiers.slots.free, c.core.tiers.swa_pool.free
+        free, swa_free = c.inspect().tiers.slots.free, c.inspect().tiers.swa_pool.free
         # the first chunk read comes back one byte short, as from an inconsistent chunk table:
         # landing it raises inside the (possibly compiled) tiers, not a CorruptEntry
         # (a disk load reads its block with read_block, all chunks at once: the first chunk
         # of the first block read is the short one)
-        disk = c.core.disk
-        name = next(n for n in ("read_block", "read_chunk", "read_range") if hasattr(disk, n))
-        real = getattr(disk, name)
+        name = "read_block"  # every disk load's read (DiskTier.read_block)
+        real: Any = None
         calls = itertools.count(1)  # (atomic: the I/O workers read concurrently)
 
         def broken(*args: Any) -> Any:
@@ -109,7 +108,7 @@ def test_any_exception_in_a_load_fails_it_cleanly(
                 return base, [chunks[0][:-1], *chunks[1:]] if first else chunks, swa
             return data[:-1] if first else data
 
-        monkeypatch.setattr(disk, name, broken)
+        real = c.test_hooks().replace_disk_method(name, broken)
         a = c.admit(c.request(toks))
         if mode == "manual":
             c.pipelines.drain()
@@ -118,12 +117,12 @@ def test_any_exception_in_a_load_fails_it_cleanly(
             assert run.hit_tokens < 3 * L  # truncated to the valid prefix
             check_compressed(run, toks)
         assert c.events.of(EventKind.LOAD_FAILED)
-        assert c.core.io_inflight == 0
-        assert not any(c.core.meta.ckv[r] == CKV.LOADING for r in c.core.index.values())
+        assert c.inspect().io_inflight == 0
+        assert not any(c.inspect().meta.ckv[r] == CKV.LOADING for r in c.inspect().index.values())
         c.tick(100)
         c.evict(100)
-        assert c.core.tiers.slots.free == free  # the failed load's slot came back
-        assert c.core.tiers.swa_pool.free == swa_free  # and its window pages
+        assert c.inspect().tiers.slots.free == free  # the failed load's slot came back
+        assert c.inspect().tiers.swa_pool.free == swa_free  # and its window pages
     finally:
         c.close()
 
@@ -170,8 +169,8 @@ def test_queued_loads_without_device_room_do_not_leave_admission_pending(tmp_pat
             with c.use(a) as run:  # truncated, not NotReady forever
                 assert 0 < run.hit_tokens < 3 * L
                 check_compressed(run, toks)
-        assert not c.core.want_rebuild and not c.core.want_tail_check
-        assert c.core.io_inflight == 0 and not c.core.io_waiting
+        assert not c.inspect().want_rebuild and not c.inspect().want_tail_check
+        assert c.inspect().io_inflight == 0 and not c.inspect().io_waiting
     finally:
         c.close()
 
@@ -185,27 +184,28 @@ def test_offload_done_is_atomic_with_its_guard(tmp_path: Path, monkeypatch: Any)
         with c.use(a):
             pass
         c.tick(10)
-        host_free = c.core.tiers.host_slots.free
+        host_free = c.inspect().tiers.host_slots.free
         assert c.offload(1) == 1
-        core = c.core
+        core, act = c.inspect(), c.test_hooks().act
         (rid,) = [r for r in core.index.values() if core.meta.ckv[r] == CKV.OFFLOADING]
         raced = threading.Event()
+        job = core.job("dma", rid)
+        owner = job.owner
 
         def can(action: str, r: Any) -> bool:
-            ok = core.can(action, r)
+            ok = owner.can(action, r)
             if action == "offload_done" and not raced.is_set():
                 raced.set()  # another thread leases the block between the check and the step
-                t = threading.Thread(target=core.touch, args=(rid, 2))
+                t = threading.Thread(target=act, args=("touch", rid, 2))
                 t.start()
                 t.join(timeout=0.5)  # blocked while the job holds the lock (as it must)
             return ok
 
-        job = core.pipes.dma.jobs[rid]
-        job.core = Proxy(core, can=can)  # the job's view of the cache (works compiled too)
+        job.owner = Proxy(owner, can=can)  # the part the job calls back (works compiled too)
         c.pipelines.drain()
         time.sleep(0.2)  # the toucher ran after the job's step
         assert core.meta.ckv[rid] in (CKV.HOST, CKV.READY)  # never left OFFLOADING
-        assert not core.pipes.busy()
+        assert not core.busy()
         if core.meta.ckv[rid] == CKV.READY:
             assert core.tiers.host_slots.free == host_free
     finally:
@@ -221,7 +221,7 @@ def test_a_failing_offload_is_cancelled(mode: str, monkeypatch: Any) -> None:
         with c.use(a):
             pass
         c.tick(10)
-        host_free = c.core.tiers.host_slots.free
+        host_free = c.inspect().tiers.host_slots.free
 
         def broken(*args: Any) -> None:
             raise RuntimeError("DMA engine fault")
@@ -229,7 +229,7 @@ def test_a_failing_offload_is_cancelled(mode: str, monkeypatch: Any) -> None:
         real_step = OffloadJob.step
 
         def step(job: Any) -> bool:  # the jobs see a cache whose offload_done raises
-            job.core = Proxy(c.core, offload_done=broken)
+            job.owner = Proxy(job.owner, offload_done=broken)
             return real_step(job)
 
         monkeypatch.setattr(OffloadJob, "step", step)
@@ -237,9 +237,9 @@ def test_a_failing_offload_is_cancelled(mode: str, monkeypatch: Any) -> None:
         if mode == "manual":
             c.pipelines.drain()
         deadline = time.monotonic() + 10
-        while c.core.pipes.busy() and time.monotonic() < deadline:
+        while c.inspect().busy() and time.monotonic() < deadline:
             time.sleep(0.01)
-        core = c.core
+        core = c.inspect()
         assert not any(core.meta.ckv[r] == CKV.OFFLOADING for r in core.index.values())
         assert core.tiers.host_slots.free == host_free
         assert len(c.pipelines.errors()) == 2  # recorded, not silent
@@ -261,16 +261,14 @@ def test_stalled_disk_read_blocks_no_other_work(tmp_path: Path) -> None:
         with c.use(a0):
             pass
         entered, release = threading.Event(), threading.Event()
-        disk = c.core.disk
-        name = next(n for n in ("read_block", "read_chunk", "read_range") if hasattr(disk, n))
-        real = getattr(disk, name)
+        real: Any = None
 
         def stalled(*args: Any) -> Any:
             entered.set()
             release.wait(timeout=5)  # a disk that hangs (bounded so a failure cannot hang)
             return real(*args)
 
-        setattr(disk, name, stalled)
+        real = c.test_hooks().replace_disk_method("read_block", stalled)
         a = c.admit(c.request(toks))
         assert entered.wait(timeout=10)
         t0 = time.perf_counter()
@@ -303,9 +301,8 @@ def test_spill_writes_without_the_lock(tmp_path: Path) -> None:
         c.tick(10)
         c.offload(100)
         c.pipelines.drain()
-        disk = c.core.disk
         seen: list[bool] = []
-        real = disk.prepare if hasattr(disk, "prepare") else disk.write
+        real: Any = None
 
         def probe(*args: Any, **kw: Any) -> Any:
             free = threading.Thread(target=lambda: seen.append(c.stats() is not None))
@@ -314,7 +311,7 @@ def test_spill_writes_without_the_lock(tmp_path: Path) -> None:
             seen.append(not free.is_alive())
             return real(*args, **kw)
 
-        setattr(disk, "prepare" if hasattr(disk, "prepare") else "write", probe)
+        real = c.test_hooks().replace_disk_write(probe)
         assert c.spill(100) == 2
         assert seen and all(seen)
     finally:
@@ -441,7 +438,7 @@ def test_a_mac_failure_in_a_concurrent_load_fails_it_cleanly(tmp_path: Path, sec
     path.write_bytes(bytes(raw))
     c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors="threads", disk_key=KEY)
     try:
-        free, swa_free = c.core.tiers.slots.free, c.core.tiers.swa_pool.free
+        free, swa_free = c.inspect().tiers.slots.free, c.inspect().tiers.swa_pool.free
         a = c.admit(c.request(toks))
         with c.use(a, timeout=20) as run:
             assert run.hit_tokens == victim * L  # truncated at the damaged block
@@ -449,12 +446,12 @@ def test_a_mac_failure_in_a_concurrent_load_fails_it_cleanly(tmp_path: Path, sec
         failed = c.events.of(EventKind.LOAD_FAILED)
         assert len(failed) == 1 and "MAC" in failed[0].detail
         assert c.pipelines.errors() == []  # a verification failure is a failed load, not a bug
-        assert c.core.io_inflight == 0
-        assert not any(c.core.meta.ckv[r] == CKV.LOADING for r in c.core.index.values())
+        assert c.inspect().io_inflight == 0
+        assert not any(c.inspect().meta.ckv[r] == CKV.LOADING for r in c.inspect().index.values())
         c.tick(100)
         c.evict(100)
-        assert c.core.tiers.slots.free == free  # every slot came back, the failed load's too
-        assert c.core.tiers.swa_pool.free == swa_free  # and every window page
+        assert c.inspect().tiers.slots.free == free  # every slot came back, the failed load's too
+        assert c.inspect().tiers.swa_pool.free == swa_free  # and every window page
     finally:
         c.close()
 

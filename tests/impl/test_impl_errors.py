@@ -34,7 +34,7 @@ def cache() -> Any:
 
 
 def snapshot(c: HeterogeneousKVCache) -> Any:
-    core = c.core
+    core = c.inspect()
     m = core.meta
     fields = ("ckv", "gen", "ref", "ver", "idx", "iver", "tail", "swa", "lease", "addr", "prog")
     return (
@@ -99,7 +99,7 @@ def test_unknown_requests(cache: HeterogeneousKVCache) -> None:
         with pytest.raises(UnknownRequest):
             cache.get_request(12345)
         with pytest.raises(UnknownRequest):
-            cache.core.match(99, 0)
+            cache.test_hooks().act("match", 99, 0)
         with pytest.raises(UnknownRequest):
             cache.abort(foreign)
         assert snapshot(cache) == before
@@ -135,15 +135,15 @@ def test_admit_twice_is_refused(cache: HeterogeneousKVCache) -> None:
 
 def test_negative_and_too_long_hits(cache: HeterogeneousKVCache) -> None:
     req = cache.request(harness_tokens(2 * L))
-    slot = cache.core.begin(req, 2)
+    slot = cache.test_hooks().act("admit", req, 2)
     before = snapshot(cache)
     for h in (-1, 2 * L + 1, 10**12):
         with pytest.raises(InvalidArgument):
-            cache.core.match(slot, h)
+            cache.test_hooks().act("match", slot, h)
     with pytest.raises(InvalidArgument):
-        cache.core.match(slot, 3.0)  # type: ignore[arg-type]
+        cache.test_hooks().act("match", slot, 3.0)  # type: ignore[arg-type]
     assert snapshot(cache) == before
-    cache.core.abort(slot)
+    cache.test_hooks().act("abort", slot)
 
 
 def test_bad_ticks(cache: HeterogeneousKVCache) -> None:
@@ -155,7 +155,7 @@ def test_bad_ticks(cache: HeterogeneousKVCache) -> None:
     before = snapshot(cache)
     for t in (0, small().lease_max + 1):
         with pytest.raises(InvalidArgument):
-            cache.core.touch(rid, t)
+            cache.test_hooks().act("touch", rid, t)
     assert snapshot(cache) == before
 
 
@@ -163,7 +163,7 @@ def test_bad_block_records(cache: HeterogeneousKVCache) -> None:
     before = snapshot(cache)
     for rid in (-1, 0, 10**6, "x"):
         with pytest.raises(InvalidArgument):
-            cache.core.allocate(rid)  # type: ignore[arg-type]
+            cache.test_hooks().act("allocate", rid)  # type: ignore[arg-type]
     assert snapshot(cache) == before
 
 
@@ -173,7 +173,7 @@ def test_refusal_changes_nothing(cache: HeterogeneousKVCache) -> None:
     for action in ("commit", "seal", "slide", "offload", "spill", "load_start", "load_done",
                    "evict_start", "evict_done", "drop", "rebuild_done", "discard"):  # fmt: skip
         with pytest.raises(Refused) as info:
-            getattr(cache.core, action)(rid)
+            cache.test_hooks().act(action, rid)
         assert info.value.action == action and info.value.failed
         assert snapshot(cache) == before
 
@@ -243,10 +243,10 @@ def test_out_of_capacity_when_everything_is_pinned() -> None:
         rid = c.register(c.chain(harness_tokens(L, seed=9)))[0]
         before = snapshot(c)
         with pytest.raises(OutOfCapacity):
-            c.core.allocate(rid)
+            c.test_hooks().act("allocate", rid)
         assert snapshot(c) == before
         c.abort(held.request)
-        c.core.allocate(rid)  # now the LRU block can be evicted
+        c.test_hooks().act("allocate", rid)  # now the LRU block can be evicted
     finally:
         c.close()
 

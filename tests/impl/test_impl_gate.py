@@ -43,7 +43,7 @@ def test_the_epoch_moves_exactly_for_actions_that_meet_the_rules_reads() -> None
     t = default_table()
     c = HeterogeneousKVCache(table=t, executors="manual", device_blocks=8, host_blocks=4)
     try:
-        core = c.core
+        core = c.inspect()
         reads = core.rule_reads
         assert reads is not None
         by_name = {a.name: a for a in t.actions}

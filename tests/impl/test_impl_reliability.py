@@ -51,7 +51,7 @@ def cache() -> Any:
 
 
 def state(c: HeterogeneousKVCache) -> Any:
-    core = c.core
+    core = c.inspect()
     m = core.meta
     cols = ("ckv", "gen", "ref", "ver", "idx", "tail", "swa", "lease", "addr", "slot")
     return (
@@ -172,8 +172,8 @@ def test_use_after_failed_load_and_expired_deadline_downgrades(cache: Heterogene
     cache.evict(10)
     adm = cache.admit(cache.request(toks, lifetime=2))
     assert adm.state == "pending"
-    rids = cache.core.resolve(adm.request.chain)
-    cache.core.inject_load_fault(rids[3])  # truncated to 3 blocks, whose window is kept
+    rids = cache.inspect().resolve(adm.request.chain)
+    cache.test_hooks().inject_load_fault(rids[3])  # truncated to 3 blocks, whose window is kept
     cache.pipelines.drain()
     cache.tick(5)  # the request's deadline has passed: no truncated hit is covered by a lease
     with cache.use(adm) as run:
@@ -276,9 +276,9 @@ def test_request_arguments(cache: HeterogeneousKVCache) -> None:
     with pytest.raises(InvalidArgument):
         cache.use(None)
     with pytest.raises(InvalidArgument):
-        cache.core.allocate(True)  # a bool is not a record id
+        cache.test_hooks().act("allocate", True)  # a bool is not a record id
     with pytest.raises(InvalidArgument):
-        cache.core.can("allocate", True)
+        cache.inspect().can("allocate", True)
     assert state(cache) == before
     req = cache.request(harness_tokens(L + 1))
     with pytest.raises(InvalidArgument):

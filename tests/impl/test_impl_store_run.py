@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from kvstate.impl import EventKind, HeterogeneousKVCache, Refused
+from kvstate.impl.core import CacheCore
 from kvstate.spec import default_table, small
 from kvstate.spec.phases import CKV, Indexer, Swa, Tail
 
@@ -30,9 +31,10 @@ def cache() -> Iterator[HeterogeneousKVCache]:
 
 
 def test_run_form_refuses_at_the_first_refused_block(cache: HeterogeneousKVCache) -> None:
-    core = cache.core
-    rids = core.register(cache.chain(np.arange(4 * L)))
-    run = core.guards.run_test("allocate")
+    # the guard gate itself: a core of its own (a unit test of the parts, not of the façade)
+    core = CacheCore(default_table(G), mode="manual", device_blocks=12, host_blocks=2)
+    rids = core.store.register(cache.chain(np.arange(4 * L)))
+    run = core.gate.guards.run_test("allocate")
     assert run is not None
     assert run(core.gate.records, {"b": 0, "f": 0}, rids) == -1  # every block FREE
     core.meta.ckv[rids[2]] = int(CKV.READY)
@@ -41,15 +43,18 @@ def test_run_form_refuses_at_the_first_refused_block(cache: HeterogeneousKVCache
         core.gate.check_run("allocate", rids, f=0)
     assert err.value.failed == ("free",)
     assert [core.meta.ckv[r] for r in rids] == [CKV.FREE, CKV.FREE, CKV.READY, CKV.FREE]
+    core.close()
 
 
 def test_no_run_form_where_a_check_up_front_differs() -> None:
-    guards = HeterogeneousKVCache(G, executors="manual").core.guards
+    core = CacheCore(default_table(G), mode="manual")
+    guards = core.gate.guards
+    core.close()
     # a guard over the request or the chain is not a block guard
     assert guards.run_test("pin") is None
     # a guard that reads a scalar its own action writes: checking it once for the run would
     # see the value before the first block's transition
-    compiled = guards._compiled
+    compiled = guards.fast
     assert compiled is not None
     assert compiled.fused_run("evict_start", frozenset({"now"})) is None
     assert compiled.fused_run("evict_start", frozenset({"ckv"})) is not None
@@ -79,19 +84,19 @@ def test_run_store_equals_the_per_block_sequence() -> None:
         req = a.request(toks, lifetime=2)
         with a.use(a.admit(req)):
             pass
-        stored = a.core.resolve(req.chain)
+        stored = a.inspect().resolve(req.chain)
         # the same blocks through the public per-block transitions, one block at a time
-        core = b.core
-        rids = core.register(b.chain(toks))
+        core, act = b.inspect(), b.test_hooks().act
+        rids = b.test_hooks().register(b.chain(toks))
         for k, rid in enumerate(rids):
-            core.allocate(rid)
-            core.commit(rid)
+            act("allocate", rid)
+            act("commit", rid)
             if not G.swa_kept(k, len(rids)):  # the store's window policy
-                core.slide(rid)
-            core.seal(rid)
-            core.index_update(rid)
-            core.touch(rid, 2)
-        got = [_per_block_expectation(a.core, r, a.core.now, 2) for r in stored]
+                act("slide", rid)
+            act("seal", rid)
+            act("index_update", rid)
+            act("touch", rid, 2)
+        got = [_per_block_expectation(a.inspect(), r, a.inspect().now, 2) for r in stored]
         want = [_per_block_expectation(core, r, core.now, 2) for r in rids]
         assert got == want
         assert got[0]["ckv"] == CKV.READY and got[0]["tail"] == Tail.SEALED
@@ -115,7 +120,7 @@ def test_run_store_evicts_the_least_recent_blocks_to_make_room() -> None:
         second = c.request(100_000 + np.arange(4 * L + 1), lifetime=1)
         with c.use(c.admit(second)):
             pass
-        core = c.core
+        core = c.inspect()
         assert all(core.meta.ckv[r] == CKV.READY for r in core.resolve(second.chain))
         old = [core.meta.ckv[r] for r in core.resolve(first.chain)]
         # 6 slots, 4 + 4 blocks: the two least recent blocks of the first prefix went (the
@@ -136,8 +141,8 @@ def test_default_table_block_guards_have_run_forms() -> None:
 
 
 def _pool_state(c: HeterogeneousKVCache) -> tuple[list[int], bytes]:
-    pool = c.core.tiers.swa_pool
-    return list(pool._free), bytes(pool.busy)
+    pool = c.inspect().tiers.swa_pool
+    return pool.free_pages(), bytes(pool.busy)
 
 
 def test_run_eviction_and_store_take_the_pages_a_block_by_block_sequence_would() -> None:
@@ -159,13 +164,13 @@ def test_run_eviction_and_store_take_the_pages_a_block_by_block_sequence_would()
         with a.use(a.admit(a.request(second, lifetime=1))):  # evicts 2 blocks as one run
             pass
         assert b.evict(2) == 2  # the same two blocks, one at a time
-        core = b.core
-        rids = core.register(b.chain(second))
+        hooks = b.test_hooks()
+        rids = hooks.register(b.chain(second))
         for rid in rids:
-            core.allocate(rid)
-        assert [a.core.meta.swa_pages[r] for r in a.core.resolve(a.request(second).chain)] == [
-            b.core.meta.swa_pages[r] for r in rids
-        ]
+            hooks.act("allocate", rid)
+        assert [
+            a.inspect().meta.swa_pages[r] for r in a.inspect().resolve(a.request(second).chain)
+        ] == [b.inspect().meta.swa_pages[r] for r in rids]
         assert _pool_state(a) == _pool_state(b)
 
 
@@ -180,26 +185,24 @@ def test_page_pool_runs_equal_calls_per_block() -> None:
     for t in (tb[1], tb[0]):
         assert t is not None
         b.release(t)
-    assert list(a._free) == list(b._free) and a.busy == b.busy
-    before = (list(a._free), bytes(a.busy))
+    assert a.free_pages() == b.free_pages() and a.busy == b.busy
+    before = (a.free_pages(), bytes(a.busy))
     with pytest.raises(InternalError, match="twice"):  # a page twice in one run
         a.release_run([ta[4], ta[5], ta[4]])
     with pytest.raises(InternalError, match="outside"):
         a.release_run([ta[4], 10])
-    assert (list(a._free), bytes(a.busy)) == before  # a refused run releases nothing
+    assert (a.free_pages(), bytes(a.busy)) == before  # a refused run releases nothing
     got = a.take(3)
     assert got is not None
     a.untake(got)  # as if never taken
-    assert (list(a._free), bytes(a.busy)) == before
+    assert (a.free_pages(), bytes(a.busy)) == before
 
 
 def _leaked(c: HeterogeneousKVCache) -> list[int]:
     """Indexed FREE records off the tombstones (never purged, never reused: leaked)."""
-    store = c.core.store
-    m = store.meta
-    return sorted(
-        r for r in store.index.values() if m.ckv[r] == CKV.FREE and r not in store.tombstones
-    )
+    view = c.inspect()
+    m, tombstones = view.meta, set(view.tombstones)
+    return sorted(r for r in view.index.values() if m.ckv[r] == CKV.FREE and r not in tombstones)
 
 
 def test_a_run_refused_part_way_leaves_what_one_block_at_a_time_would() -> None:
@@ -224,13 +227,13 @@ def test_a_run_refused_part_way_leaves_what_one_block_at_a_time_would() -> None:
             with c.use(adm):
                 pass
         assert err.value.failed == ("free",)
-        rids = c.core.resolve(req.chain)
+        rids = c.inspect().resolve(req.chain)
         assert rids[:2] == home
-        m = c.core.meta
+        m = c.inspect().meta
         assert [m.ckv[r] for r in rids] == [CKV.READY, CKV.READY, CKV.FREE, CKV.FREE]
         assert _leaked(c) == []
         assert [e.key for e in c.events_of(EventKind.STORED)] == req.chain.keys[:2]
-        assert c.core.tiers.slots.free == 12 - 2
+        assert c.inspect().tiers.slots.free == 12 - 2
 
 
 def test_a_raising_event_callback_does_not_break_the_store() -> None:
@@ -248,8 +251,8 @@ def test_a_raising_event_callback_does_not_break_the_store() -> None:
         req = c.request(toks, lifetime=2)
         with c.use(c.admit(req)):
             pass
-        m = c.core.meta
-        rids = c.core.resolve(req.chain)
+        m = c.inspect().meta
+        rids = c.inspect().resolve(req.chain)
         assert [(m.ckv[r], m.tail[r], m.idx[r]) for r in rids] == [
             (CKV.READY, Tail.SEALED, Indexer.PRESENT)
         ] * 3

@@ -89,7 +89,7 @@ def stress(
             c.forget(req)
             return
         with ctx as run:
-            core = c.core
+            core = c.inspect()
             with core.lock:
                 slots = [(core.meta.slot[p.rid], core.meta.swa_pages[p.rid]) for p in run.pins]
             before = [core.tiers.device_block(s, sw) for s, sw in slots]
@@ -110,7 +110,7 @@ def stress(
         time.sleep(rng.random() * 0.002)  # arrivals, not a busy loop: the maintainers get turns
 
     def covered() -> bool:
-        with c.core.lock:  # the event log is appended under the cache's lock
+        with c.inspect().lock:  # the event log is appended under the cache's lock
             return bool(c.events.of(EventKind.LOADED)) and any(
                 e.tier == "host" for e in c.events.of(EventKind.STORED)
             )
@@ -136,7 +136,7 @@ def stress(
     out["offloaded"] = sum(1 for e in c.events.of(EventKind.STORED) if e.tier == "host")
     out["loaded"] = len(c.events.of(EventKind.LOADED))
     out["pipeline_errors"] = c.pipelines.errors()
-    out["pinned_after"] = c.core.pinned_blocks
+    out["pinned_after"] = c.inspect().pinned_blocks
     c.close()
     return out
 

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from test_impl_cache import check_compressed, check_tail, check_window, offload_all, store
 
 from kvstate.impl import HeterogeneousKVCache
+from kvstate.impl.core import CacheCore
 from kvstate.impl.testdata import harness_tokens
 from kvstate.impl.tiers import planned_bytes
 from kvstate.spec import deepseek_v4_flash, small
@@ -43,9 +44,9 @@ def cache() -> Any:
 
 def windows(c: HeterogeneousKVCache, toks: np.ndarray) -> list[bool]:
     """Per block of ``toks``' chain: does it hold a VALID window (and exactly its pages)?"""
-    m = c.core.meta
+    m = c.inspect().meta
     out = []
-    for rid in c.core.resolve(c.chain(toks)):
+    for rid in c.inspect().resolve(c.chain(toks)):
         valid = m.swa[rid] == Swa.VALID
         assert bool(m.swa_pages[rid]) == (valid and m.ckv[rid] == CKV.READY)
         out.append(bool(valid))
@@ -102,19 +103,21 @@ def test_kept_blocks_are_the_windows_of_the_kept_boundaries() -> None:
     )
 )
 def test_window_policy_is_asked_afresh_for_every_run(runs: list[tuple[int, int, int]]) -> None:
-    """A store run's blocks outside the window policy (``BlockStore._policy_slid``, whose
+    """A store run's blocks outside the window policy (``BlockStore.policy_slid``, whose
     answers are memoized per span) are those of the spec's function asked afresh, for any
     sequence of runs on one cache: the same blocks stored toward different prefix ends (the
     blocks past them already cached) included."""
     with make() as c:
-        core = c.core
-        rids = [core.record(bytes([b + 1]) * 16, None, b * L) for b in range(20)]
+        # the block store itself: a core of its own (a unit test of the part, not the façade)
+        core = CacheCore(c.table, mode="manual")
+        rids = [core.store.record(bytes([b + 1]) * 16, None, b * L) for b in range(20)]
         for first, n, extra in runs:
             stop = first + n
             end = stop + extra  # the prefix being stored ends at or past the run
             kept = G.swa_kept_blocks(first, stop, end)
             want = {rids[b] for b in range(first, stop) if b not in kept}
-            assert core.store._policy_slid(rids[first:stop], end) == want, (first, stop, end)
+            assert core.store.policy_slid(rids[first:stop], end) == want, (first, stop, end)
+        core.close()
 
 
 def test_planned_device_bytes_shrink_on_long_prefixes() -> None:
@@ -132,11 +135,14 @@ def test_planned_device_bytes_shrink_on_long_prefixes() -> None:
 
 def test_store_keeps_end_window_and_checkpoints(cache: HeterogeneousKVCache) -> None:
     toks = harness_tokens(N * L + 3)
-    free0 = cache.core.tiers.swa_pool.free
+    free0 = cache.inspect().tiers.swa_pool.free
     store(cache, toks)
     assert windows(cache, toks) == [G.swa_kept(b, N) for b in range(N)]
     kept = sum(G.swa_kept(b, N) for b in range(N))
-    assert free0 - cache.core.tiers.swa_pool.free == kept * cache.core.tiers.swa_pages_per_block
+    assert (
+        free0 - cache.inspect().tiers.swa_pool.free
+        == kept * cache.inspect().tiers.swa_pages_per_block
+    )
     assert cache.stats()["blocks"]["ready"] == N  # the compressed KV stays
 
 
@@ -181,7 +187,7 @@ def test_empty_pool_slides_the_lru_window_before_evicting() -> None:
     c = make(max_requests=1, device_blocks=64)
     try:
         pool = G.swa_pool_blocks(64, 1)
-        assert c.core.tiers.swa_blocks == pool < 64
+        assert c.inspect().tiers.swa_blocks == pool < 64
         prefixes = [harness_tokens(W * L + 1, seed=100 + i) for i in range(pool // W + 1)]
         for t in prefixes:
             store(c, t)
@@ -228,7 +234,7 @@ def test_load_without_swa_pages_gives_its_device_slot_back() -> None:
     release on this path leaked it, and no test or harness run reached the path."""
     c = make(swa_blocks=1)
     try:
-        slots, pool = c.core.tiers.slots, c.core.tiers.swa_pool
+        slots, pool = c.inspect().tiers.slots, c.inspect().tiers.swa_pool
         a, b = harness_tokens(2 * L + 1, seed=1), harness_tokens(2 * L + 1, seed=2)
         store(c, a)
         c.tick(10)

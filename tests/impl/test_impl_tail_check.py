@@ -32,7 +32,7 @@ def cache() -> Any:
 
 def _flip_host_tail(c: HeterogeneousKVCache, rid: int) -> None:
     """Flip the low bit of the position the host copy records for the boundary's last token."""
-    grp, m = c.core.tiers.compressor, c.core.meta
+    grp, m = c.inspect().tiers.compressor, c.inspect().meta
     assert m.ckv[rid] == CKV.HOST and m.hslot[rid] >= 0
     idx = grp.host_index(m.hslot[rid])
     v = grp.host_data[:, idx].clone()
@@ -55,14 +55,14 @@ def test_a_tail_that_failed_its_check_is_not_served_to_a_later_admission(
     cache.tick(1)
     rids = cache.register(cache.chain(toks[: N * L]))
     last = rids[N - 1]
-    assert cache.offload(1) == 1 and cache.core.meta.hslot[last] >= 0  # the LRU: the last
+    assert cache.offload(1) == 1 and cache.inspect().meta.hslot[last] >= 0  # the LRU: the last
     cache.pipelines.drain()
     _flip_host_tail(cache, last)
 
     loading = cache.admit(cache.request(toks, lifetime=1))
     assert loading.state == "pending" and loading.hit_tokens == N * L
     cache.pipelines.drain()  # the load lands, its tail check fails and marks the record
-    assert cache.core.meta.ckv[last] == CKV.READY and cache.core.meta.corrupt[last]
+    assert cache.inspect().meta.ckv[last] == CKV.READY and cache.inspect().meta.corrupt[last]
 
     later = cache.admit(cache.request(toks, lifetime=1))
     assert later.hit_tokens == (N - 1) * L  # cut by one block, as the first admission is

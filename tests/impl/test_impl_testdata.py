@@ -13,7 +13,7 @@ from kvstate.impl import testdata
 def test_kept_rows_equal_fresh_rows_and_are_private_copies() -> None:
     layers, pos = torch.tensor([0, 2]), torch.arange(5, 9)
     tok = torch.tensor([11, 12, 13, 14])
-    want = testdata._expected_rows("csa", layers, pos, tok, 16)
+    want = testdata.compute_rows("csa", layers, pos, tok, 16)
     first = testdata.expected_rows("csa", layers, pos, tok, 16)
     assert torch.equal(first, want)
     first.zero_()  # a caller writing into its rows never reaches a later answer
@@ -26,7 +26,7 @@ def test_kept_rows_equal_fresh_rows_and_are_private_copies() -> None:
     assert not torch.equal(testdata.expected_rows("csa", layers, pos, other, 16), want)
     as32 = testdata.expected_rows("csa", layers, pos.to(torch.int32), tok, 16)
     assert torch.equal(as32, want)  # same values in another dtype: the same rows
-    state = testdata._expected_state("compressor", layers, pos, tok, 6)
+    state = testdata.compute_state_rows("compressor", layers, pos, tok, 6)
     assert torch.equal(testdata.expected_state_rows(layers, pos, tok, 6), state)
 
 
@@ -41,9 +41,13 @@ def test_kept_rows_are_bounded_in_bytes(monkeypatch: Any) -> None:
     first = testdata.expected_rows("swa", layers, torch.arange(64), tok, 512)  # 256 KiB
     for start in range(64, 64 * 40, 64):
         testdata.expected_rows("swa", layers, torch.arange(start, start + 64), tok, 512)
-        kept = sum(t.numel() * t.element_size() for t in testdata._KEPT.values())
-        assert kept == testdata._kept_bytes <= 4 * 2**20
-    assert len(testdata._KEPT) == 16  # (at most 4 MiB of 256 KiB answers)
+        n, counted, held = testdata.memo_stats()
+        assert held == counted <= 4 * 2**20
+    assert testdata.memo_stats()[0] == 16  # (at most 4 MiB of 256 KiB answers)
     assert torch.equal(testdata.expected_rows("swa", layers, torch.arange(64), tok, 512), first)
     big = testdata.expected_rows("swa", layers, torch.arange(64), tok, 8192)  # 4 MiB: not kept
-    assert big.shape[-1] == 8192 and testdata._kept_bytes <= 4 * 2**20 and len(testdata._KEPT) == 16
+    assert (
+        big.shape[-1] == 8192
+        and testdata.memo_stats()[1] <= 4 * 2**20
+        and testdata.memo_stats()[0] == 16
+    )

@@ -21,13 +21,12 @@ def test_reader_counts_follow_the_tables_l3_rules() -> None:
         req = c.request(toks)
         reader = StorageReader(c, req, 3 * L)
         assert (reader.loaded_blocks(), reader.synced_blocks()) == (3, 3)
-        m, rid = c.core.meta, reader.rids[1]
-        with c.core.lock:  # a negative test: damage block 1's state behind the cache's back
-            m.iver[rid] = m.ver[rid] + 1
+        m, rid, poke = c.inspect().meta, reader.rids[1], c.test_hooks().poke
+        # a negative test: damage block 1's state behind the cache's back
+        poke("iver", rid, m.ver[rid] + 1)
         assert (reader.loaded_blocks(), reader.synced_blocks()) == (3, 1)
-        with c.core.lock:
-            m.iver[rid] = m.ver[rid]
-            m.ckv[reader.rids[2]] = int(CKV.LOADING)
+        poke("iver", rid, m.ver[rid])
+        poke("ckv", reader.rids[2], int(CKV.LOADING))
         assert (reader.loaded_blocks(), reader.synced_blocks()) == (2, 3)
     finally:
         c.close()

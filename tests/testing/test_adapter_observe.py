@@ -13,7 +13,7 @@ from kvstate.testing.adapter import Target, make_target
 
 
 def _plain(x: Target) -> dict[str, Any]:
-    core, m = x.core, x.core.meta
+    core, m = x.view, x.view.meta
     slots = core.slots[: x.R]
     out: dict[str, Any] = {}
     for v in x.table.vars:

@@ -41,7 +41,7 @@ def test_every_block_of_every_layer_is_compared_and_named() -> None:
         lv = next(x for x in h.live if x is not None and x.run is not None)
         run, want = lv.run, lv.want[: len(lv.req.tokens)]
         assert run.blocks == N and verify_run(run, want) == []
-        core = run.cache.core
+        core = run.cache.inspect()
         named = 0
         for grp in (core.tiers.csa, core.tiers.hca):
             for li, layer in enumerate(grp.layers):
