@@ -61,7 +61,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import torch
 from blake3 import blake3
@@ -83,7 +83,9 @@ _CHUNK_CONTEXT = "kvstate 2026-12-03 disk entry chunk MAC, format 5"
 _NAME_CONTEXT = "kvstate 2026-12-03 disk entry name, format 5"
 _KEY_ID_CONTEXT = "kvstate 2026-12-03 disk key id, format 5"
 # magic, header length, header MAC, key id (the MAC first: a damaged header MAC is damage)
-_PREFIX = struct.Struct(f"<8sI{MAC_BYTES}s{KEY_ID_BYTES}s")
+# an entry file's fixed prefix: magic, header length, header MAC, key id (public: a checker forging
+# authentic headers with the directory's key lays them out the same way)
+PREFIX: Final = struct.Struct(f"<8sI{MAC_BYTES}s{KEY_ID_BYTES}s")
 MAX_HEADER = 1 << 20  # a header is a few KiB; a bigger length field is damage, not a read
 SUFFIX = ".kvb"
 STEM_HEX = 32  # the keyed hash of the block's key, in hex digits
@@ -273,7 +275,7 @@ class DiskTier:
                 os.close(fd)
                 raise
             with f:
-                f.write(_PREFIX.pack(MAGIC, len(hb), self.header_mac(hb), self.key_id))
+                f.write(PREFIX.pack(MAGIC, len(hb), self.header_mac(hb), self.key_id))
                 f.write(hb)
                 for p in parts:
                     f.write(p)
@@ -285,8 +287,8 @@ class DiskTier:
             if isinstance(exc, OSError):
                 raise self._write_error(key, exc) from exc
             raise
-        size = _PREFIX.size + len(hb) + sum(len(p) for p in parts)
-        entry = self._entry(header, key, final, _PREFIX.size + len(hb), size, time.time_ns())
+        size = PREFIX.size + len(hb) + sum(len(p) for p in parts)
+        entry = self._entry(header, key, final, PREFIX.size + len(hb), size, time.time_ns())
         return tmp, entry
 
     def publish(self, prepared: tuple[Path, DiskEntry]) -> DiskEntry:
@@ -372,18 +374,18 @@ class DiskTier:
         try:
             st = os.fstat(fd)
             size = st.st_size
-            prefix = self._read_exact(fd, _PREFIX.size, 0)
+            prefix = self._read_exact(fd, PREFIX.size, 0)
             magic = prefix[: len(MAGIC)]
             if magic != MAGIC:
                 raise CorruptEntry(f"{path.name}: bad magic {magic!r} (file format)")
-            if len(prefix) != _PREFIX.size:
+            if len(prefix) != PREFIX.size:
                 raise CorruptEntry(f"{path.name}: truncated prefix")
-            _, hlen, mac, key_id = _PREFIX.unpack(prefix)
+            _, hlen, mac, key_id = PREFIX.unpack(prefix)
             if not hmac.compare_digest(key_id, self.key_id):
                 raise ForeignEntry(f"{path.name}: written under another key")
-            if hlen > MAX_HEADER or _PREFIX.size + hlen > size:
+            if hlen > MAX_HEADER or PREFIX.size + hlen > size:
                 raise CorruptEntry(f"{path.name}: header length {hlen} out of bounds")
-            hb = self._read_exact(fd, hlen, _PREFIX.size)
+            hb = self._read_exact(fd, hlen, PREFIX.size)
         except OSError as exc:
             raise CorruptEntry(f"{path.name}: {exc}") from exc
         finally:
@@ -408,7 +410,7 @@ class DiskTier:
         if len(name) != NAME_HEX + len(SUFFIX) or not name.startswith(self.stem(key)):
             raise CorruptEntry(f"{path.name}: not the name of an entry of its key")
         try:
-            entry = self._entry(header, key, path, _PREFIX.size + hlen, size, st.st_mtime_ns)
+            entry = self._entry(header, key, path, PREFIX.size + hlen, size, st.st_mtime_ns)
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             raise CorruptEntry(f"{path.name}: malformed header: {exc}") from exc
         return entry

@@ -117,7 +117,7 @@ class _MetaView(ReadOnly):
 
 
 _GROUP_READS = frozenset({"host_index", "build", "dev_index", "make_pages", "free_pages"})
-_DISK_READS = frozenset({"read_header", "stem", "new_path"})
+_DISK_READS = frozenset({"read_header", "stem", "new_path", "header_mac"})
 
 
 class _TiersView(ReadOnly):
@@ -457,6 +457,19 @@ class TestHooks:
         """One row of the CUDA-graph block table refilled directly (its bound checks)."""
         with self._core.lock:
             self._core.graph.refill(row, slots, ptrs)
+
+    def poke_graph(self, field: str, value: Any) -> None:
+        """One field of the CUDA-graph registry set directly (``phase``), no guard, no lock: a
+        test plants a fault to see what the checks say."""
+        if field.startswith("_") or not hasattr(self._core.graph, field):
+            raise AttributeError(f"{field} is not a field of the graph registry")
+        setattr(self._core.graph, field, value)
+
+    def graph_set_function(self, fn: Callable[[], Any]) -> None:
+        """The function a CUDA-graph replay runs (what a capture recorded), replaced by ``fn``:
+        a checker records what each replay reads."""
+        with self._core.lock:
+            self._core.graph.set_function(fn)
 
     def graph_moved(self, rid: int, old: int, new: int) -> bool:
         """Tell the CUDA-graph registry that a block moved from address ``old`` to ``new``

@@ -39,15 +39,15 @@ def make_checks(h: Any) -> list[CallCheck]:
     """The checks one harness runs (each keeps its own state for the example)."""
     from kvstate.api_args import MaintCount
     from kvstate.api_delivery import Delivery
-    from kvstate.api_graphs import GraphProtocol
     from kvstate.api_exhaust import Counts
+    from kvstate.api_graphs import GraphProtocol
     from kvstate.api_handout import Events, GraphRows
     from kvstate.api_memo import WindowPolicy
     from kvstate.api_orders import OrderHook
     from kvstate.api_ready import Readiness
     from kvstate.api_refusals import RefusalRequired
-    from kvstate.api_window import AppendWindows
     from kvstate.api_stored import StoredForms
+    from kvstate.api_window import AppendWindows
 
     return [
         OrderHook(h),

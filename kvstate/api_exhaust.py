@@ -66,8 +66,7 @@ def do_spill_fills(h: Any, o: Any) -> int | None:
 
     if h.disk_full or h.threads:
         return None
-    disk = h.core.disk
-    kept = disk.prepare
+    kept: list[Any] = []  # the tier's own prepare, put back after the spill
     writes = [0]
     # the disk runs out of blocks (the temporary's writes fail) or of inodes (its creation
     # fails), alternately by the trace's length
@@ -77,18 +76,18 @@ def do_spill_fills(h: Any, o: Any) -> int | None:
         writes[0] += 1
         flag.on = writes[0] > 1  # the first entry fits; the disk is full after it
         try:
-            return kept(key, **kw)
+            return kept[0](key, **kw)
         finally:
             flag.on = False
 
     _install_full_disk()
     if not isinstance(diskdir.os, _NoCreateOs):
         diskdir.os = _NoCreateOs(diskdir.os)  # type: ignore[assignment]
-    disk.prepare = fills
+    kept.append(h.hooks.replace_disk_method("prepare", fills))
     try:
         h.returned = h.cache.spill(o.arg("n"))
     finally:
-        disk.prepare = kept
+        h.hooks.replace_disk_method("prepare", None)
     if writes[0] > 1:
         h.cov.add(
             f"fault the disk fills partway through a spill ({flag is _FULL and 'blocks' or 'inodes'})"
@@ -101,11 +100,11 @@ def _off_chain(h: Any) -> bool:
     grown past the chain's N blocks)?  The one read of the cache's records in this module."""
     from kvstate.spec.phases import CKV
 
-    core = h.core
+    view = h.view
     chain = set(h.rids)
-    with core.lock:
-        ckv = core.meta.ckv
-        return any(r not in chain and ckv[r] != CKV.FREE for r in core.index.values())
+    with view.lock:
+        ckv = view.meta.ckv
+        return any(r not in chain and ckv[r] != CKV.FREE for r in view.index.values())
 
 
 class Counts(CallCheck):

@@ -4,7 +4,7 @@ An engine that runs its step as a CUDA graph captures it over the graph registry
 buffers (``block_tables``, ``state_ptrs``), replays it every step, and recaptures it when a
 recovery moved a block's state buffer (the registry turns the graph STALE; the table's
 ``replay`` guard then refuses).  The operations ``capture``, ``replay`` and ``recapture`` call
-the cache's graph protocol (``cache.core``: the cache has no method of its own for it); each is
+the cache's graph protocol (``cache.test_hooks().act``: the cache has no method of its own for it); each is
 explained by the table action of the same name (``spec/api.py``), so the graph's phase and the
 addresses it recorded (``graph``, ``gaddr``) are compared with the model after every call, and a
 move that stales the graph is seen where it happens (a load into another slot, an eviction and
@@ -33,28 +33,32 @@ Step = tuple[str, dict[str, int]]
 Row = tuple[list[int], list[int]]
 
 
-def _core(h: Any) -> Any:
-    """The one read of the cache's internals here: the graph protocol's calls and buffers."""
-    return h.cache.core
+def graph_actions(table: Any) -> tuple[str, ...]:
+    """The table's actions of the lifecycle whose phases are ``Graph`` (capture, replay,
+    recapture): the operations this module drives, read off the table, not listed here."""
+    from kvstate.spec.phases import LIFECYCLES, Graph
+
+    comp = next(lc.component for lc in LIFECYCLES if lc.phases is Graph)
+    return tuple(a.name for a in table.actions if a.component == comp)
 
 
 def _rows(h: Any) -> list[Row]:
-    g = _core(h).graph
+    g = h.view.graph
     return list(zip(g.block_tables.tolist(), g.state_ptrs.tolist(), strict=True))
 
 
 def do_capture(h: Any, o: Any) -> int | None:
-    _core(h).capture()
+    h.hooks.act("capture")
     return None
 
 
 def do_replay(h: Any, o: Any) -> int | None:
-    _core(h).replay()
+    h.hooks.act("replay")
     return None
 
 
 def do_recapture(h: Any, o: Any) -> int | None:
-    _core(h).recapture()
+    h.hooks.act("recapture")
     return None
 
 
@@ -75,7 +79,7 @@ class GraphProtocol(CallCheck):
                 "graph-row", ["open"], f"a new cache's graph rows are not padding: {self.want}"
             )
         self.read = []
-        _core(h).graph.set_function(lambda: self.read.append(_rows(h)))
+        h.hooks.graph_set_function(lambda: self.read.append(_rows(h)))
 
     def before(self, h: Any, o: Any) -> None:
         self.read = []
@@ -99,7 +103,7 @@ class GraphProtocol(CallCheck):
                     "graph-replay", [o.name], f"{o.render()} ran the work {len(self.read)} times"
                 )
             h.cov.add("check: graph replays read the rows")
-        elif o.name in ("capture", "recapture"):
+        elif o.name in graph_actions(h.table):
             h.cov.add(f"call {o.name} (graph)")
 
     def refused(self, h: Any, o: Any) -> None:

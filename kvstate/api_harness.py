@@ -49,8 +49,8 @@ from hypothesis.stateful import RuleBasedStateMachine
 from kvstate.api_args import CASES as ARG_CASES
 from kvstate.api_args import NP_OPS, do_refuse_arg
 from kvstate.api_damage import PARTS, do_damage
-from kvstate.api_graphs import do_capture, do_recapture, do_replay
 from kvstate.api_exhaust import do_spill_fills
+from kvstate.api_graphs import do_capture, do_recapture, do_replay
 from kvstate.api_inputs import CASES, do_bad_input
 from kvstate.api_pools import do_pools
 from kvstate.api_prefix import do_variant, read_outside_chain

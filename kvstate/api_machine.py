@@ -106,7 +106,9 @@ def build_machine(
     add("disk_full", on=st.integers(0, 1))
     add("spill_fills", n=st.integers(1, N))
     add("restart")
-    for g in ("capture", "replay", "recapture"):  # kvstate/api_graphs.py
+    from kvstate.api_graphs import graph_actions
+
+    for g in graph_actions(table):  # kvstate/api_graphs.py
         add(g)
 
     if seeds:

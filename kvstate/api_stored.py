@@ -42,8 +42,8 @@ def _disk_private(h: Any) -> tuple[Any, Callable[[bytes], bytes], Any]:
     private names in this module)."""
     from kvstate.impl import disk as d
 
-    tier = h.core.disk
-    return tier, tier._header_mac, d._PREFIX
+    tier = h.view.disk
+    return tier, tier.header_mac, d.PREFIX
 
 
 # ---- forgeries of an authentic header ---------------------------------------------------------
@@ -172,13 +172,13 @@ def _forged(h: Any, data: bytes, name: str, edit: Callable[[Header], Header] | N
 def do_forge(h: Any, o: Any) -> int | None:
     b = o.arg("b")
     name, edit, where = FORGERIES[o.arg("k") % len(FORGERIES)]
-    e = h.core.disk_entries.get(h.rids[b])
+    e = h.view.disk_entries.get(h.rids[b])
     if e is None or b in h.corrupt:
         return None
     data = e.path.read_bytes()
     forged = _forged(h, data, name, edit)
     if where == "foreign":  # someone else's entry beside this one, under a fresh name
-        path = h.core.disk.new_path(e.key)
+        path = h.view.disk.new_path(e.key)
         path.write_bytes(forged)
         h.foreign_files[path.name] = forged
     else:  # the entry itself: authentic, not this cache's layout; the scan must drop it
@@ -349,10 +349,10 @@ def _plant_ours(h: Any, tag: str) -> list[str]:
         f.write(b"\x01" * 12)
     with open(os.path.join(h.dir, names[1]), "wb") as f:
         f.write(MAGIC + b"\x00\x01")
-    entries = sorted(h.core.disk_entries.values(), key=lambda e: e.path.name)
+    entries = sorted(h.view.disk_entries.values(), key=lambda e: e.path.name)
     if entries:
         e = entries[len(tag) % len(entries)]
-        old = h.core.disk.new_path(e.key)
+        old = h.view.disk.new_path(e.key)
         shutil.copyfile(e.path, old)
         st = os.stat(e.path)
         os.utime(old, ns=(st.st_atime_ns, st.st_mtime_ns - 10**9))  # written a second earlier
@@ -373,7 +373,7 @@ def _plant_aliens(h: Any, tag: str) -> dict[str, tuple[int, str]]:
     d = f"{'de' * 16}{tag}.kvb"
     os.mkdir(os.path.join(h.dir, d), 0o700)
     out[d] = (stat.S_IFDIR, "")
-    entries = sorted(e.path.name for e in h.core.disk_entries.values())
+    entries = sorted(e.path.name for e in h.view.disk_entries.values())
     target = entries[0] if entries else os.path.basename(_key(h))
     for name in (f"{'df' * 16}{tag}.kvb", f".kvstate-key.{tag}link.new"):
         os.symlink(target, os.path.join(h.dir, name))

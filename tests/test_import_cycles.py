@@ -36,7 +36,7 @@ def modules(root: Path) -> dict[str, Path]:
         for p in sorted(base.rglob("*.py")):
             rel = p.relative_to(base).with_suffix("").parts
             if folder == "kvstate" and rel and rel[0] in PACKAGES:
-                continue  # (a folder of another package's name, never the case today)
+                continue  # (a folder of another package's name, not the case in this repository)
             parts = [name, *rel]
             if parts[-1] == "__init__":
                 parts.pop()
@@ -125,19 +125,23 @@ def _write(root: Path, files: Iterable[tuple[str, str]]) -> None:
 # harness and the modules it runs import each other) go with its split into a toolkit.
 KNOWN: list[list[str]] = [
     [
+        "kvstate.api_args",
         "kvstate.api_checks",
+        "kvstate.api_delivery",
+        "kvstate.api_exhaust",
+        "kvstate.api_graphs",
         "kvstate.api_handout",
-        "kvstate.api_memo",
-        "kvstate.api_orders",
-        "kvstate.api_ready",
-        "kvstate.api_refusals",
-    ],
-    [
         "kvstate.api_harness",
         "kvstate.api_machine",
+        "kvstate.api_memo",
+        "kvstate.api_orders",
         "kvstate.api_prefix",
+        "kvstate.api_ready",
+        "kvstate.api_refusals",
         "kvstate.api_schedule",
+        "kvstate.api_stored",
         "kvstate.api_threads",
+        "kvstate.api_window",
         "kvstate.fuzz_report",
     ],
     ["kvstate.proofs.mutate", "kvstate.proofs.mutate_report"],

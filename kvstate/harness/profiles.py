@@ -20,7 +20,11 @@ NAMES = ("ci", "dev", "nightly")
 # target -> profile -> (examples, steps per example)
 SIZES: dict[str, dict[str, tuple[int, int]]] = {
     "block": {"ci": (60, 40), "dev": (300, 50), "nightly": (5000, 100)},
-    "vllm": {"ci": (264, 60), "dev": (220, 80), "nightly": (2200, 120)},  # 24 ci examples per configuration
+    "vllm": {
+        "ci": (264, 60),
+        "dev": (220, 80),
+        "nightly": (2200, 120),
+    },  # 24 ci examples per configuration
     "kvstate-api": {"ci": (20, 25), "dev": (150, 40), "nightly": (2000, 80)},
 }
 

@@ -39,7 +39,7 @@ def test_the_graph_witness_passes_and_reaches_a_stale_graph() -> None:
 
 def test_a_row_written_outside_a_use_is_a_finding() -> None:
     def plant(h: ApiHarness) -> None:  # another request slot's row, as a misdirected refill
-        h.cache.core.graph.block_tables[1, 0] = 3
+        h.view.graph.block_tables[1, 0] = 3  # the live buffer (a tensor is not copied)
 
     found = _run([*USE, op("capture"), op("tick", t=1)], plant)
     assert found is not None and found.kind == "graph-row", found
@@ -47,7 +47,7 @@ def test_a_row_written_outside_a_use_is_a_finding() -> None:
 
 def test_a_replay_refused_on_a_captured_graph_is_a_finding() -> None:
     def plant(h: ApiHarness) -> None:  # the graph forgets it was captured
-        h.cache.core.graph.phase = 0
+        h.hooks.poke_graph("phase", 0)
 
     found = _run([*USE, op("capture"), op("replay")], plant)
     assert found is not None, "a replay refused on a captured graph passed"

@@ -26,26 +26,26 @@ L = G.lcm_tokens
 def test_a_subscriber_recapturing_on_stale_graph_records_the_new_address(executors: str) -> None:
     c = HeterogeneousKVCache(G, executors=executors)
     try:
-        core = c.core
+        view, hooks = c.inspect(), c.test_hooks()
         toks = harness_tokens(2 * L + 1)
         with c.use(c.admit(c.request(toks))):
             pass
-        rids = core.resolve(c.chain(toks))
-        core.capture()
+        rids = view.resolve(c.chain(toks))
+        hooks.act("capture")
         seen: list[tuple[int, int, int]] = []
 
         def recapture(ev: Any) -> None:
             if ev.kind is EventKind.STALE_GRAPH:
-                rid = core.index[ev.key]
-                seen.append((core.meta.ckv[rid], core.meta.addr[rid], core.meta.slot[rid]))
-                core.recapture()
+                rid = view.index[ev.key]
+                seen.append((view.meta.ckv[rid], view.meta.addr[rid], view.meta.slot[rid]))
+                hooks.act("recapture")
 
         c.events.subscribe(recapture)
         c.tick(10)
         c.offload(1000)
         c.pipelines.drain() if executors == "manual" else None
         deadline = time.time() + 10
-        while core.pipes.busy() and time.time() < deadline:
+        while view.busy() and time.time() < deadline:
             time.sleep(0.005)
         a = c.admit(c.request(toks))
         if executors == "manual":
@@ -54,8 +54,8 @@ def test_a_subscriber_recapturing_on_stale_graph_records_the_new_address(executo
             pass
         assert seen, "no load moved a block: the test does not reach its path"
         assert all(ckv == int(CKV.READY) and addr == slot for ckv, addr, slot in seen), seen
-        assert core.graph.phase == Graph.CAPTURED
-        assert [core.meta.gaddr[r] for r in rids] == [core.meta.addr[r] for r in rids]
-        core.replay()
+        assert view.graph.phase == Graph.CAPTURED
+        assert [view.meta.gaddr[r] for r in rids] == [view.meta.addr[r] for r in rids]
+        hooks.act("replay")
     finally:
         c.close()
