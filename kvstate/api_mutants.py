@@ -453,8 +453,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "move_keeps_graph_captured",
         "CUDA graph not staled by a move",
         "impl/graphs.py",
-        "        if self.phase == Graph.CAPTURED and new != old and self.meta.gaddr[rid] >= 0:",
-        "        if self.phase == Graph.CAPTURED and new != old and self.meta.gaddr[rid] > 0:",
+        "        if self.phase == GRAPH_CAPTURED and new != old and self.meta.gaddr[rid] >= 0:",
+        "        if self.phase == GRAPH_CAPTURED and new != old and self.meta.gaddr[rid] > 0:",
     ),
     Mutant(
         "refill_writes_the_next_row",
@@ -547,8 +547,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "decode_slides_from_past_the_window",
         "window policy not applied",
         "impl/cache.py",
-        "            lo, hi = max(0, before - W), max(0, n - W)",
-        "            lo, hi = max(0, before + W), max(0, n - W)",
+        "max(0, before - W), max(0, n - W), n)",
+        "max(0, before + W), max(0, n - W), n)",
     ),
     Mutant(
         "closed_cache_reports_stats",

@@ -4,8 +4,8 @@ kvstate/api_delivery.py): they pass on the library and fail on a fault planted i
 from __future__ import annotations
 
 from kvstate.api_harness import ApiHarness, op, witnesses
+from kvstate.harness.finding import Nonconformance
 from kvstate.impl.events import EventKind
-from kvstate.model.fuzz import Nonconformance
 from kvstate.spec import default_table
 
 TABLE = default_table()
