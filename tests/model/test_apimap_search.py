@@ -174,10 +174,10 @@ def test_a_state_is_pushed_again_only_at_fewer_steps() -> None:
         real(heap, item)
 
     shim = type("heapq", (), {"heappush": staticmethod(push), "heappop": heapq.heappop})
-    # (seed 35, walks up to 24 steps: its question 154 reaches a state again in fewer steps;
+    # (seed 3, walks up to 24 steps: its question 152 reaches a state again in fewer steps;
     # none of the seed-14 questions does.  The walks start from the witnesses' states, so a
     # change to the witnesses may move this question: the assertion below then says so)
-    questions = _random_walk_questions() + _random_walk_questions(35, 24)[150:160]
+    questions = _random_walk_questions() + _random_walk_questions(3, 24)[148:158]
     saved = apimap.heapq
     apimap.heapq = shim  # type: ignore[assignment]
     try:
