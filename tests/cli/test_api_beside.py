@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-import kvstate.api_harness as ah
+import kvstate.api_beside as ah
 from kvstate.api_harness import (
     OPS,
     ApiHarness,
