@@ -30,17 +30,17 @@ replayable operation traces.
 from __future__ import annotations
 
 import operator
-import re
 import shutil
 import tempfile
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from kvstate.api_accounting import accounting, drained_idle
 from kvstate.api_base import _EVENTS_OF, NAMESPACE, Coverage, Live, Op, op
+from kvstate.api_bytes import check_bytes, read_released
 from kvstate.api_faults import _FULL, _install_full_disk
 from kvstate.api_ops import MAPPING, OPS
 from kvstate.harness.finding import Nonconformance
@@ -238,70 +238,12 @@ class ApiHarness:
         exc.api_trace = list(self.steps)  # type: ignore[attr-defined]
         return exc
 
-    # -- bytes ------------------------------------------------------------------------------
+    # -- bytes (kvstate/api_bytes.py) --------------------------------------------------------
     def check_bytes(self, run: Any, want: np.ndarray, who: str) -> None:
-        from kvstate.testing.datacheck import verify_run
-
-        problems = verify_run(run, want)
-        n = run.hit_tokens
-        if n:
-            g = self.view.geometry
-            per_tok = sum(len(g.layers) * g.entry_bytes for _ in (0,))
-            self.cov.add(
-                "bytes compared", int(n * per_tok + g.n_win * g.entry_bytes * len(g.layers))
-            )
-            if any(b in self.restored for b in range(run.blocks)):
-                self.cov.add("reads over restored blocks")
-        self.cov.add("reads checked")
-        if problems:
-            raise self.fail(
-                "data",
-                [re.sub(r":.*", "", p) for p in problems][:1],
-                f"{who} reads wrong bytes:\n  " + "\n  ".join(problems),
-            )
+        check_bytes(self, run, want, who)
 
     def read_released(self, i: int) -> None:
-        from kvstate.impl.errors import KVStateError
-
-        got = self.released[i]
-        if got is None:
-            return
-        run, want = got
-        if run.hit_tokens == 0:
-            return  # a run without a hit reads no pages: nothing to serve after release
-        self.cov.add("fault read_after_release")
-        L = self.view.geometry.lcm_tokens
-        # every reader a Run has: each must refuse with a documented error (one that still
-        # answers serves a block table, pages or a view of blocks that may be someone else's)
-        readers: list[tuple[str, Callable[[], Any]]] = [
-            ("read_compressed", lambda: run.read_compressed("csa", 0)),
-            ("read_window", lambda: run.read_window(0)),
-            ("read_tail", lambda: run.read_tail(0)),
-            ("block_table", run.block_table),
-            ("prefix", lambda: run.prefix(L)),
-        ]
-        for name, read in readers:
-            try:
-                got = read()
-            except KVStateError:
-                continue  # documented: the pins are gone
-            except Exception as exc:  # noqa: BLE001 - an undocumented error is a finding too
-                raise self.fail(
-                    "read-after-release",
-                    [type(exc).__name__],
-                    f"{name} after release raised {type(exc).__name__}: {exc} (not a KVStateError)",
-                ) from exc
-            from kvstate.testing.datacheck import verify_run
-
-            wrong = verify_run(run, want) if name == "read_compressed" else []
-            shape = tuple(got.shape) if hasattr(got, "shape") else type(got).__name__
-            raise self.fail(
-                "read-after-release",
-                ["served"],
-                f"a Run whose pins were released still answers {name} ({shape}"
-                + (f"; wrong bytes: {wrong[0]}" if wrong else "")
-                + "): it must raise a documented error",
-            )
+        read_released(self, i)
 
     # -- one operation ----------------------------------------------------------------------
     def apply(self, o: Op) -> None:
