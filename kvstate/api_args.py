@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from kvstate.api_checks import CallCheck
+from kvstate.api_base import CallCheck
 from kvstate.api_inputs import _cache
 from kvstate.spec.state import ConcreteState
 

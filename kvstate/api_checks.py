@@ -1,6 +1,6 @@
 """The API harness's checks beyond refinement, each in its own small module, behind one hook.
 
-:class:`~kvstate.api_harness.ApiHarness` explains every call by table actions and checks
+:class:`~kvstate.api_state.ApiHarness` explains every call by table actions and checks
 bytes, accounting and quiescence itself.  What the table leaves open (which block a policy
 picks, how a prefix's identity is judged, what a call half done leaves behind) is checked by
 the :class:`CallCheck` objects listed here, which the harness calls around every operation:
@@ -11,28 +11,9 @@ model's ``before`` state to ``end``), ``refused`` (it raised a documented error)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
-from kvstate.spec.state import ConcreteState
-
-Step = tuple[str, dict[str, int]]
-
-
-class CallCheck:
-    def before(self, h: Any, o: Any) -> None:
-        pass
-
-    def after(
-        self, h: Any, o: Any, before: ConcreteState, steps: Sequence[Step], end: ConcreteState
-    ) -> None:
-        pass
-
-    def refused(self, h: Any, o: Any) -> None:
-        pass
-
-    def restart(self, h: Any) -> None:
-        pass
+from kvstate.api_base import CallCheck
 
 
 def make_checks(h: Any) -> list[CallCheck]:

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kvstate.api_checks import CallCheck
+from kvstate.api_base import CallCheck
 from kvstate.spec.phases import Graph
 from kvstate.spec.state import ConcreteState
 
@@ -67,7 +67,7 @@ class Delivery(CallCheck):
     def after(
         self, h: Any, o: Any, before: ConcreteState, steps: Sequence[Step], end: ConcreteState
     ) -> None:
-        from kvstate.api_harness import _EVENTS_OF
+        from kvstate.api_base import _EVENTS_OF
 
         self._gone(h, o)
         if h.threads or not self.seen:

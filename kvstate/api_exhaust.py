@@ -27,7 +27,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from kvstate.api_checks import CallCheck
+from kvstate.api_base import CallCheck
 from kvstate.spec.state import ConcreteState
 
 Step = tuple[str, dict[str, int]]
@@ -61,7 +61,7 @@ class _NoCreateOs:
 
 
 def do_spill_fills(h: Any, o: Any) -> int | None:
-    from kvstate.api_harness import _FULL, _install_full_disk
+    from kvstate.api_faults import _FULL, _install_full_disk
     from kvstate.impl import diskdir
 
     if h.disk_full or h.threads:

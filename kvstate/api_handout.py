@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kvstate.api_checks import CallCheck
+from kvstate.api_base import CallCheck
 from kvstate.spec.state import ConcreteState
 
 Step = tuple[str, dict[str, int]]

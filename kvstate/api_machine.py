@@ -15,7 +15,9 @@ from typing import Any
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
-from kvstate.api_harness import _HARNESS, OPS, Coverage, Op, op
+from kvstate.api_base import Coverage, Op, op
+from kvstate.api_ops import OPS
+from kvstate.api_state import _HARNESS
 from kvstate.api_stored import FORGERIES
 from kvstate.spec.table import Table
 

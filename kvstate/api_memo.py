@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kvstate.api_checks import CallCheck
+from kvstate.api_base import CallCheck
 from kvstate.spec.phases import Swa
 from kvstate.spec.state import ConcreteState
 

@@ -313,7 +313,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "        if in_lru:\n            self.lru.pop(rid, None)",
     ),
     # staleness by the admission's number; the harness admits an ended request
-    # again (kvstate/api_harness.py ``_do_admit``) for this one
+    # again (kvstate/api_ops.py ``_do_admit``) for this one
     Mutant(
         "run_live_across_readmission",
         "stale run served",
@@ -680,7 +680,8 @@ def run_one(
 
 def child(profile: str, coverage: bool = True) -> None:
     """In the mutated interpreter: one harness run, the outcome as one JSON line."""
-    from kvstate.api_harness import OPS, run_api
+    from kvstate.api_ops import OPS
+    from kvstate.api_run import run_api
     from kvstate.spec import default_table
     from kvstate.testing.scratch import ram_scratch
     from kvstate.testing.threads import single_intraop_thread

@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from kvstate.api_checks import CallCheck
+from kvstate.api_base import CallCheck
 from kvstate.spec.phases import CKV
 from kvstate.spec.state import ConcreteState
 

@@ -37,8 +37,9 @@ import numpy as np
 
 from kvstate.spec.table import Table
 
-from .api_harness import NAMESPACE, ApiHarness
+from .api_base import NAMESPACE
 from .api_sched import Hung, SchedCondition, SchedLock, SchedQueue, Scheduler
+from .api_state import ApiHarness
 from .api_threads import _Recorder, explain_sections
 
 CI_SCHEDULES = 40  # ``--profile ci``: about 10 s of the API target's run (see docs)

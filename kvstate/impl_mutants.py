@@ -105,7 +105,7 @@ def api_fuzz(profile: str) -> dict[str, Any]:
     """The killing test: ``kvstate fuzz --target kvstate-api --profile PROFILE`` (the dev walk
     with seed 0, so that a verdict can be repeated), without minimizing what it finds; where
     that command also runs the threaded mode's schedules after the walk, they run here too."""
-    from kvstate.api_harness import run_api
+    from kvstate.api_run import run_api
     from kvstate.spec import default_table
 
     try:  # where the command's helpers live differs between versions of kvstate/cli

@@ -121,29 +121,8 @@ def _write(root: Path, files: Iterable[tuple[str, str]]) -> None:
 
 
 # cycles still there: each must shrink away, none may grow or appear (an entry no longer found
-# fails too).  The API harness's (its checks import the hook list that imports them; the
-# harness and the modules it runs import each other) go with its split into a toolkit.
+# fails too).
 KNOWN: list[list[str]] = [
-    [
-        "kvstate.api_args",
-        "kvstate.api_checks",
-        "kvstate.api_delivery",
-        "kvstate.api_exhaust",
-        "kvstate.api_graphs",
-        "kvstate.api_handout",
-        "kvstate.api_harness",
-        "kvstate.api_machine",
-        "kvstate.api_memo",
-        "kvstate.api_orders",
-        "kvstate.api_prefix",
-        "kvstate.api_ready",
-        "kvstate.api_refusals",
-        "kvstate.api_schedule",
-        "kvstate.api_stored",
-        "kvstate.api_threads",
-        "kvstate.api_window",
-        "kvstate.fuzz_report",
-    ],
     ["kvstate.proofs.mutate", "kvstate.proofs.mutate_report"],
     ["kvstate.proofs.obligations", "kvstate.proofs.units"],
     ["kvstate.spec.state", "kvstate.spec.table", "kvstate.spec.validate"],

@@ -35,7 +35,7 @@ TARGETS: dict[str, Entry] = {
     for e in (
         Entry(
             "kvstate-api",
-            "kvstate.api_harness:run_api_cli",
+            "kvstate.api_run:run_api_cli",
             "the public API with bytes and faults",
             runs_allocator=True,
         ),

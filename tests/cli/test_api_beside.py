@@ -1,4 +1,4 @@
-"""The API fuzz run shared with a forked process (``kvstate/api_harness.py``, ``_run_beside``).
+"""The API fuzz run shared with a forked process (``kvstate/api_beside.py``, ``_run_beside``).
 
 The split must check and count exactly what the run in place does, and report every finding
 exactly as the run in place reports it (found, numbered and blobbed by Hypothesis itself, or by
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-import kvstate.api_harness as ah
+import kvstate.api_beside as ah
 from kvstate.api_harness import (
     OPS,
     ApiHarness,

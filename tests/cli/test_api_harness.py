@@ -181,7 +181,7 @@ def test_drain_is_explained_job_step_by_job_step() -> None:
     """A drain's every job step is explained from the model's state after the previous one,
     and the parts together are a word of ``drain``: a change undone by a later job step of the
     same drain is found (one explanation of the whole drain would see only its end)."""
-    import kvstate.api_harness as ah
+    import kvstate.api_ops as ah
 
     h = _to_a_drain_of_loads()
     try:

@@ -1,0 +1,112 @@
+"""The pieces every module of the API harness shares, so none of them imports another back.
+
+An operation (:class:`Op`, :func:`op`), a harness request's live state (:class:`Live`), the
+coverage counters (:class:`Coverage`), the cache namespaces, the chain's block events of each
+action, and the hook protocol of the checks around every call (:class:`CallCheck`).  The
+harness itself (:class:`kvstate.api_state.ApiHarness`) reaches the operations and checks as
+``h``, typed :data:`Harness` here: a module below the harness cannot name its class without
+importing it, which is the cycle this module exists to prevent.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from kvstate.spec.state import ConcreteState
+
+NAMESPACE = "kvstate-api-harness"
+OTHER_NAMESPACE = "kvstate-api-other"
+FAULT_KINDS = (
+    "crash",
+    "truncate",
+    "bitflip",
+    "header",
+    "read_error",
+    "stall",
+    "disk_full",
+    "abort_in_use",
+    "token_reuse",
+    "read_after_release",
+    "forge",
+    "disk_fills",
+)
+
+
+# ---- operations --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Op:
+    """One harness operation: a public call (or a fault) with its integer arguments."""
+
+    name: str
+    args: tuple[tuple[str, int], ...] = ()
+
+    def arg(self, k: str) -> int:
+        return dict(self.args)[k]
+
+    def render(self) -> str:
+        return f"{self.name}({', '.join(f'{k}={v}' for k, v in self.args)})"
+
+
+def op(name: str, **args: int) -> Op:
+    return Op(name, tuple(args.items()))
+
+
+@dataclass
+class Live:
+    """A request the harness (the "engine") holds."""
+
+    req: Any
+    want: np.ndarray  # the tokens the caller meant: a private copy
+    buf: np.ndarray  # the caller's own buffer (the request got a view of it)
+    ctx: Any = None
+    run: Any = None
+
+
+@dataclass
+class Coverage:
+    counts: Counter[str] = field(default_factory=Counter)
+
+    def add(self, k: str, n: int = 1) -> None:
+        self.counts[k] += n
+
+
+# the chain's block events each action emits: (kind, tier), the tier "load" (the load's
+# pipeline's: disk or host) or "drop" (where the dropped copy was)
+_EVENTS_OF: dict[str, tuple[tuple[str, str], ...]] = {
+    "commit": (("stored", "device"),),
+    "evict_done": (("evicted", "device"),),
+    "offload_done": (("evicted", "device"), ("stored", "host")),
+    "spill": (("stored", "disk"),),
+    "load_done": (("loaded", "load"),),
+    "load_fail": (("load_failed", "load"),),
+    "drop": (("removed", "drop"),),
+}
+
+# The harness (:class:`kvstate.api_state.ApiHarness`) as the operations, checks and fault
+# installers see it: they take it as ``h`` and never import it back (no import cycle).
+Harness = Any
+
+
+# ---- the hook protocol: the checks around every operation (kvstate/api_checks.py) --------------
+Step = tuple[str, dict[str, int]]
+
+
+class CallCheck:
+    def before(self, h: Any, o: Any) -> None:
+        pass
+
+    def after(
+        self, h: Any, o: Any, before: ConcreteState, steps: Sequence[Step], end: ConcreteState
+    ) -> None:
+        pass
+
+    def refused(self, h: Any, o: Any) -> None:
+        pass
+
+    def restart(self, h: Any) -> None:
+        pass

@@ -1,0 +1,252 @@
+"""Exploration and minimization: the Hypothesis profiles and settings, the state machine
+(:mod:`kvstate.api_machine`) built over the harness, one replay of a trace on a fresh cache,
+delta debugging of a finding, the coverage pass of the witnesses, and the vacuity check of a
+run that found nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from hypothesis import settings
+from hypothesis.stateful import RuleBasedStateMachine
+
+from kvstate.api_base import Coverage, Op
+from kvstate.api_ops import MAPPING
+from kvstate.api_state import ApiHarness, _explainer, _machine
+from kvstate.examples_db import run_machine
+from kvstate.harness.finding import Nonconformance
+from kvstate.spec.table import Table
+
+PROFILES: dict[str, dict[str, Any]] = {
+    # bounded and derandomized: the same examples every run (CI, in the default pytest run)
+    "ci": {"derandomize": True, "max_examples": 20, "stateful_step_count": 25},
+    "dev": {"derandomize": False, "max_examples": 150, "stateful_step_count": 40},
+    "nightly": {"derandomize": False, "max_examples": 2000, "stateful_step_count": 80},
+}
+
+
+def build_machine(
+    table: Table,
+    N: int,
+    *,
+    ops: frozenset[str] | None = None,
+    coverage: Coverage | None = None,
+    stats: Counter[str] | None = None,
+    seeds: Sequence[Sequence[Op]] = (),
+    threads: bool = False,
+    harness: Callable[..., Any] | None = None,
+) -> type[RuleBasedStateMachine]:
+    """A state machine whose rules are the harness operations (``kvstate/api_machine.py``)."""
+    from kvstate.api_machine import build_machine as build
+
+    return build(
+        table,
+        N,
+        ops=ops,
+        coverage=coverage,
+        stats=stats,
+        seeds=seeds,
+        threads=threads,
+        harness=harness,
+    )
+
+
+# ---- replay and minimization ------------------------------------------------------------------
+def replay(
+    table: Table,
+    N: int,
+    ops: Sequence[Op],
+    *,
+    coverage: Coverage | None = None,
+    quiesce: bool = True,
+) -> Nonconformance | None:
+    """Replay ``ops`` on a fresh cache and model (then quiesce); the finding, or None."""
+    h = ApiHarness(table, N, coverage=coverage)
+    try:
+        for o in ops:
+            h.apply(o)
+        if quiesce:
+            h.quiesce()
+    except Nonconformance as exc:
+        return exc
+    finally:
+        h.close()
+    return None
+
+
+def _same(a: Nonconformance, b: Nonconformance) -> bool:
+    return a.kind == b.kind and (not b.detail or b.detail[0] in a.detail)
+
+
+def minimize_ops(
+    table: Table, N: int, failure: Nonconformance, *, max_seconds: float = 60.0
+) -> tuple[list[Op], Nonconformance, int]:
+    """Delta debugging over operations (fresh replays; kept only if it fails the same way),
+    then smaller arguments; the same algorithm as :func:`kvstate.targets.block.replay.minimize`."""
+    cur: list[Op] = list(getattr(failure, "api_trace", []))
+    best = failure
+    started = time.monotonic()
+    replays = 0
+
+    def check(cand: list[Op]) -> Nonconformance | None:
+        nonlocal replays
+        replays += 1
+        got = replay(table, N, cand)
+        return got if got is not None and _same(got, failure) else None
+
+    def over() -> bool:
+        return time.monotonic() - started > max_seconds
+
+    n = 2
+    while len(cur) >= 1 and not over():
+        size = -(-len(cur) // n)
+        for k in range(0, len(cur), size):
+            cand = cur[:k] + cur[k + size :]
+            got = check(cand)
+            if got is not None:
+                cur, best = list(getattr(got, "api_trace", cand))[: len(cand)] or cand, got
+                cur = cand[: len(getattr(got, "api_trace", cand))]
+                n = max(n - 1, 2)
+                break
+            if over():
+                break
+        else:
+            if size == 1:
+                break
+            n = min(2 * n, len(cur))
+    # smaller arguments
+    j = 0
+    while j < len(cur) and not over():
+        o = cur[j]
+        for idx, (k, v) in enumerate(o.args):
+            for smaller in range(0, v):
+                args = list(o.args)
+                args[idx] = (k, smaller)
+                cand = [*cur[:j], Op(o.name, tuple(args)), *cur[j + 1 :]]
+                got = check(cand)
+                if got is not None:
+                    cur, best, o = cand, got, cand[j]
+                    break
+        j += 1
+    return cur, best, replays
+
+
+def _vacuity(table: Table, N: int, cov: Coverage) -> Nonconformance | None:
+    """A run that found nothing but never reached what it checks (kvstate/api_refusals.py)
+    is a failed run: its counters say so."""
+    from kvstate.api_refusals import vacuous
+
+    ex = _explainer(_machine(table, N))
+    empty = {c for c, (nfa, s, a) in ex.nfas.items() if a in nfa.closure([s])}
+    gaps = vacuous(cov.counts, MAPPING, empty)
+    if not gaps:
+        return None
+    f = Nonconformance(
+        "vacuous",
+        [gaps[0].split(" (")[0]],
+        "the run checked nothing on its essential paths: " + "; ".join(gaps),
+    )
+    f.api_trace = []  # type: ignore[attr-defined]
+    return f
+
+
+def explore_settings(
+    profile: str, examples: int | None = None, steps: int | None = None, seed: int | None = None
+) -> settings:
+    """Hypothesis' settings for a run of ``profile`` (no shrinking: findings are minimized by
+    fresh replays)."""
+    from hypothesis import HealthCheck, Phase
+
+    kw = dict(PROFILES[profile])
+    if examples is not None:
+        kw["max_examples"] = examples
+    if steps is not None:
+        kw["stateful_step_count"] = steps
+    if seed is not None:
+        kw["derandomize"] = False
+    return settings(
+        deadline=None,
+        database=None,
+        print_blob=True,
+        suppress_health_check=list(HealthCheck),
+        phases=tuple(p for p in Phase if p is not Phase.shrink),
+        **kw,
+    )
+
+
+def _hypothesis(cls: Any, prof: settings, key: bytes = b"") -> tuple[Nonconformance | None, str]:
+    """``cls`` run by Hypothesis under ``prof`` (examples filed under ``key`` in its database):
+    its finding (or None) and what it printed."""
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(buf):
+            run_machine(cls, prof, key or b"kvstate-api")
+    except Nonconformance as exc:
+        return exc, buf.getvalue()
+    return None, buf.getvalue()
+
+
+def _coverage_pass(
+    table: Table,
+    N: int,
+    wit: Mapping[str, Sequence[Op]],
+    cov: Coverage,
+    stats: Counter[str],
+    lo: int = 0,
+    hi: int | None = None,
+) -> tuple[Nonconformance | None, str]:
+    """Every witness (``lo`` to ``hi``: some) replayed on a fresh cache, then quiesced: the
+    first finding, and where."""
+    for idx, (name, w) in list(enumerate(wit.items()))[lo:hi]:
+        h = ApiHarness(table, N, coverage=cov)
+        try:
+            for o in w:
+                stats["(steps)"] += 1
+                h.apply(o)
+            h.quiesce()
+        except Nonconformance as exc:
+            return exc, f"coverage pass (witness {idx + 1} of {len(wit)}: {name})"
+        finally:
+            h.close()
+    return None, ""
+
+
+def _example(table: Table, N: int, ops: Sequence[Op], cov: Coverage, stats: Counter[str]) -> None:
+    """One recorded Hypothesis example, run as the state machine runs it: a fresh cache, each
+    operation counted and applied, quiescence, the example counted, the cache closed."""
+    h = ApiHarness(table, N, coverage=cov)
+    try:
+        for o in ops:
+            stats["(steps)"] += 1
+            h.apply(o)
+        h.quiesce()
+    finally:
+        stats["(examples)"] += 1
+        h.close()
+
+
+class _Recorder:
+    """Stands in for :class:`ApiHarness` in the exploration's dry run: it keeps the operations
+    each example applies and checks nothing (the rules draw their arguments from strategies
+    alone, with no precondition or bundle, so what Hypothesis draws does not depend on what the
+    harness does; an example that passes leaves the walk where a dry one does)."""
+
+    def __init__(self, sink: list[list[Op]]) -> None:
+        self.ops: list[Op] = []
+        sink.append(self.ops)
+
+    def apply(self, o: Op) -> None:
+        self.ops.append(o)
+
+    def quiesce(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,456 @@
+"""The harness's operations: one handler per name (``OPS``), each driving the public API for
+``h`` (:class:`kvstate.api_state.ApiHarness`) and returning the request it concerns; the API
+calls each is explained by (``MAPPING``, read against ``spec/api.py``); the faults each
+operation injects (``FAULT_OPS``); and :func:`parse_ops`, which reads traces as reports print
+them.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from kvstate.api_args import NP_OPS, do_refuse_arg
+from kvstate.api_base import NAMESPACE, OTHER_NAMESPACE, Harness, Live, Op
+from kvstate.api_damage import do_damage
+from kvstate.api_exhaust import do_spill_fills
+from kvstate.api_faults import _InjectedJobError, _jobs, _step_job
+from kvstate.api_graphs import do_capture, do_recapture, do_replay
+from kvstate.api_inputs import do_bad_input
+from kvstate.api_pools import do_pools
+from kvstate.api_prefix import do_variant, read_outside_chain
+from kvstate.api_stored import at_restart, do_forge
+from kvstate.calls import parse_calls
+from kvstate.spec.phases import CKV, Req
+
+
+def parse_ops(text: str) -> list[Op]:
+    """``'request(i=0, n=49, life=2); admit(i=0)'`` (or one per line, as reports print them;
+    read by :func:`kvstate.calls.parse_calls`)."""
+    out = []
+    for name, args in parse_calls(text):
+        if name not in OPS:
+            raise ValueError(f"cannot parse API operation {name!r} (known: {', '.join(OPS)})")
+        out.append(Op(name, tuple(args)))
+    return out
+
+
+def _slot_of(h: Harness, i: int) -> int | None:
+    lv = h.live[i]
+    return lv.req.slot.index if lv is not None and lv.req.slot is not None else None
+
+
+def _do_request(h: Harness, o: Op) -> int | None:
+    i, n, life = o.arg("i"), o.arg("n"), o.arg("life")
+    if h.live[i] is not None:
+        return None  # the mapping of request() changes nothing either way
+    h.done[i] = None
+    buf = np.array(h.tokens, dtype=np.int64)  # the caller's reusable buffer
+    want = np.array(h.tokens[:n], dtype=np.int64)
+    req = h.cache.request(buf[:n], namespace=NAMESPACE, lifetime=life)
+    h.live[i] = Live(req, want, buf)
+    return None
+
+
+def _do_admit(h: Harness, o: Op) -> int | None:
+    i = o.arg("i")
+    lv = h.live[i]
+    back = h.done[i]
+    if lv is None and back is not None:  # the request that ended here, admitted again
+        back.ctx = back.run = None
+        lv = h.live[i] = back
+        h.done[i] = None
+        h.cov.add("admissions again")
+    if lv is None or lv.req.slot is not None:
+        h.call_override = "read"
+        return None
+    adm = h.cache.admit(lv.req)
+    h.cov.add(f"admissions {adm.state}")
+    return _slot_of(h, o.arg("i"))
+
+
+def _do_use(h: Harness, o: Op) -> int | None:
+    from kvstate.impl.errors import NotReady
+
+    lv = h.live[o.arg("i")]
+    if lv is None or lv.ctx is not None:
+        h.call_override = "read"
+        return None
+    r = _slot_of(h, o.arg("i"))
+    try:
+        # a pending admission is waited for through its own ``wait`` first (the same
+        # finalization ``use`` runs; it must leave the admission ready), then used
+        adm = lv.req.admission
+        if adm is not None and not adm.ready:
+            adm.wait(timeout=0.5 if h.threads else 30.0)
+            if not adm.ready:
+                raise h.fail("api", ["wait"], "Admission.wait() returned while still pending")
+        ctx = h.cache.use(lv.req, timeout=0.5 if h.threads else 30.0)
+        run = ctx.__enter__()
+    except NotReady:
+        h.cov.add("fault stall")  # the recovery is still running: the Run waits / times out
+        raise
+    lv.ctx, lv.run = ctx, run
+    return r
+
+
+def _end(h: Harness, i: int, finish: bool) -> int | None:
+    lv = h.live[i]
+    if lv is None:
+        h.call_override = "read"
+        return None
+    r = _slot_of(h, i)
+    if lv.ctx is not None and lv.req.slot is not None and lv.req.slot.phase == Req.USING:
+        if finish:
+            lv.ctx.__exit__(None, None, None)
+        else:
+            h.cache.abort(lv.req)
+    elif lv.req.slot is not None:
+        h.call_override = "abort"
+        h.cache.abort(lv.req)
+    else:
+        h.call_override = "read"
+    if lv.run is not None:
+        h.released[i] = (lv.run, lv.want[: len(lv.req.tokens)].copy())
+    h.live[i] = None
+    h.done[i] = lv
+    h.ended = lv
+    return r
+
+
+def _do_finish(h: Harness, o: Op) -> int | None:
+    return _end(h, o.arg("i"), True)
+
+
+def _do_abort(h: Harness, o: Op) -> int | None:
+    return _end(h, o.arg("i"), False)
+
+
+def _do_append(h: Harness, o: Op) -> int | None:
+    lv = h.live[o.arg("i")]
+    n0 = len(lv.req.tokens) if lv is not None else 0
+    n1 = min(n0 + o.arg("k"), len(h.tokens))
+    if lv is None or lv.run is None or lv.req.slot is None or n1 == n0:
+        h.call_override = "read"
+        return None
+    lv.want = np.array(h.tokens[:n1], dtype=np.int64)
+    lv.run.append(h.tokens[n0:n1])
+    return _slot_of(h, o.arg("i"))
+
+
+def _do_read(h: Harness, o: Op) -> int | None:
+    return None  # the bytes check after the call does the reading
+
+
+def _do_read_released(h: Harness, o: Op) -> int | None:
+    h.read_released(o.arg("i"))
+    return None
+
+
+def _do_mutate(h: Harness, o: Op) -> int | None:
+    lv = h.live[o.arg("i")]
+    if lv is None:
+        return None
+    from kvstate.impl.testdata import harness_tokens
+
+    h.cov.add("fault token_reuse")
+    lv.buf.flags.writeable = True
+    lv.buf[:] = harness_tokens(len(lv.buf), seed=7)  # the engine reuses its buffer
+    return None
+
+
+def _do_abort_in_use(h: Harness, o: Op) -> int | None:
+    i = o.arg("i")
+    lv = h.live[i]
+    if lv is None or lv.ctx is None or lv.req.slot is None:
+        h.call_override = "read"
+        return None
+    r = _slot_of(h, i)
+    errs: list[BaseException] = []
+
+    def other() -> None:
+        try:
+            h.cache.abort(lv.req)
+        except BaseException as exc:  # noqa: BLE001 - reported by the caller
+            errs.append(exc)
+
+    t = threading.Thread(target=other)
+    t.start()
+    t.join()
+    if errs:
+        raise errs[0]
+    h.cov.add("fault abort_in_use")
+    lv.ctx.__exit__(None, None, None)  # the with block ends after the abort: nothing more
+    h.released[i] = (lv.run, lv.want[: len(lv.req.tokens)].copy())
+    h.live[i] = None
+    h.done[i] = lv
+    return r
+
+
+def _do_foreign(h: Harness, o: Op) -> int | None:
+    """A whole request over the same tokens in another namespace: no hit (namespaces share no
+    block), its own bytes right, its blocks stored next to the chain's (evicting some)."""
+    n, ns = o.arg("n"), o.arg("ns")
+    want = np.array(h.tokens[:n], dtype=np.int64)
+    req = h.cache.request(want.copy(), namespace=f"{OTHER_NAMESPACE}-{ns}", lifetime=1)
+    adm = h.cache.admit(req)
+    assert req.slot is not None
+    h.foreign_slot = req.slot.index
+    h.cov.add("foreign requests")
+    if adm.hit_tokens:
+        h.cov.add("foreign hits")
+        if ns not in h.foreign_stored:
+            raise h.fail(
+                "namespace",
+                ["hit"],
+                f"a request in namespace {ns}, where nothing was stored, hit {adm.hit_tokens} "
+                "tokens (namespaces share no block)",
+            )
+    if read_outside_chain(h, req, want, "foreign request"):
+        h.foreign_stored.add(ns)
+    return None
+
+
+def _do_tick(h: Harness, o: Op) -> int | None:
+    h.cache.tick(o.arg("t"))
+    return None
+
+
+def _maint(name: str) -> Callable[[Harness, Op], int | None]:
+    def do(h: Harness, o: Op) -> int | None:
+        h.returned = getattr(h.cache, name)(o.arg("n"))  # (kvstate/api_exhaust.py)
+        return None
+
+    return do
+
+
+def _do_step(h: Harness, o: Op) -> int | None:
+    jobs = _jobs(h)
+    if jobs:
+        e, j = jobs[o.arg("k") % len(jobs)]
+        _step_job(h, e, j)
+    return None
+
+
+def _do_drain(h: Harness, o: Op) -> int | None:
+    if h.threads:
+        return None
+    h.drained = []  # what the library shows after each job step: each is explained
+    for _ in range(10_000):
+        jobs = _jobs(h)
+        if not jobs:
+            break
+        for e, j in jobs:
+            _step_job(h, e, j)
+            h.drained.append(h.observe())
+    return None
+
+
+def _entry_path(h: Harness, b: int) -> Any:
+    e = h.view.disk_entries.get(h.rids[b])
+    return e
+
+
+def _do_corrupt(h: Harness, o: Op) -> int | None:
+    b, kind = o.arg("b"), ("truncate", "bitflip", "header")[o.arg("kind") % 3]
+    e = _entry_path(h, b)
+    if e is None or b in h.corrupt:
+        return None
+    data = bytearray(e.path.read_bytes())
+    if kind == "truncate":
+        data = data[: max(e.payload_offset + 1, len(data) - 7)]
+    elif kind == "bitflip":
+        pos = e.payload_offset + (len(data) - e.payload_offset) // 2
+        data[pos] ^= 0x10
+    else:
+        data[20] ^= 0x01  # inside the JSON header: its CRC no longer matches
+    e.path.write_bytes(bytes(data))
+    h.corrupt[b] = kind
+    h.cov.add(f"fault {kind}")
+    return None
+
+
+def _do_host_tail(h: Harness, o: Op) -> int | None:
+    """A bit flip in the host copy of a block's compressor state (host memory has no checksum):
+    the restored tail no longer splices at that boundary, so a hit ending there must be cut by
+    one block (the tail check), never served."""
+    b = o.arg("b")
+    rid = h.rids[b]
+    m = h.view.meta
+    if m.ckv[rid] != CKV.HOST or m.hslot[rid] < 0:
+        return None
+    grp = h.view.tiers.compressor
+    v = h.hooks.host_copy("compressor", rid)  # writable: host memory has no checksum
+    h_end = (b + 1) * h.L  # the boundary this state belongs to; its last position's ring slot
+    v[..., grp.state_bytes + 8 * ((h_end - 1) % grp.ring)] ^= 0x01  # the splice check must fail
+    h.tail_damaged.add(b)
+    h.cov.add("fault host_tail")
+    return None
+
+
+def _do_read_error(h: Harness, o: Op) -> int | None:
+    """The next step of the block's job fails: a load's read (an I/O error), an offload's copy
+    (the job raises: the library abandons it, which cancels the offload)."""
+    b = o.arg("b")
+    rid = h.rids[b]
+    ck = h.view.meta.ckv[rid]
+    if ck == CKV.OFFLOADING and not h.threads:
+        job = h.view.job("dma", rid)
+        if job is not None:
+
+            def broken() -> bool:
+                raise _InjectedJobError(f"injected copy error in the offload of record {rid}")
+
+            job.step = broken
+            h.cov.add("fault offload job raises")
+        return None
+    if ck != CKV.LOADING:
+        return None
+    h.hooks.inject_load_fault(rid)
+    h.read_error.add(b)
+    h.cov.add("fault read_error")
+    return None
+
+
+def _do_disk_full(h: Harness, o: Op) -> int | None:
+    on = bool(o.arg("on"))
+    if on == h.disk_full:
+        return None
+    h.disk_full = on
+    h._arm_disk_full()
+    if on:
+        h.cov.add("fault disk_full")
+    return None
+
+
+def _do_restart(h: Harness, o: Op) -> int | None:
+    h.cov.add("fault crash")
+    try:
+        h.hooks.crash()  # the process dies, the kernel drops its lock on the directory
+    finally:
+        h.live = [None] * h.R
+        h.released = [None] * h.R
+        h.done = [None] * h.R
+        _plant_files(h, len(h.steps))
+        at_restart(h, len(h.steps))  # kvstate/api_stored.py: a refused open, our leftovers
+        h._open()
+    return None
+
+
+def _plant_files(h: Harness, n: int) -> None:
+    """What a crash and other programs leave in the directory: a temporary of a writer killed
+    after its first bytes (kvstate's: the scan deletes it), and files kvstate did not write
+    under names like its own (an entry's, a temporary's: left alone, never read as entries)."""
+    tag = f"{n:04x}{len(h.foreign_files):04x}"
+    killed = f".{'ab' * 8}{tag}.kvb.killed{tag}.tmp"
+    with open(os.path.join(h.dir, killed), "wb") as f:
+        f.write(b"KVSTA")  # the start of the magic
+    from kvstate.impl.disk import MAGIC
+
+    for name, data in (
+        (f"{'cd' * 8}{tag}.kvb", b"not kvstate's: an entry's name, another program's bytes"),
+        (f".{'ef' * 8}{tag}.kvb.other.tmp", b"not kvstate's: a temporary's name"),
+        # kvstate's magic under a name it never gives an entry (an odd number of hex digits):
+        # not an entry, so never read as one, nor deleted as a damaged one
+        (f"{'cd' * 8}{tag}0.kvb", MAGIC + b"\x00\x00\x00\x00 not kvstate's: odd-length name"),
+    ):
+        with open(os.path.join(h.dir, name), "wb") as f:
+            f.write(data)
+        h.foreign_files[name] = data
+    h.cov.add("files planted")
+
+
+OPS: dict[str, Callable[[Harness, Op], int | None]] = {
+    "request": _do_request,
+    "admit": _do_admit,
+    "use": _do_use,
+    "finish": _do_finish,
+    "abort": _do_abort,
+    "append": _do_append,
+    "read": _do_read,
+    "read_released": _do_read_released,
+    "mutate_tokens": _do_mutate,
+    "abort_in_use": _do_abort_in_use,
+    "foreign": _do_foreign,
+    "tick": _do_tick,
+    "evict": _maint("evict"),
+    "offload": _maint("offload"),
+    "spill": _maint("spill"),
+    "drop": _maint("drop"),
+    "step": _do_step,
+    "drain": _do_drain,
+    "corrupt": _do_corrupt,
+    "read_error": _do_read_error,
+    "host_tail": _do_host_tail,
+    "disk_full": _do_disk_full,
+    "restart": _do_restart,
+    "variant": do_variant,
+    "bad_input": do_bad_input,
+    "refuse_arg": do_refuse_arg,  # kvstate/api_args.py
+    **{k: do for k, (do, _) in NP_OPS.items()},
+    "pools": do_pools,
+    "damage": do_damage,
+    "capture": do_capture,
+    "replay": do_replay,
+    "recapture": do_recapture,
+    "forge": do_forge,
+    "spill_fills": do_spill_fills,
+}
+# which spec/api.py entry explains each operation
+MAPPING: dict[str, str] = {
+    "foreign": "foreign",
+    "spill_fills": "spill",  # the disk full after one write (kvstate/api_exhaust.py)
+    "forge": "corrupt",  # an authentic header not of this layout (kvstate/api_stored.py)
+    "damage": "corrupt",  # one section of an entry (kvstate/api_damage.py)
+    "pools": "read",  # a fresh cache resized (kvstate/api_pools.py)
+    "bad_input": "read",  # refused, nothing changes (kvstate/api_inputs.py)
+    "refuse_arg": "read",  # refused, or a read answered alike (kvstate/api_args.py)
+    **{k: call for k, (_, call) in NP_OPS.items()},
+    "variant": "foreign",  # a prompt sharing no block with the chain (kvstate/api_prefix.py)
+    **{
+        k: k
+        for k in (
+            "request",
+            "admit",
+            "use",
+            "finish",
+            "abort",
+            "append",
+            "tick",
+            "evict",
+            "offload",
+            "spill",
+            "drop",
+            "step",
+            "drain",
+            "read",
+            "capture",
+            "replay",
+            "recapture",
+        )
+    },
+    "read_released": "read",
+    "mutate_tokens": "mutate_tokens",
+    "abort_in_use": "abort",
+    "corrupt": "corrupt",
+    "read_error": "fault",
+    "host_tail": "corrupt",
+    "disk_full": "fault",
+    "restart": "fault",
+}
+FAULT_OPS = {
+    "crash": ("restart",),
+    "corrupt": ("corrupt",),
+    "read_error": ("read_error",),
+    "host_tail": ("host_tail",),
+    "disk_full": ("disk_full",),
+    "abort_in_use": ("abort_in_use",),
+    "token_reuse": ("mutate_tokens",),
+    "read_after_release": ("read_released",),
+    "forge": ("forge",),
+    "disk_fills": ("spill_fills",),
+}

@@ -1,0 +1,350 @@
+"""Witnesses: deterministic walks that combine operations to reach what random choice rarely
+does (a restart over a half-written entry, a drain of loads, ...), run before Hypothesis in
+every run and replayed in lockstep by the coverage pass.
+"""
+
+from __future__ import annotations
+
+from kvstate.api_args import CASES as ARG_CASES
+from kvstate.api_base import Op, op
+from kvstate.api_damage import PARTS
+from kvstate.api_inputs import CASES
+from kvstate.api_stored import FORGERIES, REFUSALS
+
+
+def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[Op]]:
+    """Scripted walks that reach what random choice rarely does (run before Hypothesis)."""
+    full = N * L + 1  # the whole chain plus one token: every block can be hit
+    store = [
+        op("request", i=0, n=full, life=1),
+        op("admit", i=0),
+        op("use", i=0),
+        op("finish", i=0),
+        op("tick", t=lease_max),
+    ]
+    to_host = [*store, op("offload", n=N), op("drain")]
+    # the host tier holds two blocks: spill them, then offload the rest (every block on disk)
+    to_disk = [*to_host, op("spill", n=N), op("offload", n=N), op("drain"), op("spill", n=N)]
+    hit = [
+        op("request", i=1, n=full, life=1),
+        op("admit", i=1),
+        op("drain"),
+        op("use", i=1),
+        op("read", i=1),
+    ]
+    # N - 1 blocks stored: the device's window policy (Geometry.swa_kept_blocks) keeps every
+    # window of so short a prefix, so each of them comes back from disk with its window
+    short = [
+        op("request", i=0, n=(N - 1) * L + 1, life=1),
+        *store[1:],
+        op("offload", n=N),
+        op("drain"),
+        *to_disk[len(to_host) :],
+    ]
+    return {
+        # kvstate/api_graphs.py: captured over a running request's row, staled by the disk
+        # loads of another request (into other slots), refused, recaptured, replayed
+        "a graph staled by a load": [
+            op("capture"),
+            *store[:3],
+            op("replay"),
+            *to_disk[3:],
+            *hit,
+            op("replay"),
+            op("capture"),
+            op("recapture"),
+            op("replay"),
+            op("append", i=1, k=L),
+            op("finish", i=1),
+            op("replay"),
+        ],
+        "hit after a host load": [*to_host, *hit, op("finish", i=1)],
+        "hit after a disk load and an indexer rebuild": [*to_disk, *hit, op("finish", i=1)],
+        "an admission cancels an offload in flight": [
+            *store,
+            op("offload", n=N),
+            *hit,
+            op("finish", i=1),
+        ],
+        "stalled disk load, other requests go on": [
+            *to_disk,
+            op("request", i=1, n=full, life=2),
+            op("admit", i=1),
+            op("use", i=1),
+            op("request", i=0, n=L + 1, life=1),
+            op("admit", i=0),
+            op("use", i=0),
+            op("finish", i=0),
+            op("drain"),
+            op("use", i=1),
+            op("read", i=1),
+        ],
+        # a decode block by block: the windows that leave it are slid except the policy's
+        # (kvstate/api_window.py), then the prefix hits up to its kept windows
+        "a decode slides the windows that leave it": [
+            op("request", i=0, n=L + 1, life=4),
+            op("admit", i=0),
+            op("use", i=0),
+            op("append", i=0, k=L),
+            op("append", i=0, k=(N - 2) * L),  # blocks 2..N-1 complete at once: 0 leaves
+            op("finish", i=0),
+            op("request", i=0, n=L + 1, life=4),
+            op("admit", i=0),
+            op("use", i=0),
+            op("append", i=0, k=(N - 1) * L),
+            op("finish", i=0),
+            *hit,
+        ],
+        "slide during a load": [  # an aborted admission's loads run on while a decode slides
+            *short,  # (the decode to N blocks slides block 0: outside the policy's windows)
+            op("request", i=1, n=full, life=1),
+            op("admit", i=1),
+            op("step", k=0),
+            op("abort", i=1),
+            op("request", i=0, n=L, life=4),
+            op("admit", i=0),
+            op("use", i=0),
+            op("append", i=0, k=3 * L),
+            op("drain"),
+            op("finish", i=0),
+            op("request", i=1, n=full, life=2),
+            op("admit", i=1),
+            op("drain"),
+            op("use", i=1),
+            op("read", i=1),
+        ],
+        "crash and restart, then a disk hit": [*to_disk, op("restart"), *hit],
+        "corrupt entry: truncated to the valid prefix": [
+            *to_disk,
+            op("corrupt", b=N - 1, kind=1),
+            *hit,
+        ],
+        "a host copy whose tail does not splice": [*to_host, op("host_tail", b=N - 1), *hit],
+        "truncated entry": [*to_disk, op("corrupt", b=N - 2, kind=0), *hit],
+        "header corruption, then a restart": [
+            *to_disk,
+            op("corrupt", b=N - 2, kind=2),
+            op("restart"),
+            *hit,
+        ],
+        "disk read error": [
+            *to_disk,
+            op("request", i=1, n=full, life=1),
+            op("admit", i=1),
+            op("read_error", b=0),
+            op("drain"),
+            op("use", i=1),
+            op("read", i=1),
+        ],
+        "abort from another thread inside use": [
+            *store,
+            op("request", i=1, n=full, life=1),
+            op("admit", i=1),
+            op("use", i=1),
+            op("abort_in_use", i=1),
+            op("read_released", i=1),
+        ],
+        "full disk": [*to_host, op("disk_full", on=1), op("spill", n=N)],
+        "caller reuses its token buffer": [
+            op("request", i=0, n=full, life=1),
+            op("mutate_tokens", i=0),
+            op("admit", i=0),
+            op("use", i=0),
+            op("finish", i=0),
+            *hit,
+        ],
+        "read after release": [*store, *hit, op("finish", i=1), op("read_released", i=1)],
+        # the same request admitted and in use again: its earlier run still must not read (a
+        # run is told apart by its admission, not by the slot or the request it shares)
+        "an older run of a request in use again": [
+            *store,
+            *hit,
+            op("finish", i=1),
+            op("admit", i=1),
+            op("use", i=1),
+            op("read_released", i=1),
+        ],
+        # the chain's stored windows and a foreign store's outgrow the N blocks' SWA pages:
+        # the least recently used window (the chain's deepest) is slid, its blocks kept, and
+        # the chain hits up to the last boundary whose window is still there
+        "an empty SWA pool slides the LRU window": [
+            *store,
+            op("foreign", ns=0, n=2 * L + 1),
+            *hit,
+            op("finish", i=1),
+        ],
+        "chains sharing blocks, in three namespaces": [
+            op("request", i=0, n=2 * L + 1, life=2),
+            op("admit", i=0),
+            op("use", i=0),
+            op("foreign", ns=0, n=full),
+            op("request", i=1, n=full, life=2),
+            op("admit", i=1),
+            op("use", i=1),
+            op("finish", i=0),
+            op("foreign", ns=1, n=2 * L + 1),
+            op("foreign", ns=0, n=full),
+            op("finish", i=1),
+            *hit,
+        ],
+        "every running disk load fails: the held-back ones start": [
+            *to_disk,
+            op("request", i=1, n=full, life=1),
+            op("admit", i=1),
+            op("read_error", b=0),
+            op("read_error", b=1),
+            op("drain"),
+            op("use", i=1),
+            op("read", i=1),
+        ],
+        # two blocks on disk, two on host: a spill and a drop of one take the least recently
+        # used (kvstate/api_orders.py); then the held-back disk loads start in queue order
+        # a hit's pins released deepest first: the deepest block is evicted first
+        "the LRU order after unpinning a hit": [
+            *store,
+            *hit,
+            op("finish", i=1),
+            op("tick", t=lease_max),
+            op("evict", n=1),
+            op("evict", n=1),
+        ],
+        "the documented orders: spill, drop, queued loads": [
+            *to_disk[:-1],
+            op("spill", n=1),
+            op("drop", n=1),
+            *hit,
+        ],
+        # prompts that differ from the chain in block 0 only (its last token, its first):
+        # neither may hit the chain, nor touch its blocks; then the chain hits as before
+        "prompts that differ early and agree later": [
+            *store,
+            op("variant", p=1, n=full),
+            op("variant", p=0, n=2 * L + 1),
+            op("variant", p=1, n=full),
+            *hit,
+        ],
+        # pools that run out partway through an operation: a store whose run finds the
+        # device slots leased (the rest is left to recompute), a recovery whose loads find no
+        # device room (the hit truncated), a spill that must drop the LRU disk entry first
+        "the device runs out partway through a store": [
+            op("pools", k=1),
+            *store[:-1],
+            op("request", i=1, n=full, life=lease_max),
+            op("admit", i=1),
+            op("use", i=1),
+            op("foreign", ns=0, n=full),
+            op("finish", i=1),
+            op("foreign", ns=1, n=full),
+            *hit,
+        ],
+        "the device runs out partway through a recovery": [
+            op("pools", k=2),
+            *to_disk,
+            op("foreign", ns=0, n=full),
+            *hit,
+        ],
+        "a spill to a full disk drops the LRU entry first": [
+            op("pools", k=4),
+            *to_disk,
+            op("foreign", ns=0, n=2 * L + 1),
+            op("tick", t=lease_max),
+            op("offload", n=N),
+            op("drain"),
+            op("spill", n=N),
+            *hit,
+        ],
+        # every public entry point sent a bad argument (kvstate/api_inputs.py), a Run live
+        "bad input at every entry point": [
+            op("request", i=0, n=full, life=1),
+            op("admit", i=0),
+            op("use", i=0),
+            *[op("bad_input", k=k) for k in range(len(CASES))],
+            op("finish", i=0),
+        ],
+        # each entry point's documented refusals, a released request and a hit run live
+        # (kvstate/api_args.py); then NumPy integers to the maintenance calls
+        "documented refusals of every entry point": [
+            *store,
+            op("request", i=1, n=full, life=2),
+            op("admit", i=1),
+            op("use", i=1),
+            *[op("refuse_arg", k=k) for k in range(len(ARG_CASES))],
+            op("finish", i=1),
+            op("tick_np", t=lease_max),
+            op("offload_np", n=1),
+            op("drain"),
+            op("spill_np", n=1),
+            op("drop_np", n=1),
+            op("evict_np", n=N),
+            *store,
+            op("tick_default", t=1),
+            *[op(f"{m}_default") for m in ("offload", "evict", "drop")],
+            op("drain"),
+            op("spill_default"),
+            op("drop_default"),
+        ],
+        # each stored form of an entry damaged (kvstate/api_damage.py): the hit stops before
+        **{
+            f"damaged {part} section of a disk entry": [
+                *to_disk,
+                op("damage", b=N - 1, part=k),
+                *hit,
+            ]
+            for k, part in enumerate(PARTS)
+        },
+        # readiness: a use tried after every single job step of a disk recovery (loads held
+        # back by the I/O cap, indexer rebuilds, the tail check) is refused until the last
+        # job it depends on has finished; likewise over a host recovery whose tail is damaged
+        "use tried at every step of a recovery": [
+            *to_disk,
+            op("request", i=1, n=full, life=2),
+            op("admit", i=1),
+            *[x for j in range(30) for x in (op("step", k=j % 2), op("use", i=1))],
+            op("drain"),
+            op("use", i=1),
+            op("read", i=1),
+        ],
+        "use tried at every step of a host recovery with a damaged tail": [
+            *to_host,
+            op("host_tail", b=1),
+            op("request", i=1, n=full, life=2),
+            op("admit", i=1),
+            *[x for j in range(8) for x in (op("step", k=j % 2), op("use", i=1))],
+            op("drain"),
+            op("use", i=1),
+            op("read", i=1),
+        ],
+        # authentic headers not of this layout (kvstate/api_stored.py): a restart drops them
+        **{
+            f"forged headers {k0}-{k0 + N - 1}, then a restart": [
+                *to_disk,
+                *[op("forge", b=b, k=k0 + b) for b in range(N)],
+                op("restart"),
+                *hit,
+            ]
+            for k0 in range(0, len(FORGERIES), N)
+        },
+        # one refused open of the directory at each restart (REFUSALS rotates with the step)
+        # the disk fills after one entry of a spill (kvstate/api_exhaust.py): one block spilled
+        # (out of blocks or of inodes by the trace's length: one witness for each)
+        **{
+            f"the disk fills partway through a spill{' (inodes)' if pad else ''}": [
+                *[op("tick", t=1)] * pad,
+                *to_host,
+                op("spill_fills", n=N),
+                op("disk_full", on=1),
+                op("spill", n=N),
+                op("disk_full", on=0),
+                *hit,
+            ]
+            for pad in (0, 1)
+        },
+        "refused opens at restarts": [*to_disk, *[op("restart") for _ in REFUSALS], *hit],
+        "an offload job raises: the library abandons it (the offload is cancelled)": [
+            *store,
+            op("offload", n=1),
+            *[op("read_error", b=b) for b in range(N)],
+            op("drain"),
+            *hit,
+        ],
+    }
