@@ -51,7 +51,9 @@ __all__ = [
 ]  # fmt: skip
 
 # the public classes' signatures with their declared types (the compiled classes keep none)
+from . import handles  # noqa: E402
 from .signatures import attach  # noqa: E402
 
-attach(globals()[name] for name in __all__)
+# (and the cache's base, whose ``append``, ``finish`` and ``abort`` the cache inherits)
+attach([*(globals()[name] for name in __all__), handles.RequestPath])
 del attach

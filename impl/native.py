@@ -25,7 +25,7 @@ from types import ModuleType
 
 # impl modules compiled by setup.py: the admit/use/finish path and what it calls per step
 COMPILED = (
-    "gate", "blocks", "recovery", "spills", "diskreads", "requests", "core", "cache", "coordinator", "meta", "storage", "events", "hashing", "guards", "tiers",
+    "gate", "blocks", "recovery", "spills", "diskreads", "requests", "core", "handles", "cache", "coordinator", "meta", "storage", "events", "hashing", "guards", "tiers",
     "groups", "args", "phasecodes", "_aot",
 )  # fmt: skip
 MANIFEST = "_native.json"

@@ -192,7 +192,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "gather_first_page_only",
         "block table built wrong",
-        "impl/cache.py",
+        "impl/handles.py",
         "                [s * ppl + i for s in self._block_table() for i in range(ppl)],",
         "                [s * ppl for s in self._block_table() for i in range(ppl)],",
         equivalent="small(): every slot group has one page per block (ppl == 1), so "
@@ -201,7 +201,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "block_table_reversed",
         "block table built wrong",
-        "impl/cache.py",
+        "impl/handles.py",
         "        return [slot[r] for r in self.rids]",
         "        return [slot[r] for r in reversed(self.rids)]",
     ),
@@ -317,7 +317,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "run_live_across_readmission",
         "stale run served",
-        "impl/cache.py",
+        "impl/handles.py",
         "            and req.admissions == self._seq\n",
         "            and True\n",
     ),
@@ -326,7 +326,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "block_table_after_release",
         "stale run served",
-        "impl/cache.py",
+        "impl/handles.py",
         '            self._check("block_table")\n',
         "            pass\n",
     ),
@@ -340,7 +340,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "wait_does_not_finalize",
         "pending admission reported ready",
-        "impl/cache.py",
+        "impl/handles.py",
         "        cache._finalize(self, timeout=wait)\n",
         "        pass\n",
     ),
@@ -473,7 +473,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "store_policy_end_off_by_one",
         "window policy asked for the wrong prefix",
-        "impl/cache.py",
+        "impl/handles.py",
         "        self.store.store_run(run, ticks, chain.blocks)",
         "        self.store.store_run(run, ticks, chain.blocks - 1)",
     ),
@@ -505,7 +505,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "finish_without_lock",
         "lock omitted",
-        "impl/cache.py",
+        "impl/handles.py",
         "        with self.core.lock:\n            self._finish_locked(req, store)",
         "        if self.core.lock:\n            self._finish_locked(req, store)",
     ),
@@ -546,7 +546,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "decode_slides_from_past_the_window",
         "window policy not applied",
-        "impl/cache.py",
+        "impl/handles.py",
         "max(0, before - W), max(0, n - W), n)",
         "max(0, before + W), max(0, n - W), n)",
     ),

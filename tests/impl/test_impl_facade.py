@@ -1,6 +1,7 @@
-"""``impl/cache.py`` is a façade over the core: it calls the public methods of the core's parts and
-never a private name defined in another module (``core._guard``, ``from .core import _USING``).
-Private names of the façade's own classes (``run._closed``) stay its own business.  The core and
+"""``impl/cache.py`` (and the handles it gives out, ``impl/handles.py``) is a façade over the core:
+it calls the public methods of the core's parts and never a private name defined in another
+module (``core._guard``, ``from .core import _USING``).  Private names of the façade's own
+classes (``run._closed``) stay its own business.  The core and
 its parts (the block store, recovery, the request table) talk to each other the same way; only
 the guard gate reads the views' private layout flag.  An AST walk, so a new reach into another
 module's private name fails here."""
@@ -51,7 +52,7 @@ def foreign_private_names(source: str) -> list[tuple[int, str]]:
 @pytest.mark.parametrize(
     "module",
     [
-        "cache", "core", "actions", "inspection", "blocks", "recovery", "spills", "diskreads",
+        "cache", "handles", "core", "actions", "inspection", "blocks", "recovery", "spills", "diskreads",
         "requests", "pipelines", "tiers",
     ],
 )  # fmt: skip
