@@ -116,7 +116,9 @@ class _MetaView(ReadOnly):
         return v
 
 
-_GROUP_READS = frozenset({"host_index", "build", "dev_index", "make_pages", "free_pages"})
+_GROUP_READS = frozenset(
+    {"host_index", "build", "dev_index", "make_pages", "free_pages", "map", "decode"}
+)
 _DISK_READS = frozenset({"read_header", "stem", "new_path", "header_mac"})
 
 
