@@ -4,7 +4,7 @@
 at a time, restored afterwards; the working tree is never edited), runs the API harness in a fresh interpreter on the pure-Python sources
 (``KVSTATE_PURE_PYTHON=1``) and reports the kill rate, the median time to the first finding and
 the median minimized trace length.  After a lockstep run that finds nothing, the child runs the
-threaded mode's schedule exploration too (:mod:`kvstate.api_schedule`; a kill there reports its
+threaded mode's schedule exploration too (:mod:`kvstate.targets.api.schedule`; a kill there reports its
 preemptions as the trace length).  Each mutant is one edit at the spot a real engine bug of its
 class lives (a missing pin, a reference count off by one, a slot freed without reset, a stale
 indexer version, a load marked complete early, a checksum never verified, a host copy without the
@@ -313,7 +313,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "        if in_lru:\n            self.lru.pop(rid, None)",
     ),
     # staleness by the admission's number; the harness admits an ended request
-    # again (kvstate/api_ops.py ``_do_admit``) for this one
+    # again (kvstate/targets/api/ops.py ``_do_admit``) for this one
     Mutant(
         "run_live_across_readmission",
         "stale run served",
@@ -344,7 +344,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "        cache._finalize(self, timeout=wait)\n",
         "        pass\n",
     ),
-    # the orders the library documents and the table leaves open (kvstate/api_orders.py)
+    # the orders the library documents and the table leaves open (kvstate/targets/api/orders.py)
     Mutant(
         "unpin_forward_order",
         "observable order: LRU after unpinning",
@@ -380,7 +380,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "            for rid in [*list(self.disk_lru), *list(self.host_lru)]:",
         "            for rid in [*list(self.host_lru), *list(self.disk_lru)]:",
     ),
-    # the identity of a prefix (kvstate/api_prefix.py)
+    # the identity of a prefix (kvstate/targets/api/prefix.py)
     Mutant(
         "key_skips_last_token",
         "prefix identity: part of a block unhashed",
@@ -395,7 +395,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "        h = blake(h + mv[k * width : (k + 1) * width], digest_size=KEY_BYTES).digest()",
         "        h = blake(parent + mv[k * width : (k + 1) * width], digest_size=KEY_BYTES).digest()",
     ),
-    # bad input at a public entry point (kvstate/api_inputs.py)
+    # bad input at a public entry point (kvstate/targets/api/inputs.py)
     Mutant(
         "integer_takes_bool",
         "bad input accepted",
@@ -418,7 +418,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "                pool.untake(pages[used:])  # as if the rest had never been taken",
         "                pass",
     ),
-    # what the library hands out besides reads (kvstate/api_handout.py)
+    # what the library hands out besides reads (kvstate/targets/api/handout.py)
     Mutant(
         "graph_row_not_repadded",
         "CUDA-graph row: stale padding",
@@ -440,7 +440,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "            for raw in raws:\n                self._deliver",
         "            for raw in raws[::-1]:\n                self._deliver",
     ),
-    # the graph protocol and events at delivery (kvstate/api_graphs.py, kvstate/api_delivery.py)
+    # the graph protocol and events at delivery (kvstate/targets/api/graphs.py, kvstate/targets/api/delivery.py)
     Mutant(
         "stale_graph_reported_mid_move",
         "event delivered before the move it reports",
@@ -477,7 +477,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "        self.store.store_run(run, ticks, chain.blocks)",
         "        self.store.store_run(run, ticks, chain.blocks - 1)",
     ),
-    # damage to each stored form on disk (kvstate/api_damage.py)
+    # damage to each stored form on disk (kvstate/targets/api/damage.py)
     Mutant(
         "window_mac_not_checked",
         "integrity: one stored form unchecked",
@@ -500,7 +500,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "            elif self._pending(adm):\n",
         "            elif False:\n",
     ),
-    # concurrency: killed by the threaded mode's schedules (kvstate/api_schedule.py), which the
+    # concurrency: killed by the threaded mode's schedules (kvstate/targets/api/schedule.py), which the
     # child runs after the lockstep run (the manual pipelines never wait, so only threads see)
     Mutant(
         "finish_without_lock",
@@ -517,7 +517,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "            self._after_load(rid, from_disk)\n",
     ),
     # refusals the table does not require (docs/generated-mutants.md): caught by asking the
-    # model whether the table refuses the call (kvstate/api_refusals.py), and by a run whose
+    # model whether the table refuses the call (kvstate/targets/api/refusals.py), and by a run whose
     # hits and reads all stayed at zero
     Mutant(
         "admit_refuses_idle_requests",
@@ -533,7 +533,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "            if s.phase == REQ_IDLE and s.request is None:",
         "            if s.phase == REQ_IDLE and s.request is not None:",
     ),
-    # argument checks (kvstate/api_args.py): a NaN timeout taken as a wait, a closed cache
+    # argument checks (kvstate/targets/api/args.py): a NaN timeout taken as a wait, a closed cache
     # that still answers (a changed default is planted by cosmic-ray's NumberReplacer only: a
     # default edited in the staged copy fails at import, before any check runs)
     Mutant(
@@ -557,7 +557,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "        self._open()\n        return self.core.stats()",
         "        return self.core.stats()",
     ),
-    # kvstate/api_stored.py: authentic headers not of this layout, the directory's refusals
+    # kvstate/targets/api/stored.py: authentic headers not of this layout, the directory's refusals
     Mutant(
         "header_unit_table_unchecked",
         "stored-form field never compared",
@@ -586,7 +586,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "                if (old.mtime_ns, old.path.name) > (e.mtime_ns, e.path.name):",
         "                if (old.mtime_ns, old.path.name) < (e.mtime_ns, e.path.name):",
     ),
-    # kvstate/api_exhaust.py: a disk full partway through a spill, counts, "up to n"
+    # kvstate/targets/api/exhaust.py: a disk full partway through a spill, counts, "up to n"
     Mutant(
         "spill_raises_after_partial",
         "exhaustion partway through a store",
@@ -680,9 +680,9 @@ def run_one(
 
 def child(profile: str, coverage: bool = True) -> None:
     """In the mutated interpreter: one harness run, the outcome as one JSON line."""
-    from kvstate.api_ops import OPS
-    from kvstate.api_run import run_api
     from kvstate.spec import default_table
+    from kvstate.targets.api.ops import OPS
+    from kvstate.targets.api.run import run_api
     from kvstate.testing.scratch import ram_scratch
     from kvstate.testing.threads import single_intraop_thread
 
@@ -712,7 +712,7 @@ def child(profile: str, coverage: bool = True) -> None:
         return
     f = res.finding
     if f is None:  # the threaded mode's schedules, as ``kvstate fuzz`` runs them after
-        from kvstate.api_schedule import PROFILE_SCHEDULES, explore
+        from kvstate.targets.api.schedule import PROFILE_SCHEDULES, explore
 
         x = explore(default_table(), 4, schedules=PROFILE_SCHEDULES[profile])
         if x.failing is not None:

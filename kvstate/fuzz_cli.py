@@ -1,6 +1,6 @@
 """``kvstate fuzz``: the target named by ``--target`` looked up in :data:`kvstate.targets.TARGETS`
 and run; what a run does is the target's (``kvstate/targets/<name>/``, the API's
-``kvstate/api_run.py``)."""
+``kvstate/targets/api/run.py``)."""
 
 from __future__ import annotations
 

@@ -255,9 +255,9 @@ def block_states(table: Table, n: int, steps: Sequence[Any]) -> list[tuple[str, 
 def api_states(table: Table, n: int, ops: Sequence[Any]) -> list[tuple[str, Any, Any]]:
     """The model's state after each operation of an API-target trace, on a fresh cache (the
     harness's replay), and after the final quiescence; up to the failing operation."""
-    from kvstate.api_base import Coverage
-    from kvstate.api_state import ApiHarness
     from kvstate.harness.finding import Nonconformance
+    from kvstate.targets.api.base import Coverage
+    from kvstate.targets.api.state import ApiHarness
 
     h = ApiHarness(table, n, coverage=Coverage())
     out: list[tuple[str, Any, Any]] = [("init", {}, h.model.values)]

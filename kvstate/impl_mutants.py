@@ -105,8 +105,8 @@ def api_fuzz(profile: str) -> dict[str, Any]:
     """The killing test: ``kvstate fuzz --target kvstate-api --profile PROFILE`` (the dev walk
     with seed 0, so that a verdict can be repeated), without minimizing what it finds; where
     that command also runs the threaded mode's schedules after the walk, they run here too."""
-    from kvstate.api_run import run_api
     from kvstate.spec import default_table
+    from kvstate.targets.api.run import run_api
 
     try:  # where the command's helpers live differs between versions of kvstate/cli
         from kvstate.cli.fuzz import long_lived_imports  # type: ignore[import-not-found]
@@ -118,7 +118,7 @@ def api_fuzz(profile: str) -> dict[str, Any]:
         f = res.finding
         if f is None:
             try:
-                from kvstate.api_schedule import run_profile  # type: ignore[import-not-found]
+                from kvstate.targets.api.schedule import run_profile  # type: ignore[import-not-found]
             except ImportError:
                 run_profile = None
             if run_profile is not None:

@@ -6,7 +6,7 @@ pipelines run jobs behind their back).  Each call must be *explained* by a seque
 table's actions whose guards hold at each step; this module says which sequences each call may
 take, as small regular expressions over action names (``|`` alternatives, ``*`` ``+`` ``?``,
 parentheses, and the macros below written in capitals).  The API harness
-(:mod:`kvstate.api_state`) searches those sequences on the reference model, with the
+(:mod:`kvstate.targets.api.state`) searches those sequences on the reference model, with the
 parameters the library chose (hit length, addresses, stored form), for one that ends in the
 state the library shows; nothing else in the project restates them.
 

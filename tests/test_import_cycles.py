@@ -1,7 +1,7 @@
 """No import cycles between the project's modules, type-only imports included.
 
 A cycle (``impl/blocks.py`` -> ``pipelines.py`` -> ``recovery.py`` -> ``blocks.py``, where the
-jobs called back into ``Recovery``; ``kvstate/api_harness.py`` <-> ``api_machine.py``) means no
+jobs called back into ``Recovery``; ``kvstate/targets/api/`` <-> ``targets/api/machine.py``) means no
 module of it can be read, tested or replaced alone, and an import order decides what works.
 The walk reads every ``import`` of every module under the checked folders (top level, under
 ``if TYPE_CHECKING:``, and inside functions: a deferred import is still a dependency) and

@@ -101,10 +101,10 @@ def test_the_check_can_fail() -> None:
 KNOWN = {
     "impl/cache.py": 2,
     "impl/handles.py": 7,
-    "kvstate/api_accounting.py": 1,
-    "kvstate/api_state.py": 4,
-    "kvstate/api_orders.py": 1,
-    "kvstate/api_ready.py": 1,
+    "kvstate/targets/api/accounting.py": 1,
+    "kvstate/targets/api/state.py": 4,
+    "kvstate/targets/api/orders.py": 1,
+    "kvstate/targets/api/ready.py": 1,
 }
 
 

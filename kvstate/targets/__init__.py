@@ -35,7 +35,7 @@ TARGETS: dict[str, Entry] = {
     for e in (
         Entry(
             "kvstate-api",
-            "kvstate.api_run:run_api_cli",
+            "kvstate.targets.api.run:run_api_cli",
             "the public API with bytes and faults",
             runs_allocator=True,
         ),

@@ -1,4 +1,4 @@
-"""Every entry point's documented refusals and argument forms (kvstate/api_args.py): the
+"""Every entry point's documented refusals and argument forms (kvstate/targets/api/args.py): the
 witness passes on the library, and each kind of wrong answer is a finding."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-import kvstate.api_args as api_args
-from kvstate.api_harness import OPS, ApiHarness, op, witnesses
+import kvstate.targets.api.args as api_args
 from kvstate.harness.finding import Nonconformance
 from kvstate.spec import default_table
+from kvstate.targets.api import OPS, ApiHarness, op, witnesses
 
 TABLE = default_table()
 N = 4

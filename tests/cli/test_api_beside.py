@@ -1,4 +1,4 @@
-"""The API fuzz run shared with a forked process (``kvstate/api_beside.py``, ``_run_beside``).
+"""The API fuzz run shared with a forked process (``kvstate/targets/api/beside.py``, ``_run_beside``).
 
 The split must check and count exactly what the run in place does, and report every finding
 exactly as the run in place reports it (found, numbered and blobbed by Hypothesis itself, or by
@@ -13,8 +13,10 @@ from typing import Any
 
 import pytest
 
-import kvstate.api_beside as ah
-from kvstate.api_harness import (
+import kvstate.targets.api.beside as ah
+from kvstate.harness.finding import Nonconformance
+from kvstate.spec import default_table
+from kvstate.targets.api import (
     OPS,
     ApiHarness,
     Coverage,
@@ -25,8 +27,6 @@ from kvstate.api_harness import (
     run_api,
     witnesses,
 )
-from kvstate.harness.finding import Nonconformance
-from kvstate.spec import default_table
 
 TABLE = default_table()
 N = 4

@@ -1,4 +1,4 @@
-"""The API harness's checks beyond refinement (kvstate/api_checks.py and its modules): each one
+"""The API harness's checks beyond refinement (kvstate/targets/api/checks.py and its modules): each one
 passes on the library and fails on a bug planted in a running cache."""
 
 from __future__ import annotations
@@ -6,13 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kvstate.api_damage import PARTS, _offset
-from kvstate.api_harness import ApiHarness, op, witnesses
-from kvstate.api_inputs import CASES
-from kvstate.api_prefix import variant_tokens
 from kvstate.harness.finding import Nonconformance
 from kvstate.impl.events import EventKind
 from kvstate.spec import default_table
+from kvstate.targets.api import ApiHarness, op, witnesses
+from kvstate.targets.api.damage import PARTS, _offset
+from kvstate.targets.api.inputs import CASES
+from kvstate.targets.api.prefix import variant_tokens
 
 TABLE = default_table()
 N = 4
@@ -65,7 +65,7 @@ def _stored() -> ApiHarness:
 def test_an_eviction_that_passes_over_the_lru_block_is_an_order_finding() -> None:
     """A finish releases its chain deepest block first: block N-1 is the least recently used.
     Evicting block 0 while the table lets N-1 go is what a most-recent-first LRU does."""
-    from kvstate.api_orders import OrderHook
+    from kvstate.targets.api.orders import OrderHook
 
     h = _stored()
     try:
@@ -84,7 +84,7 @@ def test_an_eviction_that_passes_over_the_lru_block_is_an_order_finding() -> Non
 
 
 def test_an_event_not_delivered_as_logged_is_a_finding() -> None:
-    from kvstate.api_handout import Events
+    from kvstate.targets.api.handout import Events
 
     h = ApiHarness(TABLE, N)
     try:
@@ -110,7 +110,7 @@ def test_variant_differs_from_the_chain_in_one_token_of_block_0() -> None:
 
 
 def test_every_bad_input_is_refused_and_one_accepted_is_a_finding(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    import kvstate.api_inputs as inputs
+    import kvstate.targets.api.inputs as inputs
 
     ops = [*STORE[:3], *[op("bad_input", k=k) for k in range(len(CASES))]]
     assert _run(ops) is None

@@ -1,12 +1,12 @@
-"""The CUDA-graph operations and the events checked at delivery (kvstate/api_graphs.py,
-kvstate/api_delivery.py): they pass on the library and fail on a fault planted in a live cache."""
+"""The CUDA-graph operations and the events checked at delivery (kvstate/targets/api/graphs.py,
+kvstate/targets/api/delivery.py): they pass on the library and fail on a fault planted in a live cache."""
 
 from __future__ import annotations
 
-from kvstate.api_harness import ApiHarness, op, witnesses
 from kvstate.harness.finding import Nonconformance
 from kvstate.impl.events import EventKind
 from kvstate.spec import default_table
+from kvstate.targets.api import ApiHarness, op, witnesses
 
 TABLE = default_table()
 N = 4
@@ -56,7 +56,7 @@ def test_a_replay_refused_on_a_captured_graph_is_a_finding() -> None:
 def test_an_event_delivered_before_its_action_is_a_finding() -> None:
     """A ``stored`` event for a chain block that is not stored yet (delivered ahead of the
     commit it reports) is seen at delivery, whatever the call ends with."""
-    from kvstate.api_delivery import Delivery
+    from kvstate.targets.api.delivery import Delivery
 
     h = ApiHarness(TABLE, N)
     try:

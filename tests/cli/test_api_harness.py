@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import pytest
 
-from kvstate.api_harness import (
+from kvstate.model.apimap import Explainer, compile_patterns
+from kvstate.model.concrete import Machine
+from kvstate.spec import default_table
+from kvstate.spec.api import API
+from kvstate.targets.api import (
     OPS,
     ApiHarness,
     Coverage,
@@ -21,10 +25,6 @@ from kvstate.api_harness import (
     summary_lines,
     witnesses,
 )
-from kvstate.model.apimap import Explainer, compile_patterns
-from kvstate.model.concrete import Machine
-from kvstate.spec import default_table
-from kvstate.spec.api import API
 
 TABLE = default_table()
 N = 4
@@ -181,7 +181,7 @@ def test_drain_is_explained_job_step_by_job_step() -> None:
     """A drain's every job step is explained from the model's state after the previous one,
     and the parts together are a word of ``drain``: a change undone by a later job step of the
     same drain is found (one explanation of the whole drain would see only its end)."""
-    import kvstate.api_ops as ah
+    import kvstate.targets.api.ops as ah
 
     h = _to_a_drain_of_loads()
     try:
@@ -290,7 +290,7 @@ def test_planted_mutants_are_killed() -> None:
 
 
 def test_threads_conform() -> None:
-    from kvstate.api_threads import run_threads
+    from kvstate.targets.api.threads import run_threads
 
     for seed in range(2):
         r = run_threads(TABLE, N, seed=seed)
@@ -300,7 +300,7 @@ def test_threads_conform() -> None:
 
 def test_threads_check_finds_a_change_outside_the_lock() -> None:
     """Mutation check of the lock-order linearization: a generation bumped behind the lock."""
-    from kvstate.api_threads import run_threads
+    from kvstate.targets.api.threads import run_threads
 
     def tamper(h: ApiHarness) -> None:
         h.hooks.poke("gen", h.rids[0], h.view.meta.gen[h.rids[0]] + 1)
@@ -463,8 +463,8 @@ def test_the_table_refuses_an_admit_only_without_an_idle_request_slot() -> None:
 def test_a_run_that_reached_nothing_fails() -> None:
     """Anti-vacuity from the run's own counters: no hit used, no read checked, an operation
     whose every call was refused (one whose table call has no empty way)."""
-    from kvstate.api_harness import MAPPING
-    from kvstate.api_refusals import vacuous
+    from kvstate.targets.api import MAPPING
+    from kvstate.targets.api.refusals import vacuous
 
     ex = Explainer(Machine(TABLE, N))
     empty = {c for c, (nfa, s, a) in ex.nfas.items() if a in nfa.closure([s])}

@@ -1,4 +1,4 @@
-"""The threaded mode's schedule exploration (kvstate/api_schedule.py, kvstate/api_sched.py):
+"""The threaded mode's schedule exploration (kvstate/targets/api/schedule.py, kvstate/targets/api/sched.py):
 the unplanted library passes, a planted lock omission, a planted lost wake-up and a planted
 atomicity violation (a check and its act in two sections) are caught,
 a schedule replays exactly, and the scheduler itself finds a lock-order deadlock."""
@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from kvstate.api_harness import ApiHarness
-from kvstate.api_sched import SchedCondition, SchedLock, Scheduler
-from kvstate.api_schedule import explore, run_schedule
 from kvstate.spec import default_table
+from kvstate.targets.api import ApiHarness
+from kvstate.targets.api.sched import SchedCondition, SchedLock, Scheduler
+from kvstate.targets.api.schedule import explore, run_schedule
 
 TABLE = default_table()
 

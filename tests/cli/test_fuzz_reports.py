@@ -10,11 +10,11 @@ from xml.etree import ElementTree as ET
 
 import pytest
 
-from kvstate.api_harness import Op, parse_ops
 from kvstate.calls import parse_calls
 from kvstate.cli import main
 from kvstate.fuzz_report import SCHEMA, api_states, spec_location
 from kvstate.spec import default_table, small
+from kvstate.targets.api import Op, parse_ops
 
 BUG = "use_before_load_complete"  # the coverage pass finds it in ~1 s (docs/fuzz.md)
 
@@ -137,9 +137,9 @@ def test_api_target_reports(tmp_path):
     import argparse
     from collections import Counter
 
-    from kvstate.api_harness import Coverage, RunResult
     from kvstate.fuzz_report import api_outcome, emit
     from kvstate.harness.finding import Nonconformance
+    from kvstate.targets.api import Coverage, RunResult
 
     table = default_table(small())
     ops = parse_ops(f"request(i=0, n={2 * table.consts.L + 1}, life=1); admit(i=0)")

@@ -3,7 +3,7 @@
 An engine recaptures its CUDA graph when the cache reports it stale.  The event used to be
 delivered in the middle of the move (before the record's new address and phase were written),
 so a subscriber recapturing at once recorded the old address: the graph was CAPTURED over a
-buffer that had moved, and its replay was allowed (found by ``kvstate/api_delivery.py``).
+buffer that had moved, and its replay was allowed (found by ``kvstate/targets/api/delivery.py``).
 """
 
 from __future__ import annotations

@@ -12,10 +12,10 @@ import random
 from collections.abc import Mapping
 from typing import Any
 
-from kvstate.api_harness import ApiHarness, witnesses
 from kvstate.model.apimap import Explainer, Explanation, _Ask, _by_var, _frozen_items
 from kvstate.spec import default_table
 from kvstate.spec.state import ConcreteState
+from kvstate.targets.api import ApiHarness, witnesses
 
 TABLE = default_table()
 N = 4

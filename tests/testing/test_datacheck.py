@@ -7,8 +7,8 @@ from typing import Any
 
 import torch
 
-from kvstate.api_harness import ApiHarness, witnesses
 from kvstate.spec import default_table
+from kvstate.targets.api import ApiHarness, witnesses
 from kvstate.testing.datacheck import verify_run
 
 TABLE = default_table()

@@ -43,8 +43,8 @@ from kvstate.model.apimap import Explainer, state_diff, with_ghosts
 from kvstate.model.concrete import Machine
 from kvstate.spec.table import Table
 
-from .api_base import NAMESPACE
-from .api_state import ApiHarness
+from .base import NAMESPACE
+from .state import ApiHarness
 
 
 class RecordingLock:

@@ -1,5 +1,5 @@
 """The harness's operations: one handler per name (``OPS``), each driving the public API for
-``h`` (:class:`kvstate.api_state.ApiHarness`) and returning the request it concerns; the API
+``h`` (:class:`kvstate.targets.api.state.ApiHarness`) and returning the request it concerns; the API
 calls each is explained by (``MAPPING``, read against ``spec/api.py``); the faults each
 operation injects (``FAULT_OPS``); and :func:`parse_ops`, which reads traces as reports print
 them.
@@ -14,18 +14,18 @@ from typing import Any
 
 import numpy as np
 
-from kvstate.api_args import NP_OPS, do_refuse_arg
-from kvstate.api_base import NAMESPACE, OTHER_NAMESPACE, Harness, Live, Op
-from kvstate.api_damage import do_damage
-from kvstate.api_exhaust import do_spill_fills
-from kvstate.api_faults import _InjectedJobError, _jobs, _step_job
-from kvstate.api_graphs import do_capture, do_recapture, do_replay
-from kvstate.api_inputs import do_bad_input
-from kvstate.api_pools import do_pools
-from kvstate.api_prefix import do_variant, read_outside_chain
-from kvstate.api_stored import at_restart, do_forge
 from kvstate.calls import parse_calls
 from kvstate.spec.phases import CKV, Req
+from kvstate.targets.api.args import NP_OPS, do_refuse_arg
+from kvstate.targets.api.base import NAMESPACE, OTHER_NAMESPACE, Harness, Live, Op
+from kvstate.targets.api.damage import do_damage
+from kvstate.targets.api.exhaust import do_spill_fills
+from kvstate.targets.api.faults import _InjectedJobError, _jobs, _step_job
+from kvstate.targets.api.graphs import do_capture, do_recapture, do_replay
+from kvstate.targets.api.inputs import do_bad_input
+from kvstate.targets.api.pools import do_pools
+from kvstate.targets.api.prefix import do_variant, read_outside_chain
+from kvstate.targets.api.stored import at_restart, do_forge
 
 
 def parse_ops(text: str) -> list[Op]:
@@ -222,7 +222,7 @@ def _do_tick(h: Harness, o: Op) -> int | None:
 
 def _maint(name: str) -> Callable[[Harness, Op], int | None]:
     def do(h: Harness, o: Op) -> int | None:
-        h.returned = getattr(h.cache, name)(o.arg("n"))  # (kvstate/api_exhaust.py)
+        h.returned = getattr(h.cache, name)(o.arg("n"))  # (kvstate/targets/api/exhaust.py)
         return None
 
     return do
@@ -336,7 +336,7 @@ def _do_restart(h: Harness, o: Op) -> int | None:
         h.released = [None] * h.R
         h.done = [None] * h.R
         _plant_files(h, len(h.steps))
-        at_restart(h, len(h.steps))  # kvstate/api_stored.py: a refused open, our leftovers
+        at_restart(h, len(h.steps))  # kvstate/targets/api/stored.py: a refused open, our leftovers
         h._open()
     return None
 
@@ -390,7 +390,7 @@ OPS: dict[str, Callable[[Harness, Op], int | None]] = {
     "restart": _do_restart,
     "variant": do_variant,
     "bad_input": do_bad_input,
-    "refuse_arg": do_refuse_arg,  # kvstate/api_args.py
+    "refuse_arg": do_refuse_arg,  # kvstate/targets/api/args.py
     **{k: do for k, (do, _) in NP_OPS.items()},
     "pools": do_pools,
     "damage": do_damage,
@@ -403,14 +403,14 @@ OPS: dict[str, Callable[[Harness, Op], int | None]] = {
 # which spec/api.py entry explains each operation
 MAPPING: dict[str, str] = {
     "foreign": "foreign",
-    "spill_fills": "spill",  # the disk full after one write (kvstate/api_exhaust.py)
-    "forge": "corrupt",  # an authentic header not of this layout (kvstate/api_stored.py)
-    "damage": "corrupt",  # one section of an entry (kvstate/api_damage.py)
-    "pools": "read",  # a fresh cache resized (kvstate/api_pools.py)
-    "bad_input": "read",  # refused, nothing changes (kvstate/api_inputs.py)
-    "refuse_arg": "read",  # refused, or a read answered alike (kvstate/api_args.py)
+    "spill_fills": "spill",  # the disk full after one write (kvstate/targets/api/exhaust.py)
+    "forge": "corrupt",  # an authentic header not of this layout (kvstate/targets/api/stored.py)
+    "damage": "corrupt",  # one section of an entry (kvstate/targets/api/damage.py)
+    "pools": "read",  # a fresh cache resized (kvstate/targets/api/pools.py)
+    "bad_input": "read",  # refused, nothing changes (kvstate/targets/api/inputs.py)
+    "refuse_arg": "read",  # refused, or a read answered alike (kvstate/targets/api/args.py)
     **{k: call for k, (_, call) in NP_OPS.items()},
-    "variant": "foreign",  # a prompt sharing no block with the chain (kvstate/api_prefix.py)
+    "variant": "foreign",  # a prompt sharing no block with the chain (kvstate/targets/api/prefix.py)
     **{
         k: k
         for k in (

@@ -18,7 +18,7 @@ What the scheduler itself reports (``problems``): a *lost wake-up* (a waiter who
 holds once a critical section ends, yet nobody notified it), a *deadlock* (no thread can run
 while a caller still waits, its wait having no timeout), and a thread's exception.  The cache
 itself is never edited: the primitives are put in through its public ``lock`` / ``changed``
-setters and the executors' queue attribute (:mod:`kvstate.api_schedule`).
+setters and the executors' queue attribute (:mod:`kvstate.targets.api.schedule`).
 """
 
 from __future__ import annotations

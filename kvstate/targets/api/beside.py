@@ -13,10 +13,10 @@ from typing import Any
 
 from hypothesis import settings
 
-from kvstate.api_base import Coverage, Op
-from kvstate.api_explore import _coverage_pass, _example, _hypothesis, _Recorder
 from kvstate.harness.finding import Nonconformance
 from kvstate.spec.table import Table
+from kvstate.targets.api.base import Coverage, Op
+from kvstate.targets.api.explore import _coverage_pass, _example, _hypothesis, _Recorder
 
 
 def _second_cpu() -> bool:

@@ -8,7 +8,7 @@ slides from the wrong block on: the window pool then fills with windows no hit c
 later stores slide the ones a hit needs.  After every ``append`` that completed a block, each
 chain block that left the window during the call and that the policy does not keep must have
 been slid, unless the table's ``slide`` guard holds it (pinned, or not READY).  Committed blocks
-are checked as ``finish``'s are (:mod:`kvstate.api_memo`): kept exactly when the policy keeps
+are checked as ``finish``'s are (:mod:`kvstate.targets.api.memo`): kept exactly when the policy keeps
 them.
 """
 
@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kvstate.api_base import CallCheck
 from kvstate.spec.phases import Swa
 from kvstate.spec.state import ConcreteState
+from kvstate.targets.api.base import CallCheck
 
 Step = tuple[str, dict[str, int]]
 

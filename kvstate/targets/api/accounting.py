@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import os
 
-from kvstate.api_base import Harness
 from kvstate.spec.phases import CKV, Indexer, Pipe, Swa
+from kvstate.targets.api.base import Harness
 
 
 def accounting(h: Harness) -> list[str]:

@@ -3,7 +3,7 @@
 Its own module, kept small: Hypothesis derives a derandomized run's examples from the state
 machine class's source, which ``inspect.getsource`` finds by parsing the whole module the class
 is in, once per run (a module of 1,900 lines: about 35 ms).  The class's text is what it was in
-``kvstate/api_harness.py``, so the digest, and the examples ``--profile ci`` draws, are the same.
+``kvstate/targets/api/``, so the digest, and the examples ``--profile ci`` draws, are the same.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from typing import Any
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
-from kvstate.api_base import Coverage, Op, op
-from kvstate.api_ops import OPS
-from kvstate.api_state import _HARNESS
-from kvstate.api_stored import FORGERIES
 from kvstate.spec.table import Table
+from kvstate.targets.api.base import Coverage, Op, op
+from kvstate.targets.api.ops import OPS
+from kvstate.targets.api.state import _HARNESS
+from kvstate.targets.api.stored import FORGERIES
 
 
 def build_machine(
@@ -108,15 +108,15 @@ def build_machine(
     add("disk_full", on=st.integers(0, 1))
     add("spill_fills", n=st.integers(1, N))
     add("restart")
-    from kvstate.api_graphs import graph_actions
+    from kvstate.targets.api.graphs import graph_actions
 
-    for g in graph_actions(table):  # kvstate/api_graphs.py
+    for g in graph_actions(table):  # kvstate/targets/api/graphs.py
         add(g)
 
     if seeds:
         seed_list = [list(s) for s in seeds]
 
-        # the pools' sizes (kvstate/api_pools.py: the first operation, a no-op elsewhere)
+        # the pools' sizes (kvstate/targets/api/pools.py: the first operation, a no-op elsewhere)
         @initialize(w=st.sampled_from(range(-1, len(seed_list))), k=st.integers(0, 4))
         def warm_up(self: Any, w: int, k: int) -> None:
             if "pools" in allowed and k:

@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kvstate.api_base import CallCheck
 from kvstate.spec.state import ConcreteState
+from kvstate.targets.api.base import CallCheck
 
 Step = tuple[str, dict[str, int]]
 JOBS = ("load_progress", "load_done", "load_fail", "rebuild_start", "rebuild_done", "load_start")

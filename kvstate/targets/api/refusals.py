@@ -8,7 +8,7 @@ refuse the call in the state before it: a call with a way through its patterns w
 guard holds is not one the library may refuse (a refusal naming an action the call's patterns
 never take comes from a part of the call outside the model, and is left alone).  ``NotReady`` is left out: it says "not yet"
 (a recovery job still runs, the splice check of a restored tail among them, which the table
-does not model), and a ``use`` that gives up waiting is checked by ``kvstate/api_ready.py``.
+does not model), and a ``use`` that gives up waiting is checked by ``kvstate/targets/api/ready.py``.
 :func:`vacuous` fails a run whose own counters show it never reached what it checks.
 """
 
@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kvstate.api_base import CallCheck
 from kvstate.model.apirefuse import a_way
+from kvstate.targets.api.base import CallCheck
 
 
 class RefusalRequired(CallCheck):

@@ -1,6 +1,6 @@
 """Integrity of every stored form, and the cache directory's refusals, as the API harness checks them.
 
-``corrupt`` and ``damage`` (kvstate/api_ops.py, kvstate/api_damage.py) break an entry the
+``corrupt`` and ``damage`` (kvstate/targets/api/ops.py, kvstate/targets/api/damage.py) break an entry the
 way a disk does: a MAC then fails.  What a MAC does not decide is left unchecked by them: a
 header that is *authentic* (written under the directory's key, as a buggy or older writer of the
 same key would) but whose fields are not this cache's layout, and the files a directory holds
@@ -34,7 +34,7 @@ import shutil
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from kvstate.api_base import CallCheck
+from kvstate.targets.api.base import CallCheck
 
 
 def _disk_private(h: Any) -> tuple[Any, Callable[[bytes], bytes], Any]:

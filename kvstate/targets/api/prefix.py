@@ -37,8 +37,8 @@ def use_or_give_up(h: Any, req: Any) -> Any:
     when driven: its own jobs (none is on a chain block) are driven to their end, as an engine
     would before using it, so the call, like ``foreign``'s mapping (``ROOM*``), leaves neither
     a request nor a job behind; ``None`` (the request given up) if it still waits."""
-    from kvstate.api_faults import _jobs, _step_job
     from kvstate.impl.errors import NotReady
+    from kvstate.targets.api.faults import _jobs, _step_job
 
     chain = set(h.rids)
     for _ in range(10_000):
@@ -79,7 +79,7 @@ def read_outside_chain(h: Any, req: Any, want: np.ndarray, what: str) -> bool:
 
 
 def do_variant(h: Any, o: Any) -> int | None:
-    from kvstate.api_base import NAMESPACE
+    from kvstate.targets.api.base import NAMESPACE
 
     p, n = o.arg("p") % len(POSITIONS), o.arg("n")
     want = variant_tokens(h.tokens, h.L, n, p)

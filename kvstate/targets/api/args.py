@@ -1,6 +1,6 @@
 """Every public entry point's documented refusals, and the argument forms it must accept alike.
 
-:mod:`kvstate.api_inputs` sends one bad value per entry point and requires ``InvalidArgument``.
+:mod:`kvstate.targets.api.inputs` sends one bad value per entry point and requires ``InvalidArgument``.
 The README's contract is wider: each entry point refuses a wrong type, a NumPy bool, a value out
 of range, a released or foreign handle and a closed cache with its *own* documented error
 (``InvalidArgument``, ``UnknownRequest``, ``AlreadyReleased``, ``Refused``, ``CacheClosed``,
@@ -27,9 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from kvstate.api_base import CallCheck
-from kvstate.api_inputs import _cache
 from kvstate.spec.state import ConcreteState
+from kvstate.targets.api.base import CallCheck
+from kvstate.targets.api.inputs import _cache
 
 Step = tuple[str, dict[str, int]]
 

@@ -6,10 +6,10 @@ request threads (request, admit, ``use`` waiting for its recovery, reads byte-ch
 pinned, finish or abort), a maintenance thread (``tick``, ``offload``, ``spill``, ``evict``,
 ``drop``, ``stats``), a thread aborting the others' requests, and the pipelines' own worker
 loops (``Executor._work``: CPU, I/O, DMA) completing loads and offloads.  The scheduler
-(:mod:`kvstate.api_sched`) runs them one at a time and switches only at the cache lock's acquire
+(:mod:`kvstate.targets.api.sched`) runs them one at a time and switches only at the cache lock's acquire
 and release, its condition's wait and notify, and the job queues' put and get, following the
 drawn list of choices.  After each schedule the checks are the threaded mode's
-(:mod:`kvstate.api_threads`): the lock's sections connect and each is explained on the model
+(:mod:`kvstate.targets.api.threads`): the lock's sections connect and each is explained on the model
 by its thread's call (the lock gives the linearization), a call that raised a documented error
 changed nothing, every read returns the request's own bytes while its pins hold, and at
 quiescence (every lease run out, everything evicted and dropped through the API) every pool is
@@ -18,7 +18,7 @@ whose condition holds when a section ends was notified), no deadlock, no job lef
 every worker idle.
 
 ``kvstate fuzz --target kvstate-api --profile ci`` runs :data:`CI_SCHEDULES` of them after the
-lockstep run (derandomized: the same schedules every run); ``python -m kvstate.api_schedule``
+lockstep run (derandomized: the same schedules every run); ``python -m kvstate.targets.api.schedule``
 runs them alone (``--schedules``, ``--seed``, ``--replay CHOICES``).
 """
 
@@ -37,10 +37,10 @@ import numpy as np
 
 from kvstate.spec.table import Table
 
-from .api_base import NAMESPACE
-from .api_sched import Hung, SchedCondition, SchedLock, SchedQueue, Scheduler
-from .api_state import ApiHarness
-from .api_threads import _Recorder, explain_sections
+from .base import NAMESPACE
+from .sched import Hung, SchedCondition, SchedLock, SchedQueue, Scheduler
+from .state import ApiHarness
+from .threads import _Recorder, explain_sections
 
 CI_SCHEDULES = 40  # ``--profile ci``: about 10 s of the API target's run (see docs)
 PROFILE_SCHEDULES = {"ci": CI_SCHEDULES, "dev": 400, "nightly": 4000}
@@ -369,7 +369,7 @@ def summary(x: Exploration) -> list[str]:
             f"{x.to_first:.1f} s)",
             *(f"  {p}" for p in x.problems[:5]),
             f"  schedule:  scenario {scen}, choices {','.join(map(str, choices)) or '(none)'}",
-            "  replay:    python -m kvstate.api_schedule --scenario "
+            "  replay:    python -m kvstate.targets.api.schedule --scenario "
             f"{scen} --replay '{','.join(map(str, choices))}'",
         ]
     return [
@@ -391,7 +391,7 @@ def run_profile(table: Table, N: int, profile: str, seed: int | None) -> tuple[b
 def main(argv: list[str] | None = None) -> int:
     from kvstate.spec import default_table
 
-    ap = argparse.ArgumentParser(prog="python -m kvstate.api_schedule", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m kvstate.targets.api.schedule", description=__doc__)
     ap.add_argument("--schedules", type=int, default=CI_SCHEDULES)
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--pool", type=int, default=4)

@@ -9,7 +9,7 @@ import errno
 import threading
 from typing import Any
 
-from kvstate.api_base import Harness
+from kvstate.targets.api.base import Harness
 
 _FULL = threading.local()  # on: this thread's disk writes fail (the disk is full)
 

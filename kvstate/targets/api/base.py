@@ -3,7 +3,7 @@
 An operation (:class:`Op`, :func:`op`), a harness request's live state (:class:`Live`), the
 coverage counters (:class:`Coverage`), the cache namespaces, the chain's block events of each
 action, and the hook protocol of the checks around every call (:class:`CallCheck`).  The
-harness itself (:class:`kvstate.api_state.ApiHarness`) reaches the operations and checks as
+harness itself (:class:`kvstate.targets.api.state.ApiHarness`) reaches the operations and checks as
 ``h``, typed :data:`Harness` here: a module below the harness cannot name its class without
 importing it, which is the cycle this module exists to prevent.
 """
@@ -87,12 +87,12 @@ _EVENTS_OF: dict[str, tuple[tuple[str, str], ...]] = {
     "drop": (("removed", "drop"),),
 }
 
-# The harness (:class:`kvstate.api_state.ApiHarness`) as the operations, checks and fault
+# The harness (:class:`kvstate.targets.api.state.ApiHarness`) as the operations, checks and fault
 # installers see it: they take it as ``h`` and never import it back (no import cycle).
 Harness = Any
 
 
-# ---- the hook protocol: the checks around every operation (kvstate/api_checks.py) --------------
+# ---- the hook protocol: the checks around every operation (kvstate/targets/api/checks.py) --------------
 Step = tuple[str, dict[str, int]]
 
 

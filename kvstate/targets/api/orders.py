@@ -30,9 +30,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from kvstate.api_base import CallCheck
 from kvstate.spec.phases import CKV
 from kvstate.spec.state import ConcreteState
+from kvstate.targets.api.base import CallCheck
 
 Step = tuple[str, dict[str, int]]
 # the actions whose picks the library documents, and the recency list each one takes from
@@ -185,7 +185,7 @@ class OrderCheck:
 
 
 class OrderHook(CallCheck):
-    """:class:`OrderCheck` around the harness's calls (:mod:`kvstate.api_checks`)."""
+    """:class:`OrderCheck` around the harness's calls (:mod:`kvstate.targets.api.checks`)."""
 
     def __init__(self, h: Any) -> None:
         self.check = OrderCheck(h.machine, h.N, h.L)

@@ -6,7 +6,7 @@ table's ``STORE`` lets a stored block's window be slid or kept (``slide?``), so 
 cannot see a memo that answers for the wrong span; the policy can.  After every ``finish``,
 each block the call committed keeps its window (VALID) exactly when the spec's policy, asked
 afresh for that block in a prefix of the request's chain length, keeps it.  (The graph rows'
-memo is checked in :mod:`kvstate.api_handout`: a row is compared with the Run after every use.)
+memo is checked in :mod:`kvstate.targets.api.handout`: a row is compared with the Run after every use.)
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kvstate.api_base import CallCheck
 from kvstate.spec.phases import Swa
 from kvstate.spec.state import ConcreteState
+from kvstate.targets.api.base import CallCheck
 
 Step = tuple[str, dict[str, int]]
 

@@ -5,11 +5,11 @@ every run and replayed in lockstep by the coverage pass.
 
 from __future__ import annotations
 
-from kvstate.api_args import CASES as ARG_CASES
-from kvstate.api_base import Op, op
-from kvstate.api_damage import PARTS
-from kvstate.api_inputs import CASES
-from kvstate.api_stored import FORGERIES, REFUSALS
+from kvstate.targets.api.args import CASES as ARG_CASES
+from kvstate.targets.api.base import Op, op
+from kvstate.targets.api.damage import PARTS
+from kvstate.targets.api.inputs import CASES
+from kvstate.targets.api.stored import FORGERIES, REFUSALS
 
 
 def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[Op]]:
@@ -42,7 +42,7 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[Op]]:
         *to_disk[len(to_host) :],
     ]
     return {
-        # kvstate/api_graphs.py: captured over a running request's row, staled by the disk
+        # kvstate/targets/api/graphs.py: captured over a running request's row, staled by the disk
         # loads of another request (into other slots), refused, recaptured, replayed
         "a graph staled by a load": [
             op("capture"),
@@ -80,7 +80,7 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[Op]]:
             op("read", i=1),
         ],
         # a decode block by block: the windows that leave it are slid except the policy's
-        # (kvstate/api_window.py), then the prefix hits up to its kept windows
+        # (kvstate/targets/api/window.py), then the prefix hits up to its kept windows
         "a decode slides the windows that leave it": [
             op("request", i=0, n=L + 1, life=4),
             op("admit", i=0),
@@ -198,7 +198,7 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[Op]]:
             op("read", i=1),
         ],
         # two blocks on disk, two on host: a spill and a drop of one take the least recently
-        # used (kvstate/api_orders.py); then the held-back disk loads start in queue order
+        # used (kvstate/targets/api/orders.py); then the held-back disk loads start in queue order
         # a hit's pins released deepest first: the deepest block is evicted first
         "the LRU order after unpinning a hit": [
             *store,
@@ -253,7 +253,7 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[Op]]:
             op("spill", n=N),
             *hit,
         ],
-        # every public entry point sent a bad argument (kvstate/api_inputs.py), a Run live
+        # every public entry point sent a bad argument (kvstate/targets/api/inputs.py), a Run live
         "bad input at every entry point": [
             op("request", i=0, n=full, life=1),
             op("admit", i=0),
@@ -262,7 +262,7 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[Op]]:
             op("finish", i=0),
         ],
         # each entry point's documented refusals, a released request and a hit run live
-        # (kvstate/api_args.py); then NumPy integers to the maintenance calls
+        # (kvstate/targets/api/args.py); then NumPy integers to the maintenance calls
         "documented refusals of every entry point": [
             *store,
             op("request", i=1, n=full, life=2),
@@ -283,7 +283,7 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[Op]]:
             op("spill_default"),
             op("drop_default"),
         ],
-        # each stored form of an entry damaged (kvstate/api_damage.py): the hit stops before
+        # each stored form of an entry damaged (kvstate/targets/api/damage.py): the hit stops before
         **{
             f"damaged {part} section of a disk entry": [
                 *to_disk,
@@ -314,7 +314,7 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[Op]]:
             op("use", i=1),
             op("read", i=1),
         ],
-        # authentic headers not of this layout (kvstate/api_stored.py): a restart drops them
+        # authentic headers not of this layout (kvstate/targets/api/stored.py): a restart drops them
         **{
             f"forged headers {k0}-{k0 + N - 1}, then a restart": [
                 *to_disk,
@@ -325,7 +325,7 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[Op]]:
             for k0 in range(0, len(FORGERIES), N)
         },
         # one refused open of the directory at each restart (REFUSALS rotates with the step)
-        # the disk fills after one entry of a spill (kvstate/api_exhaust.py): one block spilled
+        # the disk fills after one entry of a spill (kvstate/targets/api/exhaust.py): one block spilled
         # (out of blocks or of inodes by the trace's length: one witness for each)
         **{
             f"the disk fills partway through a spill{' (inodes)' if pad else ''}": [

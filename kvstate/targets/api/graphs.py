@@ -26,8 +26,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kvstate.api_base import CallCheck
 from kvstate.spec.state import ConcreteState
+from kvstate.targets.api.base import CallCheck
 
 Step = tuple[str, dict[str, int]]
 Row = tuple[list[int], list[int]]

@@ -38,11 +38,6 @@ from typing import Any
 
 import numpy as np
 
-from kvstate.api_accounting import accounting, drained_idle
-from kvstate.api_base import _EVENTS_OF, NAMESPACE, Coverage, Live, Op, op
-from kvstate.api_bytes import check_bytes, read_released
-from kvstate.api_faults import _FULL, _install_full_disk
-from kvstate.api_ops import MAPPING, OPS
 from kvstate.harness.finding import Nonconformance
 from kvstate.model.apimap import Explainer, after_restart, state_diff
 from kvstate.model.concrete import KeptMachine, Machine
@@ -50,6 +45,11 @@ from kvstate.spec.api import API, RESTART_KEEPS
 from kvstate.spec.phases import CKV, Graph, Pipe
 from kvstate.spec.state import ConcreteState
 from kvstate.spec.table import Scope, Table
+from kvstate.targets.api.accounting import accounting, drained_idle
+from kvstate.targets.api.base import _EVENTS_OF, NAMESPACE, Coverage, Live, Op, op
+from kvstate.targets.api.bytes import check_bytes, read_released
+from kvstate.targets.api.faults import _FULL, _install_full_disk
+from kvstate.targets.api.ops import MAPPING, OPS
 from kvstate.testing.adapter import observe_reader
 
 
@@ -91,13 +91,13 @@ class ApiHarness:
         # splice check marks the record, and no hit ends at its boundary again (the model
         # does not see the bytes, so the longest hit it validates may end there)
         self.tail_damaged: set[int] = set()
-        # the documented refusal the current call raised, and its table call (api_refusals)
+        # the documented refusal the current call raised, and its table call (targets/api/refusals.py)
         self.refusal: BaseException | None = None
         self.refusal_call = ""
         self.disk_full = False
         self.foreign_stored: set[int] = set()  # other namespaces that stored blocks
-        self.variants_stored: set[int] = set()  # kvstate/api_prefix.py: edits that stored
-        self.bad_input_left: list[str] = []  # kvstate/api_inputs.py
+        self.variants_stored: set[int] = set()  # kvstate/targets/api/prefix.py: edits that stored
+        self.bad_input_left: list[str] = []  # kvstate/targets/api/inputs.py
         self.published: dict[int, dict[str, int]] = {}  # block -> its disk entry's header
         self.ended: Live | None = None  # the request the current call finished
         self.foreign_slot: int | None = None
@@ -113,13 +113,13 @@ class ApiHarness:
         self.cache: Any = None
         self.returned: Any = None  # what the current maintenance call returned
         self._open()
-        from kvstate.api_checks import make_checks
+        from kvstate.targets.api.checks import make_checks
 
-        self.checks = make_checks(self)  # kvstate/api_checks.py: orders, prefixes, pools
+        self.checks = make_checks(self)  # kvstate/targets/api/checks.py: orders, prefixes, pools
 
     # -- lifecycle --------------------------------------------------------------------------
     def open_kwargs(self) -> dict[str, Any]:
-        """The cache's constructor arguments (kvstate/api_stored.py opens it refused, too)."""
+        """The cache's constructor arguments (kvstate/targets/api/stored.py opens it refused, too)."""
         kw = dict(
             table=self.table,
             executors="threads" if self.threads else "manual",
@@ -191,11 +191,11 @@ class ApiHarness:
             return self._read(view, view.meta, self._gather, view.slots[: self.R])
 
     def accounting(self) -> list[str]:
-        """Pool counters against what the blocks hold (kvstate/api_accounting.py)."""
+        """Pool counters against what the blocks hold (kvstate/targets/api/accounting.py)."""
         return accounting(self)
 
     def drained_idle(self) -> list[str]:
-        """Nothing left waiting after a drain (kvstate/api_accounting.py)."""
+        """Nothing left waiting after a drain (kvstate/targets/api/accounting.py)."""
         return drained_idle(self)
 
     def _check_events(
@@ -238,7 +238,7 @@ class ApiHarness:
         exc.api_trace = list(self.steps)  # type: ignore[attr-defined]
         return exc
 
-    # -- bytes (kvstate/api_bytes.py) --------------------------------------------------------
+    # -- bytes (kvstate/targets/api/bytes.py) --------------------------------------------------------
     def check_bytes(self, run: Any, want: np.ndarray, who: str) -> None:
         check_bytes(self, run, want, who)
 
@@ -307,7 +307,7 @@ class ApiHarness:
                         f"events {self.call_events}",
                     )
                 self.cov.add(f"refused {o.name}:{type(raised).__name__}")
-                self.refusal, self.refusal_call = raised, call  # (kvstate/api_refusals.py)
+                self.refusal, self.refusal_call = raised, call  # (kvstate/targets/api/refusals.py)
                 for c in self.checks:
                     c.refused(self, o)
             else:

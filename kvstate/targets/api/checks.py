@@ -1,6 +1,6 @@
 """The API harness's checks beyond refinement, each in its own small module, behind one hook.
 
-:class:`~kvstate.api_state.ApiHarness` explains every call by table actions and checks
+:class:`~kvstate.targets.api.state.ApiHarness` explains every call by table actions and checks
 bytes, accounting and quiescence itself.  What the table leaves open (which block a policy
 picks, how a prefix's identity is judged, what a call half done leaves behind) is checked by
 the :class:`CallCheck` objects listed here, which the harness calls around every operation:
@@ -13,22 +13,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvstate.api_base import CallCheck
+from kvstate.targets.api.base import CallCheck
 
 
 def make_checks(h: Any) -> list[CallCheck]:
     """The checks one harness runs (each keeps its own state for the example)."""
-    from kvstate.api_args import MaintCount
-    from kvstate.api_delivery import Delivery
-    from kvstate.api_exhaust import Counts
-    from kvstate.api_graphs import GraphProtocol
-    from kvstate.api_handout import Events, GraphRows
-    from kvstate.api_memo import WindowPolicy
-    from kvstate.api_orders import OrderHook
-    from kvstate.api_ready import Readiness
-    from kvstate.api_refusals import RefusalRequired
-    from kvstate.api_stored import StoredForms
-    from kvstate.api_window import AppendWindows
+    from kvstate.targets.api.args import MaintCount
+    from kvstate.targets.api.delivery import Delivery
+    from kvstate.targets.api.exhaust import Counts
+    from kvstate.targets.api.graphs import GraphProtocol
+    from kvstate.targets.api.handout import Events, GraphRows
+    from kvstate.targets.api.memo import WindowPolicy
+    from kvstate.targets.api.orders import OrderHook
+    from kvstate.targets.api.ready import Readiness
+    from kvstate.targets.api.refusals import RefusalRequired
+    from kvstate.targets.api.stored import StoredForms
+    from kvstate.targets.api.window import AppendWindows
 
     return [
         OrderHook(h),

@@ -12,9 +12,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kvstate.api_base import Coverage, Op
-from kvstate.api_beside import _run_beside, _second_cpu
-from kvstate.api_explore import (
+from kvstate.examples_db import saved, with_database
+from kvstate.harness.finding import Nonconformance
+from kvstate.harness.profiles import pin, show
+from kvstate.spec.table import Table
+from kvstate.targets.api.base import Coverage, Op
+from kvstate.targets.api.beside import _run_beside, _second_cpu
+from kvstate.targets.api.explore import (
+    CI_SEED,
     PROFILES,
     _coverage_pass,
     _hypothesis,
@@ -25,12 +30,9 @@ from kvstate.api_explore import (
     minimize_ops,
     replay,
 )
-from kvstate.api_ops import OPS, parse_ops
-from kvstate.api_state import ApiHarness
-from kvstate.api_witnesses import witnesses
-from kvstate.examples_db import saved, with_database
-from kvstate.harness.finding import Nonconformance
-from kvstate.spec.table import Table
+from kvstate.targets.api.ops import OPS, parse_ops
+from kvstate.targets.api.state import ApiHarness
+from kvstate.targets.api.witnesses import witnesses
 
 _BLOB = re.compile(r"@reproduce_failure\('([^']+)', b'([^']+)'\)")
 
@@ -109,7 +111,9 @@ def run_api(
             harness=harness,
         )
         if seed is not None:
-            cls._hypothesis_internal_use_seed = seed
+            cls = pin(cls, seed)
+        elif prof.derandomize:
+            cls = pin(cls, CI_SEED)  # the ci walk follows the pinned seed, not the source
         if reproduce is not None:
             import hypothesis
 
@@ -203,7 +207,7 @@ def summary_lines(res: RunResult) -> list[str]:
         "  faults injected: " + (", ".join(f"{k} {v}" for k, v in faults.items()) or "none"),
     ]
     checks = {k[7:]: v for k, v in sorted(c.items()) if k.startswith("check: ")}
-    if checks:  # kvstate/api_checks.py
+    if checks:  # kvstate/targets/api/checks.py
         lines.append("  checked: " + ", ".join(f"{k} {v}" for k, v in checks.items()))
     calls = {k[5:]: v for k, v in sorted(c.items()) if k.startswith("call ")}
     lines.append("  calls: " + ", ".join(f"{k} {v}" for k, v in calls.items()))
@@ -264,7 +268,7 @@ def run_api_cli(args: Any, table: Table) -> int:
         return 1
     seed = args.seed
     if getattr(args, "threads", False):
-        from kvstate.api_threads import run_threads
+        from kvstate.targets.api.threads import run_threads
 
         runs = {"ci": 3, "dev": 20, "nightly": 200}[args.profile]
         first = seed if seed is not None else 0
@@ -309,7 +313,7 @@ def run_api_cli(args: Any, table: Table) -> int:
         f"{table.name}, pool N={N}, profile {args.profile} "
         f"({args.examples or prof['max_examples']} examples x "
         f"{args.steps or prof['stateful_step_count']} operations), seed "
-        f"{'derandomized' if seed is None else seed}",
+        f"{f'{show(CI_SEED)} (pinned, derandomized)' if seed is None else seed}",
         flush=True,
     )
     res = run_api(
@@ -328,7 +332,7 @@ def run_api_cli(args: Any, table: Table) -> int:
         key=key,
     )
     if res.finding is None:
-        from kvstate.api_schedule import run_profile  # the threaded mode's schedules
+        from kvstate.targets.api.schedule import run_profile  # the threaded mode's schedules
 
         failed, threads = run_profile(table, N, args.profile, seed)
         if failed:
@@ -352,7 +356,7 @@ def run_api_cli(args: Any, table: Table) -> int:
     for k, o in enumerate(trace, 1):
         print(f"    {k:>3}. {o.render()}")
     print(
-        f"  seed:      {'derandomized (profile ci: the same examples every run)' if res.seed is None else res.seed}"
+        f"  seed:      {f'{show(CI_SEED)} (pinned; profile ci: the same examples every run)' if res.seed is None else res.seed}"
     )
     print(
         f"  blob:      {res.blob or 'none (the deterministic coverage pass found it)' if 'coverage' in res.origin else res.blob or 'none'}"

@@ -1,7 +1,7 @@
 """Events checked at the moment a subscriber receives them, and the event log's readers.
 
 The harness compares the multiset of a call's block events with the actions that explain the
-call (``ApiHarness._check_events``) once the call is over, and :mod:`kvstate.api_handout`
+call (``ApiHarness._check_events``) once the call is over, and :mod:`kvstate.targets.api.handout`
 checks that each delivered value stays as delivered.  Neither sees *when* an event arrives: a
 subscriber (a KV-aware router, a metrics exporter) acts on an event as it receives it, so a
 ``stored`` event delivered before the block's content is committed, or an ``evicted`` one
@@ -25,9 +25,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kvstate.api_base import CallCheck
 from kvstate.spec.phases import Graph
 from kvstate.spec.state import ConcreteState
+from kvstate.targets.api.base import CallCheck
 
 Step = tuple[str, dict[str, int]]
 
@@ -67,7 +67,7 @@ class Delivery(CallCheck):
     def after(
         self, h: Any, o: Any, before: ConcreteState, steps: Sequence[Step], end: ConcreteState
     ) -> None:
-        from kvstate.api_base import _EVENTS_OF
+        from kvstate.targets.api.base import _EVENTS_OF
 
         self._gone(h, o)
         if h.threads or not self.seen:

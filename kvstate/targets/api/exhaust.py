@@ -27,8 +27,8 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from kvstate.api_base import CallCheck
 from kvstate.spec.state import ConcreteState
+from kvstate.targets.api.base import CallCheck
 
 Step = tuple[str, dict[str, int]]
 COUNTED = {
@@ -61,8 +61,8 @@ class _NoCreateOs:
 
 
 def do_spill_fills(h: Any, o: Any) -> int | None:
-    from kvstate.api_faults import _FULL, _install_full_disk
     from kvstate.impl import diskdir
+    from kvstate.targets.api.faults import _FULL, _install_full_disk
 
     if h.disk_full or h.threads:
         return None

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from kvstate.api_base import Harness
+from kvstate.targets.api.base import Harness
 
 
 def check_bytes(h: Harness, run: Any, want: np.ndarray, who: str) -> None:

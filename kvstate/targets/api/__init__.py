@@ -1,0 +1,49 @@
+"""``--target kvstate-api``: kvstate's public API in lockstep with the model.
+
+The target is split by job (ARCHITECTURE.md): the shared pieces and the hook protocol
+(:mod:`.base`), the harness's state and step (:mod:`.state`), the operations (:mod:`.ops`),
+the fault installers (:mod:`.faults`), the witnesses (:mod:`.witnesses`), Hypothesis and
+minimization (:mod:`.explore`), the run shared with a forked process (:mod:`.beside`) and the
+run's driver (:mod:`.run`); the other modules are checks, one class of path each.  This module
+re-exports the names tests and users reach for; no module of the target imports it back.
+"""
+
+from __future__ import annotations
+
+from kvstate.targets.api.base import FAULT_KINDS, NAMESPACE, OTHER_NAMESPACE, Coverage, Live, Op, op
+from kvstate.targets.api.explore import (
+    PROFILES,
+    build_machine,
+    explore_settings,
+    minimize_ops,
+    replay,
+)
+from kvstate.targets.api.ops import FAULT_OPS, MAPPING, OPS, parse_ops
+from kvstate.targets.api.run import RunResult, run_api, run_api_cli, summary_lines
+from kvstate.targets.api.state import ApiHarness
+from kvstate.targets.api.witnesses import witnesses
+
+__all__ = [
+    "FAULT_KINDS",
+    "FAULT_OPS",
+    "MAPPING",
+    "NAMESPACE",
+    "OPS",
+    "OTHER_NAMESPACE",
+    "PROFILES",
+    "ApiHarness",
+    "Coverage",
+    "Live",
+    "Op",
+    "RunResult",
+    "build_machine",
+    "explore_settings",
+    "minimize_ops",
+    "op",
+    "parse_ops",
+    "replay",
+    "run_api",
+    "run_api_cli",
+    "summary_lines",
+    "witnesses",
+]
