@@ -40,7 +40,6 @@ from kvstate.spec.geometry import Geometry, small
 from kvstate.spec.table import Table
 
 from . import args
-from .coordinator import Shortening
 from .core import CacheCore
 from .errors import (
     InvalidArgument,
@@ -64,10 +63,6 @@ __all__ = [
 
 _DEFAULT_WRITER: Final = args.Default("a new DeterministicWriter")
 MAX_MODEL_LEN: Final = 1 << 40  # no token id reaches it either (hashing.MAX_TOKEN_ID)
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 class HeterogeneousKVCache(RequestPath):
@@ -268,7 +263,7 @@ class HeterogeneousKVCache(RequestPath):
         requests = self.req_table
         with self.core.lock:
             if req.slot is not None:
-                raise Refused("admit", ("idle",), f"{req!r} is already admitted")
+                raise requests.refusal("admit", req.slot, f"{req!r} is already admitted")
             h_max = self.max_hit(req)
             # the admission, one transaction of the request table (``t``: checked by request())
             got = requests.admit_locked(
@@ -339,23 +334,11 @@ class HeterogeneousKVCache(RequestPath):
                     return
                 except Refused:
                     pass
-            cap = adm.hit_tokens
-            if tc is not None and tc.ok is False:
-                cap = min(cap, (_cdiv(adm.hit_tokens, self.L) - 1) * self.L)
-            # the truncation, one transaction: the longest valid hit within ``cap``, re-pinned
-            found, why = self.req_table.truncate(s, cap, rids)
-            adm.explanation.truncations.append(
-                Shortening(
-                    "recovery",
-                    "L3",
-                    "On-disk Prefix",
-                    "disk",
-                    None,
-                    adm.hit_tokens,
-                    found.hit,
-                    "a recovery job failed; truncated to the longest valid prefix, the rest is recomputed",
-                )
+            # the truncation, one transaction: the longest valid hit, re-pinned, and its cut
+            found, cut, why = self.req_table.truncate(
+                s, adm.hit_tokens, rids, tc is not None and tc.ok is False
             )
+            adm.explanation.truncations.append(cut)
             adm.explanation.truncations.extend(found.shortenings)
             if why is not None:
                 # not even the truncated hit passes now (e.g. the request's deadline ran out
@@ -415,7 +398,9 @@ class HeterogeneousKVCache(RequestPath):
         if isinstance(admission, Admission):
             req = self._own(admission.request)
             if req.admissions != admission.seq:
-                raise StaleAdmission("use", ("checked",), f"{req!r} was admitted again since")
+                raise self.req_table.refusal(
+                    "use", req.slot, f"{req!r} was admitted again since", StaleAdmission
+                )
             adm: Admission | None = admission
         else:
             req = self._own(admission)
