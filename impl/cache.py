@@ -54,14 +54,14 @@ from .handles import Admission, Explanation, Pin, Request, RequestPath, Run, Use
 from .hashing import Chain, as_tokens
 from .inspection import CacheView, TestHooks
 from .requests import Admitted
-from .testdata import DeterministicWriter, Writer
+from .writer import HandedRows, Writer
 
 __all__ = [
     "MAX_MODEL_LEN", "Admission", "Explanation", "HeterogeneousKVCache", "Pin", "Request", "Run",
     "UseContext",
 ]  # fmt: skip
 
-_DEFAULT_WRITER: Final = args.Default("a new DeterministicWriter")
+_DEFAULT_WRITER: Final = args.Default("a new HandedRows")
 MAX_MODEL_LEN: Final = 1 << 40  # no token id reaches it either (hashing.MAX_TOKEN_ID)
 
 
@@ -69,7 +69,9 @@ class HeterogeneousKVCache(RequestPath):
     """A verified heterogeneous KV cache (CSA, HCA, indexer, SWA and compressor groups over
     device, host and disk tiers).  See the module docstring for the request path.
 
-    ``writer`` fills a stored block's pages (default: deterministic test content).  With
+    ``writer`` fills a stored block's pages (default: a new :class:`~kvstate.impl.writer.
+    HandedRows`, which stores the rows its caller computed and handed over, nothing else; tests
+    pass :class:`~kvstate.impl.testdata.DeterministicWriter`, content they can check).  With
     ``writer=None`` the engine's own kernels write every group's pages, and the cache only
     tracks them; then storing a block does not derive its indexer pages either (the engine's
     indexer wrote them), unless ``derive_index=True``.  Recovery (an indexer rebuild after a
@@ -164,7 +166,7 @@ class HeterogeneousKVCache(RequestPath):
             cache_dir=cache_dir,  # type: ignore[arg-type]  # any os.PathLike
             mode=executors,
             max_requests=caps["max_requests"],
-            writer=DeterministicWriter() if writer is _DEFAULT_WRITER else writer,
+            writer=HandedRows() if writer is _DEFAULT_WRITER else writer,
             kernel_backend=backend,
             memory_limit=memory_limit,
             durable=durable,

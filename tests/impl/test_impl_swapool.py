@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from cache_checks import check_compressed, check_tail, check_window, make, offload_all, store
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_impl_cache import check_compressed, check_tail, check_window, offload_all, store
 
 from kvstate.impl import HeterogeneousKVCache
 from kvstate.impl.core import CacheCore
@@ -28,11 +28,6 @@ L = G.lcm_tokens
 W = G.window_lcm_blocks
 P = G.checkpoint_blocks
 N = 9  # blocks of the long prefix: past two checkpoints
-
-
-def make(**kw: Any) -> HeterogeneousKVCache:
-    kw.setdefault("executors", "manual")
-    return HeterogeneousKVCache(G, **kw)
 
 
 @pytest.fixture
