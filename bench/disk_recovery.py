@@ -239,6 +239,7 @@ class Prefix:
             max_requests=4,
             max_model_len=self.n + 512,
             memory_limit=self.limit,
+            writer=testdata.DeterministicWriter(),  # the content the benchmark's checks recompute
         )
 
     def reopen(self) -> None:

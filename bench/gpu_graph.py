@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_common import Checks, same_bits  # noqa: E402
 
 from kvstate.impl import EventKind, HeterogeneousKVCache, Refused  # noqa: E402
-from kvstate.impl.testdata import harness_tokens  # noqa: E402
+from kvstate.impl.testdata import DeterministicWriter, harness_tokens  # noqa: E402
 from kvstate.spec.geometry import small  # noqa: E402
 from kvstate.spec.phases import CKV, Graph  # noqa: E402
 
@@ -169,6 +169,7 @@ def check_cuda_graph_replay(device: str | torch.device = "cuda", *, blocks: int 
         disk_blocks=2 * blocks,
         max_requests=rows,
         kernel_backend="torch",  # the cache's own checks; Numba kernels: sections 2 and 3
+        writer=DeterministicWriter(),  # the content the "writer's bytes" checks recompute
     )
     try:
         _graph_scenario(cache, c, dev, blocks, L, rows)

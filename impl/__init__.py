@@ -34,7 +34,7 @@ from .events import Event, EventKind, EventLog  # noqa: E402
 from .projection import RecoveryPlan, RecoveryStep  # noqa: E402
 from .testdata import DeterministicWriter  # noqa: E402
 from .twins import register_twins  # noqa: E402
-from .writer import Writer  # noqa: E402
+from .writer import HandedRows, RowsNotHanded, Writer  # noqa: E402
 
 # the compiled twins of the generated guards and search (impl/aotgen.py): used for exactly the
 # sources they were made from, and only when compiled (interpreted they would gain nothing)
@@ -43,9 +43,9 @@ if "_aot" in native_modules():  # pragma: no cover: compiled build only (coverag
 
 __all__ = [
     "Admission", "AlreadyReleased", "CorruptEntry", "DirectoryInUse", "DiskWriteError", "DeterministicWriter", "Event",
-    "EventKind", "EventLog", "Explanation", "HeterogeneousKVCache", "HitSearch", "InternalError",
+    "EventKind", "EventLog", "Explanation", "HandedRows", "HeterogeneousKVCache", "HitSearch", "InternalError",
     "InvalidArgument", "KVStateError", "LayoutError", "NotReady", "OutOfCapacity", "Pin",
-    "RecoveryPlan", "RecoveryStep", "Refused", "Request", "Run", "Shortening", "StorageError",
+    "RecoveryPlan", "RecoveryStep", "Refused", "Request", "RowsNotHanded", "Run", "Shortening", "StorageError",
     "UnknownRequest",
     "UseContext", "Writer", "native_modules",
 ]  # fmt: skip

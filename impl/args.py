@@ -26,7 +26,7 @@ MAX_TIMEOUT: Final = 86400.0 * 365  # a year; threading's own limit is lower on 
 class Default:
     """A default standing for a value made per call (a fresh writer, a new list), compared by
     identity.  Its ``repr`` says what it stands for, so a signature (``help``) reads
-    ``writer=<a new DeterministicWriter>``, not ``<object object at 0x...>``."""
+    ``writer=<a new HandedRows>``, not ``<object object at 0x...>``."""
 
     def __init__(self, meaning: str) -> None:
         self.meaning = meaning

@@ -40,7 +40,6 @@ from kvstate.spec.geometry import Geometry, small
 from kvstate.spec.table import Table
 
 from . import args
-from .coordinator import Shortening
 from .core import CacheCore
 from .errors import (
     InvalidArgument,
@@ -55,26 +54,24 @@ from .handles import Admission, Explanation, Pin, Request, RequestPath, Run, Use
 from .hashing import Chain, as_tokens
 from .inspection import CacheView, TestHooks
 from .requests import Admitted
-from .testdata import DeterministicWriter, Writer
+from .writer import HandedRows, Writer
 
 __all__ = [
     "MAX_MODEL_LEN", "Admission", "Explanation", "HeterogeneousKVCache", "Pin", "Request", "Run",
     "UseContext",
 ]  # fmt: skip
 
-_DEFAULT_WRITER: Final = args.Default("a new DeterministicWriter")
+_DEFAULT_WRITER: Final = args.Default("a new HandedRows")
 MAX_MODEL_LEN: Final = 1 << 40  # no token id reaches it either (hashing.MAX_TOKEN_ID)
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 class HeterogeneousKVCache(RequestPath):
     """A verified heterogeneous KV cache (CSA, HCA, indexer, SWA and compressor groups over
     device, host and disk tiers).  See the module docstring for the request path.
 
-    ``writer`` fills a stored block's pages (default: deterministic test content).  With
+    ``writer`` fills a stored block's pages (default: a new :class:`~kvstate.impl.writer.
+    HandedRows`, which stores the rows its caller computed and handed over, nothing else; tests
+    pass :class:`~kvstate.impl.testdata.DeterministicWriter`, content they can check).  With
     ``writer=None`` the engine's own kernels write every group's pages, and the cache only
     tracks them; then storing a block does not derive its indexer pages either (the engine's
     indexer wrote them), unless ``derive_index=True``.  Recovery (an indexer rebuild after a
@@ -169,7 +166,7 @@ class HeterogeneousKVCache(RequestPath):
             cache_dir=cache_dir,  # type: ignore[arg-type]  # any os.PathLike
             mode=executors,
             max_requests=caps["max_requests"],
-            writer=DeterministicWriter() if writer is _DEFAULT_WRITER else writer,
+            writer=HandedRows() if writer is _DEFAULT_WRITER else writer,
             kernel_backend=backend,
             memory_limit=memory_limit,
             durable=durable,
@@ -268,7 +265,7 @@ class HeterogeneousKVCache(RequestPath):
         requests = self.req_table
         with self.core.lock:
             if req.slot is not None:
-                raise Refused("admit", ("idle",), f"{req!r} is already admitted")
+                raise requests.refusal("admit", req.slot, f"{req!r} is already admitted")
             h_max = self.max_hit(req)
             # the admission, one transaction of the request table (``t``: checked by request())
             got = requests.admit_locked(
@@ -339,23 +336,11 @@ class HeterogeneousKVCache(RequestPath):
                     return
                 except Refused:
                     pass
-            cap = adm.hit_tokens
-            if tc is not None and tc.ok is False:
-                cap = min(cap, (_cdiv(adm.hit_tokens, self.L) - 1) * self.L)
-            # the truncation, one transaction: the longest valid hit within ``cap``, re-pinned
-            found, why = self.req_table.truncate(s, cap, rids)
-            adm.explanation.truncations.append(
-                Shortening(
-                    "recovery",
-                    "L3",
-                    "On-disk Prefix",
-                    "disk",
-                    None,
-                    adm.hit_tokens,
-                    found.hit,
-                    "a recovery job failed; truncated to the longest valid prefix, the rest is recomputed",
-                )
+            # the truncation, one transaction: the longest valid hit, re-pinned, and its cut
+            found, cut, why = self.req_table.truncate(
+                s, adm.hit_tokens, rids, tc is not None and tc.ok is False
             )
+            adm.explanation.truncations.append(cut)
             adm.explanation.truncations.extend(found.shortenings)
             if why is not None:
                 # not even the truncated hit passes now (e.g. the request's deadline ran out
@@ -415,7 +400,9 @@ class HeterogeneousKVCache(RequestPath):
         if isinstance(admission, Admission):
             req = self._own(admission.request)
             if req.admissions != admission.seq:
-                raise StaleAdmission("use", ("checked",), f"{req!r} was admitted again since")
+                raise self.req_table.refusal(
+                    "use", req.slot, f"{req!r} was admitted again since", StaleAdmission
+                )
             adm: Admission | None = admission
         else:
             req = self._own(admission)

@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any, Final, NamedTuple
 
 from kvstate.spec.layers import HitRule, Rule, RuleScope, scope_range
+from kvstate.spec.table import Table
 
 from .fastforms import CompiledSearch
 
@@ -30,7 +31,7 @@ from .fastforms import CompiledSearch
 class Shortening(NamedTuple):
     """One rule that cut the hit: from ``from_tokens`` down to ``to_tokens``."""
 
-    rule: str  # qualified name, e.g. "L3.ckv_ready"
+    rule: str  # qualified name, e.g. "L3.ckv_ready" (a failed recovery: the table's "load_fail")
     layer: str
     state: str
     group: str
@@ -78,6 +79,27 @@ def _shortening(
 
 def _short(rule: Rule, block: int | None, frm: int, to: int) -> Shortening:
     return _shortening(_named(rule), block, frm, to)
+
+
+# the table's transition of a recovery job that failed (a binding, like the action map's)
+FAILED_LOAD: Final = "load_fail"
+
+
+def failed_recovery(table: Table) -> tuple[str, str, str, str, str]:
+    """The fields of the cut a failed recovery makes (:meth:`RequestTable.truncate`), read off
+    the table: its failed load (the transition's name, the state it concerns and its doc, which
+    says the hit is truncated and recomputed), under the layer and group of the hit rule over
+    that state (no such rule: no layer or group)."""
+    fail = table.action(FAILED_LOAD)
+    over = next((r for r in table.hit_rule.rules if r.state == fail.component), None)
+    layer, group = (over.layer, over.group) if over is not None else ("", "")
+    return (fail.name, layer, fail.component, group, fail.doc)
+
+
+def recovery_cut(named: tuple[str, str, str, str, str], frm: int, to: int) -> Shortening:
+    """The cut of a failed recovery (``named``: :func:`failed_recovery`), from ``frm`` tokens
+    to the longest valid prefix ``to``: on no one block, the rest is recomputed."""
+    return _shortening(named, None, frm, to)
 
 
 class Coordinator:

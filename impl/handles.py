@@ -35,7 +35,6 @@ from .errors import (
     CacheClosed,
     InvalidArgument,
     KVStateError,
-    Refused,
     RunReleased,
     StaleAdmission,
     UnknownRequest,
@@ -310,8 +309,12 @@ class Run:
         if not self.live:
             if self.cache._closed:
                 raise CacheClosed(f"{what}: the cache is closed")
-            raise RunReleased(
-                "use", ("using",), f"{what}: {self.request!r} released the pins of this run"
+            s = self.request.slot
+            raise self.cache.req_table.not_in_use(
+                "use",
+                s if s is self._slot else None,
+                f"{what}: {self.request!r} released the pins of this run",
+                RunReleased,
             )
 
     def prefix(self, h: Checked[Any, int]) -> Run:
@@ -452,9 +455,13 @@ class UseContext:
             req = self.request
             slot = req.slot
             if slot is None:
-                raise AlreadyReleased("use", ("checked",), f"{req!r} holds no slot")
+                raise cache.req_table.refusal(
+                    "use", None, f"{req!r} holds no slot", AlreadyReleased
+                )
             if req.admissions != self.seq:
-                raise StaleAdmission("use", ("checked",), f"{req!r} was admitted again")
+                raise cache.req_table.refusal(
+                    "use", slot, f"{req!r} was admitted again", StaleAdmission
+                )
             cache.req_table.use_locked(slot)
             self.run = run = Run(cache, req)
             addr = core.meta.addr
@@ -533,7 +540,7 @@ class RequestPath:
         core = self.core
         with core.lock:
             if req.slot is None or not self.req_table.in_use(req.slot):
-                raise Refused("append", ("using",), f"{req!r} is not in use")
+                raise self.req_table.not_in_use("append", req.slot, f"{req!r} is not in use")
             before = req.chain.blocks
             req._extend(new)
             self._store_checked(req)
@@ -588,9 +595,11 @@ class RequestPath:
         requests = self.req_table
         s = req.slot
         if s is None:
-            raise AlreadyReleased("release", ("using",), f"{req!r} was already released")
+            raise requests.refusal(
+                "release", None, f"{req!r} was already released", AlreadyReleased
+            )
         if not requests.in_use(s):
-            raise Refused("release", ("using",), f"{req!r} is {Req(s.phase).name}, not in use")
+            raise requests.refusal("release", s, f"{req!r} is {Req(s.phase).name}, not in use")
         if store and req.stored < req.chain.blocks:
             try:
                 self._store_checked(req)
@@ -611,6 +620,8 @@ class RequestPath:
         with self.core.lock:  # the slot read and the abort as one step (other threads)
             s = req.slot
             if s is None:
-                raise AlreadyReleased("abort", ("active",), f"{req!r} was already released")
+                raise self.req_table.refusal(
+                    "abort", None, f"{req!r} was already released", AlreadyReleased
+                )
             self.req_table.abort(s)
             req.admission = None  # released: see Request.admission

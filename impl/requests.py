@@ -22,7 +22,7 @@ from kvstate.spec.table import Table
 from .args import MAX_COUNT
 from .args import integer as _int
 from .blocks import BlockStore
-from .coordinator import HitSearch
+from .coordinator import HitSearch, Shortening, failed_recovery, recovery_cut
 from .errors import (
     AlreadyReleased,
     InternalError,
@@ -131,8 +131,10 @@ class RequestTable:
         self.L = table.consts.L
         self.lock = gate.lock
         self.slots = [Slot(i) for i in range(max_requests)]
+        self._idle = Slot(-1)  # never taken: the state of a request that holds no slot
         guards = gate.guards
         self.projector = Projector(table, guards, gate.records)
+        self._failed = failed_recovery(table)  # the fields of :meth:`truncate`'s cut
         # the release guard as one accept test on the slot, where it reads nothing else
         self._release_by_slot: Any = (
             gate.accept.get("release") if "release" in gate.by_slot else None
@@ -289,14 +291,22 @@ class RequestTable:
             found = search(view, 0, (nb - 1) * L)
         return found
 
-    def truncate(self, s: Slot, cap: int, rids: Sequence[int]) -> tuple[HitSearch, str | None]:
-        """Cut a pending admission whose recovery failed, in one transaction: the longest valid
-        hit within ``cap`` tokens, then abort, admit again in the same slot (the deadline it had
-        left), match, pin and validate it.  When not even the shorter hit passes, the request
-        is downgraded to a recompute instead, and the refusal returned (None: validated)."""
+    def truncate(
+        self, s: Slot, hit: int, rids: Sequence[int], boundary_failed: bool
+    ) -> tuple[HitSearch, Shortening, str | None]:
+        """Cut a pending admission of ``hit`` tokens whose recovery failed, in one transaction:
+        the longest valid hit within ``hit`` (within its blocks but the last when
+        ``boundary_failed``: the compressor state saved at its end failed its check), then
+        abort, admit again in the same slot (the deadline it had left), match, pin and validate
+        it.  Returns that search, the cut as the table names a failed recovery, and, when not
+        even the shorter hit passes and the request was downgraded to a recompute instead, the
+        refusal (None: validated)."""
+        L = self.L
+        cap = min(hit, (-(-hit // L) - 1) * L) if boundary_failed else hit
         with self.lock:
             gate = self.gate
             found = gate.coord.search(gate.chain_view(rids, s), 0, cap)
+            cut = recovery_cut(self._failed, hit, found.hit)
             ticks = max(1, s.deadline - gate.now)
             req = s.request
             self.abort(s)
@@ -307,8 +317,8 @@ class RequestTable:
                 self.validate(s, rids)
             except Refused as exc:
                 self.give_up(s)
-                return found, str(exc)
-            return found, None
+                return found, cut, str(exc)
+            return found, cut, None
 
     def give_up(self, s: Slot) -> None:
         """Downgrade a request to a recompute (hit 0, nothing pinned)."""
@@ -385,6 +395,31 @@ class RequestTable:
             return bool(accept(s.state, _ACTING))
         gate = self.gate
         return not gate.guards.failed("release", gate.req_state("release", s, ()), _ACTING)
+
+    def refusal(
+        self,
+        action: str,
+        s: Slot | None,
+        detail: str,
+        exc: type[Refused] = Refused,
+        call: str | None = None,
+    ) -> Refused:
+        """A façade's refusal of ``action`` (reported as ``call``, a public call that is not one
+        of the table's actions), named by the conjuncts of the table's guard of ``action`` that
+        are false on the request's slot; a request that holds no slot (``s`` None) is, to the
+        table, an idle one (a free slot's state).  Empty where the guard holds and the refusal
+        is the façade's own (an admission its request no longer holds)."""
+        gate = self.gate
+        slot = s if s is not None else self._idle
+        failed = gate.guards.failed(action, gate.req_state(action, slot, ()), _ACTING)
+        return exc(call if call is not None else action, failed, detail)
+
+    def not_in_use(
+        self, call: str, s: Slot | None, detail: str, exc: type[Refused] = Refused
+    ) -> Refused:
+        """The refusal of a public ``call`` that needs its request in use (:meth:`in_use`: the
+        table's ``release`` guard)."""
+        return self.refusal("release", s, detail, exc, call)
 
     def unvalidatable(self, s: Slot) -> list[str]:
         """The ``validate`` guard's conjuncts other than the hit rules that refuse ``s`` now

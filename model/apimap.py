@@ -7,165 +7,34 @@ patterns are compiled to a small NFA over action names; the search is a bounded 
 over (model state, NFA states), trying for each action only the parameters that can move the
 model towards the observed state (a block whose modified variables already agree is skipped, an
 output parameter -- address, stored form -- is the one the library shows), and keeping the
-parameters the library chose.  :func:`after_restart` is the model's side of a process crash.
+parameters the library chose.  The patterns are compiled in :mod:`kvstate.model.apipatterns`;
+the model's side of a process crash, :func:`after_restart`, is :mod:`kvstate.model.apirestart`.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
-import re
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kvstate.spec.api import API, MACROS, RESTART_KEEPS, RESTART_PHASE, RESTART_SURVIVES, SECTIONS
+from kvstate.spec.api import API, SECTIONS
 from kvstate.spec.state import ConcreteState
 from kvstate.spec.table import Action, ParamKind, Scope, Table
 
+from .apipatterns import Nfa, compile_patterns
+from .apirestart import after_restart, with_ghosts
 from .concrete import KeptMachine, Machine
 
+# (the patterns' compiler and the restart are their own modules; their callers import them here)
+__all__ = [
+    "Explainer", "Explanation", "Step", "after_restart", "compile_patterns", "state_diff",
+    "with_ghosts",
+]  # fmt: skip
+
 Step = tuple[str, dict[str, int]]
-
-_TOKEN = re.compile(r"\s*([A-Za-z_]\w*|[()|*+?])")
-
-
-def _expand(pattern: str) -> str:
-    for _ in range(8):
-        new = re.sub(r"\b[A-Z][A-Z_]*\b", lambda m: f"({MACROS[m.group(0)]})", pattern)
-        if new == pattern:
-            return new
-        pattern = new
-    raise ValueError(f"macros nest too deep in {pattern!r}")
-
-
-class Nfa:
-    """Thompson NFA over action names: states are ints, ``eps`` and labelled edges."""
-
-    def __init__(self) -> None:
-        self.eps: list[list[int]] = []
-        self.edges: list[list[tuple[str, int]]] = []
-        self._moves: dict[frozenset[int], dict[str, frozenset[int]]] = {}
-        self._after: dict[frozenset[int], frozenset[str]] = {}
-
-    def new(self) -> int:
-        self._moves.clear()  # still being built
-        self._after.clear()
-        self.eps.append([])
-        self.edges.append([])
-        return len(self.eps) - 1
-
-    def closure(self, states: Iterable[int]) -> frozenset[int]:
-        seen = set(states)
-        todo = list(seen)
-        while todo:
-            for t in self.eps[todo.pop()]:
-                if t not in seen:
-                    seen.add(t)
-                    todo.append(t)
-        return frozenset(seen)
-
-    def moves(self, states: frozenset[int]) -> dict[str, frozenset[int]]:
-        """The labelled moves out of ``states`` (closed); built once per state set (the NFA
-        does not change once its patterns are compiled), so the caller must not edit it."""
-        cached = self._moves.get(states)
-        if cached is None:
-            cached = self._moves[states] = self._moves_uncached(states)
-        return cached
-
-    def _moves_uncached(self, states: frozenset[int]) -> dict[str, frozenset[int]]:
-        out: dict[str, set[int]] = {}
-        for s in states:
-            for name, t in self.edges[s]:
-                out.setdefault(name, set()).add(t)
-        return {k: self.closure(v) for k, v in out.items()}
-
-    def labels_after(self, states: frozenset[int]) -> frozenset[str]:
-        """The actions on some path out of ``states`` (closed): every step a continuation of
-        the patterns may still take."""
-        got = self._after.get(states)
-        if got is None:
-            todo, reached, out = [states], {states}, set[str]()
-            while todo:
-                for name, nxt in self.moves(todo.pop()).items():
-                    out.add(name)
-                    if nxt not in reached:
-                        reached.add(nxt)
-                        todo.append(nxt)
-            got = self._after[states] = frozenset(out)
-        return got
-
-
-def _parse(nfa: Nfa, pat: str, known: set[str]) -> tuple[int, int]:
-    toks = _TOKEN.findall(_expand(pat))
-    pos = 0
-
-    def alt() -> tuple[int, int]:
-        nonlocal pos
-        s, e = seq()
-        while pos < len(toks) and toks[pos] == "|":
-            pos += 1
-            s2, e2 = seq()
-            a, b = nfa.new(), nfa.new()
-            nfa.eps[a] += [s, s2]
-            nfa.eps[e].append(b)
-            nfa.eps[e2].append(b)
-            s, e = a, b
-        return s, e
-
-    def seq() -> tuple[int, int]:
-        nonlocal pos
-        s = e = nfa.new()
-        while pos < len(toks) and toks[pos] not in "|)":
-            a, b = atom()
-            nfa.eps[e].append(a)
-            e = b
-        return s, e
-
-    def atom() -> tuple[int, int]:
-        nonlocal pos
-        tok = toks[pos]
-        pos += 1
-        if tok == "(":
-            s, e = alt()
-            if pos >= len(toks) or toks[pos] != ")":
-                raise ValueError(f"unbalanced parentheses in {pat!r}")
-            pos += 1
-        else:
-            if tok not in known:
-                raise ValueError(f"{tok!r} in API pattern {pat!r} is not an action")
-            s, e = nfa.new(), nfa.new()
-            nfa.edges[s].append((tok, e))
-        while pos < len(toks) and toks[pos] in "*+?":
-            op = toks[pos]
-            pos += 1
-            a, b = nfa.new(), nfa.new()
-            nfa.eps[a].append(s)
-            nfa.eps[e].append(b)
-            if op in "*?":
-                nfa.eps[a].append(b)
-            if op in "*+":
-                nfa.eps[e].append(s)
-            s, e = a, b
-        return s, e
-
-    s, e = alt()
-    if pos != len(toks):
-        raise ValueError(f"cannot parse API pattern {pat!r} at {toks[pos]!r}")
-    return s, e
-
-
-def compile_patterns(patterns: Sequence[str], actions: Iterable[str]) -> tuple[Nfa, int, int]:
-    """One NFA for the union of ``patterns`` (start, accept); names must be table actions."""
-    known = set(actions)
-    nfa = Nfa()
-    start, accept = nfa.new(), nfa.new()
-    for pat in patterns:
-        s, e = _parse(nfa, pat, known)
-        nfa.eps[start].append(s)
-        nfa.eps[e].append(accept)
-    return nfa, start, accept
 
 
 @dataclass
@@ -471,64 +340,6 @@ def _by_var(goal: Mapping[tuple[str, Any], Any]) -> list[_VarGoal]:
     for (name, idx), want in goal.items():
         groups.setdefault(name, []).append((idx, want))
     return [_VarGoal(name, cells) for name, cells in groups.items()]
-
-
-def with_ghosts(machine: Machine, observed: Mapping[str, Any]) -> ConcreteState:
-    """A model state from what the library shows, ghost truth (which it cannot show) at its
-    initial values: enough to search for the steps explaining a change, since guards never
-    read a ghost and only non-ghost variables are compared."""
-    init = machine.init().values
-    vals = {v.name: init[v.name] for v in machine.table.vars if v.ghost}
-    vals.update(observed)
-    return machine.state(vals)
-
-
-def after_restart(
-    machine: Machine, s: ConcreteState, published: Mapping[int, Mapping[str, int]] | None = None
-) -> ConcreteState:
-    """The model's state after a process crash and restart over the same cache directory.
-
-    ``published``: per surviving block, the kept variables as its entry was written (a window
-    that slid while the block sat on disk is still in the file; without it, the model's
-    current values are used)."""
-    init = machine.init().values
-    vals = s.values
-    out = dict(init)
-    survivors = [
-        b
-        for b in range(machine.N)
-        if any(all(vals[n][b] == v for n, v in cond.items()) for cond in RESTART_SURVIVES)
-    ]
-    for name in ("ckv", *RESTART_KEEPS):
-        col = list(out[name])
-        for b in survivors:
-            pub = (published or {}).get(b, {})
-            col[b] = RESTART_PHASE if name == "ckv" else pub.get(name, vals[name][b])
-        out[name] = tuple(col)
-    if "nfree" in out:
-        out["nfree"] = machine.N - len(survivors)
-    # Ghost truth survives with the entry: what a surviving block holds (its content identity,
-    # occupant, what its window and tail were built from) is what its file holds, and every
-    # identity handed out stays handed out.  The ghosts that mirror a mechanism variable (where
-    # the bytes are, their form, the chunks still missing) follow the restarted values.
-    table = machine.table
-    k = table.consts
-    for v in table.vars:
-        if not v.ghost:
-            continue
-        if v.scope is Scope.GLOBAL:
-            out[v.name] = vals[v.name]
-        elif v.scope is Scope.BLOCK:
-            col = list(out[v.name])
-            for b in survivors:
-                col[b] = vals[v.name][b]
-            out[v.name] = tuple(col)
-    for ghost, mirror in (("at", "addr"), ("form", "fmt"), ("promised", "lease")):
-        if ghost in out and mirror in out:
-            out[ghost] = tuple(out[mirror])
-    if "missing" in out and "prog" in out:
-        out["missing"] = tuple(k.load_steps - x for x in out["prog"])
-    return machine.state(out)
 
 
 class _Ask:

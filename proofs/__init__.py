@@ -4,7 +4,7 @@
 with replayed traces.  These names are a stable API that other tools build on.
 """
 
-from .obligations import Config
+from .config import Config
 from .report import render_json, render_junit, render_text
 from .results import Result, Step, Trace
 from .runner import Report, prove

@@ -428,8 +428,9 @@ def check_mutant(
     mutant whose guard accepts exactly the same states under the invariants; or argued in
     ``Table.equivalent``), ``unknown`` (an obligation timed out and none refuted it: not a
     kill), ``survived``.  ``edges``: :func:`table_edges` of ``table``."""
+    from .config import Config
     from .engine import check_guard_equivalence
-    from .obligations import Config, kill_units, run_unit
+    from .obligations import kill_units, run_unit
 
     t0 = time.perf_counter()
     base = Outcome(m.id, m.operator, m.action, m.detail, "survived")
@@ -683,6 +684,3 @@ def mutate(
         stopped=stopped if len(done) < len(ms) else None,
         session=None if session is None else str(session),
     )
-
-
-from .mutate_report import render_junit, render_text  # noqa: E402, F401 - re-exported

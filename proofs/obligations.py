@@ -20,8 +20,8 @@ than only a counterexample to induction.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from kvstate.spec.compile import invariant_reads
@@ -29,6 +29,7 @@ from kvstate.spec.phases import LIFECYCLES
 from kvstate.spec.table import Table
 
 from . import units
+from .config import Config
 from .engine import replay
 from .results import Result
 
@@ -40,25 +41,6 @@ class Unit:
     kind: str
     name: str
     args: tuple[Any, ...] = ()
-
-
-@dataclass(frozen=True)
-class Config:
-    depth: int = 4  # BMC depth on the default pool
-    bmc_pool: int = 2
-    search_depth: int = 15  # deepest witness / counterexample search
-    k_pools: tuple[int, ...] = (1, 2, 3)
-    timeout_ms: int = 60000
-    update_witnesses: bool = False
-    completeness_bounds: tuple[tuple[int, int], ...] = ((1, 6), (2, 9))  # (pool, depth)
-    find_traces: bool = True  # on a failed induction step, search a trace from Init (mutate: off)
-    k_timeout_ms: int | None = None  # k-induction's own timeout (mutate: longer than the rest)
-    first_failure: bool = False  # stop a unit at its first failed obligation (mutate: on)
-    # mutate: each lifecycle's phase edges per (action, request) instance of the unchanged
-    # actions, reused by the structure check instead of enumerated again
-    known_edges: Mapping[str, Mapping[tuple[str, int | None], Any]] | None = field(
-        default=None, compare=False
-    )
 
 
 def plan(table: Table, cfg: Config, only: str | None = None) -> list[Unit]:

@@ -25,7 +25,8 @@ from typing import Any, Protocol
 
 from kvstate.spec.table import Table
 
-from .obligations import Config, Unit, plan, run_unit
+from .config import Config
+from .obligations import Unit, plan, run_unit
 from .results import Result
 
 _TABLE: Table | None = None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import z3
 
@@ -24,6 +24,7 @@ from kvstate.spec.phases import LIFECYCLES
 from kvstate.spec.table import Invariant, Table
 
 from . import witnesses
+from .config import Config
 from .engine import (
     _cti_trace,
     _verdict,
@@ -45,9 +46,6 @@ from .engine import (
     violation_goal,
 )
 from .results import Result, Trace
-
-if TYPE_CHECKING:  # a cycle at run time
-    from .obligations import Config
 
 UNBOUNDED = "unbounded: any pool size, any depth (requests expanded: R={R})"
 

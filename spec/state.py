@@ -13,6 +13,7 @@ from types import MappingProxyType
 from typing import Any
 
 from .errors import SpecError
+from .parts import Scope
 
 
 class ReqView:
@@ -156,8 +157,6 @@ def _initial(table: Any, N: int) -> tuple[dict[str, Any], frozenset[str]]:
     hit = _INITIAL.get((id(table), N))
     if hit is not None and hit[0] is table:
         return hit[1], hit[2]
-    from .table import Scope
-
     k = table.consts
     out: dict[str, Any] = {}
     for v in table.vars:
@@ -182,8 +181,6 @@ def initial_values(table: Any, N: int) -> dict[str, Any]:
 
 
 def req_var_names(table: Any) -> frozenset[str]:
-    from .table import Scope
-
     return frozenset(v.name for v in table.vars if v.scope in (Scope.REQ, Scope.REQ_BLOCK))
 
 

@@ -9,11 +9,32 @@ an update of the wrong type is reported with the action's name before anything r
 from __future__ import annotations
 
 import keyword
-from typing import Any
+from typing import Any, Protocol
 
 from .errors import SpecError
+from .parts import Action, Completeness, Consts, Invariant, ParamKind, ReadSafety, Scope, Var
 from .state import ConcreteState, ProbeState, RecordingState, initial_state
-from .table import Action, ParamKind, Scope, Table, Var
+
+
+class Table(Protocol):
+    """What validation reads of a :class:`kvstate.spec.table.Table` (that module validates
+    every table it builds, so this one names the shape it reads instead of importing it)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def vars(self) -> tuple[Var, ...]: ...
+    @property
+    def actions(self) -> tuple[Action, ...]: ...
+    @property
+    def invariants(self) -> tuple[Invariant, ...]: ...
+    @property
+    def reads(self) -> tuple[ReadSafety, ...]: ...
+    @property
+    def completeness(self) -> Completeness | None: ...
+    @property
+    def consts(self) -> Consts: ...
+    def action(self, name: str) -> Action: ...
 
 
 class _P:

@@ -39,7 +39,8 @@ def operator(text: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kvstate.proofs.mutate import OPERATORS, mutate, render_junit, render_text
+    from kvstate.proofs.mutate import OPERATORS, mutate
+    from kvstate.proofs.mutate_report import render_junit, render_text
     from kvstate.proofs.session import default_path
 
     from .prove import signals_as_interrupts

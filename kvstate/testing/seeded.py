@@ -383,10 +383,12 @@ def _stage(names: frozenset[str]) -> ModuleType:
 # ---- what tests and the fuzzer build ----------------------------------------------------------
 def cache(geometry: Any = None, *, bugs: Iterable[str], **kwargs: Any) -> HeterogeneousKVCache:
     """A :class:`~kvstate.impl.HeterogeneousKVCache` with ``bugs`` planted (the arguments are the
-    constructor's).  Its class is the staged package's (plain Python), not ``kvstate.impl``'s,
-    unless ``bugs`` is empty."""
-    cls = package(bugs).HeterogeneousKVCache
-    return cast(HeterogeneousKVCache, cls(geometry, **kwargs))
+    constructor's, but ``writer`` is the test content the checks recompute,
+    ``DeterministicWriter``, unless given).  Its class is the staged package's (plain Python),
+    not ``kvstate.impl``'s, unless ``bugs`` is empty."""
+    pkg = package(bugs)
+    kwargs.setdefault("writer", pkg.DeterministicWriter())
+    return cast(HeterogeneousKVCache, pkg.HeterogeneousKVCache(geometry, **kwargs))
 
 
 def module(bugs: Iterable[str], name: str) -> ModuleType:

@@ -7,7 +7,7 @@ from kvstate.spec.expr import AND, OR, store
 from kvstate.spec.phases import CKV, Indexer, Pipe, Swa, Tail
 from kvstate.spec.table import Action
 
-from .common import A, B, F, action, conj, moved_graph, unpinned
+from .common import A, B, F, action, at_b, conj, is_at, moved_graph, unpinned
 
 
 def block_actions() -> list[Action]:
@@ -16,19 +16,16 @@ def block_actions() -> list[Action]:
         action(
             "allocate",
             [B, A, F],
-            [conj("free", lambda s, p: s.ckv[p.b] == CKV.FREE)],
+            [conj("free", is_at("ckv", CKV.FREE))],
             {
-                "ckv": lambda s, p: store(s, s.ckv, p.b, int(CKV.WRITING)),
+                **at_b(ckv=CKV.WRITING),
                 "addr": lambda s, p: store(s, s.addr, p.b, p.a),
                 "graph": moved_graph,
                 "gen": lambda s, p: store(s, s.gen, p.b, s.gen[p.b] + 1),
-                "tail": lambda s, p: store(s, s.tail, p.b, int(Tail.OPEN)),
-                "swa": lambda s, p: store(s, s.swa, p.b, int(Swa.NULL)),
-                "idx": lambda s, p: store(s, s.idx, p.b, int(Indexer.ABSENT)),
+                **at_b(tail=Tail.OPEN, swa=Swa.NULL, idx=Indexer.ABSENT),
                 "fmt": lambda s, p: store(s, s.fmt, p.b, p.f),
                 "nfree": lambda s, p: s.nfree - 1,
             },
-            ["ckv", "addr", "graph", "gen", "tail", "swa", "idx", "fmt", "nfree"],
             "Compressed KV",
             "take a free device slot (any: the allocator chooses, a; a moved buffer makes the "
             "graph stale) for new tokens in the form the writer produces (f); a new generation",
@@ -36,13 +33,12 @@ def block_actions() -> list[Action]:
         action(
             "commit",
             [B],
-            [conj("writing", lambda s, p: s.ckv[p.b] == CKV.WRITING)],
+            [conj("writing", is_at("ckv", CKV.WRITING))],
             {
-                "ckv": lambda s, p: store(s, s.ckv, p.b, int(CKV.READY)),
+                **at_b(ckv=CKV.READY),
                 "ver": lambda s, p: store(s, s.ver, p.b, s.ver[p.b] + 1),
-                "swa": lambda s, p: store(s, s.swa, p.b, int(Swa.VALID)),
+                **at_b(swa=Swa.VALID),
             },
-            ["ckv", "ver", "swa"],
             "Compressed KV",
             "prefill wrote the block: new content version",
         ),
@@ -50,15 +46,13 @@ def block_actions() -> list[Action]:
             "discard",
             [B],
             [
-                conj("writing", lambda s, p: s.ckv[p.b] == CKV.WRITING),
+                conj("writing", is_at("ckv", CKV.WRITING)),
                 conj("unpinned", unpinned),
             ],
             {
-                "ckv": lambda s, p: store(s, s.ckv, p.b, int(CKV.FREE)),
-                "tail": lambda s, p: store(s, s.tail, p.b, int(Tail.NONE)),
+                **at_b(ckv=CKV.FREE, tail=Tail.NONE),
                 "nfree": lambda s, p: s.nfree + 1,
             },
-            ["ckv", "tail", "nfree"],
             "Compressed KV",
             "the writer was aborted mid-prefill: free the slot",
         ),
@@ -67,15 +61,14 @@ def block_actions() -> list[Action]:
             "seal",
             [B],
             [
-                conj("open", lambda s, p: s.tail[p.b] == Tail.OPEN),
-                conj("committed", lambda s, p: s.ckv[p.b] == CKV.READY),
+                conj("open", is_at("tail", Tail.OPEN)),
+                conj("committed", is_at("ckv", CKV.READY)),
                 conj("unpinned", unpinned, "a shared (pinned) block is immutable"),
             ],
             {
-                "tail": lambda s, p: store(s, s.tail, p.b, int(Tail.SEALED)),
+                **at_b(tail=Tail.SEALED),
                 "ver": lambda s, p: store(s, s.ver, p.b, s.ver[p.b] + 1),
             },
-            ["tail", "ver"],
             "Uncompressed Tail",
             "compression fired at the boundary: the tail's rows become compressed entries (a new "
             "content version, so the indexer is stale until updated) and the state there is saved",
@@ -85,11 +78,10 @@ def block_actions() -> list[Action]:
             "slide",
             [B],
             [
-                conj("valid", lambda s, p: s.swa[p.b] == Swa.VALID),
+                conj("valid", is_at("swa", Swa.VALID)),
                 conj("unpinned", unpinned, "a pinned hit still needs its window"),
             ],
-            {"swa": lambda s, p: store(s, s.swa, p.b, int(Swa.NULL))},
-            ["swa"],
+            at_b(swa=Swa.NULL),
             "SWA Window",
             "the window moved past the block: it becomes the null block",
         ),
@@ -98,14 +90,13 @@ def block_actions() -> list[Action]:
             "index_update",
             [B],
             [
-                conj("committed", lambda s, p: s.ckv[p.b] == CKV.READY),
+                conj("committed", is_at("ckv", CKV.READY)),
                 conj("no_job", lambda s, p: s.idx[p.b] != Indexer.REBUILDING),
             ],
             {
-                "idx": lambda s, p: store(s, s.idx, p.b, int(Indexer.PRESENT)),
+                **at_b(idx=Indexer.PRESENT),
                 "iver": lambda s, p: store(s, s.iver, p.b, s.ver[p.b]),
             },
-            ["idx", "iver"],
             "Indexer State",
             "inline indexer write alongside the compressed KV",
         ),
@@ -127,23 +118,20 @@ def block_actions() -> list[Action]:
                 ),
             ],
             {
-                "idx": lambda s, p: store(s, s.idx, p.b, int(Indexer.REBUILDING)),
-                "ixpipe": lambda s, p: store(s, s.ixpipe, p.b, int(Pipe.CPU)),
+                **at_b(idx=Indexer.REBUILDING, ixpipe=Pipe.CPU),
             },
-            ["idx", "ixpipe"],
             "Indexer State",
             "queue an indexer rebuild in the CPU pipeline",
         ),
         action(
             "rebuild_done",
             [B],
-            [conj("rebuilding", lambda s, p: s.idx[p.b] == Indexer.REBUILDING)],
+            [conj("rebuilding", is_at("idx", Indexer.REBUILDING))],
             {
-                "idx": lambda s, p: store(s, s.idx, p.b, int(Indexer.PRESENT)),
+                **at_b(idx=Indexer.PRESENT),
                 "iver": lambda s, p: store(s, s.iver, p.b, s.ver[p.b]),
-                "ixpipe": lambda s, p: store(s, s.ixpipe, p.b, int(Pipe.NONE)),
+                **at_b(ixpipe=Pipe.NONE),
             },
-            ["idx", "iver", "ixpipe"],
             "Indexer State",
             "the rebuilt keys match the current version",
         ),

@@ -4,10 +4,11 @@ tokens, the pins on a block, the updates that give a request's pins up)."""
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from kvstate.spec.expr import AND, B2I, CDIV, ITE, array
+from kvstate.spec.expr import AND, B2I, CDIV, ITE, array, store
 from kvstate.spec.phases import Graph, Req
 from kvstate.spec.table import Action, Conjunct, Param, ParamKind
 
@@ -34,11 +35,27 @@ def action(
     params: Iterable[Param],
     guard: Iterable[Conjunct],
     updates: dict[str, Fn],
-    modifies: Iterable[str],
     component: str,
     doc: str = "",
 ) -> Action:
-    return Action(name, tuple(params), tuple(guard), updates, frozenset(modifies), component, doc)
+    """An action whose frame is exactly the variables it updates (every action of the default
+    table: none declares a variable it leaves alone)."""
+    return Action(name, tuple(params), tuple(guard), updates, frozenset(updates), component, doc)
+
+
+def is_at(var: str, phase: enum.IntEnum) -> Fn:
+    """A guard conjunct's test: block variable ``var`` is in ``phase`` at the action's block."""
+    return lambda s, p: getattr(s, var)[p.b] == phase
+
+
+def at_b(**values: enum.IntEnum) -> dict[str, Fn]:
+    """Updates that put each block variable named at the action's block in the given phase
+    (``at_b(ckv=CKV.FREE, tail=Tail.NONE)``), in that order."""
+    return {var: _put(var, int(phase)) for var, phase in values.items()}
+
+
+def _put(var: str, phase: int) -> Fn:
+    return lambda s, p: store(s, getattr(s, var), p.b, phase)
 
 
 def covers(s: Any, b: Any, tokens: Any) -> Any:
@@ -63,9 +80,6 @@ def moved_graph(s: Any, p: Any) -> Any:
 def release_pins(s: Any, p: Any) -> Any:
     pinned = s.req(p.r).pinned
     return array(s, lambda b: s.ref[b] - B2I(covers(s, b, pinned)))
-
-
-GIVE_UP_FRAME = ("phase", "ref", "pinned", "hit")
 
 
 def give_up_pins(next_phase: Req) -> dict[str, Fn]:

@@ -10,8 +10,8 @@ from kvstate.spec.table import Action
 
 from .common import (
     ACTIVE,
-    GIVE_UP_FRAME,
     B,
+    Fn,
     H,
     R,
     T,
@@ -23,6 +23,14 @@ from .common import (
 )
 
 
+def captured() -> dict[str, Fn]:
+    """The updates of a (re)capture: the graph is captured and records every block's address."""
+    return {
+        "graph": lambda s, p: int(Graph.CAPTURED),
+        "gaddr": lambda s, p: s.addr,
+    }
+
+
 def request_actions(hit_rule: HitRule) -> list[Action]:
     return [
         action(
@@ -32,7 +40,6 @@ def request_actions(hit_rule: HitRule) -> list[Action]:
             {
                 "lease": lambda s, p: store(s, s.lease, p.b, MAX(s.lease[p.b], s.now + p.t)),
             },
-            ["lease"],
             "Compressed KV",
             "extend a residency lease (never shortens it)",
         ),
@@ -41,7 +48,6 @@ def request_actions(hit_rule: HitRule) -> list[Action]:
             [T],
             [conj("always", lambda s, p: True)],
             {"now": lambda s, p: s.now + p.t},
-            ["now"],
             "Scheduler",
             "time passes (t ticks)",
         ),
@@ -50,11 +56,7 @@ def request_actions(hit_rule: HitRule) -> list[Action]:
             "capture",
             [],
             [conj("none", lambda s, p: s.graph == Graph.NONE)],
-            {
-                "graph": lambda s, p: int(Graph.CAPTURED),
-                "gaddr": lambda s, p: s.addr,
-            },
-            ["graph", "gaddr"],
+            captured(),
             "CUDA Graph",
             "capture over the persistent buffers; record their addresses",
         ),
@@ -63,7 +65,6 @@ def request_actions(hit_rule: HitRule) -> list[Action]:
             [],
             [conj("captured", lambda s, p: s.graph == Graph.CAPTURED)],
             {},
-            [],
             "CUDA Graph",
             "replay the captured graph (reads the recorded addresses)",
         ),
@@ -71,11 +72,7 @@ def request_actions(hit_rule: HitRule) -> list[Action]:
             "recapture",
             [],
             [conj("stale", lambda s, p: s.graph == Graph.STALE)],
-            {
-                "graph": lambda s, p: int(Graph.CAPTURED),
-                "gaddr": lambda s, p: s.addr,
-            },
-            ["graph", "gaddr"],
+            captured(),
             "CUDA Graph",
             "recapture after a recovery moved a buffer",
         ),
@@ -89,7 +86,6 @@ def request_actions(hit_rule: HitRule) -> list[Action]:
                 "deadline": lambda s, p: s.now + p.t,
                 "hit": lambda s, p: 0,
             },
-            ["phase", "deadline", "hit"],
             "Request",
             "admit a request that will live t ticks",
         ),
@@ -104,7 +100,6 @@ def request_actions(hit_rule: HitRule) -> list[Action]:
                 "phase": lambda s, p: int(Req.MATCHED),
                 "hit": lambda s, p: p.h,
             },
-            ["phase", "hit"],
             "Request",
             "prefix-hash lookup: a candidate length; nothing is locked",
         ),
@@ -137,7 +132,6 @@ def request_actions(hit_rule: HitRule) -> list[Action]:
                     s, lambda b: s.ref[b] + B2I(covers(s, b, s.req(p.r).hit))
                 ),
             },
-            ["phase", "pinned", "ref"],
             "Request",
             "take reference counts on the hit's blocks",
         ),
@@ -168,7 +162,6 @@ def request_actions(hit_rule: HitRule) -> list[Action]:
                 "pgen": lambda s, p: s.gen,
                 "paddr": lambda s, p: s.addr,
             },
-            ["phase", "pgen", "paddr"],
             "Request",
             "the four layers hold: record state_data_ptrs (generations and addresses)",
         ),
@@ -179,7 +172,6 @@ def request_actions(hit_rule: HitRule) -> list[Action]:
                 conj("checked", lambda s, p: IN(s.req(p.r).phase, (Req.VALIDATED, Req.RECOMPUTE))),
             ],
             {"phase": lambda s, p: int(Req.USING)},
-            ["phase"],
             "Request",
             "compute from the hit",
         ),
@@ -188,7 +180,6 @@ def request_actions(hit_rule: HitRule) -> list[Action]:
             [R],
             [conj("using", lambda s, p: s.req(p.r).phase == Req.USING)],
             give_up_pins(Req.IDLE),
-            GIVE_UP_FRAME,
             "Request",
             "finish: drop the pins",
         ),
@@ -197,7 +188,6 @@ def request_actions(hit_rule: HitRule) -> list[Action]:
             [R],
             [conj("active", lambda s, p: IN(s.req(p.r).phase, ACTIVE))],
             give_up_pins(Req.IDLE),
-            GIVE_UP_FRAME,
             "Request",
             "abort at any point; in-flight loads finish in their pipeline, so nothing is reused mid-write",
         ),
@@ -212,7 +202,6 @@ def request_actions(hit_rule: HitRule) -> list[Action]:
                 ),
             ],
             give_up_pins(Req.RECOMPUTE),
-            GIVE_UP_FRAME,
             "Request",
             "give up the hit and recompute from scratch",
         ),

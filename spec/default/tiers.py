@@ -7,7 +7,16 @@ from kvstate.spec.expr import AND, B2I, IMPLIES, IN, ITE, store
 from kvstate.spec.phases import CKV, Indexer, Pipe, Swa, Tail
 from kvstate.spec.table import Action
 
-from .common import A, B, F, action, conj, lease_expired, moved_graph, unpinned
+from .common import A, B, F, Fn, action, at_b, conj, is_at, lease_expired, moved_graph, unpinned
+
+
+def freed() -> dict[str, Fn]:
+    """The updates of a block whose slot is free again (dropped, or evicted): every state of
+    it gone, one more free block."""
+    return {
+        **at_b(ckv=CKV.FREE, tail=Tail.NONE, swa=Swa.NULL, idx=Indexer.ABSENT),
+        "nfree": lambda s, p: s.nfree + 1,
+    }
 
 
 def tier_actions() -> list[Action]:
@@ -16,7 +25,7 @@ def tier_actions() -> list[Action]:
             "offload",
             [B],
             [
-                conj("committed", lambda s, p: s.ckv[p.b] == CKV.READY),
+                conj("committed", is_at("ckv", CKV.READY)),
                 conj(
                     "unpinned",
                     unpinned,
@@ -24,10 +33,8 @@ def tier_actions() -> list[Action]:
                 ),
             ],
             {
-                "ckv": lambda s, p: store(s, s.ckv, p.b, int(CKV.OFFLOADING)),
-                "ldpipe": lambda s, p: store(s, s.ldpipe, p.b, int(Pipe.DMA)),
+                **at_b(ckv=CKV.OFFLOADING, ldpipe=Pipe.DMA),
             },
-            ["ckv", "ldpipe"],
             "On-disk Prefix",
             "copy to host in the DMA pipeline (device copy stays)",
         ),
@@ -35,39 +42,34 @@ def tier_actions() -> list[Action]:
             "offload_done",
             [B],
             [
-                conj("offloading", lambda s, p: s.ckv[p.b] == CKV.OFFLOADING),
+                conj("offloading", is_at("ckv", CKV.OFFLOADING)),
                 conj("unpinned", unpinned),
                 conj("lease_expired", lease_expired),
                 conj("no_cpu_job", lambda s, p: s.idx[p.b] != Indexer.REBUILDING),
             ],
             {
-                "ckv": lambda s, p: store(s, s.ckv, p.b, int(CKV.HOST)),
-                "ldpipe": lambda s, p: store(s, s.ldpipe, p.b, int(Pipe.NONE)),
+                **at_b(ckv=CKV.HOST, ldpipe=Pipe.NONE),
             },
-            ["ckv", "ldpipe"],
             "On-disk Prefix",
             "host copy complete; the device slot is released",
         ),
         action(
             "offload_cancel",
             [B],
-            [conj("offloading", lambda s, p: s.ckv[p.b] == CKV.OFFLOADING)],
+            [conj("offloading", is_at("ckv", CKV.OFFLOADING))],
             {
-                "ckv": lambda s, p: store(s, s.ckv, p.b, int(CKV.READY)),
-                "ldpipe": lambda s, p: store(s, s.ldpipe, p.b, int(Pipe.NONE)),
+                **at_b(ckv=CKV.READY, ldpipe=Pipe.NONE),
             },
-            ["ckv", "ldpipe"],
             "On-disk Prefix",
             "a pinned block stays on device: keep the device copy",
         ),
         action(
             "spill",
             [B],
-            [conj("on_host", lambda s, p: s.ckv[p.b] == CKV.HOST)],
+            [conj("on_host", is_at("ckv", CKV.HOST))],
             {
-                "ckv": lambda s, p: store(s, s.ckv, p.b, int(CKV.DISK)),
+                **at_b(ckv=CKV.DISK),
             },
-            ["ckv"],
             "On-disk Prefix",
             "host copy written to disk (atomically) and dropped from host",
         ),
@@ -84,14 +86,13 @@ def tier_actions() -> list[Action]:
                 ),
             ],
             {
-                "ckv": lambda s, p: store(s, s.ckv, p.b, int(CKV.LOADING)),
+                **at_b(ckv=CKV.LOADING),
                 "ldpipe": lambda s, p: store(
                     s, s.ldpipe, p.b, ITE(s.ckv[p.b] == CKV.DISK, int(Pipe.IO), int(Pipe.DMA))
                 ),
                 "prog": lambda s, p: store(s, s.prog, p.b, 0),
                 "io_inflight": lambda s, p: s.io_inflight + B2I(s.ckv[p.b] == CKV.DISK),
             },
-            ["ckv", "ldpipe", "prog", "io_inflight"],
             "On-disk Prefix",
             "start an asynchronous load: disk loads in the I/O pipeline, host copies in DMA",
         ),
@@ -99,11 +100,10 @@ def tier_actions() -> list[Action]:
             "load_progress",
             [B],
             [
-                conj("loading", lambda s, p: s.ckv[p.b] == CKV.LOADING),
+                conj("loading", is_at("ckv", CKV.LOADING)),
                 conj("not_done", lambda s, p: s.prog[p.b] < s.k.load_steps),
             ],
             {"prog": lambda s, p: store(s, s.prog, p.b, s.prog[p.b] + 1)},
-            ["prog"],
             "On-disk Prefix",
             "one more chunk of the load landed",
         ),
@@ -111,7 +111,7 @@ def tier_actions() -> list[Action]:
             "load_done",
             [B, A, F],
             [
-                conj("loading", lambda s, p: s.ckv[p.b] == CKV.LOADING),
+                conj("loading", is_at("ckv", CKV.LOADING)),
                 conj(
                     "complete",
                     lambda s, p: s.prog[p.b] == s.k.load_steps,
@@ -119,11 +119,11 @@ def tier_actions() -> list[Action]:
                 ),
             ],
             {
-                "ckv": lambda s, p: store(s, s.ckv, p.b, int(CKV.READY)),
+                **at_b(ckv=CKV.READY),
                 "addr": lambda s, p: store(s, s.addr, p.b, p.a),
                 "graph": moved_graph,
                 "io_inflight": lambda s, p: s.io_inflight - B2I(s.ldpipe[p.b] == Pipe.IO),
-                "ldpipe": lambda s, p: store(s, s.ldpipe, p.b, int(Pipe.NONE)),
+                **at_b(ldpipe=Pipe.NONE),
                 "idx": lambda s, p: store(
                     s, s.idx, p.b, ITE(s.ldpipe[p.b] == Pipe.IO, int(Indexer.ABSENT), s.idx[p.b])
                 ),
@@ -141,7 +141,6 @@ def tier_actions() -> list[Action]:
                     s, s.fmt, p.b, ITE(s.ldpipe[p.b] == Pipe.IO, p.f, s.fmt[p.b])
                 ),
             },
-            ["ckv", "addr", "graph", "io_inflight", "ldpipe", "idx", "swa", "fmt"],
             "On-disk Prefix",
             "the load completed into a (possibly new) device slot; a moved buffer makes the graph stale; "
             "disk loads come back without indexer pages and in the file's stored form",
@@ -149,16 +148,15 @@ def tier_actions() -> list[Action]:
         action(
             "load_fail",
             [B],
-            [conj("loading", lambda s, p: s.ckv[p.b] == CKV.LOADING)],
+            [conj("loading", is_at("ckv", CKV.LOADING))],
             {
                 "ckv": lambda s, p: store(
                     s, s.ckv, p.b, ITE(s.ldpipe[p.b] == Pipe.IO, int(CKV.DISK), int(CKV.HOST))
                 ),
                 "io_inflight": lambda s, p: s.io_inflight - B2I(s.ldpipe[p.b] == Pipe.IO),
-                "ldpipe": lambda s, p: store(s, s.ldpipe, p.b, int(Pipe.NONE)),
+                **at_b(ldpipe=Pipe.NONE),
                 "prog": lambda s, p: store(s, s.prog, p.b, s.k.load_steps),
             },
-            ["ckv", "io_inflight", "ldpipe", "prog"],
             "On-disk Prefix",
             "the load failed: the source stays where it was, the hit is truncated and recomputed",
         ),
@@ -170,14 +168,7 @@ def tier_actions() -> list[Action]:
                 conj("unpinned", unpinned, "a pinned host/disk source may still be loaded"),
                 conj("lease_expired", lease_expired),
             ],
-            {
-                "ckv": lambda s, p: store(s, s.ckv, p.b, int(CKV.FREE)),
-                "tail": lambda s, p: store(s, s.tail, p.b, int(Tail.NONE)),
-                "swa": lambda s, p: store(s, s.swa, p.b, int(Swa.NULL)),
-                "idx": lambda s, p: store(s, s.idx, p.b, int(Indexer.ABSENT)),
-                "nfree": lambda s, p: s.nfree + 1,
-            },
-            ["ckv", "tail", "swa", "idx", "nfree"],
+            freed(),
             "On-disk Prefix",
             "delete the host/disk copy",
         ),
@@ -186,28 +177,20 @@ def tier_actions() -> list[Action]:
             "evict_start",
             [B],
             [
-                conj("committed", lambda s, p: s.ckv[p.b] == CKV.READY),
+                conj("committed", is_at("ckv", CKV.READY)),
                 conj("unpinned", unpinned, "TOCTOU: never evict a block a checked request holds"),
                 conj("lease_expired", lease_expired),
                 conj("no_cpu_job", lambda s, p: s.idx[p.b] != Indexer.REBUILDING),
             ],
-            {"ckv": lambda s, p: store(s, s.ckv, p.b, int(CKV.EVICTING))},
-            ["ckv"],
+            at_b(ckv=CKV.EVICTING),
             "Compressed KV",
             "reclaim an unreferenced device block",
         ),
         action(
             "evict_done",
             [B],
-            [conj("evicting", lambda s, p: s.ckv[p.b] == CKV.EVICTING)],
-            {
-                "ckv": lambda s, p: store(s, s.ckv, p.b, int(CKV.FREE)),
-                "tail": lambda s, p: store(s, s.tail, p.b, int(Tail.NONE)),
-                "swa": lambda s, p: store(s, s.swa, p.b, int(Swa.NULL)),
-                "idx": lambda s, p: store(s, s.idx, p.b, int(Indexer.ABSENT)),
-                "nfree": lambda s, p: s.nfree + 1,
-            },
-            ["ckv", "tail", "swa", "idx", "nfree"],
+            [conj("evicting", is_at("ckv", CKV.EVICTING))],
+            freed(),
             "Compressed KV",
             "the slot is free again",
         ),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from kvstate.impl.testdata import DeterministicWriter
 from kvstate.model.apimap import Explainer, compile_patterns
 from kvstate.model.concrete import Machine
 from kvstate.spec import default_table
@@ -273,7 +274,7 @@ def test_equivalent_mutants_are_equivalent_on_small() -> None:
     from kvstate.spec import small
 
     assert [m.name for m in MUTANTS if m.equivalent] == ["gather_first_page_only"]
-    with HeterogeneousKVCache(small(), executors="manual") as c:
+    with HeterogeneousKVCache(small(), executors="manual", writer=DeterministicWriter()) as c:
         groups = c.inspect().tiers.slot_groups
         assert groups and all(g.pages_per_block == 1 for g in groups)
 

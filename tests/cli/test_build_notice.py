@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from kvstate.cli.common import build_state
+from kvstate.impl.testdata import DeterministicWriter
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTICE = "kvstate: running the pure-Python build of the request path"
@@ -92,7 +93,7 @@ def test_compiled_tracebacks_name_the_source_file() -> None:
 
     if "cache" not in impl.native_modules():
         pytest.skip("the request path runs its sources here (no compiled build)")
-    c = impl.HeterogeneousKVCache(small(), executors="manual")
+    c = impl.HeterogeneousKVCache(small(), executors="manual", writer=DeterministicWriter())
     c.close()
     from kvstate.impl.errors import CacheClosed
 

@@ -33,7 +33,7 @@ from fs_faults import creating, faulty_fs
 from kvstate import impl
 from kvstate.impl import HeterogeneousKVCache, InvalidArgument, KVStateError
 from kvstate.impl.events import EventKind
-from kvstate.impl.testdata import harness_tokens
+from kvstate.impl.testdata import DeterministicWriter, harness_tokens
 from kvstate.spec import default_table, small
 
 G = small()
@@ -100,7 +100,9 @@ class World:
     """A cache with a stored prefix, an idle request, a request in use (its Run) and a record."""
 
     def __init__(self) -> None:
-        self.c = c = HeterogeneousKVCache(table=TABLE, executors="manual")
+        self.c = c = HeterogeneousKVCache(
+            table=TABLE, executors="manual", writer=DeterministicWriter()
+        )
         snapshot(c)  # its view, for the snapshots after close
         self.toks = toks = harness_tokens(2 * L + 1)
         with c.use(c.admit(c.request(toks))):
@@ -247,7 +249,7 @@ def test_every_public_parameter_refuses_bad_values(
     tmp_path: Any, monkeypatch: Any, capsys: Any
 ) -> None:
     monkeypatch.chdir(tmp_path)  # a cache_dir name that is accepted lands here
-    other = HeterogeneousKVCache(table=TABLE, executors="manual")
+    other = HeterogeneousKVCache(table=TABLE, executors="manual", writer=DeterministicWriter())
     foreign = other.request(harness_tokens(L + 1))
     counts: Counter[str] = Counter()
     accepted: list[str] = []
@@ -368,7 +370,9 @@ def _directory(tmp: Any, state: str) -> Any:
     d = tmp / state
     if state == "fresh":
         return d
-    c = HeterogeneousKVCache(table=TABLE, cache_dir=d, executors="manual")
+    c = HeterogeneousKVCache(
+        table=TABLE, cache_dir=d, executors="manual", writer=DeterministicWriter()
+    )
     if state == "used":
         with c.use(c.admit(c.request(harness_tokens(2 * L + 1)))):
             pass
@@ -408,7 +412,11 @@ def test_the_constructor_on_a_failing_file_system_raises_only_documented_errors(
                             fs.fail(call, code)
                         try:
                             made = HeterogeneousKVCache(
-                                table=TABLE, cache_dir=d, executors="manual", disk_key=disk_key
+                                table=TABLE,
+                                cache_dir=d,
+                                executors="manual",
+                                disk_key=disk_key,
+                                writer=DeterministicWriter(),
                             )
                         except KVStateError:
                             counts["documented"] += 1
@@ -421,14 +429,20 @@ def test_the_constructor_on_a_failing_file_system_raises_only_documented_errors(
                         made.close()
                     try:
                         HeterogeneousKVCache(
-                            table=TABLE, cache_dir=d, executors="manual", disk_key=disk_key
+                            table=TABLE,
+                            cache_dir=d,
+                            executors="manual",
+                            disk_key=disk_key,
+                            writer=DeterministicWriter(),
                         ).close()
                     except KVStateError as exc:
                         problems.append(f"{what}: the directory does not open again: {exc}")
     for bad in ("a\x00b", tmp_path / "a\x00b"):
         counts["calls"] += 1
         try:
-            HeterogeneousKVCache(table=TABLE, cache_dir=bad, executors="manual").close()
+            HeterogeneousKVCache(
+                table=TABLE, cache_dir=bad, executors="manual", writer=DeterministicWriter()
+            ).close()
             problems.append(f"cache_dir={bad!r}: accepted")
         except InvalidArgument:
             counts["documented"] += 1

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 import torch
-from test_impl_cache import check_compressed, check_tail, check_window
+from cache_checks import check_compressed, check_tail, check_window, make
 
 from kvstate.impl import EventKind, HeterogeneousKVCache
 from kvstate.impl.disk import FILE_FORMAT, KEY_FILE, SUFFIX, DiskTier, name_stem
-from kvstate.impl.testdata import harness_tokens
+from kvstate.impl.testdata import DeterministicWriter, harness_tokens
 from kvstate.spec import small
 from kvstate.spec.phases import CKV
 
@@ -23,7 +23,7 @@ L = G.lcm_tokens
 
 def persist(d: Path, toks: Any) -> None:
     """A first process stores ``toks`` and pushes every block to disk, then exits."""
-    c = HeterogeneousKVCache(G, cache_dir=d, executors="manual")
+    c = make(cache_dir=d)
     try:
         a = c.admit(c.request(toks))
         with c.use(a):
@@ -53,7 +53,7 @@ def test_restart_serves_valid_entries(tmp_path: Path) -> None:
     persist(tmp_path, toks)
     assert len(files(tmp_path)) == 4
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]  # atomic: no leftovers
-    c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors="manual")
+    c = make(cache_dir=tmp_path)
     try:
         assert c.stats()["blocks"]["disk"] == 4
         a = c.admit(c.request(toks))
@@ -73,14 +73,14 @@ def test_restart_serves_valid_entries(tmp_path: Path) -> None:
 def test_corrupt_payload_is_rejected_and_recomputed(tmp_path: Path) -> None:
     toks = harness_tokens(4 * L + 1)
     persist(tmp_path, toks)
-    c0 = HeterogeneousKVCache(G, cache_dir=tmp_path / "x", executors="manual")
+    c0 = make(cache_dir=tmp_path / "x")
     key3 = c0.chain(toks).keys[3]  # block 3: the boundary before it keeps its window
     c0.close()
     victim = entry_path(tmp_path, key3)
     raw = bytearray(victim.read_bytes())
     raw[-100] ^= 0x40  # flip one payload bit of block 3
     victim.write_bytes(bytes(raw))
-    c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors="manual")
+    c = make(cache_dir=tmp_path)
     try:
         a = c.admit(c.request(toks))
         c.pipelines.drain()
@@ -126,7 +126,7 @@ def test_bad_files_are_rejected_at_scan(tmp_path: Path, damage: str) -> None:
     elif damage == "extended":  # bytes after the payload: not the file kvstate wrote
         raw += b"\0" * 16
     elif damage in ("format", "geometry"):
-        c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors="manual")
+        c = make(cache_dir=tmp_path)
         fp = dict(c.inspect().disk.fingerprint)
         (vkey,) = [e.key for e in c.inspect().disk_entries.values() if e.path == victim]
         c.close()
@@ -154,7 +154,7 @@ def test_bad_files_are_rejected_at_scan(tmp_path: Path, damage: str) -> None:
         victim.rename(victim.with_name("00" * 16 + SUFFIX))
         victim = victim.with_name("00" * 16 + SUFFIX)
     victim.write_bytes(bytes(raw))
-    c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors="manual")
+    c = make(cache_dir=tmp_path)
     try:
         removed = c.events.of(EventKind.REMOVED)
         if damage == "magic":  # without kvstate's magic it is not kvstate's: ignored, kept
@@ -182,7 +182,9 @@ def test_bad_files_are_rejected_at_scan(tmp_path: Path, damage: str) -> None:
 def test_threaded_restart(tmp_path: Path) -> None:
     toks = harness_tokens(5 * L + 1)
     persist(tmp_path, toks)
-    c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors="threads")
+    c = HeterogeneousKVCache(
+        G, cache_dir=tmp_path, executors="threads", writer=DeterministicWriter()
+    )
     try:
         a = c.admit(c.request(toks))
         with c.use(a, timeout=20) as run:
@@ -202,7 +204,9 @@ def test_loaded_files_are_unlinked_without_the_lock(
     and once the loads are done no entry is left."""
     toks = harness_tokens(4 * L + 1)
     persist(tmp_path, toks)
-    c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors=executors)
+    c = HeterogeneousKVCache(
+        G, cache_dir=tmp_path, executors=executors, writer=DeterministicWriter()
+    )
     core = c.inspect()
     real_unlink, real_rename = os.unlink, os.rename
     unlinks: list[tuple[str, bool]] = []
@@ -248,7 +252,9 @@ def test_a_disk_load_opens_and_reads_its_file_once(
     stored bytes: one open and one read per block, whatever ``load_steps`` is."""
     toks = harness_tokens(4 * L + 1)
     persist(tmp_path, toks)
-    c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors=executors)
+    c = HeterogeneousKVCache(
+        G, cache_dir=tmp_path, executors=executors, writer=DeterministicWriter()
+    )
     assert c.inspect().consts.load_steps > 1
     hooks = c.test_hooks()
     real_open: Any = os.open
@@ -289,7 +295,7 @@ def test_a_block_with_one_bad_chunk_lands_no_chunk(tmp_path: Path) -> None:
     its window under the store's window policy)."""
     toks = harness_tokens(4 * L + 1)
     persist(tmp_path, toks)
-    c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors="manual")
+    c = make(cache_dir=tmp_path)
     try:
         core = c.inspect()
         rid = core.resolve(c.chain(toks))[3]
@@ -319,7 +325,7 @@ def test_a_loaded_file_left_by_a_crash_is_adopted_with_exact_bytes(tmp_path: Pat
     is the block's exact content (entries are content-addressed: docs/library.md, threat model)."""
     toks = harness_tokens(2 * L + 1)
     persist(tmp_path, toks)
-    c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors="manual")
+    c = make(cache_dir=tmp_path)
     try:
         c.test_hooks().replace_disk_method("reap", lambda: None)  # the crash: never reaped
         a = c.admit(c.request(toks))
@@ -329,7 +335,7 @@ def test_a_loaded_file_left_by_a_crash_is_adopted_with_exact_bytes(tmp_path: Pat
         assert len(files(tmp_path)) == 2 and c.stats()["disk_unlinking"] == 2
     finally:
         c.close()  # (its reap is the no-op too)
-    c2 = HeterogeneousKVCache(G, cache_dir=tmp_path, executors="manual")
+    c2 = make(cache_dir=tmp_path)
     try:
         assert c2.stats()["disk_entries"] == 2
         a = c2.admit(c2.request(toks))

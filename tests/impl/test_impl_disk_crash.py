@@ -17,10 +17,9 @@ import sys
 import time
 from pathlib import Path
 
-from test_impl_cache import check_compressed
+from cache_checks import check_compressed, make
 from test_impl_disk import files
 
-from kvstate.impl import HeterogeneousKVCache
 from kvstate.impl.testdata import harness_tokens
 from kvstate.spec import small
 
@@ -32,10 +31,13 @@ WRITER = f"""
 import sys
 from kvstate.impl import HeterogeneousKVCache
 from kvstate.impl.testdata import harness_tokens
+from kvstate.impl.testdata import DeterministicWriter
 from kvstate.spec import small
 G = small()
 L = G.lcm_tokens
-c = HeterogeneousKVCache(G, cache_dir=sys.argv[1], executors="manual", disk_blocks=4096)
+c = HeterogeneousKVCache(
+    G, cache_dir=sys.argv[1], executors="manual", disk_blocks=4096, writer=DeterministicWriter()
+)
 print("ready", flush=True)
 i = int(sys.argv[2])
 while True:
@@ -80,7 +82,7 @@ def one_trial(d: Path, rng: random.Random, first: int) -> dict[str, int]:
     last = int(out[-1]) if out else first
     kvb_before = len(files(d))
     tmp_before = len([p for p in d.iterdir() if p.name.endswith(".tmp")])
-    c = HeterogeneousKVCache(G, cache_dir=d, executors="manual", disk_blocks=4096)
+    c = make(cache_dir=d, disk_blocks=4096)
     counts = {"served": 0, "torn": 0, "files": kvb_before, "killed_mid_write": tmp_before}
     try:
         counts["leftovers"] = len([p for p in d.iterdir() if p.name.endswith(".tmp")])

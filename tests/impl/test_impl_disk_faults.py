@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cache_checks import check_compressed, check_window, make
 from fs_faults import REFUSALS, creating, faulty_fs
-from test_impl_cache import check_compressed, check_window
 from test_impl_disk import files, persist
 
 from kvstate.impl import (
@@ -29,7 +29,7 @@ from kvstate.impl import (
     StorageError,
 )
 from kvstate.impl.disk import MAGIC, SUFFIX
-from kvstate.impl.testdata import harness_tokens
+from kvstate.impl.testdata import DeterministicWriter, harness_tokens
 from kvstate.spec import small
 from kvstate.spec.phases import CKV
 
@@ -78,7 +78,9 @@ def test_a_stalled_unlink_and_rename_block_no_other_work(
     loaded, dropped = harness_tokens(2 * L + 1, seed=1), harness_tokens(2 * L + 1, seed=2)
     persist(tmp_path, loaded)
     persist(tmp_path, dropped)
-    c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors="threads")
+    c = HeterogeneousKVCache(
+        G, cache_dir=tmp_path, executors="threads", writer=DeterministicWriter()
+    )
     hot, warm = harness_tokens(2 * L + 1, seed=3), harness_tokens(L + 1, seed=4)
     try:
         with c.use(c.admit(c.request(hot))):
@@ -163,7 +165,7 @@ def test_a_load_whose_file_cannot_be_removed_completes(
     (``orphans``: authentic, exact)."""
     toks = harness_tokens(2 * L + 1)
     persist(tmp_path, toks)
-    c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors="manual")
+    c = make(cache_dir=tmp_path)
     try:
         free = c.inspect().tiers.slots.free
         with faulty_fs(monkeypatch, tmp_path) as fs:
@@ -193,7 +195,7 @@ def test_drop_on_a_read_only_directory_falls_back(
     in ``disk_orphans``; the next opener adopts it (it is authentic and exact)."""
     toks = harness_tokens(2 * L + 1)
     persist(tmp_path, toks)
-    c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors="manual")
+    c = make(cache_dir=tmp_path)
     try:
         c.tick(10)
         rids = c.inspect().resolve(c.chain(toks))
@@ -207,7 +209,7 @@ def test_drop_on_a_read_only_directory_falls_back(
         assert st["disk_entries"] == 0 and st["disk_orphans"] == 2 and len(files(tmp_path)) == 2
     finally:
         c.close()
-    c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors="manual")
+    c = make(cache_dir=tmp_path)
     try:
         a = c.admit(c.request(toks))
         c.pipelines.drain()
@@ -225,7 +227,7 @@ def test_a_refused_spill_is_a_documented_error_and_leaves_nothing(
     """A spill the file system refuses (the temporary's creation, its write: ENOSPC, its rename:
     EPERM) raises DiskWriteError, keeps the block on host and leaves no file behind."""
     toks = harness_tokens(L + 1)
-    c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors="manual")
+    c = make(cache_dir=tmp_path)
     try:
         with c.use(c.admit(c.request(toks))):
             pass
@@ -265,7 +267,7 @@ def test_the_constructor_raises_only_documented_errors(
     never a raw OSError or ValueError, and nothing left locked or behind."""
     d = tmp_path / "cache"
     if case == "read-only, stale temporary":
-        HeterogeneousKVCache(G, cache_dir=d, executors="manual").close()
+        make(cache_dir=d).close()
         stale = d / f".{'ab' * 24}{SUFFIX}.x1.tmp"
         stale.write_bytes(MAGIC[:5])
     got: Any
@@ -279,9 +281,7 @@ def test_the_constructor_raises_only_documented_errors(
                 fs.fail(name, errno.EROFS)
             fs.fail("open", errno.EROFS, when=creating)
         try:
-            got = HeterogeneousKVCache(
-                G, cache_dir=str(d) + ("\x00b" if case == "nul" else ""), executors="manual"
-            )
+            got = make(cache_dir=str(d) + ("\x00b" if case == "nul" else ""))
         except KVStateError as exc:
             got = exc
     if case == "read-only, stale temporary":
@@ -292,7 +292,7 @@ def test_the_constructor_raises_only_documented_errors(
         want = InvalidArgument if case == "nul" else StorageError
         assert type(got) is want, got
         assert not any(p.name.endswith((".tmp", ".new")) for p in tmp_path.rglob("*"))
-    HeterogeneousKVCache(G, cache_dir=d, executors="manual").close()  # not left locked
+    make(cache_dir=d).close()  # not left locked
 
 
 def test_offload_spilling_on_a_full_disk_raises_a_documented_error(
@@ -301,7 +301,7 @@ def test_offload_spilling_on_a_full_disk_raises_a_documented_error(
     """``core.offload`` with every host slot taken spills the LRU host block first: on a full
     disk that is DiskWriteError, the block to offload still on the device, the host block
     still on host, no file behind."""
-    c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors="manual", host_blocks=1)
+    c = make(cache_dir=tmp_path, host_blocks=1)
     try:
         first, second = harness_tokens(L + 1, seed=1), harness_tokens(L + 1, seed=2)
         for toks in (first, second):
@@ -332,7 +332,7 @@ def test_the_cache_directory_is_created_private(tmp_path: Path) -> None:
     old = os.umask(0o022)
     try:
         d = tmp_path / "a" / "cache"
-        HeterogeneousKVCache(G, cache_dir=d, executors="manual").close()
+        make(cache_dir=d).close()
     finally:
         os.umask(old)
     assert d.stat().st_mode & 0o777 == 0o700
@@ -347,7 +347,7 @@ def test_the_cores_step_by_step_load_touches_no_file_under_the_lock(
     files runs with the lock held, and the block lands whole."""
     toks = harness_tokens(2 * L + 1)
     persist(tmp_path, toks)
-    c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors="manual")
+    c = make(cache_dir=tmp_path)
     core, act = c.inspect(), c.test_hooks().act
     calls: list[tuple[str, bool]] = []
     for name in ("open", "unlink", "rename"):

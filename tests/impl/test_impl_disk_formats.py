@@ -15,10 +15,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from cache_checks import make
+from disk_checks import KEY, check_compressed, persist_keyed
 from test_impl_disk import files
-from test_impl_disk_trust import KEY, check_compressed, persist_keyed
 
-from kvstate.impl import EventKind, HeterogeneousKVCache, InvalidArgument
+from kvstate.impl import EventKind, InvalidArgument
 from kvstate.impl.disk import MAGIC, SUFFIX
 from kvstate.impl.testdata import harness_tokens
 from kvstate.spec import small
@@ -35,7 +36,7 @@ def test_entries_written_under_another_key_are_misses_and_left_alone(tmp_path: P
     persist_keyed(tmp_path, toks, key=b"a" * 32)
     before = {p.name: p.read_bytes() for p in files(tmp_path)}
     assert len(before) == 2
-    c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors="manual", disk_key=b"b" * 32)
+    c = make(cache_dir=tmp_path, disk_key=b"b" * 32)
     try:
         assert c.stats()["disk_entries"] == 0 and c.events.of(EventKind.REMOVED) == []
         assert (
@@ -49,7 +50,7 @@ def test_entries_written_under_another_key_are_misses_and_left_alone(tmp_path: P
     finally:
         c.close()
     assert {p.name: p.read_bytes() for p in files(tmp_path)} == before
-    c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors="manual", disk_key=b"a" * 32)
+    c = make(cache_dir=tmp_path, disk_key=b"a" * 32)
     try:
         assert c.stats()["disk_entries"] == 2
         a = c.admit(c.request(toks))
@@ -60,7 +61,7 @@ def test_entries_written_under_another_key_are_misses_and_left_alone(tmp_path: P
     finally:
         c.close()
     with pytest.raises(InvalidArgument):
-        HeterogeneousKVCache(G, cache_dir=tmp_path, executors="manual", disk_key=b"short")
+        make(cache_dir=tmp_path, disk_key=b"short")
 
 
 def _rewrite(
@@ -165,7 +166,7 @@ def test_entries_of_a_previous_format_are_stale_never_read(tmp_path: Path, old_f
     for f in old:
         {2: _as_format_2, 3: _as_format_3, 4: _as_format_4}[old_format](f, KEY)
     assert len(files(tmp_path)) == len(old)
-    c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors="manual", disk_key=KEY)
+    c = make(cache_dir=tmp_path, disk_key=KEY)
     try:
         removed = c.events.of(EventKind.REMOVED)
         assert len(removed) == len(old)

@@ -16,12 +16,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from test_impl_cache import check_compressed, check_tail, check_window
+from cache_checks import check_compressed, check_tail, check_window, make
 from test_impl_disk import entry_path, files, persist
 
 from kvstate.impl import DirectoryInUse, HeterogeneousKVCache
 from kvstate.impl.disk import KEY_FILE, MAGIC, SUFFIX, name_stem
-from kvstate.impl.testdata import harness_tokens
+from kvstate.impl.testdata import DeterministicWriter, harness_tokens
 from kvstate.spec import small
 from kvstate.spec.phases import CKV
 
@@ -66,19 +66,19 @@ def test_a_second_process_is_refused_and_deletes_nothing(tmp_path: Path) -> None
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
         with pytest.raises(DirectoryInUse, match="in use by another cache"):
-            HeterogeneousKVCache(G, cache_dir=d, executors="manual")
+            make(cache_dir=d)
         assert writing.read_bytes() == MAGIC[:5]  # the other process's file: untouched
         # and within one process: a second cache on a directory a first one holds
-        first = HeterogeneousKVCache(G, cache_dir=tmp_path / "mine", executors="manual")
+        first = make(cache_dir=tmp_path / "mine")
         try:
             with pytest.raises(DirectoryInUse):
-                HeterogeneousKVCache(G, cache_dir=tmp_path / "mine", executors="manual")
+                make(cache_dir=tmp_path / "mine")
         finally:
             first.close()
     finally:
         holder.kill()
         holder.wait(timeout=30)
-    c = HeterogeneousKVCache(G, cache_dir=d, executors="manual")  # the kernel dropped its lock
+    c = make(cache_dir=d)  # the kernel dropped its lock
     try:
         assert not writing.exists()
     finally:
@@ -93,7 +93,9 @@ def test_another_geometry_leaves_the_entries_alone(tmp_path: Path) -> None:
     persist(tmp_path, toks)
     before = {p.name: p.read_bytes() for p in files(tmp_path)}
     other = G.with_changes(load_steps=G.load_steps + 1)
-    c = HeterogeneousKVCache(other, cache_dir=tmp_path, executors="manual")
+    c = HeterogeneousKVCache(
+        other, cache_dir=tmp_path, executors="manual", writer=DeterministicWriter()
+    )
     disk = c.inspect().disk
     try:
         assert c.stats()["disk_entries"] == 0
@@ -103,7 +105,7 @@ def test_another_geometry_leaves_the_entries_alone(tmp_path: Path) -> None:
     assert [why.split(": ")[1] for _, why in disk.foreign] == [
         "written for another geometry/layout"
     ] * 2
-    c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors="manual")
+    c = make(cache_dir=tmp_path)
     try:
         a = c.admit(c.request(toks))
         c.pipelines.drain()
@@ -124,7 +126,7 @@ def test_over_budget_the_most_recently_written_entries_are_kept(tmp_path: Path) 
     # the later a name sorts, the more recently written: a choice by name keeps the others
     for i, p in enumerate(by_name):
         os.utime(p, ns=(10**18 + i * 10**9, 10**18 + i * 10**9))
-    c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors="manual", disk_blocks=2)
+    c = make(cache_dir=tmp_path, disk_blocks=2)
     try:
         kept = [c.inspect().disk_entries[r].path.name for r in c.inspect().disk_lru]
         assert kept == [by_name[2].name, by_name[3].name]
@@ -141,7 +143,7 @@ def test_entry_names_are_keyed(tmp_path: Path) -> None:
     toks = harness_tokens(2 * L + 1)
     d1, d2 = tmp_path / "one", tmp_path / "two"
     d1.mkdir()
-    c = HeterogeneousKVCache(G, cache_dir=d1, executors="manual")
+    c = make(cache_dir=d1)
     keys = c.chain(toks).keys
     c.close()
     for k in keys:  # another local user's names where the entries would have gone
@@ -166,11 +168,11 @@ def test_an_older_authentic_entry_put_back_serves_exact_bytes(tmp_path: Path) ->
     entry could change content under one key must fail this test (docs/library.md, threat model)."""
     toks = harness_tokens(3 * L + 1)
     persist(tmp_path, toks)
-    c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors="manual")
+    c = make(cache_dir=tmp_path)
     keys = c.chain(toks).keys
     c.close()
     old = {k: (entry_path(tmp_path, k), entry_path(tmp_path, k).read_bytes()) for k in keys}
-    c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors="manual")
+    c = make(cache_dir=tmp_path)
     try:  # loaded back (the files go), served, then written again under new names
         a = c.admit(c.request(toks))
         c.pipelines.drain()
@@ -187,7 +189,7 @@ def test_an_older_authentic_entry_put_back_serves_exact_bytes(tmp_path: Path) ->
         assert newer != path
         newer.unlink()
         path.write_bytes(data)
-    c = HeterogeneousKVCache(G, cache_dir=tmp_path, executors="manual")
+    c = make(cache_dir=tmp_path)
     try:
         assert c.stats()["disk_entries"] == 3
         a = c.admit(c.request(toks))

@@ -17,7 +17,7 @@ from kvstate.impl import (
     Refused,
     UnknownRequest,
 )
-from kvstate.impl.testdata import harness_tokens
+from kvstate.impl.testdata import DeterministicWriter, harness_tokens
 from kvstate.spec import deepseek_v4_flash, default_table, small
 from kvstate.spec.errors import ActionRefused, GeometryError
 from kvstate.testing import seeded
@@ -28,7 +28,7 @@ L = small().lcm_tokens
 
 @pytest.fixture
 def cache() -> Any:
-    c = HeterogeneousKVCache(small(), executors="manual")
+    c = HeterogeneousKVCache(small(), executors="manual", writer=DeterministicWriter())
     yield c
     c.close()
 
@@ -75,7 +75,9 @@ def test_bad_tokens(cache: HeterogeneousKVCache, tokens: Any) -> None:
 
 
 def test_absurd_prompt_length() -> None:
-    c = HeterogeneousKVCache(small(), executors="manual", max_model_len=100)
+    c = HeterogeneousKVCache(
+        small(), executors="manual", max_model_len=100, writer=DeterministicWriter()
+    )
     try:
         with pytest.raises(InvalidArgument, match="max_model_len"):
             c.request(np.zeros(101, dtype=np.int64))
@@ -90,7 +92,7 @@ def test_bad_lifetime(cache: HeterogeneousKVCache, lifetime: Any) -> None:
 
 
 def test_unknown_requests(cache: HeterogeneousKVCache) -> None:
-    other = HeterogeneousKVCache(small(), executors="manual")
+    other = HeterogeneousKVCache(small(), executors="manual", writer=DeterministicWriter())
     try:
         foreign = other.request(harness_tokens(40))
         before = snapshot(cache)
@@ -180,22 +182,28 @@ def test_refusal_changes_nothing(cache: HeterogeneousKVCache) -> None:
 
 def test_geometry_that_cannot_be_laid_out() -> None:
     with pytest.raises(LayoutError):  # 65536 device blocks of DeepSeek-V4-Flash: hundreds of GiB
-        HeterogeneousKVCache(deepseek_v4_flash())
+        HeterogeneousKVCache(deepseek_v4_flash(), writer=DeterministicWriter())
     with pytest.raises(GeometryError):  # m does not divide m'
         small().with_changes(hca_ratio=18)
     with pytest.raises(LayoutError):  # indexer keys wider than the entries they come from
-        HeterogeneousKVCache(small().with_changes(indexer_entry_bytes=400), executors="manual")
+        HeterogeneousKVCache(
+            small().with_changes(indexer_entry_bytes=400),
+            executors="manual",
+            writer=DeterministicWriter(),
+        )
     with pytest.raises(InvalidArgument):
-        HeterogeneousKVCache(small(), executors="fibers")
+        HeterogeneousKVCache(small(), executors="fibers", writer=DeterministicWriter())
     with pytest.raises(InvalidArgument):
-        HeterogeneousKVCache(small(), executors="manual", device_blocks=0)
+        HeterogeneousKVCache(
+            small(), executors="manual", device_blocks=0, writer=DeterministicWriter()
+        )
 
 
 def test_flash_geometry_with_small_capacity() -> None:
     g = deepseek_v4_flash().with_changes(
         device_blocks=4, host_blocks=2, disk_blocks=4, pin_cap_blocks=4
     )
-    c = HeterogeneousKVCache(g, executors="manual")
+    c = HeterogeneousKVCache(g, executors="manual", writer=DeterministicWriter())
     try:
         toks = harness_tokens(2 * g.lcm_tokens + 1)
         a = c.admit(c.request(toks, lifetime=4))
@@ -230,7 +238,9 @@ def test_adapter_refusals_are_action_refused() -> None:
 
 
 def test_out_of_capacity_when_everything_is_pinned() -> None:
-    c = HeterogeneousKVCache(small(), executors="manual", device_blocks=4)
+    c = HeterogeneousKVCache(
+        small(), executors="manual", device_blocks=4, writer=DeterministicWriter()
+    )
     try:
         toks = harness_tokens(4 * L + 1)
         a = c.admit(c.request(toks, lifetime=4))

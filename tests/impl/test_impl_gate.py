@@ -11,6 +11,7 @@ from dataclasses import replace
 import z3
 
 from kvstate.impl import HeterogeneousKVCache
+from kvstate.impl.testdata import DeterministicWriter
 from kvstate.spec import default_table
 from kvstate.spec.compile import compile_hit_rule, term_reads
 from kvstate.spec.layers import Rule, RuleScope
@@ -41,7 +42,9 @@ def test_the_rules_reads_follow_the_rules() -> None:
 
 def test_the_epoch_moves_exactly_for_actions_that_meet_the_rules_reads() -> None:
     t = default_table()
-    c = HeterogeneousKVCache(table=t, executors="manual", device_blocks=8, host_blocks=4)
+    c = HeterogeneousKVCache(
+        table=t, executors="manual", device_blocks=8, host_blocks=4, writer=DeterministicWriter()
+    )
     try:
         core = c.inspect()
         reads = core.rule_reads

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from kvstate.impl import EventKind, HeterogeneousKVCache
-from kvstate.impl.testdata import harness_tokens
+from kvstate.impl.testdata import DeterministicWriter, harness_tokens
 from kvstate.spec import small
 from kvstate.spec.phases import CKV, Graph
 
@@ -24,7 +24,7 @@ L = G.lcm_tokens
 
 @pytest.mark.parametrize("executors", ["manual", "threads"])
 def test_a_subscriber_recapturing_on_stale_graph_records_the_new_address(executors: str) -> None:
-    c = HeterogeneousKVCache(G, executors=executors)
+    c = HeterogeneousKVCache(G, executors=executors, writer=DeterministicWriter())
     try:
         view, hooks = c.inspect(), c.test_hooks()
         toks = harness_tokens(2 * L + 1)

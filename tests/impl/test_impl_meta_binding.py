@@ -10,6 +10,7 @@ import pytest
 
 from kvstate.impl import HeterogeneousKVCache, InvalidArgument
 from kvstate.impl.meta import BlockMeta
+from kvstate.impl.testdata import DeterministicWriter
 from kvstate.spec import default_table
 from kvstate.spec.phases import CKV
 
@@ -31,4 +32,10 @@ def test_a_missing_block_variable_is_refused_at_construction() -> None:
     t = default_table()
     bad = replace(t, vars=tuple(v for v in t.vars if v.name != "ixpipe"))
     with pytest.raises(InvalidArgument, match="ixpipe"):
-        HeterogeneousKVCache(table=bad, executors="manual", device_blocks=8, host_blocks=4)
+        HeterogeneousKVCache(
+            table=bad,
+            executors="manual",
+            device_blocks=8,
+            host_blocks=4,
+            writer=DeterministicWriter(),
+        )

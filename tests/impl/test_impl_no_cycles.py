@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from cache_checks import make
 
 from kvstate.impl import AlreadyReleased, HeterogeneousKVCache
 from kvstate.impl.errors import RunReleased, StaleAdmission
@@ -29,7 +30,7 @@ L = G.lcm_tokens
 
 @pytest.fixture
 def cache() -> Iterator[HeterogeneousKVCache]:
-    c = HeterogeneousKVCache(G, executors="manual")
+    c = make()
     try:
         yield c
     finally:

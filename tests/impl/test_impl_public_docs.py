@@ -141,7 +141,7 @@ def test_the_cache_reads_as_declared_in_help() -> None:
     sig = inspect.signature(HeterogeneousKVCache)
     assert list(sig.parameters)[:3] == ["geometry", "table", "cache_dir"]
     assert inspect.formatannotation(sig.parameters["max_requests"].annotation) == "int | None"
-    assert repr(sig.parameters["writer"].default) == "<a new DeterministicWriter>"
+    assert repr(sig.parameters["writer"].default) == "<a new HandedRows>"
     text = pydoc.render_doc(HeterogeneousKVCache, renderer=pydoc.plaintext)
     assert "HeterogeneousKVCache(geometry: " in text
     assert "*args, **kwargs" not in text.split("Methods defined here")[0]

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from cache_checks import make
 
 from kvstate.impl import (
     AlreadyReleased,
@@ -36,11 +37,6 @@ from kvstate.testing.datacheck import verify_run
 
 G = small()
 L = G.lcm_tokens
-
-
-def make(**kw: Any) -> HeterogeneousKVCache:
-    kw.setdefault("executors", "manual")
-    return HeterogeneousKVCache(G, **kw)
 
 
 @pytest.fixture

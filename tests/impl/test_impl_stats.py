@@ -5,7 +5,8 @@ phase of their compressed KV, and a known block whose slot was freed is a ``tomb
 
 from __future__ import annotations
 
-from kvstate.impl import HeterogeneousKVCache
+from cache_checks import make
+
 from kvstate.impl.testdata import harness_tokens
 from kvstate.spec import small
 
@@ -13,7 +14,7 @@ G = small()
 
 
 def test_stats_fields_say_what_they_count() -> None:
-    with HeterogeneousKVCache(G, executors="manual") as c:
+    with make() as c:
         s = c.stats()
         assert "free" not in s["blocks"] and s["blocks"]["tombstones"] == 0
         assert sum(s["blocks"].values()) == 0 and s["device_free"] == G.device_blocks

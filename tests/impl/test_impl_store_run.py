@@ -13,9 +13,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from cache_checks import make
 
 from kvstate.impl import EventKind, HeterogeneousKVCache, Refused
 from kvstate.impl.core import CacheCore
+from kvstate.impl.testdata import DeterministicWriter
 from kvstate.spec import default_table, small
 from kvstate.spec.phases import CKV, Indexer, Swa, Tail
 
@@ -25,7 +27,7 @@ L = G.lcm_tokens
 
 @pytest.fixture
 def cache() -> Iterator[HeterogeneousKVCache]:
-    c = HeterogeneousKVCache(G, executors="manual", device_blocks=12, host_blocks=2)
+    c = make(device_blocks=12, host_blocks=2)
     yield c
     c.close()
 
@@ -78,8 +80,8 @@ def _per_block_expectation(core: Any, rid: int, now: int, ticks: int) -> dict[st
 def test_run_store_equals_the_per_block_sequence() -> None:
     toks = np.arange(5 * L + 3)
     with (
-        HeterogeneousKVCache(G, executors="manual", device_blocks=12) as a,
-        HeterogeneousKVCache(G, executors="manual", device_blocks=12) as b,
+        make(device_blocks=12) as a,
+        make(device_blocks=12) as b,
     ):
         req = a.request(toks, lifetime=2)
         with a.use(a.admit(req)):
@@ -112,7 +114,7 @@ def test_run_store_equals_the_per_block_sequence() -> None:
 
 
 def test_run_store_evicts_the_least_recent_blocks_to_make_room() -> None:
-    with HeterogeneousKVCache(G, executors="manual", device_blocks=6) as c:
+    with make(device_blocks=6) as c:
         first = c.request(np.arange(4 * L + 1), lifetime=1)
         with c.use(c.admit(first)):
             pass
@@ -153,8 +155,8 @@ def test_run_eviction_and_store_take_the_pages_a_block_by_block_sequence_would()
     first, second = np.arange(3 * L + 1), 100_000 + np.arange(3 * L + 1)
     assert all(G.swa_kept(k, 3) for k in range(3))
     with (
-        HeterogeneousKVCache(G, executors="manual", device_blocks=4) as a,
-        HeterogeneousKVCache(G, executors="manual", device_blocks=4) as b,
+        make(device_blocks=4) as a,
+        make(device_blocks=4) as b,
     ):
         for c in (a, b):
             with c.use(c.admit(c.request(first, lifetime=1))):
@@ -219,7 +221,9 @@ def test_a_run_refused_part_way_leaves_what_one_block_at_a_time_would() -> None:
         },
     )
     toks = np.arange(4 * L + 1)
-    with HeterogeneousKVCache(table=table, executors="manual", device_blocks=12) as c:
+    with HeterogeneousKVCache(
+        table=table, executors="manual", device_blocks=12, writer=DeterministicWriter()
+    ) as c:
         home = c.register(c.chain(toks[: 2 * L]))  # two FREE records with their home slots
         req = c.request(toks, lifetime=2)
         adm = c.admit(req)
@@ -241,7 +245,7 @@ def test_a_raising_event_callback_does_not_break_the_store() -> None:
     as without the subscriber), nothing is reported as the writer's failure, and the
     subscriber's exception is recorded (it broke the run half way, as a WriterFailed)."""
     toks = np.arange(3 * L + 1)
-    with HeterogeneousKVCache(G, executors="manual", device_blocks=12) as c:
+    with make(device_blocks=12) as c:
 
         def boom(ev: Any) -> None:
             if ev.kind is EventKind.STORED:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from cache_checks import make
 
 from kvstate.impl import HeterogeneousKVCache
 from kvstate.impl.testdata import harness_tokens
@@ -25,7 +26,7 @@ N = 4  # blocks of the prompt; the last one goes to the host and comes back dama
 
 @pytest.fixture
 def cache() -> Any:
-    c = HeterogeneousKVCache(G, executors="manual", max_requests=4)
+    c = make(max_requests=4)
     yield c
     c.close()
 

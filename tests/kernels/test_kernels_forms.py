@@ -15,7 +15,7 @@ import torch
 
 import kvstate.kernels as K
 from kvstate.impl import HeterogeneousKVCache, LayoutError
-from kvstate.impl.testdata import harness_tokens
+from kvstate.impl.testdata import DeterministicWriter, harness_tokens
 from kvstate.kernels import Backend, EntryLayout
 from kvstate.kernels.forms import COMPRESSED, TAIL, WINDOW, unsupported
 from kvstate.spec import KernelCombo, deepseek_v4_flash, small
@@ -77,7 +77,9 @@ def test_library_refuses_a_geometry_naming_an_unserved_form(tmp_path: Path) -> N
     legacy = KernelCombo("fp8_e4m3/v1_576", "fp32", "bf16", g.compressed_block_tokens)
     bad = dataclasses.replace(g, kernel_combos=g.kernel_combos | {legacy})
     with pytest.raises(LayoutError, match="not served: no kernel reads compressed form"):
-        HeterogeneousKVCache(bad, cache_dir=tmp_path, executors="manual")
+        HeterogeneousKVCache(
+            bad, cache_dir=tmp_path, executors="manual", writer=DeterministicWriter()
+        )
     assert list(tmp_path.iterdir()) == []  # refused before anything was written
 
 
@@ -99,7 +101,13 @@ def test_recovery_movements_go_through_the_paged_kernels(
     monkeypatch.setattr(K.reference, "scatter_blocks_ref", scatter)
     g = small()
     toks = harness_tokens(2 * g.lcm_tokens + 1)
-    c = HeterogeneousKVCache(g, cache_dir=tmp_path, executors="manual", kernel_backend="torch")
+    c = HeterogeneousKVCache(
+        g,
+        cache_dir=tmp_path,
+        executors="manual",
+        kernel_backend="torch",
+        writer=DeterministicWriter(),
+    )
     try:
         with c.use(c.admit(c.request(toks))):
             pass

@@ -4,7 +4,7 @@ whose indexer page is stale, or whose load has not finished, ends the prefix the
 from __future__ import annotations
 
 from kvstate.impl import HeterogeneousKVCache
-from kvstate.impl.testdata import harness_tokens
+from kvstate.impl.testdata import DeterministicWriter, harness_tokens
 from kvstate.numerics.kvbridge import StorageReader
 from kvstate.spec import small
 from kvstate.spec.phases import CKV
@@ -13,7 +13,7 @@ from kvstate.spec.phases import CKV
 def test_reader_counts_follow_the_tables_l3_rules() -> None:
     g = small()
     L = g.lcm_tokens
-    c = HeterogeneousKVCache(g, executors="manual")
+    c = HeterogeneousKVCache(g, executors="manual", writer=DeterministicWriter())
     try:
         toks = harness_tokens(3 * L + 1)
         with c.use(c.admit(c.request(toks))):

@@ -3,7 +3,7 @@
 accepts no ``bugs=`` argument; every edit still applies to the current sources (a refactor of
 ``impl/`` that moves the code must move the edit with it); a staged cache shares the real error
 and event classes.  That each bug is still *caught* is shown where it was before:
-``tests/impl/test_impl_conformance.py``, ``tests/impl/test_impl_cache.py``,
+``tests/impl/test_impl_conformance.py``, ``tests/impl/test_impl_seeded_bugs.py``,
 ``tests/impl/test_impl_stress.py``, ``tests/cli/test_fuzz_cli.py``."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from kvstate.impl import EventKind, HeterogeneousKVCache, InvalidArgument, Refused
-from kvstate.impl.testdata import harness_tokens
+from kvstate.impl.testdata import DeterministicWriter, harness_tokens
 from kvstate.spec import small
 from kvstate.testing import seeded
 
@@ -85,7 +85,7 @@ def test_the_allocator_path_never_loads_the_testing_package(tmp_path: Path) -> N
 
 def test_the_cache_takes_no_bugs_argument() -> None:
     with pytest.raises(TypeError):
-        HeterogeneousKVCache(small(), executors="manual", bugs=())  # type: ignore[call-arg]
+        HeterogeneousKVCache(small(), executors="manual", bugs=(), writer=DeterministicWriter())  # type: ignore[call-arg]
 
 
 @pytest.mark.parametrize("bug", sorted(seeded.BUGS))
@@ -151,7 +151,7 @@ def test_the_staged_package_shares_identity_and_is_cached() -> None:
         assert m.__name__ == f"{pkg.__name__}.{mod}" and str(m.__file__).endswith(".py"), mod
     for mod in ("errors", "events", "hashing", "meta", "coordinator", "testdata", "args"):
         assert sys.modules[f"{pkg.__name__}.{mod}"] is sys.modules[f"kvstate.impl.{mod}"], mod
-    real = HeterogeneousKVCache(small(), executors="manual")
+    real = HeterogeneousKVCache(small(), executors="manual", writer=DeterministicWriter())
     c = seeded.cache(small(), bugs=[bug], executors="manual")
     try:
         assert type(c).__module__ == f"{pkg.__name__}.cache"

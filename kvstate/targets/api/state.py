@@ -120,8 +120,11 @@ class ApiHarness:
     # -- lifecycle --------------------------------------------------------------------------
     def open_kwargs(self) -> dict[str, Any]:
         """The cache's constructor arguments (kvstate/targets/api/stored.py opens it refused, too)."""
+        from kvstate.impl.testdata import DeterministicWriter
+
         kw = dict(
             table=self.table,
+            writer=DeterministicWriter(),  # the content the byte checks recompute
             executors="threads" if self.threads else "manual",
             max_requests=self.R,
             device_blocks=self.N + 2,
