@@ -126,7 +126,22 @@ def machine_test(cls: Any, prof: settings, key: bytes) -> Any:
     # The key Hypothesis' engine reads before digesting the function's source (what ``find``
     # sets too): examples are filed, and replayed first, under this key.
     test._hypothesis_internal_database_key = key  # type: ignore[attr-defined]
-    return test
+    return seeded(test)
+
+
+def seeded(test: Any) -> Any:
+    """``test`` run with Hypothesis' draws following the seed alone
+    (:func:`kvstate.harness.profiles.seed_only`), Hypothesis' attributes kept."""
+    import functools
+
+    from kvstate.harness.profiles import seed_only
+
+    @functools.wraps(test)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        with seed_only():
+            return test(*args, **kwargs)
+
+    return run
 
 
 def run_machine(cls: Any, prof: settings, key: bytes) -> None:

@@ -10,6 +10,8 @@ another's, so each target declares its sizes per profile in :data:`SIZES` here.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import hypothesis
@@ -59,3 +61,32 @@ def pin(machine: Any, seed: int) -> Any:
 def show(seed: int) -> str:
     """A pinned seed as printed in a run's header (hex: a ci seed is a 384-bit digest)."""
     return hex(seed) if seed >= 1 << 64 else str(seed)
+
+
+@contextlib.contextmanager
+def seed_only() -> Iterator[None]:
+    """Hypothesis draws following its seed and the machine's rules alone, inside this block.
+
+    Hypothesis (6.13x on) mixes literals read from "local" modules (files under the working
+    directory that are not site-packages: kvstate itself in an editable install, an engine's
+    checkout) into its integer and float draws, collected from whatever modules are loaded when
+    it draws.  A walk then depended on the working directory, on which modules a process had
+    imported (the same pinned seed walked differently from the CLI and inside pytest), and on
+    every edit of a literal anywhere in kvstate.  A fuzz run's walk must be reproducible from
+    the seed it prints: while this block runs, that pool is empty (Hypothesis' own global
+    constants stay).  Where Hypothesis has no such pool (other versions), nothing changes."""
+    from hypothesis.internal.conjecture import providers
+
+    real = getattr(providers, "_get_local_constants", None)
+    empty = getattr(providers, "Constants", None)
+    if real is None or empty is None:  # pragma: no cover: a Hypothesis without the pool
+        yield
+        return
+    none = empty()
+    providers._get_local_constants = lambda: none
+    providers.CONSTANTS_CACHE.cache.clear()
+    try:
+        yield
+    finally:
+        providers._get_local_constants = real
+        providers.CONSTANTS_CACHE.cache.clear()

@@ -352,8 +352,11 @@ def explore(
             raise _Failed("; ".join(r.problems))
 
     test = prop if seed is None else hseed(seed)(prop)
+    from kvstate.harness.profiles import seed_only
+
     try:
-        test()
+        with seed_only():
+            test()
     except _Failed:
         pass
     out.seconds = time.monotonic() - t0

@@ -46,7 +46,7 @@ from kvstate.examples_db import (
 from kvstate.fuzz_report import Outcome, block_states, emit, itf, spec_location
 from kvstate.harness.coverage import summary
 from kvstate.harness.finding import Nonconformance, find_in
-from kvstate.harness.profiles import pin, show
+from kvstate.harness.profiles import pin, seed_only, show
 from kvstate.harness.trace import Step
 from kvstate.model.concrete import Machine
 from kvstate.proofs.witnesses import reach_traces
@@ -613,7 +613,8 @@ def fuzz_spec_mutants(table: Table, report: Any, *, examples: int = 20) -> dict[
         )
         try:
             replay_seeds(cls, mt, reach_traces(table.name))
-            run_state_machine_as_test(pin(cls, CI_SEED), settings=prof)
+            with seed_only():
+                run_state_machine_as_test(pin(cls, CI_SEED), settings=prof)
         except Exception as exc:  # noqa: BLE001 - a disagreement is the finding
             nc = _nonconformance(exc)
             out[o.mutant] = "implementation disagrees: " + (

@@ -15,7 +15,7 @@ from hypothesis.stateful import RuleBasedStateMachine
 
 from kvstate.harness.ddmin import ddmin
 from kvstate.harness.finding import Nonconformance
-from kvstate.harness.profiles import pin
+from kvstate.harness.profiles import pin, seed_only
 from kvstate.harness.trace import Step, TraceStep
 from kvstate.model.concrete import Machine
 from kvstate.spec.table import ParamKind, Table
@@ -248,5 +248,6 @@ def run_conformance(
     prof = profile or settings.get_profile("ci")
     if prof.derandomize:
         pin(cls, CI_SEED)
-    run_state_machine_as_test(cls, settings=prof)
+    with seed_only():
+        run_state_machine_as_test(cls, settings=prof)
     return counts

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvstate.harness.ddmin import ddmin
-from kvstate.harness.profiles import SIZES, pin, show
+from kvstate.harness.profiles import SIZES, pin, seed_only, show
 
 from . import imports as vllm_import
 from .configs import ALL, Config
@@ -232,7 +232,8 @@ def run(
         if s.derandomize:
             pin(machine, CI_SEED)  # the ci walks follow the pinned seed, not the source
         try:
-            run_state_machine_as_test(machine, settings=s)
+            with seed_only():
+                run_state_machine_as_test(machine, settings=s)
         except Exception:  # noqa: BLE001 - a Finding (or a crash inside vLLM) ends this config
             if "finding" not in sink:
                 raise
