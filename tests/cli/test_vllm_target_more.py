@@ -196,3 +196,30 @@ def test_an_eviction_inside_a_compound_operation_counts() -> None:
     epoch = d.epoch
     d.run_op(len(ROUNDTRIP_EVICTS) - 1, ROUNDTRIP_EVICTS[-1])  # raises a Finding if held to it
     assert d.epoch > epoch  # the roundtrip's own chunks evicted cached entries
+
+
+def test_the_same_seed_walks_the_same_whatever_is_imported(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Hypothesis draws some integers from constants in the local modules loaded at the time:
+    a run after importing a module full of them (as the command line imports more of kvstate
+    than ``kvstate.fuzz.run``) must walk exactly as one before."""
+    import sys
+
+    cfg = (Config("full", False, 14),)
+
+    def walk() -> tuple[int, list[tuple[str, int]]]:
+        r = run(profile="ci", configs=cfg, examples=12, minimize_findings=False)
+        return r.stats.steps, sorted(r.stats.calls.items())
+
+    before = walk()
+    consts = (
+        ", ".join(str(7 * i + 3) for i in range(40))
+        + ", "
+        + ", ".join(str(104729 * i + 17) for i in range(40))
+    )
+    (tmp_path / "kvstate_manyconsts.py").write_text(f"A = [{consts}]\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    __import__("kvstate_manyconsts")
+    try:
+        assert walk() == before
+    finally:
+        sys.modules.pop("kvstate_manyconsts", None)

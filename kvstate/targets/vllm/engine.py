@@ -20,7 +20,7 @@ from typing import Any
 from kvstate.harness.coverage import summary
 from kvstate.harness.ddmin import ddmin
 from kvstate.harness.finding import Nonconformance
-from kvstate.harness.profiles import SIZES, for_target, pin, show
+from kvstate.harness.profiles import SIZES, for_target, pin, seed_only, show
 from kvstate.harness.report import finding_lines
 from kvstate.harness.trace import TraceStep
 
@@ -262,7 +262,8 @@ def run(
         )
         pin(machine, CI_SEED if seed is None else seed)  # the walks follow the seed, not the source
         try:
-            run_state_machine_as_test(machine, settings=s)
+            with seed_only():  # the walks follow the seed, not the modules loaded (profiles.py)
+                run_state_machine_as_test(machine, settings=s)
         except Exception:  # noqa: BLE001 - a finding (or a crash inside vLLM) ends this config
             if "finding" not in sink:
                 raise
