@@ -27,6 +27,7 @@ def run_fuzz_cli(args: argparse.Namespace, table: Table) -> int:
         ("reproduce", None),
         ("hypothesis_shrink", False),
         ("example_db", None),
+        ("config", None),
     ):
         if not hasattr(args, name):  # callers that build the namespace themselves
             setattr(args, name, default)

@@ -191,6 +191,13 @@ def add_parser(sub: Any) -> None:
         help="blocks in the fuzzed prefix chain (default: the geometry's model_blocks)",
     )
     fz.add_argument(
+        "--config",
+        default=None,
+        metavar="LABEL",
+        help="--target vllm: run (or --replay on) this configuration only, e.g. "
+        "mamba+eagle/pool24 (the labels: a run's header)",
+    )
+    fz.add_argument(
         "--bug",
         action="append",
         type=bug,

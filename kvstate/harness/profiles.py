@@ -10,8 +10,8 @@ another's, so each target declares its sizes per profile in :data:`SIZES` here.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import hypothesis
@@ -23,10 +23,10 @@ NAMES = ("ci", "dev", "nightly")
 SIZES: dict[str, dict[str, tuple[int, int]]] = {
     "block": {"ci": (60, 40), "dev": (300, 50), "nightly": (5000, 100)},
     "vllm": {
-        "ci": (264, 60),
-        "dev": (220, 80),
-        "nightly": (2200, 120),
-    },  # 24 ci examples per configuration
+        "ci": (336, 60),
+        "dev": (280, 80),
+        "nightly": (2800, 120),
+    },  # 24 ci examples per configuration (14)
     "kvstate-api": {"ci": (20, 25), "dev": (150, 40), "nightly": (2000, 80)},
 }
 
@@ -63,30 +63,34 @@ def show(seed: int) -> str:
     return hex(seed) if seed >= 1 << 64 else str(seed)
 
 
-@contextlib.contextmanager
+@contextmanager
 def seed_only() -> Iterator[None]:
-    """Hypothesis draws following its seed and the machine's rules alone, inside this block.
+    """Draws that depend on the seed alone while the block runs.
 
-    Hypothesis (6.13x on) mixes literals read from "local" modules (files under the working
-    directory that are not site-packages: kvstate itself in an editable install, an engine's
-    checkout) into its integer and float draws, collected from whatever modules are loaded when
-    it draws.  A walk then depended on the working directory, on which modules a process had
-    imported (the same pinned seed walked differently from the CLI and inside pytest), and on
-    every edit of a literal anywhere in kvstate.  A fuzz run's walk must be reproducible from
-    the seed it prints: while this block runs, that pool is empty (Hypothesis' own global
-    constants stay).  Where Hypothesis has no such pool (other versions), nothing changes."""
-    from hypothesis.internal.conjecture import providers
-
-    real = getattr(providers, "_get_local_constants", None)
-    empty = getattr(providers, "Constants", None)
-    if real is None or empty is None:  # pragma: no cover: a Hypothesis without the pool
+    Hypothesis takes 5% of its integer, float, bytes and string draws from a pool of constants
+    it collects from the source of the *local* modules loaded at that moment (its providers'
+    ``_get_local_constants``; local: outside site-packages and the standard library, so
+    kvstate's own modules and a caller's script).  The same pinned seed then walks differently
+    in a process that imported other modules: the command line against ``kvstate.fuzz.run``
+    or a test session, or a module imported in the middle of a run.  Here the pool is empty,
+    and the cache of the constants each draw may take is emptied on entry and exit.  On a
+    Hypothesis without the pool (older, or renamed) this changes nothing.
+    """
+    try:
+        from hypothesis.internal.conjecture import providers
+    except ImportError:  # pragma: no cover: a Hypothesis without that module
         yield
         return
-    none = empty()
-    providers._get_local_constants = lambda: none
-    providers.CONSTANTS_CACHE.cache.clear()
+    pool = getattr(providers, "_get_local_constants", None)
+    cache = getattr(getattr(providers, "CONSTANTS_CACHE", None), "cache", None)
+    if pool is None or cache is None or not hasattr(providers, "Constants"):
+        yield
+        return
+    empty = providers.Constants()
+    cache.clear()
+    providers._get_local_constants = lambda: empty
     try:
         yield
     finally:
-        providers._get_local_constants = real
-        providers.CONSTANTS_CACHE.cache.clear()
+        providers._get_local_constants = pool
+        cache.clear()

@@ -47,6 +47,7 @@ from kvstate.fuzz_report import Outcome, block_states, emit, itf, spec_location
 from kvstate.harness.coverage import summary
 from kvstate.harness.finding import Nonconformance, find_in
 from kvstate.harness.profiles import pin, seed_only, show
+from kvstate.harness.report import finding_lines
 from kvstate.harness.trace import Step
 from kvstate.model.concrete import Machine
 from kvstate.proofs.witnesses import reach_traces
@@ -209,14 +210,7 @@ def _report(
     if mini.reproduced and not mini.complete:
         how += "; budget spent before a fixpoint"
     failure = mini.failure
-    print(f"  found by:  {failure.origin}; {how}")
-    print(f"  failure:   {failure.signature}")
-    print("             " + str(failure).replace("\n", "\n             "))
-    print("  trace (from Init, one action per line; replayable with --replay):")
-    if not mini.steps:
-        print("      (none: Init itself fails)")
-    for i, s in enumerate(mini.steps, 1):
-        print(f"    {i:>3}. {s.render()}")
+    print("\n".join(finding_lines(failure, how, mini.steps)))
     if seed is None:
         print(
             f"  seed:      {show(CI_SEED)} (pinned; profile {args.profile}: the same examples"

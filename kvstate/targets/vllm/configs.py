@@ -37,12 +37,18 @@ def kw(fn, *args, **kwargs):
     return fn(*args, **{k: v for k, v in kwargs.items() if k in params})
 
 
-def manager_from_groups(groups, num_blocks, use_eagle, max_len, sched_block, hash_block):
+def manager_from_groups(groups, num_blocks, use_eagle, max_len, sched_block, hash_block,
+                        **knobs):
     cfg = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=groups)
     cfg = generate_scheduler_kv_cache_config([cfg])  # what the engine core hands the scheduler
     return kw(KVCacheManager, cfg, max_model_len=max_len, scheduler_block_size=sched_block,
               hash_block_size=hash_block, enable_caching=True, use_eagle=use_eagle,
-              enable_kv_cache_events=True)
+              enable_kv_cache_events=True, **knobs)
+
+
+def group(names, spec, **flags):
+    """A group, with the flags this release's ``KVCacheGroupSpec`` has (``is_eagle_group``)."""
+    return kw(KVCacheGroupSpec, names, spec, **flags)
 
 
 init_none_hash(sha256)
@@ -134,10 +140,44 @@ def make_manager(num_blocks, use_eagle):
                                HASH_BLOCK)
 ''',
     "tenants": vllm_tenants.SOURCE,
+    # The EAGLE draft layers in a sliding-window group of their own (``is_eagle_group``): the
+    # last-block drop applies to that group only, the full-attention group keeps its blocks.
+    "swa-draft": f"""\
+HASH_BLOCK, SCHED_BLOCK, MAX_LEN = 16, 16, 512
+def make_manager(num_blocks, use_eagle):
+    fa = FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=8, dtype={F16})
+    sw = SlidingWindowSpec(block_size=16, num_kv_heads=1, head_size=8, dtype={F16},
+                           sliding_window=32)
+    groups = [group(["attn"], fa), group(["draft.swa"], sw, is_eagle_group=True)]
+    return manager_from_groups(groups, num_blocks, use_eagle, MAX_LEN, SCHED_BLOCK, HASH_BLOCK)
+""",
+    # Two full-attention groups (one spec, two block tables) beside a sliding-window group.
+    "full2-swa": f"""\
+HASH_BLOCK, SCHED_BLOCK, MAX_LEN = 16, 16, 512
+def make_manager(num_blocks, use_eagle):
+    fa = FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=8, dtype={F16})
+    sw = SlidingWindowSpec(block_size=16, num_kv_heads=1, head_size=8, dtype={F16},
+                           sliding_window=32)
+    groups = [group(["attn.a"], fa), group(["attn.b"], fa), group(["swa"], sw)]
+    return manager_from_groups(groups, num_blocks, use_eagle, MAX_LEN, SCHED_BLOCK, HASH_BLOCK)
+""",
+    # Mamba "align" with the manager's shared-prefix checkpoint (a state kept at the junction
+    # where requests sharing a prefix diverge) and speculative state blocks for EAGLE.
+    "mamba-prefix": f"""\
+HASH_BLOCK, SCHED_BLOCK, MAX_LEN = 16, 64, 512
+def make_manager(num_blocks, use_eagle):
+    fa = FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=8, dtype={F16})
+    mb = kw(MambaSpec, block_size=64, shapes=((2, 4),), dtypes=(torch.float32,),
+            mamba_cache_mode="align", num_speculative_blocks=2 if use_eagle else 0)
+    groups = [group(["attn"], fa), group(["mamba"], mb, is_eagle_group=use_eagle)]
+    return manager_from_groups(groups, num_blocks, use_eagle, MAX_LEN, SCHED_BLOCK, HASH_BLOCK,
+                               enable_mamba_shared_prefix_checkpoint=True)
+""",
 }
 
 # Pools small enough that the fuzzer's traffic evicts (blocks, incl. the null block).
-POOL = {"full": 14, "full-2sizes": 16, "swa": 16, "mamba": 24, "deepseek-v4": 320, "tenants": 14}
+POOL = {"full": 14, "full-2sizes": 16, "swa": 16, "mamba": 24, "deepseek-v4": 320, "tenants": 14,
+        "swa-draft": 16, "full2-swa": 20, "mamba-prefix": 24}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -155,7 +195,12 @@ class Config:
         return PRELUDE + "\n" + CONFIGS[self.name]
 
 
-# Every layout with EAGLE off and on; the tenants' inputs (one full-attention group) once.
-ALL = tuple(Config(n, e, POOL[n]) for n in CONFIGS if n != "tenants" for e in (False, True)) + (
-    Config("tenants", False, POOL["tenants"]),
+# Every layout of the first five with EAGLE off and on; the tenants' inputs (one full-attention
+# group) once; then the later layouts, each once, with EAGLE where the layout is about it.
+FIRST = ("full", "full-2sizes", "swa", "mamba", "deepseek-v4")
+LATER = (("swa-draft", True), ("full2-swa", False), ("mamba-prefix", True))
+ALL = (
+    tuple(Config(n, e, POOL[n]) for n in FIRST for e in (False, True))
+    + (Config("tenants", False, POOL["tenants"]),)
+    + tuple(Config(n, e, POOL[n]) for n, e in LATER)
 )

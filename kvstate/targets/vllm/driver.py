@@ -1,10 +1,11 @@
 """Drives vLLM's ``KVCacheManager`` the way its scheduler does, and records every call as code.
 
-An operation is a plain tuple (``("admit", i, chunk, ext)``...) whose request argument is an
-index into the live requests, taken modulo their number when it runs: any sequence of
+An operation is the toolkit's ``TraceStep`` (declared in :mod:`.ops`); its request argument is
+an index into the live requests, taken modulo their number when it runs: any sequence of
 operations is valid, so a failing sequence can be cut down by deleting steps and replayed on a
-fresh manager.  Each call the driver makes is also written as a line of standalone Python
-(``self.code``), which becomes a finding's reproducer.
+fresh manager.  A check that fails raises the toolkit's ``Nonconformance`` (its kind: the first
+check class that failed; its detail: every class that did).  Each call the driver makes is also
+written as a line of standalone Python (``self.code``), which becomes a finding's reproducer.
 """
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
+
+from kvstate.harness.finding import Nonconformance
+from kvstate.harness.trace import TraceStep
 
 from . import imports as vllm_import
 from .checks import (
@@ -24,11 +28,10 @@ from .checks import (
 from .configs import Config
 from .events import EventLedger
 from .evict import EvictionOrder
+from .ops import number, resolved
 from .reset import reset_violations, stale_hits
 from .tenants import TENANTS, keyed_tokens, reads_no_cache, separation_violations
 from .window import reads_of, window_violations
-
-Op = tuple[Any, ...]
 
 
 def tokens_of(family: int, start: int, stop: int) -> list[int]:
@@ -42,18 +45,18 @@ def tokens_of(family, start, stop):
 """
 
 
-class Finding(Exception):
-    def __init__(self, violations: list[Violation], step: int, op: Op) -> None:
-        self.violations = violations
-        self.step = step
-        self.op = op
-        super().__init__(
-            f"step {step} {op}: " + "; ".join(f"[{v.check}] {v.message}" for v in violations)
-        )
-
-    @property
-    def kind(self) -> str:
-        return self.violations[0].check
+def finding(violations: list[Violation], trace: list[TraceStep], error: str = "") -> Nonconformance:
+    """The toolkit's finding for ``violations`` of the last step of ``trace``: its kind is the
+    first check class that failed, its detail every class that did (in order, once each) and,
+    when vLLM raised (``error``: the exception's type), that type; a crash alone is
+    ``crash: ValueError``, so a minimized trace must raise the same type."""
+    checks = list(dict.fromkeys(v.check for v in violations))
+    detail = [c for c in checks if c != "crash" or len(checks) > 1] + [error] * bool(error)
+    exc = Nonconformance(
+        checks[0], detail, "\n".join(f"[{v.check}] {v.message}" for v in violations)
+    )
+    exc.trace = list(trace)
+    return exc
 
 
 @dataclass
@@ -79,6 +82,7 @@ class Finished:
 
 @dataclass
 class Stats:
+    ops: Counter[str] = field(default_factory=Counter)  # operations run, by name
     calls: Counter[str] = field(default_factory=Counter)
     checks: Counter[str] = field(default_factory=Counter)
     configs: Counter[str] = field(default_factory=Counter)
@@ -102,7 +106,7 @@ class Driver:
         self.content: dict[int, tuple[int, ...]] = {}  # block id -> the prefix it was computed with
         self.held: dict[str, dict[tuple[int, int], int]] = {}  # rid -> (group, index) -> block id
         self.n = 0
-        self.trace: list[Op] = []  # the operations run so far, resolved (see resolved())
+        self.trace: list[TraceStep] = []  # the operations run so far, resolved (ops.resolved)
         self.picked: str | None = None
         self.created: str | None = None
         self.epoch = 0  # bumped whenever a cached prefix entry disappears (any eviction)
@@ -154,13 +158,14 @@ class Driver:
         """The request's content as the model sees it (plain token ids but for tenants)."""
         return keyed_tokens(x.req) if self.tenants else x.req.all_token_ids
 
-    def _pick(self, i: int | str, running: bool | None) -> Live | None:
-        """The ``i``-th live request (modulo), or, in a resolved trace, the one named ``i``."""
+    def _pick(self, req: int, rid: int | None, running: bool | None) -> Live | None:
+        """The ``req``-th live request (modulo), or, in a resolved trace, the one numbered
+        ``rid``."""
         cands = [x for x in self.live if running is None or x.running == running]
-        if isinstance(i, str):
-            x = next((c for c in cands if c.rid == i), None)
+        if rid is not None:
+            x = next((c for c in cands if number(c.rid) == rid), None)
         else:
-            x = cands[i % len(cands)] if cands else None
+            x = cands[req % len(cands)] if cands else None
         self.picked = x.rid if x else None
         return x
 
@@ -200,17 +205,22 @@ class Driver:
             assert r.num_computed_tokens == r.num_tokens - 1, "driver: computed/tokens drifted"
 
     # -- operations -------------------------------------------------------------------------
-    def apply(self, op: Op) -> None:
-        getattr(self, "op_" + op[0])(*op[1:])
+    def apply(self, step: TraceStep) -> None:
+        getattr(self, "op_" + step.action)(**step.inputs)
 
     def op_arrive(
         self,
         family: int,
         shared: int,
-        tail_family: int,
+        tail: int,
         extra: int,
-        rid: str | None = None,
+        rid: int | None = None,
         tenant: int = 0,
+    ) -> None:
+        self._arrive(family, shared, tail, extra, None if rid is None else f"r{rid}", tenant)
+
+    def _arrive(
+        self, family: int, shared: int, tail_family: int, extra: int, rid: str | None, tenant: int
     ) -> None:
         max_prompt = self.geo.max_len // 2
         shared = min(shared, max_prompt)
@@ -248,8 +258,8 @@ class Driver:
         end = min((x for x in stops if start < x < end), default=end)
         return max(end - start, 1)
 
-    def op_admit(self, i: int, chunk: int, ext_blocks: int) -> None:
-        x = self._pick(i, running=False)
+    def op_admit(self, chunk: int, ext_blocks: int, req: int = 0, rid: int | None = None) -> None:
+        x = self._pick(req, rid, running=False)
         if x is None:
             return
         r = x.req
@@ -292,8 +302,10 @@ class Driver:
         self.code.append(f"{x.var}.status = RequestStatus.RUNNING")
         self._compute(x, n_new)
 
-    def op_step(self, i: int, chunk: int, drafts: int, accepted: int) -> None:
-        x = self._pick(i, running=True)
+    def op_step(
+        self, chunk: int, drafts: int, accepted: int, req: int = 0, rid: int | None = None
+    ) -> None:
+        x = self._pick(req, rid, running=True)
         if x is None:
             return
         r = x.req
@@ -323,8 +335,8 @@ class Driver:
             return
         self._compute(x, n_new, accepted, drafts)
 
-    def op_preempt(self, i: int) -> None:
-        x = self._pick(i, running=True)
+    def op_preempt(self, req: int = 0, rid: int | None = None) -> None:
+        x = self._pick(req, rid, running=True)
         if x is None:
             return
         self.code.append(
@@ -337,8 +349,8 @@ class Driver:
         x.req.num_computed_tokens = 0
         self.held.pop(x.rid, None)
 
-    def op_finish(self, i: int) -> None:
-        x = self._pick(i, running=True)
+    def op_finish(self, req: int = 0, rid: int | None = None) -> None:
+        x = self._pick(req, rid, running=True)
         if x is None:
             return
         self.code.append(f"kvm.free({x.var})")
@@ -370,22 +382,23 @@ class Driver:
             self.code.append(f"{rid} = make_request(HASH_BLOCK, {rid!r}, {list(f.tokens)})")
         x = Live(rid, rid, req, out_seed=1000 + int(rid[1:]), tenant=f.tenant)
         self.live.append(x)
-        self.op_admit(len([y for y in self.live if not y.running]) - 1, chunk, 0)
+        self.op_admit(chunk, 0, req=len([y for y in self.live if not y.running]) - 1)
 
     def op_roundtrip(self, family: int, shared: int, tail: int, extra: int, chunk: int) -> None:
         """A prompt computed to its end and freed, then sent again at once (completeness)."""
-        self.op_arrive(family, shared, tail, extra, rid=f"q{self.n}")
+        self._arrive(family, shared, tail, extra, f"q{self.n}", 0)
         x = self.live[-1]
-        self.op_admit(x.rid, chunk, 0)  # type: ignore[arg-type]
+        n = number(x.rid)
+        self.op_admit(chunk, 0, rid=n)
         for _ in range(64):
             if not x.running or x.req.num_computed_tokens >= x.req.num_prompt_tokens:
                 break
             before = x.req.num_computed_tokens
-            self.op_step(x.rid, chunk, 0, 0)  # type: ignore[arg-type]
+            self.op_step(chunk, 0, 0, rid=n)
             if x.req.num_computed_tokens == before:
                 break  # no room: the probe gives up
         if x.running:
-            self.op_finish(x.rid)  # type: ignore[arg-type]
+            self.op_finish(rid=n)
             self.op_resend(-1, chunk)
         else:
             self.live.remove(x)
@@ -410,16 +423,16 @@ class Driver:
         if ok:
             self.stale = set(self.content)
 
-    def op_skip(self, i: int) -> None:
-        x = self._pick(i, running=True)
+    def op_skip(self, req: int = 0, rid: int | None = None) -> None:
+        x = self._pick(req, rid, running=True)
         if x is None:
             return
         n = x.req.num_computed_tokens
         self.code.append(f"kvm.remove_skipped_blocks({x.rid!r}, {n})")
         self._call("remove_skipped_blocks", self.kvm.remove_skipped_blocks, x.rid, n)
 
-    def op_cache(self, i: int) -> None:
-        x = self._pick(i, running=True)
+    def op_cache(self, req: int = 0, rid: int | None = None) -> None:
+        x = self._pick(req, rid, running=True)
         if x is None:
             return
         n = x.req.num_computed_tokens
@@ -580,50 +593,19 @@ class Driver:
             v += ev
         return v
 
-    def resolved(self, op: Op) -> Op:
-        """``op`` naming the request it acted on, so deleting other steps cannot redirect it."""
-        if op[0] == "arrive":
-            return (*op[:5], self.created, *op[6:])
-        if op[0] in ("admit", "step", "preempt", "finish", "skip", "cache"):
-            return (op[0], self.picked or "none", *op[2:])
-        return op
-
-    def run_op(self, step: int, op: Op) -> None:
+    def run_op(self, step: int, op: TraceStep) -> None:
+        """Run ``op`` (the run's ``step``-th); raise ``Nonconformance`` when a check fails."""
         self.pending = []
         self.picked = self.created = None
+        self.stats.ops[op.action] += 1
         try:
             self.apply(op)
         except Exception as e:  # vLLM raised or asserted: a finding of its own kind
-            self.trace.append(self.resolved(op))
+            self.trace.append(resolved(op, self.picked, self.created))
             crash = Violation("crash", f"{type(e).__name__}: {e}")
-            raise Finding(self.pending + [crash], step, op) from e
-        self.trace.append(self.resolved(op))
+            raise finding(self.pending + [crash], self.trace, type(e).__name__) from e
+        self.trace.append(resolved(op, self.picked, self.created))
         v = self.pending + self.state_violations() + self._window_and_events()
         self.stats.steps += 1
         if v:
-            raise Finding(v, step, op)
-
-
-def draw_op(rand: Any, rr: Any, L: int) -> Op:
-    k = rand()
-    if k < 0.22:
-        return ("arrive", rr(3), rr(0, 12) * L // 2, 10 + rr(4), rr(1, 3 * L))
-    if k < 0.42:
-        return ("admit", rr(8), rr(1, 4 * L), rr(3) if rand() < 0.2 else 0)
-    if k < 0.64:
-        return ("step", rr(8), rr(1, 3 * L), rr(4), rr(4))
-    if k < 0.72:
-        return ("finish", rr(8))
-    if k < 0.76:
-        return ("resend", rr(8), rr(1, 4 * L))
-    if k < 0.78:
-        return ("roundtrip", rr(3), rr(0, 12) * L // 2, 10 + rr(4), rr(1, 3 * L), rr(1, 4 * L))
-    if k < 0.82:
-        return ("preempt", rr(8))
-    if k < 0.87:
-        return ("evict", rr(64))
-    if k < 0.89:
-        return ("reset",)
-    if k < 0.95:
-        return ("skip", rr(8))
-    return ("cache", rr(8))
+            raise finding(v, self.trace)

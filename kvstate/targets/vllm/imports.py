@@ -82,3 +82,40 @@ def accepts(fn: Callable[..., Any], name: str) -> bool:
 def hit_of(result: Any) -> tuple[Any, int]:
     """``get_computed_blocks`` returns (blocks, n) before 0.2x and (blocks, n, boundary) after."""
     return result[0], int(result[1])
+
+
+# The modules whose code decides what the target checks; their digest names the code that ran.
+DRIVEN = (
+    "vllm.v1.core.kv_cache_manager",
+    "vllm.v1.core.block_pool",
+    "vllm.v1.core.kv_cache_coordinator",
+    "vllm.v1.core.single_type_kv_cache_manager",
+    "vllm.v1.core.kv_cache_utils",
+)
+
+
+def loaded() -> str:
+    """The vLLM release whose code runs in this process, read from the loaded modules.
+
+    ``vllm.__version__`` and where the package was imported from, and a digest (sha256, 12 hex
+    digits) of the driven modules' source files as loaded (``__spec__.origin`` of each module
+    in ``sys.modules``), so two runs name the same code only if they ran the same files.  The
+    installed distribution's metadata is named too when it disagrees (a ``PYTHONPATH`` copy
+    shadowing the installed release, an edited tree).
+    """
+    import hashlib
+
+    mods = load("vllm", *DRIVEN)
+    pkg = mods[0]
+    h = hashlib.sha256()
+    for m in mods[1:]:
+        origin = getattr(m.__spec__, "origin", None) or getattr(m, "__file__", None)
+        try:
+            h.update(Path(origin).read_bytes() if origin else b"?")
+        except OSError:
+            h.update(b"?")
+    ver = str(getattr(pkg, "__version__", "unknown"))
+    where = Path(getattr(pkg, "__file__", "") or ".").parent
+    meta = version()
+    also = f", installed metadata says {meta}" if meta != ver else ""
+    return f"{ver} (from {where}, kv_cache_manager & co. sha256 {h.hexdigest()[:12]}{also})"
