@@ -25,6 +25,11 @@ SIZES: dict[str, dict[str, tuple[int, int]]] = {
         "dev": (220, 80),
         "nightly": (2200, 120),
     },  # 24 ci examples per configuration
+    "vllm-scheduler": {
+        "ci": (96, 40),
+        "dev": (400, 60),
+        "nightly": (4000, 100),
+    },  # 12 ci examples per configuration
     "kvstate-api": {"ci": (20, 25), "dev": (150, 40), "nightly": (2000, 80)},
 }
 
