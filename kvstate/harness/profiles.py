@@ -26,10 +26,10 @@ SIZES: dict[str, dict[str, tuple[int, int]]] = {
         "nightly": (2200, 120),
     },  # 24 ci examples per configuration
     "vllm-scheduler": {
-        "ci": (96, 40),
-        "dev": (400, 60),
-        "nightly": (4000, 100),
-    },  # 12 ci examples per configuration
+        "ci": (400, 60),
+        "dev": (1600, 80),
+        "nightly": (16000, 120),
+    },  # 50 ci examples per configuration
     "kvstate-api": {"ci": (20, 25), "dev": (150, 40), "nightly": (2000, 80)},
 }
 

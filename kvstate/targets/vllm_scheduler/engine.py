@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 import time
+import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -131,6 +132,8 @@ def _machine(config: Config, stats: Stats, sink: dict[str, Any]) -> type:
     from hypothesis import strategies as st
     from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
+    salt = zlib.crc32(config.label.encode()) << 20  # configurations walk different traffic
+
     class SchedulerMachine(RuleBasedStateMachine):
         def __init__(self) -> None:
             super().__init__()
@@ -146,7 +149,7 @@ def _machine(config: Config, stats: Stats, sink: dict[str, Any]) -> type:
         def act(self, seed: int) -> None:
             """One engine-core call, drawn from the seed (traffic-like weights)."""
             assert self.d is not None
-            rng = random.Random(seed * 1_000_003 + len(self.ops))
+            rng = random.Random(seed * 1_000_003 + len(self.ops) + salt)
             op = draw_op(rng, self.d.block, config.connector)
             self.ops.append(op)
             try:
