@@ -264,6 +264,7 @@ class Engine:
     last: Any = None  # the last SchedulerOutput
     running_before: list[str] = field(default_factory=list)  # running order before the step
     paths: dict[str, int] = field(default_factory=dict)
+    window_found: list[str] = field(default_factory=list)  # found inside the last step
 
     def _path(self, name: str, k: int = 1) -> None:
         self.paths[name] = self.paths.get(name, 0) + k
@@ -298,6 +299,7 @@ class Engine:
         )
         self.arrival[rid] = self.n
         self.last = None  # liveness and preemption are judged on a step's output only
+        self.window_found = []
         if self.sched.connector is not None and ext_tokens:
             self.sched.connector.plan[rid] = (ext_tokens, mode)
         self.sched.add_request(req)
@@ -314,6 +316,10 @@ class Engine:
         finishing = dict(conn.loading) if conn is not None else {}
         out = s.schedule()
         self.last = out
+        self.window_found = window(  # what this step's first new position reads, held?
+            s, {r: s.requests[r].num_computed_tokens - k
+                for r, k in out.num_scheduled_tokens.items()}
+        )
         ids = list(out.num_scheduled_tokens)
         sampled = []
         for k, rid in enumerate(ids):
@@ -371,7 +377,7 @@ class Engine:
 
     def abort(self, rid: str) -> None:
         """``finish_requests(rid, FINISHED_ABORTED)``: the client went away."""
-        self.last = None
+        self.last, self.window_found = None, []
         if rid in self.sched.requests:
             self._path("aborted")
         self.sched.finish_requests(rid, RequestStatus.FINISHED_ABORTED)
@@ -379,7 +385,7 @@ class Engine:
             self.gone.add(rid)
 
     def reset(self) -> bool:
-        self.last = None
+        self.last, self.window_found = None, []
         ok = bool(self.sched.reset_prefix_cache())
         self._path("reset_ok" if ok else "reset_refused")
         return ok
@@ -460,14 +466,23 @@ def reads(sched: Scheduler) -> list[tuple[int, int, str, int | None]]:
     return out
 
 
-def window(sched: Scheduler) -> list[str]:
-    """Every block a running request's next position reads is in its table, non-null, held."""
+def window(sched: Scheduler, at: dict[str, int] | None = None) -> list[str]:
+    """Every block a running request's next position reads is in its table, non-null, held.
+
+    ``at``: request id -> the position to check (default: every running request at its
+    computed tokens).  ``Engine.step`` checks each scheduled request right after
+    ``schedule()``, at the first position the step computes: ``allocate_slots`` frees what the
+    window left behind *before* the step runs, so a block freed one token early is visible
+    only then (after the step the window has moved past it).
+    """
     managers = sched.kv_cache_manager.coordinator.single_type_managers
     out = []
-    for req in sched.running:
-        n = req.num_computed_tokens
+    if at is None:
+        at = {r.request_id: r.num_computed_tokens for r in sched.running}
+    for rid, n in at.items():
         if n <= 0:
             continue
+        req = sched.requests[rid]
         for gi, bs, what, last in reads(sched):
             lo = 0 if last is None else max(0, n - last)
             table = managers[gi].req_to_blocks.get(req.request_id, [])
@@ -536,7 +551,7 @@ def preemption_policy(engine: Engine) -> list[str]:
 CHECKS = {
     "conservation": lambda e: conservation(e.sched),
     "hygiene": hygiene,
-    "window": lambda e: window(e.sched),
+    "window": lambda e: e.window_found + window(e.sched),
     "liveness": liveness,
     "preemption": preemption_policy,
 }
