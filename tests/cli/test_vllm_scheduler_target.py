@@ -54,7 +54,7 @@ def test_ci_profile_finds_the_mamba_undercount_through_the_scheduler(ci_report: 
     assert cfg.layout == "mamba" and f.kind == "crash"
     assert "Cannot get 1 free blocks from the pool" in str(f)
     assert [c.layout for c, _, _ in ci_report.findings] == ["mamba"]  # nothing else fails
-    assert len(ci_report.trace) <= 12
+    assert len(ci_report.trace) < ci_report.original_length  # minimized
 
 
 def test_ci_profile_reaches_the_scheduler_paths(ci_report: Report) -> None:

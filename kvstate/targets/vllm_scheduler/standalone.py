@@ -337,9 +337,8 @@ class Engine:
             failed: set[str] = set()
             for rid, blocks in finishing.items():
                 conn.loading.pop(rid, None)
-                if conn.plan.get(rid, (0, ""))[1] == "fail":
-                    conn.plan[rid] = (0, "sync")  # lost: a retry finds nothing to load
                 if conn.plan.get(rid, (0, ""))[1] == "fail" and blocks:
+                    conn.plan[rid] = (0, "sync")  # lost: a retry finds nothing to load
                     if one_group:
                         invalid.add(blocks[0])
                     else:
