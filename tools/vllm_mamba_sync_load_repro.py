@@ -8,9 +8,10 @@ second, whose admission gate counts one Mamba block too few: ``get_new_blocks`` 
 ``ValueError: Cannot get 1 free blocks from the pool``, which no caller catches (the engine core
 dies).  Minimized by ``kvstate fuzz --target vllm-scheduler`` (ddmin) to three operations.
 
-Needs only vLLM (CPU install: ``tools/install_vllm.sh``); run it from any directory but this
-repository's root (its ``kernels/`` folder shadows a package transformers imports):
-``cd /tmp && python /path/to/tools/vllm_mamba_sync_load_repro.py``.  Exit status 0 with
+Needs only vLLM (CPU install: ``tools/install_vllm.sh``): ``python
+tools/vllm_mamba_sync_load_repro.py`` (a script's own folder heads ``sys.path``, not the working
+directory, so this repository's ``kernels/`` folder does not shadow the package transformers
+imports).  Exit status 0 with
 "reproduced" when the error is raised, 1 when ``schedule()`` returns normally.
 
 ``ModelConfig`` cannot be built on a CPU install (resolving the architecture imports

@@ -48,9 +48,7 @@ class Report:
         out = []
         for label, c in sorted(self.stats.per_config.items()):
             ops = ", ".join(f"{k[3:]} {v}" for k, v in sorted(c.items()) if k.startswith("op:"))
-            paths = ", ".join(
-                f"{k[5:]} {v}" for k, v in sorted(c.items()) if k.startswith("path:")
-            )
+            paths = ", ".join(f"{k[5:]} {v}" for k, v in sorted(c.items()) if k.startswith("path:"))
             out.append(f"    {label} x{self.stats.configs[label]}: {ops}; paths: {paths or '-'}")
         return out
 

@@ -182,7 +182,10 @@ def fit_max_model_len(vllm_config: Any, groups: Any, num_blocks: int, layout: An
     for max_len in range(layout["max_len"] // step * step, step - 1, -step):
         vllm_config.model_config = StubModelConfig(max_len)
         need = sum(
-            -(-g.kv_cache_spec.max_memory_usage_bytes(vllm_config) // g.kv_cache_spec.page_size_bytes)
+            -(
+                -g.kv_cache_spec.max_memory_usage_bytes(vllm_config)
+                // g.kv_cache_spec.page_size_bytes
+            )
             for g in groups
         )
         if need <= num_blocks - 1:
@@ -317,8 +320,8 @@ class Engine:
         out = s.schedule()
         self.last = out
         self.window_found = window(  # what this step's first new position reads, held?
-            s, {r: s.requests[r].num_computed_tokens - k
-                for r, k in out.num_scheduled_tokens.items()}
+            s,
+            {r: s.requests[r].num_computed_tokens - k for r, k in out.num_scheduled_tokens.items()},
         )
         ids = list(out.num_scheduled_tokens)
         sampled = []
@@ -417,13 +420,17 @@ def conservation(sched: Scheduler) -> list[str]:
     real = [b for b in pool.blocks if not b.is_null]
     out = []
     if len(seen) != len(set(seen)) or q.num_free_blocks != len(seen):
-        out.append(f"free queue lists {len(seen)} entries ({len(set(seen))} distinct), counter "
-                   f"{q.num_free_blocks}")
+        out.append(
+            f"free queue lists {len(seen)} entries ({len(set(seen))} distinct), counter "
+            f"{q.num_free_blocks}"
+        )
     free, held = set(seen), {b.block_id for b in real if b.ref_cnt > 0}
     if free & held or len(free | held) != len(real):
-        out.append(f"pool of {len(real)}: {len(free)} free + {len(held)} held, overlap "
-                   f"{sorted(free & held)}, unaccounted "
-                   f"{sorted({b.block_id for b in real} - free - held)}")
+        out.append(
+            f"pool of {len(real)}: {len(free)} free + {len(held)} held, overlap "
+            f"{sorted(free & held)}, unaccounted "
+            f"{sorted({b.block_id for b in real} - free - held)}"
+        )
     for b in real:
         n = len(holders.get(b.block_id, ()))
         if b.ref_cnt != n:
@@ -438,7 +445,7 @@ def hygiene(engine: Engine) -> list[str]:
     s = engine.sched
     loading = set(s.connector.loading) if s.connector is not None else set()
     out = []
-    for rid, slots in sorted({r: 1 for bs in _holders(s).values() for r, _ in bs}.items()):
+    for rid in sorted({r for bs in _holders(s).values() for r, _ in bs}):
         req = s.requests.get(rid)
         if rid in engine.gone and rid not in loading:
             out.append(f"request {rid} finished or was aborted and still holds blocks")
@@ -490,9 +497,11 @@ def window(sched: Scheduler, at: dict[str, int] | None = None) -> list[str]:
                 if b is not None and not b.is_null and b.ref_cnt > 0:
                     continue
                 state = "missing" if b is None else "null (freed)" if b.is_null else "unreferenced"
-                out.append(f"running {req.request_id} computed {n} tokens; its next position "
-                           f"reads tokens [{lo}, {n}) of group {gi} ({what}, block {bs}) but "
-                           f"block index {j} is {state}")
+                out.append(
+                    f"running {req.request_id} computed {n} tokens; its next position "
+                    f"reads tokens [{lo}, {n}) of group {gi} ({what}, block {bs}) but "
+                    f"block index {j} is {state}"
+                )
                 break
     return out
 
@@ -500,8 +509,10 @@ def window(sched: Scheduler, at: dict[str, int] | None = None) -> list[str]:
 def blocks_needed(sched: Scheduler, req: Request) -> int:
     """Blocks the whole request needs at most, over all groups: what fits an empty pool."""
     total = min(req.num_tokens + req.max_tokens, sched.max_model_len) + sched.num_lookahead_tokens
-    return sum(math.ceil(total / mgr.block_size) + 1
-               for mgr in sched.kv_cache_manager.coordinator.single_type_managers)
+    return sum(
+        math.ceil(total / mgr.block_size) + 1
+        for mgr in sched.kv_cache_manager.coordinator.single_type_managers
+    )
 
 
 def liveness(engine: Engine) -> list[str]:
@@ -515,13 +526,18 @@ def liveness(engine: Engine) -> list[str]:
     if any(b.ref_cnt for b in s.kv_cache_manager.block_pool.blocks if not b.is_null):
         return []
     usable = s.cache_config.num_gpu_blocks - 1
-    waiting = [r for r in s.requests.values() if r.status in
-               (RequestStatus.WAITING, RequestStatus.PREEMPTED)]
+    waiting = [
+        r
+        for r in s.requests.values()
+        if r.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED)
+    ]
     fits = [r for r in waiting if blocks_needed(s, r) <= usable]
     if fits:
         r = fits[0]
-        return [f"schedule() admitted nothing with the pool idle ({usable} blocks free): waiting "
-                f"{r.request_id} ({r.num_tokens} tokens) needs at most {blocks_needed(s, r)}"]
+        return [
+            f"schedule() admitted nothing with the pool idle ({usable} blocks free): waiting "
+            f"{r.request_id} ({r.num_tokens} tokens) needs at most {blocks_needed(s, r)}"
+        ]
     return []
 
 
@@ -535,15 +551,20 @@ def preemption_policy(engine: Engine) -> list[str]:
         return []
     before = engine.running_before
     if s.policy.name == "PRIORITY":
-        key = {rid: (s.requests[rid].priority, s.requests[rid].arrival_time)
-               for rid in before if rid in s.requests}
+        key = {
+            rid: (s.requests[rid].priority, s.requests[rid].arrival_time)
+            for rid in before
+            if rid in s.requests
+        }
         ranked = sorted(key, key=lambda r: key[r], reverse=True)
         want = set(ranked[: len(victims)])
     else:
-        want = set(before[len(before) - len(victims):])
+        want = set(before[len(before) - len(victims) :])
     if victims != want:
-        return [f"preempted {sorted(victims)} of running {before}; policy "
-                f"{s.policy.name.lower()} picks {sorted(want)}"]
+        return [
+            f"preempted {sorted(victims)} of running {before}; policy "
+            f"{s.policy.name.lower()} picks {sorted(want)}"
+        ]
     return []
 
 
