@@ -187,6 +187,7 @@ def run(
         sink: dict[str, Any] = {}
         machine = _machine(cfg, stats, sink)
         s = settings(
+            settings.get_profile("default"),  # not the loaded profile: the same walks everywhere
             max_examples=per,
             stateful_step_count=steps or n_steps,
             derandomize=profile == "ci",
