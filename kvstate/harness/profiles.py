@@ -26,9 +26,9 @@ SIZES: dict[str, dict[str, tuple[int, int]]] = {
         "nightly": (2200, 120),
     },  # 24 ci examples per configuration
     "vllm-scheduler": {
-        "ci": (400, 60),
-        "dev": (1600, 80),
-        "nightly": (16000, 120),
+        "ci": (500, 60),
+        "dev": (2000, 80),
+        "nightly": (20000, 120),
     },  # 50 ci examples per configuration
     "kvstate-api": {"ci": (20, 25), "dev": (150, 40), "nightly": (2000, 80)},
 }

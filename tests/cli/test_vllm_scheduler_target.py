@@ -60,9 +60,10 @@ def test_ci_profile_finds_the_mamba_undercount_through_the_scheduler(ci_report: 
 def test_ci_profile_reaches_the_scheduler_paths(ci_report: Report) -> None:
     paths = ci_report.stats.paths
     for path in ("preempted", "chunked_prefill", "finished", "aborted", "sync_load",
-                 "async_load_done", "sync_load_failed", "reset_ok", "reset_refused"):  # fmt: skip
+                 "async_load_done", "async_load_failed", "sync_load_failed", "reset_ok",
+                 "reset_refused", "spec_decode", "drafts_rejected"):  # fmt: skip
         assert paths[path] > 0, f"the ci profile never reached {path}"
-    assert len(ci_report.stats.configs) == 8
+    assert len(ci_report.stats.configs) == 10
 
 
 def _run_outside_repo(path: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:

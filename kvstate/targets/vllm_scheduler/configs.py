@@ -22,11 +22,13 @@ class Config:
     connector: bool = True  # a ScriptedConnector offering sync, async and failing loads
     failure_policy: str = "recompute"  # kv_load_failure_policy: "recompute" or "fail"
     budget: int = 48  # max_num_batched_tokens: small, so prefills are chunked
+    spec_tokens: int = 0  # EAGLE draft tokens per step (0: no speculative decoding)
 
     @property
     def label(self) -> str:
         kv = f"+kv({self.failure_policy})" if self.connector else ""
-        return f"{self.layout}/pool{self.num_blocks}/{self.policy}{kv}"
+        eagle = f"+eagle{self.spec_tokens}" if self.spec_tokens else ""
+        return f"{self.layout}{eagle}/pool{self.num_blocks}/{self.policy}{kv}"
 
     @property
     def layout_source(self) -> str:
@@ -39,6 +41,7 @@ class Config:
             "policy": self.policy,
             "connector": self.connector,
             "failure_policy": self.failure_policy,
+            "spec_tokens": self.spec_tokens,
         }
 
 
@@ -52,4 +55,6 @@ ALL: tuple[Config, ...] = (
     Config("mamba", 12),
     Config("mamba", 12, policy="priority", failure_policy="fail"),
     Config("full", 12, connector=False),
+    Config("full", 12, connector=False, spec_tokens=2),
+    Config("swa", 14, connector=False, spec_tokens=2),
 )

@@ -45,7 +45,7 @@ from vllm.v1.kv_cache_interface import (
     MambaSpec,
     SlidingWindowSpec,
 )
-from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
+from vllm.v1.outputs import DraftTokenIds, KVConnectorOutput, ModelRunnerOutput
 from vllm.v1.request import Request, RequestStatus
 from vllm.v1.structured_output import StructuredOutputManager
 
@@ -79,6 +79,53 @@ class StubModelConfig:
 
     def __getattr__(self, name: str) -> Any:
         raise StubGap(f"the stub ModelConfig has no {name!r}: this vLLM reads more of it")
+
+
+class StubEagleConfig:
+    """The speculative-decoding settings the scheduler reads, for an EAGLE drafter.
+
+    ``SpeculativeConfig`` builds the draft model's ``ModelConfig`` from the target's (the
+    obstacle of :class:`StubModelConfig` again), so it is replaced after ``VllmConfig`` is built,
+    like the model configuration.  ``VllmConfig``'s own properties derive the lookahead counts
+    the scheduler and its ``KVCacheManager`` use from these answers (``num_lookahead_tokens`` =
+    ``num_speculative_tokens`` for EAGLE; one prefill lookahead token; lookahead block hashes
+    when no connector is set), exactly as for a real EAGLE configuration: a single-module EAGLE
+    drafter (``eagle3`` in vLLM's table: no extra drafting slots, trailing-block drop on).
+    """
+
+    def __init__(self, num_speculative_tokens: int) -> None:
+        self.num_speculative_tokens = num_speculative_tokens
+        self.num_speculative_tokens_per_batch_size = None
+        self.disable_eagle_block_drop = False
+        self.disable_lookahead_block_hashes = False
+        self.max_num_new_slots_for_drafting = 0  # EAGLE3, not parallel (vLLM's table)
+        self.parallel_drafting = False
+        self.method = "eagle3"
+        self.use_heterogeneous_vocab = False
+
+    def use_eagle(self) -> bool:
+        return True
+
+    def use_eagle_block_drop(self) -> bool:
+        return True
+
+    def needs_eagle_block_drop(self) -> bool:
+        return True
+
+    def use_dflash(self) -> bool:
+        return False
+
+    def use_dspark(self) -> bool:
+        return False
+
+    def uses_draft_model(self) -> bool:
+        return False
+
+    def use_multi_module_mtp(self) -> bool:
+        return False
+
+    def __getattr__(self, name: str) -> Any:
+        raise StubGap(f"the stub SpeculativeConfig has no {name!r}: this vLLM reads more of it")
 
 
 class StubGap(AttributeError):
@@ -202,6 +249,7 @@ def make_scheduler(
     policy: str = "fcfs",
     connector: bool = False,
     failure_policy: str = "recompute",
+    spec_tokens: int = 0,
 ) -> Scheduler:
     """A ``Scheduler`` over ``num_blocks`` blocks (one of them vLLM's null block)."""
     groups = layout["groups"]
@@ -233,6 +281,8 @@ def make_scheduler(
         scheduler_config=sched_cfg,
         kv_transfer_config=kv_transfer,
     )
+    if spec_tokens:
+        vllm_config.speculative_config = StubEagleConfig(spec_tokens)  # see StubEagleConfig
     max_len = fit_max_model_len(vllm_config, groups, num_blocks, layout)
     vllm_config.model_config = StubModelConfig(max_len)  # see StubModelConfig
     sched_cfg.max_model_len = max_len
@@ -328,7 +378,13 @@ class Engine:
         for k, rid in enumerate(ids):
             req = s.requests[rid]
             prefilling = req.num_computed_tokens < req.num_tokens
-            sampled.append([] if prefilling else [(seed * 31 + req.num_tokens + k) % 50000])
+            new = (seed * 31 + req.num_tokens + k) % 50000
+            drafts = out.scheduled_spec_decode_tokens.get(rid, [])
+            accepted = (seed >> (k % 12)) % (len(drafts) + 1) if drafts else 0
+            sampled.append([] if prefilling else [*drafts[:accepted], new])
+            if drafts:
+                self._path("spec_decode")
+                self._path("drafts_rejected", len(drafts) - accepted)
             if prefilling:
                 self._path("chunked_prefill")  # a prefill chunk that leaves more to compute
         kv_out = None
@@ -370,6 +426,11 @@ class Engine:
             kv_connector_output=kv_out,
         )
         result = s.update_from_output(out, mro)
+        k_spec = s.num_spec_tokens
+        if k_spec:  # the drafter proposes for every request that decodes next
+            ids = [r.request_id for r in s.running if r.num_computed_tokens >= r.num_tokens - 1]
+            drafts = [[(seed + 7 * j + len(r)) % 50000 for j in range(k_spec)] for r in ids]
+            s.update_draft_token_ids(DraftTokenIds(ids, drafts))
         for eco in result.values():
             for o in eco.outputs:
                 if o.finish_reason is not None:
