@@ -501,8 +501,10 @@ def conservation(sched: Scheduler) -> list[str]:
 
 
 def hygiene(engine: Engine) -> list[str]:
-    """A finished, aborted or preempted request holds no block (an aborted request whose async
-    load is still in flight keeps its blocks until the transfer reports, as vLLM documents)."""
+    """A finished, aborted or preempted request holds no block.  vLLM's documented exceptions:
+    an aborted request whose async load is in flight keeps its blocks until the transfer
+    reports; a preempted request whose later async load completed waits in
+    ``kv_holding_waiting`` with that KV (``Scheduler._holds_kv_blocks``)."""
     s = engine.sched
     loading = set(s.connector.loading) if s.connector is not None else set()
     out = []
@@ -510,7 +512,11 @@ def hygiene(engine: Engine) -> list[str]:
         req = s.requests.get(rid)
         if rid in engine.gone and rid not in loading:
             out.append(f"request {rid} finished or was aborted and still holds blocks")
-        elif req is not None and req.status == RequestStatus.PREEMPTED:
+        elif (
+            req is not None
+            and req.status == RequestStatus.PREEMPTED
+            and not (req in s.kv_holding_waiting and req.num_computed_tokens > 0)
+        ):  # vLLM's one exception: KV an async load brought in, kept for its resumption
             out.append(f"request {rid} was preempted and still holds blocks")
         elif req is None and rid not in engine.gone:
             out.append(f"blocks held for {rid}, which the scheduler no longer knows")
