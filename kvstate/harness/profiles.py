@@ -27,6 +27,11 @@ SIZES: dict[str, dict[str, tuple[int, int]]] = {
         "dev": (280, 80),
         "nightly": (2800, 120),
     },  # 24 ci examples per configuration (14)
+    "vllm-scheduler": {
+        "ci": (500, 60),
+        "dev": (2000, 80),
+        "nightly": (20000, 120),
+    },  # 50 ci examples per configuration
     "kvstate-api": {"ci": (20, 25), "dev": (150, 40), "nightly": (2000, 80)},
 }
 

@@ -55,6 +55,11 @@ TARGETS: dict[str, Entry] = {
             "kvstate.targets.vllm.engine:run_cli",
             "vLLM's KVCacheManager, on the table's projection",
         ),
+        Entry(
+            "vllm-scheduler",
+            "kvstate.targets.vllm_scheduler.engine:run_cli",
+            "vLLM's Scheduler (schedule, update_from_output, a KV connector)",
+        ),
     )
 }
 FACTORY = Entry(

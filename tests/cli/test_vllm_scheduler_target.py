@@ -1,0 +1,178 @@
+"""``kvstate fuzz --target vllm-scheduler``: vLLM's real ``Scheduler`` on a CPU.
+
+The ci profile finds vLLM 0.33.0's Mamba "align" under-count through the scheduler's own calls
+and prints a standalone reproducer that raises it; ``tools/vllm_mamba_sync_load_repro.py``
+raises it in one ``schedule()``; each check class fires when one vLLM method is broken in
+process (monkeypatch, restored after each test), with the time to catch printed (``pytest -s``).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kvstate.targets.vllm_scheduler import imports
+
+try:
+    imports.standalone()
+except imports.VLLMUnavailable as e:  # pragma: no cover - depends on the machine
+    if os.environ.get("CI"):  # .ci/run installs vLLM: a missing one is a failure there
+        raise
+    pytest.skip(f"vLLM not installed ({e}); run tools/install_vllm.sh", allow_module_level=True)
+
+from vllm.v1.core import block_pool as bp  # noqa: E402
+from vllm.v1.core import kv_cache_coordinator as kc  # noqa: E402
+from vllm.v1.core import single_type_kv_cache_manager as st  # noqa: E402
+from vllm.v1.core.sched import scheduler as sm  # noqa: E402
+
+from kvstate.targets.vllm_scheduler.checks import CHECK_CLASSES  # noqa: E402
+from kvstate.targets.vllm_scheduler.configs import Config  # noqa: E402
+from kvstate.targets.vllm_scheduler.engine import Report, run  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+FULL = (Config("full", 12, connector=False),)
+SWA = (Config("swa", 14),)
+PRIORITY = (Config("full", 12, policy="priority"),)
+
+
+@pytest.fixture(scope="module")
+def ci_report() -> Report:
+    t0 = time.monotonic()
+    report = run("ci")
+    print(f"\n{report.render()}\n(ci profile with minimizing: {time.monotonic() - t0:.1f} s)")
+    return report
+
+
+def test_ci_profile_finds_the_mamba_undercount_through_the_scheduler(ci_report: Report) -> None:
+    assert not ci_report.ok
+    cfg, f, _ = ci_report.findings[0]
+    assert cfg.layout == "mamba" and f.kind == "crash"
+    assert "Cannot get 1 free blocks from the pool" in str(f)
+    # nothing else fails: every finding is the Mamba under-count (one per Mamba configuration)
+    assert all(c.layout == "mamba" and x.kind == "crash" for c, x, _ in ci_report.findings)
+    assert len(ci_report.trace) < ci_report.original_length  # minimized
+
+
+def test_ci_profile_reaches_the_scheduler_paths(ci_report: Report) -> None:
+    paths = ci_report.stats.paths
+    for path in ("preempted", "chunked_prefill", "finished", "aborted", "sync_load",
+                 "async_load_done", "async_load_failed", "sync_load_failed", "reset_ok",
+                 "reset_refused", "spec_decode", "drafts_rejected"):  # fmt: skip
+        assert paths[path] > 0, f"the ci profile never reached {path}"
+    assert len(ci_report.stats.configs) == 10
+
+
+def _run_outside_repo(path: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run(
+        [sys.executable, str(path)], cwd=tmp_path, env=env, capture_output=True, text=True,
+        timeout=600,
+    )  # fmt: skip
+
+
+def test_the_printed_reproducer_raises_with_vllm_alone(ci_report: Report, tmp_path: Path) -> None:
+    script = tmp_path / "repro.py"
+    script.write_text(ci_report.reproducer)
+    assert "kvstate" not in "".join(
+        line for line in ci_report.reproducer.splitlines() if line.startswith(("import", "from"))
+    )
+    got = _run_outside_repo(script, tmp_path)
+    assert got.returncode != 0
+    assert "ValueError: Cannot get 1 free blocks from the pool" in got.stderr
+    assert "in schedule" in got.stderr and "allocate_slots" in got.stderr
+
+
+def test_the_tools_reproducer_raises_in_one_schedule(tmp_path: Path) -> None:
+    got = _run_outside_repo(ROOT / "tools" / "vllm_mamba_sync_load_repro.py", tmp_path)
+    assert got.returncode == 0, got.stdout + got.stderr
+    assert "reproduced: schedule() raised ValueError: Cannot get 1 free blocks" in got.stdout
+
+
+# ---- one broken vLLM method per check class ------------------------------------------------
+def break_free_leak(mp: pytest.MonkeyPatch) -> None:
+    """``BlockPool.free_blocks`` forgets the last block of every multi-block free (a leak)."""
+    orig = bp.BlockPool.free_blocks
+
+    def free_blocks(self, ordered_blocks):  # type: ignore[no-untyped-def]
+        blocks = list(ordered_blocks)
+        orig(self, blocks[:-1] if len(blocks) > 1 else blocks)
+
+    mp.setattr(bp.BlockPool, "free_blocks", free_blocks)
+
+
+def break_finish_keeps_blocks(mp: pytest.MonkeyPatch) -> None:
+    """``Scheduler._free_blocks`` forgets the request but not its blocks (they stay held)."""
+
+    def _free_blocks(self, request):  # type: ignore[no-untyped-def]
+        del self.requests[request.request_id]
+
+    mp.setattr(sm.Scheduler, "_free_blocks", _free_blocks)
+
+
+def break_swa_skip(mp: pytest.MonkeyPatch) -> None:
+    """The sliding window's skipped-token count one too high: a block still inside the window
+    of a running request is freed (the off-by-one issue 32 says the manager target misses)."""
+    orig = st.SlidingWindowManager.get_num_skipped_tokens
+    mp.setattr(st.SlidingWindowManager, "get_num_skipped_tokens", lambda s, n: orig(s, n) + 1)
+
+
+def break_overcount(mp: pytest.MonkeyPatch) -> None:
+    """The admission gate counts twice the blocks a request needs: one needing more than half
+    the pool is refused forever, even by an idle pool."""
+    orig = kc.KVCacheCoordinator.get_num_blocks_to_allocate
+
+    def count(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        return 2 * orig(self, *args, **kwargs)
+
+    mp.setattr(kc.KVCacheCoordinator, "get_num_blocks_to_allocate", count)
+
+
+def break_priority_victim(mp: pytest.MonkeyPatch) -> None:
+    """The priority policy's victim inverted: the scheduler's ``max`` over running requests by
+    (priority, arrival) takes the minimum, preempting the most important request."""
+
+    def pick(*args, key=None, **kwargs):  # type: ignore[no-untyped-def]
+        if key is not None and len(args) == 1:
+            return min(args[0], key=key)
+        return max(*args, key=key, **kwargs) if key is not None else max(*args, **kwargs)
+
+    mp.setattr(sm, "max", pick, raising=False)
+
+
+BREAKS = {
+    "conservation": (break_free_leak, FULL),
+    "hygiene": (break_finish_keeps_blocks, FULL),
+    "window": (break_swa_skip, SWA),
+    "liveness": (break_overcount, FULL),
+    "preemption": (break_priority_victim, PRIORITY),
+}
+
+
+def test_every_new_check_class_has_a_break() -> None:
+    assert set(BREAKS) == set(CHECK_CLASSES) - {"crash"}  # crash: the Mamba finding above
+
+
+@pytest.mark.parametrize("name", sorted(BREAKS))
+def test_each_check_fires_when_vllm_is_broken(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    brk, configs = BREAKS[name]
+    brk(monkeypatch)
+    t0 = time.monotonic()
+    report = run("ci", configs=configs, examples=50, minimize_findings=False)
+    took = time.monotonic() - t0
+    assert not report.ok, f"{name}: the broken vLLM passed"
+    f = report.findings[0][1]
+    print(f"\n{name}: {brk.__doc__.split(':')[0]} -> [{f.kind}] after {report.stats.steps} "
+          f"operations, {took:.2f} s")  # fmt: skip
+    assert f.kind == name or name in f.detail, str(f)
+
+
+def test_a_correct_vllm_passes_the_broken_configurations() -> None:
+    """The same runs on an unpatched vLLM: the breaks above, not the configurations, fail."""
+    for configs in (FULL, SWA, PRIORITY):
+        report = run("ci", configs=configs, examples=50, minimize_findings=False)
+        assert report.ok, report.render()
