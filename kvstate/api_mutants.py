@@ -236,9 +236,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "truncation_keeps_failed_boundary",
         "corrupt entry served",
-        "impl/cache.py",
-        "                cap = min(cap, (_cdiv(adm.hit_tokens, self.L) - 1) * self.L)",
-        "                cap = min(cap, _cdiv(adm.hit_tokens, self.L) * self.L)",
+        "impl/requests.py",
+        "        cap = min(hit, (-(-hit // L) - 1) * L) if boundary_failed else hit",
+        "        cap = min(hit, -(-hit // L) * L) if boundary_failed else hit",
     ),
     # where the mutants above do not reach: disk files, held-back loads, raising jobs, tombstones
     # (docs/api-harness-findings.md, "Bugs planted by hand")
@@ -523,8 +523,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "admit_refuses_idle_requests",
         "refusal not required by the table",
         "impl/cache.py",
-        '            if req.slot is not None:\n                raise Refused("admit", ("idle",)',
-        '            if req.slot is None:\n                raise Refused("admit", ("idle",)',
+        '            if req.slot is not None:\n                raise requests.refusal("admit"',
+        '            if req.slot is None:\n                raise requests.refusal("admit"',
     ),
     Mutant(
         "no_request_slot_is_free",
