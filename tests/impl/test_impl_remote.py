@@ -246,22 +246,22 @@ def test_another_namespace_s_entry_is_never_served(redis_server: RedisServer) ->
     another_namespace(redis_server)
 
 
-def another_namespace(redis_server: RedisServer, pkg: Any = kvstate.impl) -> None:
+def another_namespace(server: RedisServer, pkg: Any = kvstate.impl) -> None:
     """Two deployments (another namespace's KV: another LoRA set, say) share one server and one
     fleet key: neither adopts the other's entries; one copied under the other's name fails its
     header check."""
     toks = harness_tokens(BLOCKS * L + 1)
-    a = node(redis_server, pkg=pkg, namespace="tenant-a", writer=OtherModel())
+    a = node(server, pkg=pkg, namespace="tenant-a", writer=OtherModel())
     try:
         store_all(a, toks)
         a_names = [names(a, toks, k) for k in range(BLOCKS)]
     finally:
         a.close()
-    b = node(redis_server, pkg=pkg, namespace="tenant-b")
+    b = node(server, pkg=pkg, namespace="tenant-b")
     try:
         assert b.stats()["blocks"]["disk"] == 0
         assert hit_and_check(b, toks) == 0
-        r = redis_server.client()
+        r = server.client()
         view = b.inspect()
         for k, (header, _) in enumerate(a_names):
             mine = view.disk.header_name(b.chain(toks).keys[k])
@@ -270,7 +270,7 @@ def another_namespace(redis_server: RedisServer, pkg: Any = kvstate.impl) -> Non
             view.disk.parse(mine, r.get(mine))
     finally:
         b.close()
-    c = node(redis_server, pkg=pkg, namespace="tenant-b")  # a node opened after the copy
+    c = node(server, pkg=pkg, namespace="tenant-b")  # a node opened after the copy
     try:
         assert c.stats()["blocks"]["disk"] == 0
         assert hit_and_check(c, toks) == 0
