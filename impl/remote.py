@@ -81,7 +81,7 @@ class RemoteConfig:
     max_connections: int = 16
     cluster: bool = False
     prefix: str = "kvstate:"
-    store: Any = field(default=None, compare=False)
+    store: ChunkStore | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.key, bytearray):

@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from kvstate.spec.expr import AND, B2I, IMPLIES, IN, NOT, array, store
+from kvstate.spec.expr import AND, B2I, IMPLIES, IN, NOT, OR, array, store
 from kvstate.spec.geometry import Geometry, small
 from kvstate.spec.layers import DEFAULT_HIT_RULE, HitRule
 from kvstate.spec.phases import CKV, Pipe
@@ -107,8 +107,8 @@ def environment_actions() -> list[Action]:
             [],
             [ANYTIME],
             {
-                "rmac": lambda s, p: array(s, lambda b: 0),
-                "scid": lambda s, p: array(s, lambda b: 0),
+                "rmac": lambda s, p: array(s, lambda b: 0 * b),
+                "scid": lambda s, p: array(s, lambda b: 0 * b),
             },
             ["rmac", "scid"],
             COMPONENT,
@@ -210,7 +210,8 @@ def remote_invariants() -> list[Invariant]:
         Invariant(
             "remote_mechanism",
             "the mechanism implies the truth: bytes that verify under the fleet key are the "
-            "block's content while its copy is remote; a load in flight has read no forged chunk",
+            "block's content while its copy is remote (stored or being loaded from the store); "
+            "no load ever reads a forged chunk",
             "aux",
             per_block=lambda s, b: AND(
                 IN(s.remote[b], (0, 1)),
@@ -221,12 +222,14 @@ def remote_invariants() -> list[Invariant]:
                     AND(
                         s.remote[b] == 1,
                         s.rmac[b] == 1,
-                        IN(s.ckv[b], (CKV.DISK, CKV.LOADING)),
+                        OR(
+                            s.ckv[b] == CKV.DISK,
+                            AND(s.ckv[b] == CKV.LOADING, s.ldpipe[b] == Pipe.IO),
+                        ),
                     ),
                     s.scid[b] == s.cid[b],
                 ),
-                IMPLIES(s.ckv[b] != CKV.LOADING, s.forged[b] == 0),
-                IMPLIES(s.ldpipe[b] != Pipe.IO, s.forged[b] == 0),
+                s.forged[b] == 0,
             ),
         ),
     ]
