@@ -112,6 +112,8 @@ class RemoteConfig:
             raise InvalidArgument("RemoteConfig.store must be a ChunkStore")
 
     def connect(self) -> ChunkStore:
+        """The store: ``store`` itself, else a :class:`RedisStore` on ``url`` (raises
+        StorageError when the client is missing or the URL is refused)."""
         if self.store is not None:
             return self.store  # type: ignore[no-any-return]
         assert self.url is not None
