@@ -14,7 +14,7 @@ prefix recomputed.
 Threat model, in the table's terms: the fleet key is held by the nodes' caches only.  Anyone
 with write access to the store but not the key can make ``rmac`` false (delete, evict, write
 garbage or another entry's bytes) and so deny a hit, never make a wrong chunk pass
-(``remote_truth``: no block outside a load holds a forged chunk).
+(``remote_truth``: no load ever lands a forged chunk).
 
 Ghost truth added: ``scid`` (the content the store's bytes under the block's key all belong to,
 0 when gone or incomplete) and ``forged`` (chunks of the load in flight that are not the block's
@@ -198,20 +198,17 @@ def remote_invariants() -> list[Invariant]:
     return [
         Invariant(
             "remote_truth",
-            "no block outside a load holds a chunk that is not its content: whatever the store "
-            "did, a forged, stale, partial or other tenant's chunk is never served (over ghost "
-            "truth)",
+            "no load lands a chunk that is not its block's content: whatever the store did, a "
+            "forged, stale, partial or other tenant's chunk is never taken, so never served "
+            "(over ghost truth)",
             "safeguard",
-            per_block=lambda s, b: AND(
-                s.forged[b] >= 0, IMPLIES(s.ckv[b] != CKV.LOADING, s.forged[b] == 0)
-            ),
+            per_block=lambda s, b: s.forged[b] == 0,
             protected_by=(("rload_chunk", "authenticated"),),
         ),
         Invariant(
             "remote_mechanism",
             "the mechanism implies the truth: bytes that verify under the fleet key are the "
-            "block's content while its copy is remote (stored or being loaded from the store); "
-            "no load ever reads a forged chunk",
+            "block's content while its copy is remote (stored or being loaded from the store)",
             "aux",
             per_block=lambda s, b: AND(
                 IN(s.remote[b], (0, 1)),
@@ -229,7 +226,6 @@ def remote_invariants() -> list[Invariant]:
                     ),
                     s.scid[b] == s.cid[b],
                 ),
-                s.forged[b] == 0,
             ),
         ),
     ]
