@@ -32,6 +32,7 @@ from .errors import (  # noqa: E402
 )
 from .events import Event, EventKind, EventLog  # noqa: E402
 from .projection import RecoveryPlan, RecoveryStep  # noqa: E402
+from .remote import RemoteConfig  # noqa: E402
 from .testdata import DeterministicWriter  # noqa: E402
 from .twins import register_twins  # noqa: E402
 from .writer import HandedRows, RowsNotHanded, Writer  # noqa: E402
@@ -45,7 +46,7 @@ __all__ = [
     "Admission", "AlreadyReleased", "CorruptEntry", "DirectoryInUse", "DiskWriteError", "DeterministicWriter", "Event",
     "EventKind", "EventLog", "Explanation", "HandedRows", "HeterogeneousKVCache", "HitSearch", "InternalError",
     "InvalidArgument", "KVStateError", "LayoutError", "NotReady", "OutOfCapacity", "Pin",
-    "RecoveryPlan", "RecoveryStep", "Refused", "Request", "RowsNotHanded", "Run", "Shortening", "StorageError",
+    "RecoveryPlan", "RecoveryStep", "Refused", "RemoteConfig", "Request", "RowsNotHanded", "Run", "Shortening", "StorageError",
     "UnknownRequest",
     "UseContext", "Writer", "native_modules",
 ]  # fmt: skip

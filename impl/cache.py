@@ -53,6 +53,7 @@ from .events import Event, EventKind, EventLog
 from .handles import Admission, Explanation, Pin, Request, RequestPath, Run, UseContext
 from .hashing import Chain, as_tokens
 from .inspection import CacheView, TestHooks
+from .remote import RemoteConfig
 from .requests import Admitted
 from .writer import HandedRows, Writer
 
@@ -88,6 +89,9 @@ class HeterogeneousKVCache(RequestPath):
 
     ``disk_key`` (16 to 64 bytes) authenticates the disk tier's entries; by default a private
     per-directory key in ``cache_dir`` (see README, the disk tier's threat model).
+
+    ``remote`` (a :class:`RemoteConfig`) keeps the offloaded blocks in a store a fleet shares
+    (Redis) instead of ``cache_dir``: the same entries, loads and checks (docs/remote.md).
     """
 
     def __init__(
@@ -110,6 +114,7 @@ class HeterogeneousKVCache(RequestPath):
         derive_index: Checked[Any, bool | None] = None,
         disk_key: Checked[Any, bytes | bytearray | None] = None,
         swa_blocks: Checked[Any, int | None] = None,
+        remote: Checked[Any, RemoteConfig | None] = None,
     ) -> None:
         # every argument is checked before anything is built (InvalidArgument / LayoutError)
         self._closed = True  # until built: a half-built cache serves nothing
@@ -146,6 +151,10 @@ class HeterogeneousKVCache(RequestPath):
             disk_key = bytes(disk_key)
         if disk_key is not None and not isinstance(disk_key, bytes):
             raise InvalidArgument(f"disk_key must be bytes or None, got {type(disk_key).__name__}")
+        if remote is not None and not isinstance(remote, RemoteConfig):
+            raise InvalidArgument(
+                f"remote must be a RemoteConfig or None, got {type(remote).__name__}"
+            )
         try:
             if table is None:
                 table = default_table(geometry or small())
@@ -174,6 +183,7 @@ class HeterogeneousKVCache(RequestPath):
             max_model_len=max_model_len,
             disk_key=disk_key,
             swa_blocks=caps["swa_blocks"],
+            remote=remote,
         )
         self.events: EventLog = self.core.events
         self.pipelines = self.core.pipes

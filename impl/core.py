@@ -48,6 +48,7 @@ from .graphs import GraphRegistry
 from .meta import BlockMeta
 from .pipelines import Pipelines
 from .recovery import Recovery
+from .remote import RemoteTier
 from .requests import RequestTable, Slot
 from .tiers import Tiers, planned_bytes
 from .writer import Writer
@@ -113,8 +114,10 @@ class CacheCore:
         max_model_len: int = 1 << 20,
         disk_key: bytes | None = None,
         swa_blocks: int | None = None,
+        remote: Any = None,
     ) -> None:
         g = table.geometry
+        self.remote = remote  # a RemoteConfig: the disk tier's entries in a shared store
         self.table = table
         self.g = g
         self.k = table.consts
@@ -196,18 +199,29 @@ class CacheCore:
         """The parts over the tiers: the disk tier (the directory locked and scanned), the
         pipelines, the graph registry, the gate and the three parts."""
         swa = self.tiers.swa
-        self.disk = DiskTier(
-            cache_dir,
-            self._fingerprint(),
-            self.k.load_steps,
-            durable=durable,
-            key=disk_key,
-            layout=[
-                (grp.name, li, self.tiers.unit_bytes((grp, li)))
-                for grp, li in self.tiers.units(False)
-            ],
-            swa_bytes=swa.nl * swa.pages_per_block * swa.page_bytes,
-        )
+        layout = [
+            (grp.name, li, self.tiers.unit_bytes((grp, li))) for grp, li in self.tiers.units(False)
+        ]
+        swa_bytes = swa.nl * swa.pages_per_block * swa.page_bytes
+        self.disk: DiskTier
+        if self.remote is not None:
+            self.disk = RemoteTier(
+                self.remote,
+                self._fingerprint(),
+                self.k.load_steps,
+                layout=layout,
+                swa_bytes=swa_bytes,
+            )
+        else:
+            self.disk = DiskTier(
+                cache_dir,
+                self._fingerprint(),
+                self.k.load_steps,
+                durable=durable,
+                key=disk_key,
+                layout=layout,
+                swa_bytes=swa_bytes,
+            )
         self.events = EventLog()
         self.pipes = Pipelines(mode, self.k.io_cap)
         # a graph's block table holds any request's pins whole: a request is at most

@@ -64,11 +64,11 @@ from pathlib import Path
 from typing import Any, Final
 
 import torch
-from blake3 import blake3
 
 from .diskdir import KEY_BYTES, OPEN_FLAGS, Directory, create_private, load_key
 from .diskdir import KEY_FILE as KEY_FILE  # (re-exported: the directory's key file)
 from .diskheader import MAC_BYTES, DiskEntry, parse_header, text
+from .entrymac import KEY_ID_BYTES, STEM_HEX, Contexts, EntryMacs, encode, header_fields
 from .errors import CorruptEntry, DiskWriteError, InvalidArgument
 
 FILE_FORMAT = 5  # 5: keyed names and a key id (4: keyed BLAKE3, 3: HMAC-SHA256, 2: keyed BLAKE2b)
@@ -76,19 +76,19 @@ MAGIC = b"KVSTATE\x05"
 MAGIC_FAMILY = b"KVSTATE"  # any format version: kvstate's own (a stale one is deleted)
 MAC_NAME = "keyed BLAKE3"
 KEY_MIN, KEY_MAX = 16, 64
-KEY_ID_BYTES = 16
 # domain separation: a header MAC is never a chunk MAC (each keyed state starts with its label)
-_HEADER_CONTEXT = "kvstate 2026-12-03 disk entry header MAC, format 5"
-_CHUNK_CONTEXT = "kvstate 2026-12-03 disk entry chunk MAC, format 5"
-_NAME_CONTEXT = "kvstate 2026-12-03 disk entry name, format 5"
-_KEY_ID_CONTEXT = "kvstate 2026-12-03 disk key id, format 5"
+CONTEXTS = Contexts(
+    header="kvstate 2026-12-03 disk entry header MAC, format 5",
+    chunk="kvstate 2026-12-03 disk entry chunk MAC, format 5",
+    name="kvstate 2026-12-03 disk entry name, format 5",
+    key_id="kvstate 2026-12-03 disk key id, format 5",
+)
 # magic, header length, header MAC, key id (the MAC first: a damaged header MAC is damage)
 # an entry file's fixed prefix: magic, header length, header MAC, key id (public: a checker forging
 # authentic headers with the directory's key lays them out the same way)
 PREFIX: Final = struct.Struct(f"<8sI{MAC_BYTES}s{KEY_ID_BYTES}s")
 MAX_HEADER = 1 << 20  # a header is a few KiB; a bigger length field is damage, not a read
 SUFFIX = ".kvb"
-STEM_HEX = 32  # the keyed hash of the block's key, in hex digits
 NAME_HEX = STEM_HEX + 16  # and a random part: every write's name is new
 # the names kvstate gives (and gave: a format before 5 named an entry by its key's hex) entries
 _ENTRY_NAME = re.compile(r"[0-9a-f]{2,128}\.kvb")
@@ -110,8 +110,7 @@ def name_stem(secret: bytes, key: bytes) -> str:
     """The keyed stem of ``key``'s entry names under the directory key ``secret`` (what
     :meth:`DiskTier.stem` computes from its derived state; for tools and tests that hold the
     key)."""
-    name_key = blake3(secret, derive_key_context=_NAME_CONTEXT).digest()
-    return blake3(key, key=name_key).hexdigest(STEM_HEX // 2)
+    return EntryMacs(secret, CONTEXTS).stem(key)
 
 
 class ForeignEntry(CorruptEntry):
@@ -156,14 +155,9 @@ class DiskTier:
         except BaseException:
             self.close()
             raise
-        # one key per domain (a header MAC is never a chunk MAC, a name no MAC), derived once;
-        # each MAC copies the keyed state
-        self._mac_header = blake3(
-            key=blake3(self._key, derive_key_context=_HEADER_CONTEXT).digest()
-        )
-        self._mac_chunk = blake3(key=blake3(self._key, derive_key_context=_CHUNK_CONTEXT).digest())
-        self._name_hash = blake3(key=blake3(self._key, derive_key_context=_NAME_CONTEXT).digest())
-        self.key_id = blake3(self._key, derive_key_context=_KEY_ID_CONTEXT).digest(KEY_ID_BYTES)
+        # one key per domain (a header MAC is never a chunk MAC, a name no MAC), derived once
+        self.macs = EntryMacs(self._key, CONTEXTS)
+        self.key_id = self.macs.key_id
         self._scratch = threading.local()  # each reading thread's reusable chunk buffer
         # whole-payload buffers of finished loads, for the next ones (``read_block``): a fresh
         # one would fault in new pages on every block (list.pop / append are atomic)
@@ -183,29 +177,16 @@ class DiskTier:
     def stem(self, key: bytes) -> str:
         """The keyed hash of a block's key that starts its entries' names (nobody without
         the directory's key can compute it)."""
-        h = self._name_hash.copy()
-        h.update(key)
-        return h.hexdigest(STEM_HEX // 2)
+        return self.macs.stem(key)
 
-    # ---- MACs ---------------------------------------------------------------------------
+    # ---- MACs (impl/entrymac.py: shared with the remote tier) ------------------------------
     def header_mac(self, hb: bytes) -> bytes:
-        h = self._mac_header.copy()
-        h.update(self.key_id)
-        h.update(hb)
-        return h.digest()
+        return self.macs.header_mac(hb)
 
     def _chunk_mac(
         self, key: bytes, nonce: bytes, index: int, lo: int, hi: int, *data: bytes | memoryview
     ) -> bytes:
-        """One pass over the chunk's buffers (``blake3`` releases the GIL on long ones)."""
-        h = self._mac_chunk.copy()
-        h.update(struct.pack("<I", len(key)))
-        h.update(key)
-        h.update(nonce)
-        h.update(struct.pack("<qqq", index, lo, hi))
-        for d in data:
-            h.update(d)
-        return h.digest()
+        return self.macs.chunk_mac(key, nonce, index, lo, hi, *data)
 
     # ---- writing ------------------------------------------------------------------------
     def write(self, key: bytes, **fields: Any) -> DiskEntry:
@@ -226,42 +207,10 @@ class DiskTier:
     ) -> tuple[Path, DiskEntry]:
         """Write an entry to a private temporary (no lock needed: nothing is visible yet);
         ``publish`` makes it the key's entry, ``discard`` throws it away."""
-        flat = [t.reshape(-1).cpu().contiguous() for _, _, t in units]
-        sizes = [int(t.numel()) for t in flat]
-        offsets = [0]
-        for size in sizes:
-            offsets.append(offsets[-1] + size)
-        nonce = secrets.token_bytes(16)
-        # the tensors' own bytes (no copies): MACed and written from the same buffers
-        parts: list[memoryview] = [t.numpy().data.cast("B") for t in flat]
-        chunks: list[list[Any]] = []
-        n = len(units)
-        for c in range(self.load_steps):
-            ulo, uhi = c * n // self.load_steps, (c + 1) * n // self.load_steps
-            blo, bhi = offsets[ulo], offsets[uhi]
-            mac = self._chunk_mac(key, nonce, c, blo, bhi, *parts[ulo:uhi])
-            chunks.append([ulo, uhi, blo, bhi, mac.hex()])
-        swa_section = None
-        if swa_data is not None:
-            swa_flat = swa_data.reshape(-1).cpu().contiguous()
-            sb = swa_flat.numpy().data.cast("B")
-            lo, hi = offsets[-1], offsets[-1] + len(sb)
-            swa_section = [lo, hi, self._chunk_mac(key, nonce, -1, lo, hi, sb).hex()]
-            parts.append(sb)
-        header = {
-            "format": FILE_FORMAT,
-            "fingerprint": self.fingerprint,
-            "key": key.hex(),
-            "nonce": nonce.hex(),
-            "ver": ver,
-            "gen": gen,
-            "fmt": fmt,
-            "tail": tail,
-            "swa": swa,
-            "units": [[g, layer, size] for (g, layer, _), size in zip(units, sizes, strict=True)],
-            "chunks": chunks,
-            "swa_section": swa_section,
-        }
+        enc = encode(self.macs, key, units, swa_data, self.load_steps)
+        parts = enc.parts  # the tensors' own bytes (no copies): MACed and written from them
+        fields = {"ver": ver, "gen": gen, "fmt": fmt, "tail": tail, "swa": swa}
+        header = header_fields(enc, FILE_FORMAT, self.fingerprint, key, units, fields)
         hb = json.dumps(header, sort_keys=True).encode()
         final = self.new_path(key)
         try:

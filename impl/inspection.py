@@ -119,7 +119,9 @@ class _MetaView(ReadOnly):
 _GROUP_READS = frozenset(
     {"host_index", "build", "dev_index", "make_pages", "free_pages", "map", "decode"}
 )
-_DISK_READS = frozenset({"read_header", "stem", "new_path", "header_mac"})
+_DISK_READS = frozenset(
+    {"read_header", "stem", "new_path", "header_mac", "header_name", "chunk_name", "parse"}
+)
 
 
 class _TiersView(ReadOnly):
