@@ -55,6 +55,11 @@ TARGETS: dict[str, Entry] = {
             "kvstate.targets.vllm.engine:run_cli",
             "vLLM's KVCacheManager, on the table's projection",
         ),
+        Entry(
+            "sglang",
+            "kvstate.targets.sglang.engine:run_cli",
+            "SGLang's unified radix cache and DeepSeek-V4 pools, on the table's projection",
+        ),
     )
 }
 FACTORY = Entry(
