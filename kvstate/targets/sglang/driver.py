@@ -85,6 +85,14 @@ class Driver:
         self.totals = self._totals()
         self.stored: list[int] = []  # finished request j -> the epoch its prefix was stored in
         self.P, self.W = config.page, config.window
+        self.at: tuple[int, Op] = (0, ("",))
+        self.st.on_match = self._on_match
+
+    def _on_match(self, req: Any, hit: tuple[int, Any]) -> None:
+        """Every match, checked before the scheduler uses it (lock, allocation)."""
+        out = self._hit(req, hit)
+        if out:
+            raise Finding(out, *self.at)
 
     # -- the call -------------------------------------------------------------------------
     def run_op(self, step: int, op: Op) -> None:
@@ -94,8 +102,11 @@ class Driver:
         waiting = {"admit": self.st.waiting, "next_chunk": self.st.chunked,
                    "decode": self.st.running}.get(name)  # fmt: skip
         waiting = bool(waiting)
+        self.at = (step, op)
         try:
             result = self.ns[name](self.st, *args)
+        except Finding:
+            raise
         except Exception as e:  # noqa: BLE001 - SGLang raising on an allowed call is a finding
             raise Finding(
                 [checks.Violation("crash", f"{name} raised {type(e).__name__}: {e}")], step, op
@@ -111,8 +122,6 @@ class Driver:
         self.totals = totals
         if name == "finish" and result is not None:
             self.stored.append(self.epoch)
-        if name == "admit" and result is not None:
-            out += self._hit(*result)
         out += self._conservation() + self._freed_referenced() + self._locks()
         if out:
             raise Finding(out, step, op)

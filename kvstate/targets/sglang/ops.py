@@ -52,6 +52,7 @@ class Stack:
         self.states = states(self.kv)
         self.waiting, self.chunked, self.running, self.finished = [], [], [], []
         self.n = 0
+        self.on_match = None
 
     def swa_of(self, locs):
         return self.alloc.full_to_swa_index_mapping[locs]
@@ -118,6 +119,8 @@ def admit(st, i, chunk):
     req = st.waiting[i % len(st.waiting)]
     req.init_next_round_input(st.tree)  # match_kv_cache
     hit = (req.prefix_len, st.tree.prefix_device_indices(req).clone())
+    if st.on_match is not None:
+        st.on_match(req, hit)  # an observer (kvstate's checks) sees the hit before it is used
     end = st.chunk_end(req, chunk)
     if end <= req.prefix_len:
         return None
