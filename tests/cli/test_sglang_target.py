@@ -48,7 +48,7 @@ def test_ci_profile_exercises_every_configuration_and_check() -> None:
             assert r.stats.checks[c] > 0, c
     for op in NAMES:
         assert r.stats.calls[op] > 0, op
-    for path in ("hit", "miss", "eviction"):
+    for path in ("hit", "miss", "eviction", "decode freed out-of-window SWA"):
         assert r.stats.paths[path] > 0, path
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 PRELUDE = """\
 import os
 os.environ["SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND"] = {core!r}
+{switches}
 import torch
 from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
 from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
@@ -114,6 +115,15 @@ def states(kv):
 LAYOUTS = {"swa": SWA, "deepseek-v4": DSV4}
 
 
+# SGLang's switches for the SWA pool that users turn on, with their defaults.  Every stack's
+# prelude sets each of them (off or on), so one configuration's choice never leaks into the next
+# built in the same process.  ``SGLANG_OPT_RELEASE_PREFILL_SWA``: once decode passes the window,
+# the prefill's SWA lock is dropped (its SWA KV becomes evictable rather than freed);
+# ``SGLANG_SWA_EVICTION_INTERVAL``: decode frees out-of-window SWA slots every that many tokens.
+SWITCHES = {"SGLANG_OPT_RELEASE_PREFILL_SWA": "false", "SGLANG_SWA_EVICTION_INTERVAL": "128"}
+SWA_SAVING = {"SGLANG_OPT_RELEASE_PREFILL_SWA": "true", "SGLANG_SWA_EVICTION_INTERVAL": "1"}
+
+
 @dataclass(frozen=True)
 class Config:
     layout: str  # a key of LAYOUTS
@@ -122,16 +132,21 @@ class Config:
     window: int
     pool: int  # tokens per pool (full and SWA alike): small enough that traffic evicts
     max_len: int
+    saving: bool = False  # SWA_SAVING's switches on (else SWITCHES' defaults)
 
     @property
     def label(self) -> str:
-        return f"{self.layout}/{self.core}/page{self.page}-window{self.window}/pool{self.pool}"
+        return f"{self.layout}/{self.core}/page{self.page}-window{self.window}/pool{self.pool}" + (
+            "/swa-saving" if self.saving else ""
+        )
 
     @property
     def source(self) -> str:
+        env = {**SWITCHES, **(SWA_SAVING if self.saving else {})}
         head = PRELUDE.format(
             core=self.core, page=self.page, window=self.window, pool=self.pool,
             max_len=self.max_len,
+            switches="\n".join(f"os.environ[{k!r}] = {v!r}" for k, v in env.items()),
         )  # fmt: skip
         return head + "\n" + LAYOUTS[self.layout]
 
@@ -144,7 +159,9 @@ def _all() -> tuple[Config, ...]:
             Config("swa", core, 32, 8, 320, 512),  # page above the window
             Config("swa", core, 4, 16, 48, 256),  # a small pool: eviction under locks
             Config("deepseek-v4", core, 256, 128, 256 * 10, 2048),
+            Config("swa", core, 4, 16, 96, 256, saving=True),
         ]
+    out.append(Config("deepseek-v4", "rust", 256, 128, 256 * 10, 2048, saving=True))
     return tuple(out)
 
 

@@ -102,6 +102,7 @@ class Driver:
         waiting = {"admit": self.st.waiting, "next_chunk": self.st.chunked,
                    "decode": self.st.running}.get(name)  # fmt: skip
         waiting = bool(waiting)
+        swa_gone = self._swa_evicted()
         self.at = (step, op)
         try:
             result = self.ns[name](self.st, *args)
@@ -112,6 +113,8 @@ class Driver:
                 [checks.Violation("crash", f"{name} raised {type(e).__name__}: {e}")], step, op
             ) from e
         (self.stats.calls if result is not None else self.stats.idle)[name] += 1
+        if name == "decode" and self._swa_evicted() > swa_gone:
+            self.stats.paths["decode freed out-of-window SWA"] += 1
         if name in ("admit", "next_chunk", "decode") and result is None and waiting:
             self.stats.paths[f"{name} refused (no room)"] += 1
         out: list[checks.Violation] = []
@@ -131,6 +134,11 @@ class Driver:
         t = self.st.tree
         return (t.full_evictable_size() + t.full_protected_size(),
                 t.swa_evictable_size() + t.swa_protected_size())  # fmt: skip
+
+    def _swa_evicted(self) -> int:
+        """Tokens whose SWA slots the running requests have given back (out of the window)."""
+        swa = self.ns["ComponentType"].SWA
+        return sum(r.kv.get_evicted_seqlen(swa) for r in self._live() if r.kv.holds_kv)
 
     def _live(self) -> list[Any]:
         return [r for r, _ in self.st.running + self.st.chunked]
