@@ -120,7 +120,13 @@ LAYOUTS = {"swa": SWA, "deepseek-v4": DSV4}
 # built in the same process.  ``SGLANG_OPT_RELEASE_PREFILL_SWA``: once decode passes the window,
 # the prefill's SWA lock is dropped (its SWA KV becomes evictable rather than freed);
 # ``SGLANG_SWA_EVICTION_INTERVAL``: decode frees out-of-window SWA slots every that many tokens.
-SWITCHES = {"SGLANG_OPT_RELEASE_PREFILL_SWA": "false", "SGLANG_SWA_EVICTION_INTERVAL": "128"}
+# ``SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_WINDOW_SLOTS`` (on by default): a checkpoint first
+# frees the request's out-of-window SWA slots.
+SWITCHES = {
+    "SGLANG_OPT_RELEASE_PREFILL_SWA": "false",
+    "SGLANG_SWA_EVICTION_INTERVAL": "128",
+    "SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_WINDOW_SLOTS": "true",
+}
 SWA_SAVING = {"SGLANG_OPT_RELEASE_PREFILL_SWA": "true", "SGLANG_SWA_EVICTION_INTERVAL": "1"}
 
 
@@ -162,6 +168,7 @@ def _all() -> tuple[Config, ...]:
             Config("swa", core, 4, 16, 96, 256, saving=True),
         ]
     out.append(Config("deepseek-v4", "rust", 256, 128, 256 * 10, 2048, saving=True))
+    out.append(Config("swa", "rust", 32, 8, 320, 512, saving=True))  # a page above the window
     return tuple(out)
 
 
