@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import checks
+from . import imports as sglang_import
 from .configs import Config
 from .ops import SOURCE as OPS_SOURCE
 
@@ -74,6 +75,7 @@ class Driver:
 
     def __init__(self, config: Config, stats: Stats | None = None, patch: Any = None) -> None:
         self.config = config
+        sglang_import.load()  # off the repository root, torchvision stood in where missing
         self.ns: dict[str, Any] = {"__name__": "kvstate_sglang_config"}
         exec(compile(config.source + OPS_SOURCE, f"<sglang {config.label}>", "exec"), self.ns)  # noqa: S102
         self.st = self.ns["Stack"]()
@@ -81,8 +83,8 @@ class Driver:
             patch(self)
         self.stats = stats or Stats()
         self.code: list[str] = ["st = Stack()"]
-        self.epoch = 0  # bumped whenever the tree's cached content shrinks (any eviction)
-        self.totals = self._totals()
+        self.epoch = 0  # bumped by every eviction that freed something (full or SWA)
+        self._count_evictions()
         self.stored: list[int] = []  # finished request j -> the epoch its prefix was stored in
         self.P, self.W = config.page, config.window
         self.at: tuple[int, Op] = (0, ("",))
@@ -118,11 +120,6 @@ class Driver:
         if name in ("admit", "next_chunk", "decode") and result is None and waiting:
             self.stats.paths[f"{name} refused (no room)"] += 1
         out: list[checks.Violation] = []
-        totals = self._totals()
-        if any(a < b for a, b in zip(totals, self.totals, strict=True)):
-            self.epoch += 1
-            self.stats.paths["eviction"] += 1
-        self.totals = totals
         if name == "finish" and result is not None:
             self.stored.append(self.epoch)
         out += self._conservation() + self._freed_referenced() + self._locks()
@@ -130,10 +127,22 @@ class Driver:
             raise Finding(out, step, op)
 
     # -- observations ---------------------------------------------------------------------
-    def _totals(self) -> tuple[int, int]:
-        t = self.st.tree
-        return (t.full_evictable_size() + t.full_protected_size(),
-                t.swa_evictable_size() + t.swa_protected_size())  # fmt: skip
+    def _count_evictions(self) -> None:
+        """Every eviction, whoever asks for it (``evict``, ``evict_for_alloc`` inside an
+        allocation), goes through the tree's ``_evict``: an observer on this stack's instance
+        bumps the epoch when it freed anything.  (Comparing cached totals before and after an
+        operation misses an eviction inside an admission that also inserts more.)"""
+        tree = self.st.tree
+        inner = tree._evict
+
+        def observed(*a: Any, **k: Any) -> Any:
+            result = inner(*a, **k)
+            if result.num_tokens_evicted or result.swa_num_tokens_evicted:
+                self.epoch += 1
+                self.stats.paths["eviction"] += 1
+            return result
+
+        tree._evict = observed
 
     def _swa_evicted(self) -> int:
         """Tokens whose SWA slots the running requests have given back (out of the window)."""
