@@ -104,6 +104,9 @@ def reproducer(config: Config, ops: list[Op], patch: Any = None) -> tuple[str, F
         f"# SGLang {sglang_import.version()} unified radix cache, configuration {config.label};",
         "# found by kvstate fuzz --target sglang. Runs on a CPU: no model, GPU or scheduler loop.",
         "# Run it from a directory without a kernels/ package (transformers imports that name).",
+        "# SGLang's configs import torchvision; without it installed, run this file through",
+        '#   python -c "import kvstate.targets.sglang.imports as i; i.load(); '
+        "exec(open('repro.py').read())\"",
         config.source.rstrip(),
         OPS_SOURCE.rstrip(),
         "",
