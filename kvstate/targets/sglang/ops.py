@@ -154,6 +154,8 @@ def decode(st, i, steps):
         return None
     req, batch = st.running[i % len(st.running)]
     for _ in range(steps):
+        if len(st.fill(req)) >= MAX_LEN:
+            return None  # at the context length the scheduler finishes it instead
         if not st.has_room(1):
             return None
         batch.prepare_for_decode()
