@@ -60,6 +60,11 @@ TARGETS: dict[str, Entry] = {
             "kvstate.targets.vllm_scheduler.engine:run_cli",
             "vLLM's Scheduler (schedule, update_from_output, a KV connector)",
         ),
+        Entry(
+            "sglang",
+            "kvstate.targets.sglang.engine:run_cli",
+            "SGLang's unified radix cache and DeepSeek-V4 pools, on the table's projection",
+        ),
     )
 }
 FACTORY = Entry(

@@ -56,7 +56,7 @@ def specs(tmp_path: Path) -> Path:
         (["fuzz", "--examples", "0"], "argument --examples: '0' must be at least 1"),
         (
             ["fuzz", "--target", "nosuch"],
-            "targets: kvstate-api, kvstate, model, vllm, or module:factory",
+            "targets: kvstate-api, kvstate, model, vllm, vllm-scheduler, sglang, or module:factory",
         ),
         (["fuzz", "--bug", "nosuch"], "known: abort_during_load_double_free"),
         (["mutate", "--operator", "nosuch"], "operators: drop-conjunct, drop-guard"),

@@ -7,7 +7,7 @@ from kvstate.targets import FACTORY, TARGETS, lookup
 
 
 def test_every_target_row_loads_a_runner() -> None:
-    assert list(TARGETS) == ["kvstate-api", "kvstate", "model", "vllm", "vllm-scheduler"]
+    assert list(TARGETS) == ["kvstate-api", "kvstate", "model", "vllm", "vllm-scheduler", "sglang"]
     for entry in TARGETS.values():
         assert callable(entry.load()), entry
     assert lookup("pkg.mod:factory") is FACTORY

@@ -1,0 +1,175 @@
+"""The cache stacks the SGLang target drives, each as standalone source built from SGLang's classes.
+
+Each configuration is *source text* (exec'd by the driver, and pasted verbatim into a finding's
+reproducer, which then needs only SGLang) defining ``make_stack()``: the request-to-token pool,
+the KV pool, the allocator and the ``UnifiedRadixCache`` built the way SGLang's scheduler builds
+them, on ``device="cpu"``, plus ``STATES``: the state buffers a hit must find its markers in,
+each as ``(name, index space, view)`` (see ``ops.py``).  The tree core (``python`` or ``rust``,
+the production default) is chosen by SGLang's own switch,
+``SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND``, set in the prelude.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PRELUDE = """\
+import os
+os.environ["SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND"] = {core!r}
+{switches}
+import torch
+from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
+from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
+from sglang.srt.mem_cache.allocator.swa import SWATokenToKVPoolAllocator
+from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+from sglang.srt.mem_cache.unified_cache.components.base import ComponentType
+from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+
+PAGE, WINDOW, POOL, MAX_REQS, MAX_LEN = {page}, {window}, {pool}, 6, {max_len}
+
+
+def make_tree(r2t, alloc):
+    params = CacheInitParams(
+        req_to_token_pool=r2t, token_to_kv_pool_allocator=alloc, page_size=PAGE,
+        disable=False, sliding_window_size=WINDOW,
+        tree_components=(ComponentType.FULL, ComponentType.SWA), eviction_policy="lru")
+    return UnifiedRadixCache(params=params)
+"""
+
+SWA = """\
+from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool
+
+
+def make_stack():
+    set_global_server_args_for_scheduler(ServerArgs(model_path="dummy", page_size=PAGE))
+    r2t = ReqToTokenPool(size=MAX_REQS, max_context_len=MAX_LEN, device="cpu",
+                         enable_memory_saver=False)
+    kv = SWAKVPool(size=POOL, size_swa=POOL, page_size=PAGE, dtype=torch.bfloat16, head_num=1,
+                   head_dim=8, swa_attention_layer_ids=[0], full_attention_layer_ids=[1],
+                   device="cpu")
+    alloc = SWATokenToKVPoolAllocator(size=POOL, size_swa=POOL, page_size=PAGE,
+                                      dtype=torch.bfloat16, device="cpu", kvcache=kv,
+                                      need_sort=False, req_to_token_pool=r2t)
+    return r2t, kv, alloc, make_tree(r2t, alloc)
+
+
+def slot_view(buf):
+    # (read, write) of one int32 marker per token slot of a [slots, heads, dim] buffer
+    words = buf.view(buf.shape[0], -1).view(torch.int32)
+    def read(locs):
+        return words[locs, 0].to(torch.int64)
+    def write(locs, vals):
+        words[locs, 0] = vals.to(torch.int32)
+    return read, write
+
+
+def states(kv):
+    # name -> (index space, read, write): the full layer's K (full slots), the SWA layer's K
+    return {"full": ("full", *slot_view(kv.full_kv_pool.k_buffer[0])),
+            "swa": ("swa", *slot_view(kv.swa_kv_pool.k_buffer[0]))}
+"""
+
+DSV4 = """\
+from sglang.srt.mem_cache.deepseek_v4_memory_pool import DeepSeekV4TokenToKVPool
+
+RATIOS = [4, 128, 4, 128]  # CSA and HCA layers alternate
+
+
+def make_stack():
+    set_global_server_args_for_scheduler(ServerArgs(model_path="dummy", page_size=PAGE))
+    r2t = ReqToTokenPool(size=MAX_REQS, max_context_len=MAX_LEN, device="cpu",
+                         enable_memory_saver=False)
+    kv = DeepSeekV4TokenToKVPool(
+        max_num_reqs=MAX_REQS, swa_size=POOL, c4_size=POOL // 4, c128_size=POOL // 128,
+        c4_state_pool_size=MAX_REQS * 8, c128_state_pool_size=MAX_REQS, page_size=PAGE,
+        swa_page_size=PAGE, dtype=torch.float8_e4m3fn, c4_state_dtype=torch.float32,
+        c128_state_dtype=torch.float32, qk_nope_head_dim=448, qk_rope_head_dim=64,
+        indexer_head_dim=128, layer_num=len(RATIOS), device="cpu", enable_memory_saver=False,
+        compression_ratios=RATIOS, sliding_window=WINDOW, start_layer=0,
+        end_layer=len(RATIOS), full_size=POOL)
+    alloc = SWATokenToKVPoolAllocator(size=POOL, size_swa=POOL, page_size=PAGE,
+                                      dtype=torch.float8_e4m3fn, device="cpu", kvcache=kv,
+                                      need_sort=False, req_to_token_pool=r2t)
+    return r2t, kv, alloc, make_tree(r2t, alloc)
+
+
+def page_view(buf, per_page):
+    # (read, write) of one int32 marker per token slot of a page-major [pages, bytes] buffer:
+    # slot s sits in page s // per_page, at int32 s % per_page of that page
+    words = buf.view(torch.int32)
+    def read(locs):
+        return words[locs // per_page, locs % per_page].to(torch.int64)
+    def write(locs, vals):
+        words[locs // per_page, locs % per_page] = vals.to(torch.int32)
+    return read, write
+
+
+def states(kv):
+    # the SWA window (SWA slots), compressed KV at ratio 4 and its indexer (full pages)
+    return {"swa": ("swa", *page_view(kv.swa_kv_pool.kv_buffer[0], PAGE)),
+            "ckv": ("full", *page_view(kv.c4_kv_pool.kv_buffer[0], PAGE)),
+            "indexer": ("full", *page_view(kv.c4_indexer_kv_pool.index_k_with_scale_buffer[0],
+                                            PAGE))}
+"""
+
+LAYOUTS = {"swa": SWA, "deepseek-v4": DSV4}
+
+
+# SGLang's switches for the SWA pool that users turn on, with their defaults.  Every stack's
+# prelude sets each of them (off or on), so one configuration's choice never leaks into the next
+# built in the same process.  ``SGLANG_OPT_RELEASE_PREFILL_SWA``: once decode passes the window,
+# the prefill's SWA lock is dropped (its SWA KV becomes evictable rather than freed);
+# ``SGLANG_SWA_EVICTION_INTERVAL``: decode frees out-of-window SWA slots every that many tokens.
+# ``SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_WINDOW_SLOTS`` (on by default): a checkpoint first
+# frees the request's out-of-window SWA slots.
+SWITCHES = {
+    "SGLANG_OPT_RELEASE_PREFILL_SWA": "false",
+    "SGLANG_SWA_EVICTION_INTERVAL": "128",
+    "SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_WINDOW_SLOTS": "true",
+}
+SWA_SAVING = {"SGLANG_OPT_RELEASE_PREFILL_SWA": "true", "SGLANG_SWA_EVICTION_INTERVAL": "1"}
+
+
+@dataclass(frozen=True)
+class Config:
+    layout: str  # a key of LAYOUTS
+    core: str  # the tree core: "python" or "rust"
+    page: int
+    window: int
+    pool: int  # tokens per pool (full and SWA alike): small enough that traffic evicts
+    max_len: int
+    saving: bool = False  # SWA_SAVING's switches on (else SWITCHES' defaults)
+
+    @property
+    def label(self) -> str:
+        return f"{self.layout}/{self.core}/page{self.page}-window{self.window}/pool{self.pool}" + (
+            "/swa-saving" if self.saving else ""
+        )
+
+    @property
+    def source(self) -> str:
+        env = {**SWITCHES, **(SWA_SAVING if self.saving else {})}
+        head = PRELUDE.format(
+            core=self.core, page=self.page, window=self.window, pool=self.pool,
+            max_len=self.max_len,
+            switches="\n".join(f"os.environ[{k!r}] = {v!r}" for k, v in env.items()),
+        )  # fmt: skip
+        return head + "\n" + LAYOUTS[self.layout]
+
+
+def _all() -> tuple[Config, ...]:
+    out = []
+    for core in ("python", "rust"):
+        out += [
+            Config("swa", core, 4, 16, 96, 256),  # page below the window
+            Config("swa", core, 32, 8, 320, 512),  # page above the window
+            Config("swa", core, 4, 16, 48, 256),  # a small pool: eviction under locks
+            Config("deepseek-v4", core, 256, 128, 256 * 10, 2048),
+            Config("swa", core, 4, 16, 96, 256, saving=True),
+        ]
+    out.append(Config("deepseek-v4", "rust", 256, 128, 256 * 10, 2048, saving=True))
+    out.append(Config("swa", "rust", 32, 8, 320, 512, saving=True))  # a page above the window
+    return tuple(out)
+
+
+ALL = _all()

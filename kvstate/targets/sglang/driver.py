@@ -1,0 +1,277 @@
+"""Drives SGLang's cache stack the way its scheduler does, and checks the table after each call.
+
+An operation is a plain tuple (``("admit", i, chunk)``...) run by the standalone operations of
+``ops.py`` on a stack built by a configuration's source; each is also written as a line of
+Python (``self.code``), which with those sources becomes a finding's reproducer.  After every
+operation the projected invariants are checked (``checks.py``): slot conservation per pool, no
+slot free while a request or the tree references it, the locks, and at every match the hit rule
+on the markers the hit names and, for a re-sent stored prefix, completeness.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import checks
+from . import imports as sglang_import
+from .configs import Config
+from .ops import SOURCE as OPS_SOURCE
+
+Op = tuple[Any, ...]
+NAMES = ("arrive", "resend", "admit", "next_chunk", "decode", "finish", "abort", "preempt", "evict")
+
+
+class Finding(Exception):
+    def __init__(self, violations: list[checks.Violation], step: int, op: Op) -> None:
+        self.violations = violations
+        self.step = step
+        self.op = op
+        super().__init__(
+            f"step {step} {op}: " + "; ".join(f"[{v.check}] {v.message}" for v in violations)
+        )
+
+    @property
+    def kind(self) -> str:
+        return self.violations[0].check
+
+
+@dataclass
+class Stats:
+    calls: Counter[str] = field(default_factory=Counter)  # operations that acted
+    idle: Counter[str] = field(default_factory=Counter)  # operations with nothing to act on
+    checks: Counter[str] = field(default_factory=Counter)
+    configs: Counter[str] = field(default_factory=Counter)
+    paths: Counter[str] = field(default_factory=Counter)  # what the calls reached (hits...)
+    steps: int = 0
+
+
+def draw_op(rnd: Any, rng: Any, page: int, max_len: int) -> Op:
+    """One operation with traffic-like weights (arrivals, admissions and decode dominate)."""
+    x = rnd()
+    chunk = rng(1, 5) * page if rnd() < 0.3 else max_len
+    if x < 0.15:
+        return ("arrive", rng(4), rng(page // 2 + 1, max_len // 2))
+    if x < 0.22:
+        return ("resend", rng(8))
+    if x < 0.47:
+        return ("admit", rng(8), chunk)
+    if x < 0.55:
+        return ("next_chunk", rng(4), chunk)
+    if x < 0.75:
+        return ("decode", rng(8), rng(1, page + 2))
+    if x < 0.87:
+        return ("finish", rng(8))
+    if x < 0.90:
+        return ("abort", rng(8))
+    if x < 0.94:
+        return ("preempt", rng(8))
+    return ("evict", rng(1, 4) * page)
+
+
+class Driver:
+    """One stack, its requests, and what the checks need to remember between calls."""
+
+    def __init__(self, config: Config, stats: Stats | None = None, patch: Any = None) -> None:
+        self.config = config
+        sglang_import.load()  # off the repository root, torchvision stood in where missing
+        self.ns: dict[str, Any] = {"__name__": "kvstate_sglang_config"}
+        exec(compile(config.source + OPS_SOURCE, f"<sglang {config.label}>", "exec"), self.ns)  # noqa: S102
+        self.st = self.ns["Stack"]()
+        if patch is not None:  # a test's deliberately broken SGLang method
+            patch(self)
+        self.stats = stats or Stats()
+        self.code: list[str] = ["st = Stack()"]
+        self.epoch = 0  # bumped by every eviction that freed something (full or SWA)
+        self._count_evictions()
+        self.stored: list[int] = []  # finished request j -> the epoch its prefix was stored in
+        self.P, self.W = config.page, config.window
+        self.at: tuple[int, Op] = (0, ("",))
+        self.st.on_match = self._on_match
+
+    def _on_match(self, req: Any, hit: tuple[int, Any]) -> None:
+        """Every match, checked before the scheduler uses it (lock, allocation)."""
+        out = self._hit(req, hit)
+        if out:
+            raise Finding(out, *self.at)
+
+    # -- the call -------------------------------------------------------------------------
+    def run_op(self, step: int, op: Op) -> None:
+        name, *args = op
+        self.code.append(f"{name}(st, {', '.join(map(str, args))})")
+        self.stats.steps += 1
+        waiting = {"admit": self.st.waiting, "next_chunk": self.st.chunked,
+                   "decode": self.st.running}.get(name)  # fmt: skip
+        waiting = bool(waiting)
+        swa_gone = self._swa_evicted()
+        self.at = (step, op)
+        try:
+            result = self.ns[name](self.st, *args)
+        except Finding:
+            raise
+        except Exception as e:  # noqa: BLE001 - SGLang raising on an allowed call is a finding
+            raise Finding(
+                [checks.Violation("crash", f"{name} raised {type(e).__name__}: {e}")], step, op
+            ) from e
+        (self.stats.calls if result is not None else self.stats.idle)[name] += 1
+        if name == "decode" and self._swa_evicted() > swa_gone:
+            self.stats.paths["decode freed out-of-window SWA"] += 1
+        if name in ("admit", "next_chunk", "decode") and result is None and waiting:
+            self.stats.paths[f"{name} refused (no room)"] += 1
+        out: list[checks.Violation] = []
+        if name == "finish" and result is not None:
+            self.stored.append(self.epoch)
+        out += self._conservation() + self._freed_referenced() + self._locks()
+        if out:
+            raise Finding(out, step, op)
+
+    # -- observations ---------------------------------------------------------------------
+    def _count_evictions(self) -> None:
+        """Every eviction, whoever asks for it (``evict``, ``evict_for_alloc`` inside an
+        allocation), goes through the tree's ``_evict``: an observer on this stack's instance
+        bumps the epoch when it freed anything.  (Comparing cached totals before and after an
+        operation misses an eviction inside an admission that also inserts more.)"""
+        tree = self.st.tree
+        inner = tree._evict
+
+        def observed(*a: Any, **k: Any) -> Any:
+            result = inner(*a, **k)
+            if result.num_tokens_evicted or result.swa_num_tokens_evicted:
+                self.epoch += 1
+                self.stats.paths["eviction"] += 1
+            return result
+
+        tree._evict = observed
+
+    def _swa_evicted(self) -> int:
+        """Tokens whose SWA slots the running requests have given back (out of the window)."""
+        swa = self.ns["ComponentType"].SWA
+        return sum(r.kv.get_evicted_seqlen(swa) for r in self._live() if r.kv.holds_kv)
+
+    def _live(self) -> list[Any]:
+        return [r for r, _ in self.st.running + self.st.chunked]
+
+    def _hit(self, req: Any, hit: tuple[int, Any]) -> list[checks.Violation]:
+        import torch
+
+        h, locs = hit
+        self.stats.checks["L1"] += 1
+        self.stats.paths["hit" if h else "miss"] += 1
+        markers = self.ns["markers"](list(req.origin_input_ids) + list(req.output_ids))
+        ready: dict[str, list[bool]] = {}
+        swa_pages = set(checks.window_pages(self.P, self.W, h))
+        for name, (space, read, _write) in self.st.states.items():
+            pages = []
+            for p in range(h // self.P):
+                if space == "swa" and p not in swa_pages:
+                    pages.append(True)  # older SWA pages may be gone
+                    continue
+                at = locs[p * self.P : (p + 1) * self.P].to(torch.int64)
+                if space == "swa":
+                    at = self.st.swa_of(at)
+                want = torch.tensor(markers[p * self.P : (p + 1) * self.P], dtype=torch.int64)
+                pages.append(bool((at > 0).all()) and bool((read(at) == want).all()))
+            ready[name] = pages
+            self.stats.checks["L3"] += 1
+        out = checks.hit_violations(self.P, self.W, h, ready, self.config.max_len)
+        j = getattr(req, "resend_of", None)
+        if j is not None and j < len(self.stored) and self.stored[j] == self.epoch:
+            self.stats.checks["completeness"] += 1
+            want_h = checks.expected_complete_hit(self.P, len(req.origin_input_ids),
+                                                  len(self.st.finished[j]))  # fmt: skip
+            if h < want_h:
+                out.append(checks.Violation(
+                    "completeness",
+                    f"a re-sent stored prefix of {len(self.st.finished[j])} tokens hit {h} "
+                    f"tokens with nothing evicted since it was stored (expected {want_h})"))  # fmt: skip
+        return out
+
+    def _conservation(self) -> list[checks.Violation]:
+        from sglang.srt.managers.scheduler_components.pool_stats_observer import (
+            kv_private_swa_tokens,
+            kv_private_tokens,
+        )
+
+        a, t = self.st.alloc, self.st.tree
+        held = [r.kv for r in self._live() if r.kv.holds_kv]
+        self.stats.checks["conservation"] += 2
+        return checks.conservation(
+            "full", a.full_available_size(), t.full_evictable_size(), t.full_protected_size(),
+            sum(kv_private_tokens(kv, self.P) for kv in held), a.size_full,
+        ) + checks.conservation(
+            "swa", a.swa_available_size(), t.swa_evictable_size(), t.swa_protected_size(),
+            sum(kv_private_swa_tokens(kv, self.P) for kv in held), a.size_swa,
+        )  # fmt: skip
+
+    def _free_pages(self, sub: Any) -> list[int]:
+        if hasattr(sub, "get_all_free_pages"):
+            return [int(x) for x in sub.get_all_free_pages().tolist()]
+        free = [int(x) for x in sub.free_pages.tolist() + sub.release_pages.tolist()]
+        return [x // self.P for x in free] if self.P > 1 else free
+
+    def _freed_referenced(self) -> list[checks.Violation]:
+        """No page is free while a running request's row or the tree names it, and none is
+        on a free list twice."""
+        self.stats.checks["freed-referenced"] += 1
+        out = []
+        st, a = self.st, self.st.alloc
+        full_free = self._free_pages(a.full_attn_allocator)
+        swa_free = self._free_pages(a.swa_attn_allocator)
+        for pool, free in (("full", full_free), ("swa", swa_free)):
+            if len(set(free)) != len(free):
+                dup = sorted({p for p in free if free.count(p) > 1})[:5]
+                out.append(checks.Violation(
+                    "freed-referenced", f"{pool} free list holds pages {dup} twice"))  # fmt: skip
+        full_set, swa_set = set(full_free), set(swa_free)
+        for r in self._live():
+            if not r.kv.holds_kv:
+                continue
+            n = r.kv.kv_allocated_len
+            row = st.r2t.req_to_token[r.kv.req_pool_idx, :n].long()
+            bad = sorted({int(x) // self.P for x in row.tolist()} & full_set)
+            if bad:
+                out.append(
+                    checks.Violation(
+                        "freed-referenced",
+                        f"request {r.rid} holds full pages {bad[:5]} that are on the free list",
+                    )
+                )
+            tail = st.swa_of(row[max(0, n - self.W) :])
+            bad = sorted({int(x) // self.P for x in tail.tolist()} & swa_set)
+            if bad:
+                out.append(
+                    checks.Violation(
+                        "freed-referenced",
+                        f"request {r.rid} holds SWA pages {bad[:5]} of its window that are free",
+                    )
+                )
+        tree_pages = {int(x) // self.P for x in st.tree.all_values_flatten().tolist()}
+        bad = sorted(tree_pages & full_set)
+        if bad:
+            out.append(
+                checks.Violation(
+                    "freed-referenced", f"the tree names full pages {bad[:5]} that are free"
+                )
+            )
+        return out
+
+    def _locks(self) -> list[checks.Violation]:
+        t = self.st.tree
+        self.stats.checks["locks"] += 1
+        prot = (t.full_protected_size(), t.swa_protected_size())
+        if min(prot) < 0:
+            return [checks.Violation("locks", f"negative protected size {prot}")]
+        if any(r.lock is not None for r in self._live()):
+            return []
+        if any(prot):
+            return [
+                checks.Violation(
+                    "locks", f"no request holds a lock, yet {prot} (full, swa) tokens are protected"
+                )
+            ]
+        try:
+            t.sanity_check()  # SGLang's own: every node unlocked when idle, sizes consistent
+        except Exception as e:  # noqa: BLE001 - its assertion is the finding
+            return [checks.Violation("locks", f"sanity_check: {type(e).__name__}: {e}")]
+        return []

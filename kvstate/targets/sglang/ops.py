@@ -1,0 +1,205 @@
+"""The operations, as SGLang's scheduler issues them, written as standalone source.
+
+``SOURCE`` is exec'd by the driver after a configuration's source, and pasted with it into a
+finding's reproducer, so the reproducer needs only SGLang.  Each operation takes the stack and
+small integers (a request index, taken modulo the live ones, a chunk size), so any sequence of
+operations is valid and a failing one can be cut down by deleting steps.  The calls follow
+``sglang/srt/managers``: a new request is matched (``Req.init_next_round_input`` ->
+``match_kv_cache``), admitted only when the allocator and the tree's evictable tokens cover it
+(``PrefillAdder``'s budget, taken with the match locked: ``tree.lock(req.last_node)``), allocated
+(``ScheduleBatch.prepare_for_extend`` -> ``alloc_for_extend``, which evicts for allocation), then
+published (``checkpoint_kv_cache``) after every chunk or prefill; decode steps go through
+``prepare_for_decode`` (which frees SWA slots out of the window); a finished request is released
+with ``release_kv_cache(checkpoint=True)``, an aborted one without, and a preempted one as
+``release_req`` does (release, evict, ``reset_for_retract``) and goes back to the waiting queue.
+The model's forward is stood in for by writing a marker (a hash of the prefix ending at that
+position) into every state buffer at the slots the step computed.
+"""
+
+SOURCE = """
+from array import array
+from types import SimpleNamespace
+
+import torch
+from sglang.srt.managers.schedule_batch import FINISH_LENGTH, Req, ScheduleBatch
+from sglang.srt.mem_cache.base_prefix_cache import EvictParams
+from sglang.srt.mem_cache.common import (
+    checkpoint_kv_cache, evict_from_tree_cache, release_kv_cache,
+)
+from sglang.srt.sampling.sampling_params import SamplingParams
+from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+MODEL = SimpleNamespace(vocab_size=50000, is_encoder_decoder=False)
+
+
+def tokens_of(family, n):
+    # prompts of one family share their prefix, as real traffic does
+    return [(family * 7919 + i * 104729) % 49999 + 1 for i in range(n)]
+
+
+def markers(tokens):
+    # what the slot at position i holds: a hash of the prefix tokens[: i + 1]
+    out, h = [], 0x345678
+    for t in tokens:
+        h = (h * 1000003 + t) % 2147483647
+        out.append(h)
+    return out
+
+
+class Stack:
+    def __init__(self):
+        self.r2t, self.kv, self.alloc, self.tree = make_stack()
+        self.states = states(self.kv)
+        self.waiting, self.chunked, self.running, self.finished = [], [], [], []
+        self.n = 0
+        self.on_match = None
+
+    def swa_of(self, locs):
+        return self.alloc.full_to_swa_index_mapping[locs]
+
+    def fill(self, req):
+        return list(req.origin_input_ids) + list(req.output_ids)
+
+    def write_markers(self, req, lo, hi):
+        # the forward pass: every state of positions [lo, hi) now holds that prefix
+        locs = self.r2t.req_to_token[req.kv.req_pool_idx, lo:hi].to(torch.int64)
+        vals = torch.tensor(markers(self.fill(req)[:hi])[lo:hi], dtype=torch.int64)
+        for space, _read, write in self.states.values():
+            write(locs if space == "full" else self.swa_of(locs), vals)
+
+    def has_room(self, tokens):
+        # PrefillAdder's budget: free plus evictable tokens of both pools, a page per running
+        # request kept back for its next decode step
+        need = -(-tokens // PAGE) * PAGE + PAGE * (len(self.running) + len(self.chunked))
+        return (self.r2t.available_size() > 0 or tokens == 0) and min(
+            self.alloc.full_available_size() + self.tree.full_evictable_size(),
+            self.alloc.swa_available_size() + self.tree.swa_evictable_size()) >= need
+
+    def extend(self, req):
+        batch = ScheduleBatch.init_new([req], self.r2t, self.alloc, self.tree, MODEL, False,
+                                       SpeculativeAlgorithm.NONE)
+        batch.prepare_for_extend()
+        self.write_markers(req, req.prefix_len, req.extend_end)
+        if req.extend_end < len(req.full_untruncated_fill_ids):
+            checkpoint_kv_cache(req, self.tree)  # a chunk: publish it
+            self.chunked.append((req, batch))
+        else:
+            req.output_ids.append(len(req.output_ids) * 31 % 49999 + 1)
+            checkpoint_kv_cache(req, self.tree)
+            self.running.append((req, batch))
+
+    def chunk_end(self, req, chunk):
+        fill = len(req.full_untruncated_fill_ids)
+        if fill - req.prefix_len <= chunk:
+            return fill
+        return (req.prefix_len + chunk) // PAGE * PAGE
+
+
+def arrive(st, family, length, tokens=None):
+    toks = tokens if tokens is not None else tokens_of(family, length)
+    req = Req(rid=f"r{st.n}", origin_input_text="", origin_input_ids=array("q", toks),
+              sampling_params=SamplingParams(temperature=0, max_new_tokens=1 << 20))
+    st.n += 1
+    st.waiting.append(req)
+    return req
+
+
+def resend(st, j):
+    # a new request for exactly what a finished one stored
+    if not st.finished:
+        return None
+    req = arrive(st, 0, 0, st.finished[j % len(st.finished)])
+    req.resend_of = j % len(st.finished)
+    return req
+
+
+def admit(st, i, chunk):
+    if not st.waiting:
+        return None
+    req = st.waiting[i % len(st.waiting)]
+    req.init_next_round_input(st.tree)  # match_kv_cache
+    hit = (req.prefix_len, st.tree.prefix_device_indices(req).clone())
+    if st.on_match is not None:
+        st.on_match(req, hit)  # an observer (kvstate's checks) sees the hit before it is used
+    end = st.chunk_end(req, chunk)
+    if end <= req.prefix_len:
+        return None
+    lock = st.tree.lock(req.last_node)  # locked first: its prefix is no longer evictable
+    if not st.has_room(end - req.prefix_len):
+        st.tree.unlock(lock)  # the adder leaves it waiting
+        return None
+    st.waiting.remove(req)
+    req.extend_end = end
+    req.lock = lock
+    st.extend(req)
+    return req, hit
+
+
+def next_chunk(st, i, chunk):
+    if not st.chunked:
+        return None
+    req, _ = st.chunked[i % len(st.chunked)]
+    req.init_next_round_input()  # a continuing chunk: no new match, no new lock
+    end = st.chunk_end(req, chunk)
+    if end <= req.prefix_len or not st.has_room(end - req.prefix_len):
+        return None
+    st.chunked = [c for c in st.chunked if c[0] is not req]
+    req.extend_end = end
+    st.extend(req)
+    return req
+
+
+def decode(st, i, steps):
+    if not st.running:
+        return None
+    req, batch = st.running[i % len(st.running)]
+    for _ in range(steps):
+        if len(st.fill(req)) >= MAX_LEN:
+            return None  # at the context length the scheduler finishes it instead
+        if not st.has_room(1):
+            return None
+        batch.prepare_for_decode()
+        pos = int(batch.seq_lens_cpu[0]) - 1
+        st.write_markers(req, pos, pos + 1)
+        req.output_ids.append((pos * 31 + len(req.output_ids)) % 49999 + 1)
+    return req
+
+
+def finish(st, i):
+    if not st.running:
+        return None
+    req, _ = st.running.pop(i % len(st.running))
+    req.finished_reason = FINISH_LENGTH(length=len(req.output_ids))
+    stored = req.owned_kv_len()
+    release_kv_cache(req, st.tree, checkpoint=True)
+    st.finished.append(st.fill(req)[:stored])
+    return req
+
+
+def abort(st, i):
+    live = st.running + st.chunked
+    if not live:
+        return None
+    req, _ = live[i % len(live)]
+    st.running = [c for c in st.running if c[0] is not req]
+    st.chunked = [c for c in st.chunked if c[0] is not req]
+    req.finished_reason = FINISH_LENGTH(length=len(req.output_ids))
+    release_kv_cache(req, st.tree, checkpoint=False)
+    return req
+
+
+def preempt(st, i):
+    # release_req: give the KV back unpublished, evict for the others, wait to be re-admitted
+    if not st.running:
+        return None
+    req, _ = st.running.pop(i % len(st.running))
+    release_kv_cache(req, st.tree, checkpoint=False)
+    evict_from_tree_cache(st.tree, len(st.running) * PAGE)
+    req.reset_for_retract()
+    st.waiting.append(req)
+    return req
+
+
+def evict(st, tokens):
+    return st.tree.evict(EvictParams(num_tokens=tokens, swa_num_tokens=tokens))
+"""

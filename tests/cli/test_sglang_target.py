@@ -1,0 +1,132 @@
+"""``kvstate fuzz --target sglang``: SGLang's unified radix cache against the table's projection.
+
+Skips (with the reason) where SGLang is not installed (`tools/install_sglang.sh` installs it);
+under CI, which installs it, a missing SGLang fails.  Each check class is shown able to fire by
+breaking one SGLang method with monkeypatch (restored after the test) and asserting the fuzzer
+reports that class and prints a reproducer.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+import torch
+
+from kvstate.targets.sglang import imports as sglang_import
+
+try:
+    sglang_import.load()
+except sglang_import.SGLangUnavailable as e:  # pragma: no cover - depends on the machine
+    if os.environ.get("CI"):  # .ci/run installs SGLang: a missing one is a failure there
+        raise
+    pytest.skip(f"SGLang not installed ({e}); run tools/install_sglang.sh", allow_module_level=True)
+
+from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator  # noqa: E402
+from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache  # noqa: E402
+
+from kvstate.targets.sglang.checks import CHECK_CLASSES  # noqa: E402
+from kvstate.targets.sglang.configs import ALL, Config  # noqa: E402
+from kvstate.targets.sglang.driver import NAMES  # noqa: E402
+from kvstate.targets.sglang.engine import replay, run  # noqa: E402
+
+SWA = (Config("swa", "python", 4, 16, 96, 256),)
+SWA_RUST = (Config("swa", "rust", 4, 16, 96, 256),)
+# a page of traffic that stores a prefix and asks for it again, nothing evicted in between
+STORE_AND_RESEND = [("arrive", 1, 40), ("admit", 0, 256), ("decode", 0, 3), ("finish", 0),
+                    ("resend", 0), ("admit", 0, 256)]  # fmt: skip
+
+
+def test_ci_profile_exercises_every_configuration_and_check() -> None:
+    r = run(profile="ci")
+    print(r.render())
+    assert r.ok, r.render()
+    assert set(r.stats.configs) == {c.label for c in ALL}
+    for c in CHECK_CLASSES:
+        if c != "crash":  # a class that fires only when SGLang raises
+            assert r.stats.checks[c] > 0, c
+    for op in NAMES:
+        assert r.stats.calls[op] > 0, op
+    for path in ("hit", "miss", "eviction", "decode freed out-of-window SWA"):
+        assert r.stats.paths[path] > 0, path
+
+
+def _fuzz(configs: tuple[Config, ...] = SWA) -> Any:
+    r = run(profile="dev", configs=configs, examples=6, steps=60)
+    assert not r.ok, "the broken method went unnoticed"
+    assert "standalone reproducer" in r.render()
+    return r
+
+
+def test_a_leaking_free_is_a_conservation_finding(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the paged full/SWA allocator forgets the pages handed back to it
+    monkeypatch.setattr(PagedTokenToKVPoolAllocator, "free_segment", lambda self, i, **k: None)
+    assert _fuzz().finding.kind == "conservation"
+
+
+def test_a_page_both_held_and_free_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    orig = PagedTokenToKVPoolAllocator.alloc_extend
+
+    def alloc_extend(self, *a, **k):  # type: ignore[no-untyped-def]
+        before = self.free_pages.clone()
+        out = orig(self, *a, **k)
+        taken = len(before) - len(self.free_pages)
+        if out is not None and 0 < taken <= len(before) - taken:
+            # the pages handed out stay on the free list; as many others drop off it, so
+            # every count still adds up
+            self.free_pages = torch.cat([before[:taken], before[2 * taken :]])
+        return out
+
+    monkeypatch.setattr(PagedTokenToKVPoolAllocator, "alloc_extend", alloc_extend)
+    assert _fuzz().finding.kind == "freed-referenced"
+
+
+def test_a_hit_naming_other_slots_is_an_L3_finding(monkeypatch: pytest.MonkeyPatch) -> None:
+    orig = UnifiedRadixCache.prefix_device_indices
+    monkeypatch.setattr(
+        UnifiedRadixCache, "prefix_device_indices", lambda self, req: orig(self, req).flip(0)
+    )
+    assert _fuzz(SWA_RUST).finding.kind == "L3"
+
+
+def test_an_unaligned_hit_is_an_L1_finding(monkeypatch: pytest.MonkeyPatch) -> None:
+    match, path = UnifiedRadixCache.match_prefix, UnifiedRadixCache.prefix_device_indices
+
+    def short(self, params):  # type: ignore[no-untyped-def]
+        r = match(self, params)
+        n = r.device_prefix_len
+        return r._replace(device_prefix_len=n - 1) if n else r
+
+    monkeypatch.setattr(UnifiedRadixCache, "match_prefix", short)
+    monkeypatch.setattr(
+        UnifiedRadixCache,
+        "prefix_device_indices",
+        lambda self, req: path(self, req)[: req.prefix_len],
+    )
+    assert _fuzz().finding.kind == "L1"
+
+
+def test_a_lock_never_released_is_a_locks_finding(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(UnifiedRadixCache, "unlock", lambda self, lock: None)
+    assert _fuzz().finding.kind == "locks"
+
+
+def test_a_release_that_publishes_nothing_is_a_completeness_finding(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    f, _ = replay(SWA[0], STORE_AND_RESEND)
+    assert f is None, f  # unbroken, the re-sent prefix hits
+    monkeypatch.setattr(UnifiedRadixCache, "checkpoint", lambda self, req, **k: None)
+    f, _ = replay(SWA[0], STORE_AND_RESEND)
+    assert f is not None and f.kind == "completeness", f
+
+
+def test_sglang_raising_on_an_allowed_call_is_a_crash_finding(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def boom(self, *a, **k):  # type: ignore[no-untyped-def]
+        raise RuntimeError("broken on purpose")
+
+    monkeypatch.setattr(UnifiedRadixCache, "evict", boom)
+    assert _fuzz().finding.kind == "crash"
