@@ -681,7 +681,7 @@ def run_one(
 def child(profile: str, coverage: bool = True) -> None:
     """In the mutated interpreter: one harness run, the outcome as one JSON line."""
     from kvstate.spec import default_table
-    from kvstate.targets.api.ops import OPS
+    from kvstate.targets.api.registry import OPS
     from kvstate.targets.api.run import run_api
     from kvstate.testing.scratch import ram_scratch
     from kvstate.testing.threads import single_intraop_thread
