@@ -300,6 +300,45 @@ def _do_read_error(h: Harness, o: Op) -> int | None:
     return None
 
 
+def _do_short_read(h: Harness, o: Op) -> int | None:
+    """The next disk read of the block's running load returns fewer bytes than it asked for,
+    its buffer holding the whole block all the same (a reused read buffer may: only the count
+    tells, the MACs cannot).  The load must fail as a damaged entry's does (the hit truncated
+    and recomputed), never land bytes the read did not deliver; the world rules out its
+    completion as for ``read_error``.  Armed only where a read is still to come (a disk load
+    whose one read has not run), through the disk tier's read seam."""
+    b = o.arg("b")
+    rid = h.rids[b]
+    m = h.view.meta
+    if h.threads or b in h.read_error or m.ckv[rid] != CKV.LOADING:
+        return None
+    job = h.view.job("io", rid)
+    if job is None or job.fault or job.chunks is not None:
+        return None
+    if m.prog[rid] >= h.table.consts.load_steps:
+        return None
+    entry = job.src
+    st_ = os.stat(entry.path)
+    target = (st_.st_dev, st_.st_ino)
+    fired: list[bool] = []
+
+    def short(fd: int, buf: Any, offset: int, need: int | None = None) -> int:
+        got: int = real(fd, buf, offset, need)
+        want = len(buf) if need is None else need
+        if fired or offset + want <= entry.payload_offset:
+            return got  # (a header's read, or the fault spent)
+        s = os.fstat(fd)
+        if (s.st_dev, s.st_ino) != target:
+            return got
+        fired.append(True)
+        h.cov.add("fault short_read")
+        return min(got, want // 2)
+
+    real = h.hooks.replace_disk_read(short)  # (an earlier fault's reader, or the tier's own)
+    h.read_error.add(b)  # the world: this load fails
+    return None
+
+
 def _do_disk_full(h: Harness, o: Op) -> int | None:
     on = bool(o.arg("on"))
     if on == h.disk_full:
@@ -406,6 +445,7 @@ DECLS: tuple[OpDecl, ...] = (
         faults=("truncate", "bitflip", "header"),
     ),
     OpDecl("read_error", _do_read_error, "fault", _block, faults=("read_error",)),
+    OpDecl("short_read", _do_short_read, "fault", _block, faults=("short_read",)),
     OpDecl("host_tail", _do_host_tail, "corrupt", _block, faults=("host_tail",)),
     OpDecl(
         "disk_full",
