@@ -13,14 +13,16 @@ once, as a declaration beside its handler, in the module that owns it::
             "fault",                            # the spec/api.py API entry that explains it
             lambda s: {"b": s.block},           # the rule's argument strategies (Sizes)
             faults=("short_read",),             # fault kinds it injects ("fault KIND" counters)
+            like="read_error",                  # its witnesses: read_error's, with it in place
         ),
     )
 
 Each module of operations exports its ``DECLS``; :mod:`kvstate.targets.api.registry` lists the
 modules once and derives everything else from the declarations: the handlers (``OPS``), the
-explanations (``MAPPING``), the faults (``FAULT_KINDS``, ``FAULT_OPS``) and the state machine's
+explanations (``MAPPING``), the faults (``FAULT_KINDS``, ``FAULT_OPS``), the state machine's
 rules (:mod:`kvstate.targets.api.machine`: one rule ``op_NAME`` per declaration with
-``rule=True``, its arguments drawn from ``args(sizes)``).  A new operation in a module already
+``rule=True``, its arguments drawn from ``args(sizes)``) and, with ``like``, scripted walks
+(:mod:`kvstate.targets.api.witnesses`).  A new operation in a module already
 listed there is that one declaration and its handler; a new module adds itself to the list.
 
 The state machine's rules are collected by name, so the order of declarations does not move
@@ -77,7 +79,7 @@ class OpDecl:
     ``call`` of ``spec/api.py``'s ``API`` that explains it, its argument strategies (``args``:
     :class:`Sizes` -> {argument: Hypothesis strategy}), the fault kinds it injects, and whether
     the state machine draws it as a rule (``rule=False``: only scripted, e.g. by the
-    machine's initializer)."""
+    machine's initializer), and ``like``: the operation whose witnesses it joins."""
 
     name: str
     handler: Handler
@@ -85,6 +87,11 @@ class OpDecl:
     args: Callable[[Sizes], Mapping[str, Any]] = no_args
     faults: tuple[str, ...] = ()
     rule: bool = True
+    # an operation of the same arguments whose scripted walks (kvstate/targets/api/witnesses.py)
+    # reach this one's moment too: each is run again with this operation in its place (a fault
+    # the random walk rarely meets, such as one of a running disk load, is then injected by
+    # every ci run)
+    like: str = ""
 
 
 def handlers(decls: Iterable[OpDecl]) -> dict[str, Handler]:

@@ -445,7 +445,9 @@ DECLS: tuple[OpDecl, ...] = (
         faults=("truncate", "bitflip", "header"),
     ),
     OpDecl("read_error", _do_read_error, "fault", _block, faults=("read_error",)),
-    OpDecl("short_read", _do_short_read, "fault", _block, faults=("short_read",)),
+    OpDecl(
+        "short_read", _do_short_read, "fault", _block, faults=("short_read",), like="read_error"
+    ),
     OpDecl("host_tail", _do_host_tail, "corrupt", _block, faults=("host_tail",)),
     OpDecl(
         "disk_full",
