@@ -14,7 +14,7 @@ The other half: a NumPy integer is an int and a torch tensor or a list is a prom
 hashing.py).  A case whose error is ``"same"`` answers a pair (the call with the other form, the
 call with the plain form) and the two must be equal: a conversion that loses a value, or a
 memoized answer kept under the wrong key, is seen only by comparing the answers.  The ``*_np``
-maintenance operations (:data:`NP_OPS`) pass NumPy integers to ``tick``/``evict``/... and are
+maintenance operations (:data:`DECLS`) pass NumPy integers to ``tick``/``evict``/... and are
 explained by the model like the plain ones.
 """
 
@@ -26,9 +26,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+from hypothesis import strategies as st
 
 from kvstate.spec.state import ConcreteState
 from kvstate.targets.api.base import CallCheck
+from kvstate.targets.api.declare import OpDecl
 from kvstate.targets.api.inputs import _cache
 
 Step = tuple[str, dict[str, int]]
@@ -437,14 +439,18 @@ def _default_maint(name: str) -> Callable[[Any, Any], int | None]:
     return do
 
 
-# NumPy-integer and default forms of the maintenance calls: operation -> (do, its table call)
+# the operations of this module, each declared once (kvstate/targets/api/declare.py): the
+# refused arguments, and the NumPy-integer and default forms of tick and the maintenance calls,
+# each explained by the call it is a form of
 _MAINT = ("evict", "offload", "spill", "drop")
-NP_OPS: dict[str, tuple[Callable[[Any, Any], int | None], str]] = {
-    "tick_np": (_np_tick, "tick"),
-    "tick_default": (_default_tick, "tick"),
-    **{f"{m}_np": (_np_maint(m), m) for m in _MAINT},
-    **{f"{m}_default": (_default_maint(m), m) for m in _MAINT},
-}
+DECLS: tuple[OpDecl, ...] = (
+    # refused, or a read answered alike
+    OpDecl("refuse_arg", do_refuse_arg, "read", lambda s: {"k": st.integers(0, 127)}),
+    OpDecl("tick_np", _np_tick, "tick", lambda s: {"t": st.integers(1, s.lease_max)}),
+    OpDecl("tick_default", _default_tick, "tick", lambda s: {"t": st.just(1)}),
+    *(OpDecl(f"{m}_np", _np_maint(m), m, lambda s: {"n": st.integers(1, s.N)}) for m in _MAINT),
+    *(OpDecl(f"{m}_default", _default_maint(m), m) for m in _MAINT),
+)
 # the table actions that take one block for each maintenance call (what its count counts)
 _TAKES = {"evict": "evict_start", "offload": "offload", "spill": "spill", "drop": "drop"}
 

@@ -21,20 +21,6 @@ from kvstate.spec.state import ConcreteState
 
 NAMESPACE = "kvstate-api-harness"
 OTHER_NAMESPACE = "kvstate-api-other"
-FAULT_KINDS = (
-    "crash",
-    "truncate",
-    "bitflip",
-    "header",
-    "read_error",
-    "stall",
-    "disk_full",
-    "abort_in_use",
-    "token_reuse",
-    "read_after_release",
-    "forge",
-    "disk_fills",
-)
 
 
 # ---- operations --------------------------------------------------------------------------------

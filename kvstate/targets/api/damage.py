@@ -15,6 +15,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from hypothesis import strategies as st
+
+from kvstate.targets.api.declare import OpDecl
+
 PARTS = ("csa", "hca", "compressor", "window", "last byte")
 
 
@@ -46,3 +50,15 @@ def do_damage(h: Any, o: Any) -> int | None:
     h.corrupt[b] = "bitflip"
     h.cov.add(f"fault damage {part}")
     return None
+
+
+# one section of an entry damaged (kvstate/targets/api/declare.py: the form)
+DECLS: tuple[OpDecl, ...] = (
+    OpDecl(
+        "damage",
+        do_damage,
+        "corrupt",
+        lambda s: {"b": s.block, "part": st.integers(0, 4)},
+        faults=("damage",),
+    ),
+)

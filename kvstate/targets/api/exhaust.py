@@ -27,8 +27,11 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from hypothesis import strategies as st
+
 from kvstate.spec.state import ConcreteState
 from kvstate.targets.api.base import CallCheck
+from kvstate.targets.api.declare import OpDecl
 
 Step = tuple[str, dict[str, int]]
 COUNTED = {
@@ -39,7 +42,6 @@ COUNTED = {
     "evict": "evict_start",
 }
 EXHAUSTIVE = ("spill", "drop", "evict")
-
 
 _NO_CREATE = threading.local()  # on: this thread's new files are refused (no inode left)
 
@@ -93,6 +95,18 @@ def do_spill_fills(h: Any, o: Any) -> int | None:
             f"fault the disk fills partway through a spill ({flag is _FULL and 'blocks' or 'inodes'})"
         )
     return None
+
+
+# the disk full after one write (kvstate/targets/api/declare.py: the form)
+DECLS: tuple[OpDecl, ...] = (
+    OpDecl(
+        "spill_fills",
+        do_spill_fills,
+        "spill",
+        lambda s: {"n": st.integers(1, s.N)},
+        faults=("disk_fills",),
+    ),
+)
 
 
 def _off_chain(h: Any) -> bool:

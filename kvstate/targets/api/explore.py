@@ -8,18 +8,17 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hypothesis import settings
-from hypothesis.stateful import RuleBasedStateMachine
 
 from kvstate.examples_db import run_machine
 from kvstate.harness.finding import Nonconformance
 from kvstate.harness.profiles import NAMES, SIZES
 from kvstate.spec.table import Table
 from kvstate.targets.api.base import Coverage, Op
-from kvstate.targets.api.ops import MAPPING
+from kvstate.targets.api.registry import MAPPING
 from kvstate.targets.api.state import ApiHarness, _explainer, _machine
 
 # The seed of the derandomized ci walks, pinned (printed in the run's header): the digest
@@ -40,32 +39,6 @@ PROFILES: dict[str, dict[str, Any]] = {
     }
     for name in NAMES
 }
-
-
-def build_machine(
-    table: Table,
-    N: int,
-    *,
-    ops: frozenset[str] | None = None,
-    coverage: Coverage | None = None,
-    stats: Counter[str] | None = None,
-    seeds: Sequence[Sequence[Op]] = (),
-    threads: bool = False,
-    harness: Callable[..., Any] | None = None,
-) -> type[RuleBasedStateMachine]:
-    """A state machine whose rules are the harness operations (``kvstate/targets/api/machine.py``)."""
-    from kvstate.targets.api.machine import build_machine as build
-
-    return build(
-        table,
-        N,
-        ops=ops,
-        coverage=coverage,
-        stats=stats,
-        seeds=seeds,
-        threads=threads,
-        harness=harness,
-    )
 
 
 # ---- replay and minimization ------------------------------------------------------------------

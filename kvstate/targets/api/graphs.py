@@ -28,6 +28,7 @@ from typing import Any
 
 from kvstate.spec.state import ConcreteState
 from kvstate.targets.api.base import CallCheck
+from kvstate.targets.api.declare import OpDecl
 
 Step = tuple[str, dict[str, int]]
 Row = tuple[list[int], list[int]]
@@ -60,6 +61,14 @@ def do_replay(h: Any, o: Any) -> int | None:
 def do_recapture(h: Any, o: Any) -> int | None:
     h.hooks.act("recapture")
     return None
+
+
+# the graph protocol's calls, each explained by the table action of its name
+DECLS: tuple[OpDecl, ...] = (
+    OpDecl("capture", do_capture, "capture"),
+    OpDecl("replay", do_replay, "replay"),
+    OpDecl("recapture", do_recapture, "recapture"),
+)
 
 
 class GraphProtocol(CallCheck):

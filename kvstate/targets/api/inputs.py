@@ -17,6 +17,9 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from hypothesis import strategies as st
+
+from kvstate.targets.api.declare import OpDecl
 
 NAN = float("nan")
 
@@ -128,3 +131,9 @@ def do_bad_input(h: Any, o: Any) -> int | None:
         [what],
         f"{what} was accepted (returned {got!r}): it must raise InvalidArgument",
     )
+
+
+# refused, nothing changes (kvstate/targets/api/declare.py: the form)
+DECLS: tuple[OpDecl, ...] = (
+    OpDecl("bad_input", do_bad_input, "read", lambda s: {"k": st.integers(0, 63)}),
+)

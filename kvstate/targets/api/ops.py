@@ -1,42 +1,26 @@
-"""The harness's operations: one handler per name (``OPS``), each driving the public API for
-``h`` (:class:`kvstate.targets.api.state.ApiHarness`) and returning the request it concerns; the API
-calls each is explained by (``MAPPING``, read against ``spec/api.py``); the faults each
-operation injects (``FAULT_OPS``); and :func:`parse_ops`, which reads traces as reports print
-them.
+"""The harness's core operations: the engine's calls and the faults of the disk and the
+process, each a handler driving the public API for ``h``
+(:class:`kvstate.targets.api.state.ApiHarness`) and returning the request it concerns, declared
+once in :data:`DECLS` (the form: :mod:`kvstate.targets.api.declare`; the tables derived from
+every module's declarations: :mod:`kvstate.targets.api.registry`).
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
+from hypothesis import strategies as st
 
-from kvstate.calls import parse_calls
 from kvstate.spec.phases import CKV, Req
-from kvstate.targets.api.args import NP_OPS, do_refuse_arg
 from kvstate.targets.api.base import NAMESPACE, OTHER_NAMESPACE, Harness, Live, Op
-from kvstate.targets.api.damage import do_damage
-from kvstate.targets.api.exhaust import do_spill_fills
+from kvstate.targets.api.declare import OpDecl, Sizes
 from kvstate.targets.api.faults import _InjectedJobError, _jobs, _step_job
-from kvstate.targets.api.graphs import do_capture, do_recapture, do_replay
-from kvstate.targets.api.inputs import do_bad_input
-from kvstate.targets.api.pools import do_pools
-from kvstate.targets.api.prefix import do_variant, read_outside_chain
-from kvstate.targets.api.stored import at_restart, do_forge
-
-
-def parse_ops(text: str) -> list[Op]:
-    """``'request(i=0, n=49, life=2); admit(i=0)'`` (or one per line, as reports print them;
-    read by :func:`kvstate.calls.parse_calls`)."""
-    out = []
-    for name, args in parse_calls(text):
-        if name not in OPS:
-            raise ValueError(f"cannot parse API operation {name!r} (known: {', '.join(OPS)})")
-        out.append(Op(name, tuple(args)))
-    return out
+from kvstate.targets.api.prefix import read_outside_chain
+from kvstate.targets.api.stored import at_restart
 
 
 def _slot_of(h: Harness, i: int) -> int | None:
@@ -316,6 +300,45 @@ def _do_read_error(h: Harness, o: Op) -> int | None:
     return None
 
 
+def _do_short_read(h: Harness, o: Op) -> int | None:
+    """The next disk read of the block's running load returns fewer bytes than it asked for,
+    its buffer holding the whole block all the same (a reused read buffer may: only the count
+    tells, the MACs cannot).  The load must fail as a damaged entry's does (the hit truncated
+    and recomputed), never land bytes the read did not deliver; the world rules out its
+    completion as for ``read_error``.  Armed only where a read is still to come (a disk load
+    whose one read has not run), through the disk tier's read seam."""
+    b = o.arg("b")
+    rid = h.rids[b]
+    m = h.view.meta
+    if h.threads or b in h.read_error or m.ckv[rid] != CKV.LOADING:
+        return None
+    job = h.view.job("io", rid)
+    if job is None or job.fault or job.chunks is not None:
+        return None
+    if m.prog[rid] >= h.table.consts.load_steps:
+        return None
+    entry = job.src
+    st_ = os.stat(entry.path)
+    target = (st_.st_dev, st_.st_ino)
+    fired: list[bool] = []
+
+    def short(fd: int, buf: Any, offset: int, need: int | None = None) -> int:
+        got: int = real(fd, buf, offset, need)
+        want = len(buf) if need is None else need
+        if fired or offset + want <= entry.payload_offset:
+            return got  # (a header's read, or the fault spent)
+        s = os.fstat(fd)
+        if (s.st_dev, s.st_ino) != target:
+            return got
+        fired.append(True)
+        h.cov.add("fault short_read")
+        return min(got, want // 2)
+
+    real = h.hooks.replace_disk_read(short)  # (an earlier fault's reader, or the tier's own)
+    h.read_error.add(b)  # the world: this load fails
+    return None
+
+
 def _do_disk_full(h: Harness, o: Op) -> int | None:
     on = bool(o.arg("on"))
     if on == h.disk_full:
@@ -364,93 +387,74 @@ def _plant_files(h: Harness, n: int) -> None:
     h.cov.add("files planted")
 
 
-OPS: dict[str, Callable[[Harness, Op], int | None]] = {
-    "request": _do_request,
-    "admit": _do_admit,
-    "use": _do_use,
-    "finish": _do_finish,
-    "abort": _do_abort,
-    "append": _do_append,
-    "read": _do_read,
-    "read_released": _do_read_released,
-    "mutate_tokens": _do_mutate,
-    "abort_in_use": _do_abort_in_use,
-    "foreign": _do_foreign,
-    "tick": _do_tick,
-    "evict": _maint("evict"),
-    "offload": _maint("offload"),
-    "spill": _maint("spill"),
-    "drop": _maint("drop"),
-    "step": _do_step,
-    "drain": _do_drain,
-    "corrupt": _do_corrupt,
-    "read_error": _do_read_error,
-    "host_tail": _do_host_tail,
-    "disk_full": _do_disk_full,
-    "restart": _do_restart,
-    "variant": do_variant,
-    "bad_input": do_bad_input,
-    "refuse_arg": do_refuse_arg,  # kvstate/targets/api/args.py
-    **{k: do for k, (do, _) in NP_OPS.items()},
-    "pools": do_pools,
-    "damage": do_damage,
-    "capture": do_capture,
-    "replay": do_replay,
-    "recapture": do_recapture,
-    "forge": do_forge,
-    "spill_fills": do_spill_fills,
-}
-# which spec/api.py entry explains each operation
-MAPPING: dict[str, str] = {
-    "foreign": "foreign",
-    "spill_fills": "spill",  # the disk full after one write (kvstate/targets/api/exhaust.py)
-    "forge": "corrupt",  # an authentic header not of this layout (kvstate/targets/api/stored.py)
-    "damage": "corrupt",  # one section of an entry (kvstate/targets/api/damage.py)
-    "pools": "read",  # a fresh cache resized (kvstate/targets/api/pools.py)
-    "bad_input": "read",  # refused, nothing changes (kvstate/targets/api/inputs.py)
-    "refuse_arg": "read",  # refused, or a read answered alike (kvstate/targets/api/args.py)
-    **{k: call for k, (_, call) in NP_OPS.items()},
-    "variant": "foreign",  # a prompt sharing no block with the chain (kvstate/targets/api/prefix.py)
-    **{
-        k: k
-        for k in (
-            "request",
-            "admit",
-            "use",
-            "finish",
-            "abort",
-            "append",
-            "tick",
-            "evict",
-            "offload",
-            "spill",
-            "drop",
-            "step",
-            "drain",
-            "read",
-            "capture",
-            "replay",
-            "recapture",
-        )
-    },
-    "read_released": "read",
-    "mutate_tokens": "mutate_tokens",
-    "abort_in_use": "abort",
-    "corrupt": "corrupt",
-    "read_error": "fault",
-    "host_tail": "corrupt",
-    "disk_full": "fault",
-    "restart": "fault",
-}
-FAULT_OPS = {
-    "crash": ("restart",),
-    "corrupt": ("corrupt",),
-    "read_error": ("read_error",),
-    "host_tail": ("host_tail",),
-    "disk_full": ("disk_full",),
-    "abort_in_use": ("abort_in_use",),
-    "token_reuse": ("mutate_tokens",),
-    "read_after_release": ("read_released",),
-    "forge": ("forge",),
-    "disk_fills": ("spill_fills",),
-}
+def _slot(s: Sizes) -> Mapping[str, Any]:
+    return {"i": s.slot}
+
+
+def _block(s: Sizes) -> Mapping[str, Any]:
+    return {"b": s.block}
+
+
+def _count(s: Sizes) -> Mapping[str, Any]:
+    return {"n": st.integers(1, s.N)}
+
+
+# the operations of this module, each declared once (kvstate/targets/api/declare.py)
+DECLS: tuple[OpDecl, ...] = (
+    OpDecl(
+        "request",
+        _do_request,
+        "request",
+        lambda s: {
+            "i": s.slot,
+            "n": st.sampled_from(
+                [s.L + 1, 2 * s.L + 1, s.N * s.L + 1, s.N * s.L, 3 * s.L + 5, 2 * s.L]
+            ),
+            "life": st.integers(1, s.lease_max),
+        },
+    ),
+    OpDecl("admit", _do_admit, "admit", _slot),
+    OpDecl("use", _do_use, "use", _slot, faults=("stall",)),
+    OpDecl("finish", _do_finish, "finish", _slot),
+    OpDecl("abort", _do_abort, "abort", _slot),
+    OpDecl(
+        "append",
+        _do_append,
+        "append",
+        lambda s: {"i": s.slot, "k": st.sampled_from([1, s.L, 2 * s.L])},
+    ),
+    OpDecl("read", _do_read, "read", _slot),
+    OpDecl("read_released", _do_read_released, "read", _slot, faults=("read_after_release",)),
+    OpDecl("mutate_tokens", _do_mutate, "mutate_tokens", _slot, faults=("token_reuse",)),
+    OpDecl("abort_in_use", _do_abort_in_use, "abort", _slot, faults=("abort_in_use",)),
+    OpDecl(
+        "foreign",
+        _do_foreign,
+        "foreign",
+        lambda s: {"ns": st.integers(0, 1), "n": st.sampled_from([2 * s.L + 1, s.N * s.L + 1])},
+    ),
+    OpDecl("tick", _do_tick, "tick", lambda s: {"t": st.integers(1, s.lease_max)}),
+    *(OpDecl(m, _maint(m), m, _count) for m in ("evict", "offload", "spill", "drop")),
+    OpDecl("step", _do_step, "step", lambda s: {"k": st.integers(0, 3)}),
+    OpDecl("drain", _do_drain, "drain"),
+    OpDecl(
+        "corrupt",
+        _do_corrupt,
+        "corrupt",
+        lambda s: {"b": s.block, "kind": st.integers(0, 2)},
+        faults=("truncate", "bitflip", "header"),
+    ),
+    OpDecl("read_error", _do_read_error, "fault", _block, faults=("read_error",)),
+    OpDecl(
+        "short_read", _do_short_read, "fault", _block, faults=("short_read",), like="read_error"
+    ),
+    OpDecl("host_tail", _do_host_tail, "corrupt", _block, faults=("host_tail",)),
+    OpDecl(
+        "disk_full",
+        _do_disk_full,
+        "fault",
+        lambda s: {"on": st.integers(0, 1)},
+        faults=("disk_full",),
+    ),
+    OpDecl("restart", _do_restart, "fault", faults=("crash",)),
+)

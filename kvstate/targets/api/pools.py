@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvstate.targets.api.declare import OpDecl
+
 
 def choices(N: int) -> tuple[dict[str, int], ...]:
     return (
@@ -40,3 +42,8 @@ def do_pools(h: Any, o: Any) -> int | None:
             c.restart(h)
         h.cov.add("check: examples with other pool sizes")
     return None
+
+
+# a fresh cache resized: only the state machine's initializer draws it, as its first
+# operation (kvstate/targets/api/machine.py), so it is no rule of its own
+DECLS: tuple[OpDecl, ...] = (OpDecl("pools", do_pools, "read", rule=False),)

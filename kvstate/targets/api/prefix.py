@@ -19,6 +19,9 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from hypothesis import strategies as st
+
+from kvstate.targets.api.declare import OpDecl
 
 POSITIONS = ("first", "last")  # the edited token of block 0
 
@@ -98,3 +101,14 @@ def do_variant(h: Any, o: Any) -> int | None:
     if read_outside_chain(h, req, want, "a prompt differing early"):
         h.variants_stored.add(p)
     return None
+
+
+# a prompt sharing no block with the chain (kvstate/targets/api/declare.py: the form)
+DECLS: tuple[OpDecl, ...] = (
+    OpDecl(
+        "variant",
+        do_variant,
+        "foreign",
+        lambda s: {"p": st.integers(0, 1), "n": st.sampled_from([2 * s.L + 1, s.N * s.L + 1])},
+    ),
+)

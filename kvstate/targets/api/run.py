@@ -25,12 +25,12 @@ from kvstate.targets.api.explore import (
     _hypothesis,
     _Recorder,
     _vacuity,
-    build_machine,
     explore_settings,
     minimize_ops,
     replay,
 )
-from kvstate.targets.api.ops import OPS, parse_ops
+from kvstate.targets.api.machine import build_machine
+from kvstate.targets.api.registry import OPS, parse_ops
 from kvstate.targets.api.state import ApiHarness
 from kvstate.targets.api.witnesses import witnesses
 

@@ -49,7 +49,7 @@ from kvstate.targets.api.accounting import accounting, drained_idle
 from kvstate.targets.api.base import _EVENTS_OF, NAMESPACE, Coverage, Live, Op, op
 from kvstate.targets.api.bytes import check_bytes, read_released
 from kvstate.targets.api.faults import _FULL, _install_full_disk
-from kvstate.targets.api.ops import MAPPING, OPS
+from kvstate.targets.api.registry import MAPPING, OPS
 from kvstate.testing.adapter import observe_reader
 
 

@@ -34,7 +34,10 @@ import shutil
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from hypothesis import strategies as st
+
 from kvstate.targets.api.base import CallCheck
+from kvstate.targets.api.declare import OpDecl
 
 
 def _disk_private(h: Any) -> tuple[Any, Callable[[bytes], bytes], Any]:
@@ -186,6 +189,18 @@ def do_forge(h: Any, o: Any) -> int | None:
         h.corrupt[b] = "header"
     h.cov.add(f"fault forge {name}")
     return None
+
+
+# an authentic header not of this layout (kvstate/targets/api/declare.py: the form)
+DECLS: tuple[OpDecl, ...] = (
+    OpDecl(
+        "forge",
+        do_forge,
+        "corrupt",
+        lambda s: {"b": s.block, "k": st.integers(0, len(FORGERIES) - 1)},
+        faults=("forge",),
+    ),
+)
 
 
 # ---- the directory's refusals at a restart -----------------------------------------------------

@@ -9,6 +9,7 @@ from kvstate.targets.api.args import CASES as ARG_CASES
 from kvstate.targets.api.base import Op, op
 from kvstate.targets.api.damage import PARTS
 from kvstate.targets.api.inputs import CASES
+from kvstate.targets.api.registry import DECLARED
 from kvstate.targets.api.stored import FORGERIES, REFUSALS
 
 
@@ -41,7 +42,7 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[Op]]:
         op("drain"),
         *to_disk[len(to_host) :],
     ]
-    return {
+    walks = {
         # kvstate/targets/api/graphs.py: captured over a running request's row, staled by the disk
         # loads of another request (into other slots), refused, recaptured, replayed
         "a graph staled by a load": [
@@ -348,3 +349,18 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[Op]]:
             *hit,
         ],
     }
+    return _alike(walks)
+
+
+def _alike(walks: dict[str, list[Op]]) -> dict[str, list[Op]]:
+    """The walks, and for each declared operation ``like`` another (``OpDecl.like``), each walk
+    of that other run again with it in its place."""
+    out = dict(walks)
+    for d in DECLARED:
+        if d.like:
+            for name, w in walks.items():
+                if any(o.name == d.like for o in w):
+                    out[f"{name}, {d.name} for {d.like}"] = [
+                        Op(d.name, o.args) if o.name == d.like else o for o in w
+                    ]
+    return out
