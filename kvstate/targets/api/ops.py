@@ -25,6 +25,7 @@ from kvstate.targets.api.graphs import do_capture, do_recapture, do_replay
 from kvstate.targets.api.inputs import do_bad_input
 from kvstate.targets.api.pools import do_pools
 from kvstate.targets.api.prefix import do_variant, read_outside_chain
+from kvstate.targets.api.refusedwrites import do_spill_refused
 from kvstate.targets.api.stepwise import do_act_step
 from kvstate.targets.api.stored import at_restart, do_forge
 
@@ -401,10 +402,12 @@ OPS: dict[str, Callable[[Harness, Op], int | None]] = {
     "forge": do_forge,
     "spill_fills": do_spill_fills,
     "act_step": do_act_step,  # kvstate/targets/api/stepwise.py (witnesses only)
+    "spill_refused": do_spill_refused,  # kvstate/targets/api/refusedwrites.py (witnesses only)
 }
 # which spec/api.py entry explains each operation
 MAPPING: dict[str, str] = {
     "foreign": "foreign",
+    "spill_refused": "spill",  # every write refused (kvstate/targets/api/refusedwrites.py)
     "act_step": "step",  # a load's next action through act (kvstate/targets/api/stepwise.py)
     "spill_fills": "spill",  # the disk full after one write (kvstate/targets/api/exhaust.py)
     "forge": "corrupt",  # an authentic header not of this layout (kvstate/targets/api/stored.py)
