@@ -25,6 +25,7 @@ def make_checks(h: Any) -> list[CallCheck]:
     from kvstate.targets.api.handout import Events, GraphRows
     from kvstate.targets.api.memo import WindowPolicy
     from kvstate.targets.api.orders import OrderHook
+    from kvstate.targets.api.prefixreads import PrefixReads
     from kvstate.targets.api.ready import Readiness
     from kvstate.targets.api.refusals import RefusalRequired
     from kvstate.targets.api.stored import StoredForms
@@ -43,4 +44,5 @@ def make_checks(h: Any) -> list[CallCheck]:
         Delivery(h),
         StoredForms(),
         Counts(),
+        PrefixReads(),
     ]
