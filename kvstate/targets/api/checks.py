@@ -28,6 +28,7 @@ def make_checks(h: Any) -> list[CallCheck]:
     from kvstate.targets.api.prefixreads import PrefixReads
     from kvstate.targets.api.ready import Readiness
     from kvstate.targets.api.refusals import RefusalRequired
+    from kvstate.targets.api.stats import StatsCheck
     from kvstate.targets.api.stored import StoredForms
     from kvstate.targets.api.window import AppendWindows
 
@@ -45,4 +46,5 @@ def make_checks(h: Any) -> list[CallCheck]:
         StoredForms(),
         Counts(),
         PrefixReads(),
+        StatsCheck(),
     ]
