@@ -32,6 +32,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from kvstate.api_mutants_disk import DISK_MUTANTS
+
 ROOT = Path(__file__).resolve().parent.parent
 SKIP: tuple[str, ...] = ()
 
@@ -602,6 +604,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "        while done < n - 1:\n            snap = self._next_spill(tried)",
     ),
 )
+# the disk tier's classes (kvstate/api_mutants_disk.py: this file is over 700 lines)
+MUTANTS += tuple(Mutant(*m) for m in DISK_MUTANTS)
 
 
 PACKAGES = {
