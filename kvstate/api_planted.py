@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvstate.api_mutants_disk import DISK_MUTANTS
+
 
 @dataclass(frozen=True)
 class Mutant:
@@ -585,3 +587,6 @@ MUTANTS: tuple[Mutant, ...] = (
         "            if got < 0:\n                raise CorruptEntry(",
     ),
 )
+
+# the disk-tier classes' planted bugs (kvstate/api_mutants_disk.py)
+MUTANTS += tuple(Mutant(*m) for m in DISK_MUTANTS)

@@ -25,8 +25,10 @@ def make_checks(h: Any) -> list[CallCheck]:
     from kvstate.targets.api.handout import Events, GraphRows
     from kvstate.targets.api.memo import WindowPolicy
     from kvstate.targets.api.orders import OrderHook
+    from kvstate.targets.api.prefixreads import PrefixReads
     from kvstate.targets.api.ready import Readiness
     from kvstate.targets.api.refusals import RefusalRequired
+    from kvstate.targets.api.stats import StatsCheck
     from kvstate.targets.api.stored import StoredForms
     from kvstate.targets.api.window import AppendWindows
 
@@ -43,4 +45,6 @@ def make_checks(h: Any) -> list[CallCheck]:
         Delivery(h),
         StoredForms(),
         Counts(),
+        PrefixReads(),
+        StatsCheck(),
     ]

@@ -13,12 +13,36 @@ from __future__ import annotations
 
 from kvstate.calls import parse_calls
 from kvstate.spec.api import API
-from kvstate.targets.api import args, damage, exhaust, graphs, inputs, ops, pools, prefix, stored
+from kvstate.targets.api import (
+    args,
+    damage,
+    exhaust,
+    graphs,
+    inputs,
+    ops,
+    pools,
+    prefix,
+    refusedwrites,
+    stepwise,
+    stored,
+)
 from kvstate.targets.api.base import Op
 from kvstate.targets.api.declare import OpDecl, fault_kinds, fault_ops, handlers, mapping
 
 # the modules of operations, in the order their operations are listed (reports, errors)
-MODULES = (ops, prefix, inputs, args, pools, damage, graphs, stored, exhaust)
+MODULES = (
+    ops,
+    prefix,
+    inputs,
+    args,
+    pools,
+    damage,
+    graphs,
+    stored,
+    exhaust,
+    stepwise,
+    refusedwrites,
+)
 
 DECLARED: tuple[OpDecl, ...] = tuple(d for m in MODULES for d in m.DECLS)
 OPS = handlers(DECLARED)  # name -> handler (the harness looks it up at every call)

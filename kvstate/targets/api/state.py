@@ -50,6 +50,7 @@ from kvstate.targets.api.base import _EVENTS_OF, NAMESPACE, Coverage, Live, Op, 
 from kvstate.targets.api.bytes import check_bytes, read_released
 from kvstate.targets.api.faults import _FULL, _install_full_disk
 from kvstate.targets.api.registry import MAPPING, OPS
+from kvstate.targets.api.stepwise import fails as stepwise_fails
 from kvstate.testing.adapter import observe_reader
 
 
@@ -521,10 +522,11 @@ class ApiHarness:
         """What the world rules out: a sound entry's load does not fail, a corrupt one's never
         completes, nothing is spilled to a full disk."""
         out: set[tuple[str, int]] = set()
+        fails = stepwise_fails(self, o)  # kvstate/targets/api/stepwise.py: a read that fails
         for b in range(self.N):
-            if b in self.corrupt and self.corrupt[b] != "header" or b in self.read_error:
+            if b in self.corrupt and self.corrupt[b] != "header" or b in self.read_error | fails:
                 out.add(("load_done", b))
-            elif b not in self.read_error and b not in self.corrupt:
+            elif b not in self.read_error | fails and b not in self.corrupt:
                 out.add(("load_fail", b))
             if self.disk_full:
                 out.add(("spill", b))

@@ -9,7 +9,9 @@ from kvstate.targets.api.args import CASES as ARG_CASES
 from kvstate.targets.api.base import Op, op
 from kvstate.targets.api.damage import PARTS
 from kvstate.targets.api.inputs import CASES
+from kvstate.targets.api.refusedwrites import WAYS
 from kvstate.targets.api.registry import DECLARED
+from kvstate.targets.api.stepwise import READS
 from kvstate.targets.api.stored import FORGERIES, REFUSALS
 
 
@@ -341,6 +343,31 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[Op]]:
             for pad in (0, 1)
         },
         "refused opens at restarts": [*to_disk, *[op("restart") for _ in REFUSALS], *hit],
+        # a spill's writes refused each way a file system refuses them
+        # (kvstate/targets/api/refusedwrites.py), then a spill that writes, and a hit over it
+        "a spill's writes refused each way": [
+            *to_host,
+            *[op("spill_refused", n=N, k=k) for k in range(len(WAYS))],
+            op("spill", n=N),
+            *hit,
+        ],
+        # a disk recovery driven one table action at a time (kvstate/targets/api/stepwise.py):
+        # each chunk read unlocked by its own load_progress, the window before load_done; and
+        # with reads that fail, each way, at a chunk's read (round 0) and the window's (round 2)
+        **{
+            f"a disk recovery action by action ({READS[k][0]}, round {r})": [
+                *short,
+                op("request", i=1, n=full, life=2),
+                op("admit", i=1),
+                *[op("act_step", b=j % N, k=k * (j // N == r)) for j in range(8 * N)],
+                op("drain"),
+                op("use", i=1),
+                op("read", i=1),
+                op("finish", i=1),
+            ]
+            for k in range(len(READS))
+            for r in ((0,) if not k else (0, 2))
+        },
         "an offload job raises: the library abandons it (the offload is cancelled)": [
             *store,
             op("offload", n=1),

@@ -1,0 +1,54 @@
+"""Planted bugs for the disk-tier classes of path the API harness checks (read by
+:mod:`kvstate.api_mutants`, which adds them to its list): a load driven action by action
+(kvstate/targets/api/stepwise.py), a spill's refused writes (refusedwrites.py), a run read at
+its inner boundaries (prefixreads.py) and ``stats()`` against the model (stats.py).  Each is
+(name, bug class, path, old text, new text), as :class:`kvstate.api_mutants.Mutant` takes them.
+"""
+
+from __future__ import annotations
+
+DISK_MUTANTS: tuple[tuple[str, str, str, str, str], ...] = (
+    (
+        "read_ahead_reads_under_the_lock",
+        "file-system call under the cache's lock",
+        "impl/diskreads.py",
+        "or job.fault or job.chunks is not None:",
+        "or job.fault or job.chunks is None:",
+    ),
+    (
+        "failed_read_keeps_the_load",
+        "a failed read that does not fail its load",
+        "impl/diskreads.py",
+        "if self.owner.owns(job) and (k < 0 or self.meta.prog[rid] == k):",
+        "if self.owner.owns(job) and (k < 0 and self.meta.prog[rid] == k):",
+    ),
+    (
+        "refused_rename_leaves_its_temporary",
+        "a refused write leaves a file behind",
+        "impl/disk.py",
+        "            os.rename(tmp, entry.path)\n        except OSError as exc:\n"
+        "            self.remove(tmp)",
+        "            os.rename(tmp, entry.path)\n        except OSError as exc:\n            pass",
+    ),
+    (
+        "refused_spill_returns_zero",
+        "a refused write reported as nothing to spill",
+        "impl/spills.py",
+        "                if done:\n                    return done\n                raise",
+        "                if done:\n                    return done\n                return 0",
+    ),
+    (
+        "window_one_row_short",
+        "window offset arithmetic",
+        "impl/tiers.py",
+        "got = rows[lo : lo + min(h, n_win)]",
+        "got = rows[lo : lo + min(h, n_win - 1)]",
+    ),
+    (
+        "loaded_entry_stays_counted",
+        "stats() drifting from the blocks' phases",
+        "impl/recovery.py",
+        "                self.disk_entries.pop(rid, None)\n                m.on_disk[rid] = False",
+        "                m.on_disk[rid] = False",
+    ),
+)
