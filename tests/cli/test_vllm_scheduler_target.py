@@ -32,7 +32,7 @@ from vllm.v1.core.sched import scheduler as sm  # noqa: E402
 
 from kvstate.targets.vllm_scheduler.checks import CHECK_CLASSES  # noqa: E402
 from kvstate.targets.vllm_scheduler.configs import Config  # noqa: E402
-from kvstate.targets.vllm_scheduler.engine import Report, run  # noqa: E402
+from kvstate.targets.vllm_scheduler.engine import Report, replay, run  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 FULL = (Config("full", 12, connector=False),)
@@ -151,6 +151,35 @@ BREAKS = {
     "liveness": (break_overcount, FULL),
     "preemption": (break_priority_victim, PRIORITY),
 }
+
+
+# An abort during an async load: vLLM keeps r1's blocks until the connector reports the load
+# (``finish_requests``' ``delay_free_blocks``), in ``update_from_output`` after the last
+# step's ``schedule()``; the pool is idle only after that step.  Found by the ci profile.
+ABORTED_LOAD = Config("full-2sizes", 14)
+ABORTED_LOAD_TRACE = [
+    ("arrive", 0, 107, 4, 51, 9, 2, 32, "syncfail"),
+    ("abort", "r0"),
+    ("arrive", 0, 79, 7, 1, 2, 1, 64, "async"),
+    ("step", 30390),
+    ("abort", "r1"),
+    ("arrive", 2, 99, 3, 45, 16, 2, 0, "async"),
+    ("step", 10713),
+]
+
+
+def test_liveness_judges_the_pool_admission_saw() -> None:
+    f, d = replay(ABORTED_LOAD, ABORTED_LOAD_TRACE)
+    assert f is None, str(f)
+    assert not d.engine.idle_before and "r2" not in d.engine.last.num_scheduled_tokens
+    d.run_op(len(ABORTED_LOAD_TRACE), ("step", 0))  # the next step admits r2: no over-count
+    assert d.engine.last.num_scheduled_tokens.get("r2", 0) > 0
+
+
+def test_liveness_catches_the_overcount_with_a_connector(monkeypatch: pytest.MonkeyPatch) -> None:
+    break_overcount(monkeypatch)
+    report = run("ci", configs=(ABORTED_LOAD,), examples=50, minimize_findings=False)
+    assert not report.ok and report.findings[0][1].kind == "liveness", report.render()
 
 
 def test_every_new_check_class_has_a_break() -> None:

@@ -318,6 +318,7 @@ class Engine:
     running_before: list[str] = field(default_factory=list)  # running order before the step
     paths: dict[str, int] = field(default_factory=dict)
     window_found: list[str] = field(default_factory=list)  # found inside the last step
+    idle_before: bool = False  # the pool as the last schedule() found it: see ``pool_idle``
 
     def _path(self, name: str, k: int = 1) -> None:
         self.paths[name] = self.paths.get(name, 0) + k
@@ -367,6 +368,7 @@ class Engine:
         conn = s.connector
         # Loads in flight when the step starts finish with it (as a worker reports them).
         finishing = dict(conn.loading) if conn is not None else {}
+        self.idle_before = pool_idle(s)  # what admission sees: the frees below come after it
         out = s.schedule()
         self.last = out
         self.window_found = window(  # what this step's first new position reads, held?
@@ -582,15 +584,29 @@ def blocks_needed(sched: Scheduler, req: Request) -> int:
     )
 
 
+def pool_idle(sched: Scheduler) -> bool:
+    """Nothing running, no async load in flight, no block held by anyone.
+
+    A request aborted while its async load is in flight keeps its blocks until the connector
+    reports the load in ``finished_recving`` (``Scheduler.finish_requests`` frees it with
+    ``delay_free_blocks``; ``_update_from_kv_xfer_finished`` frees the blocks), which
+    ``update_from_output`` handles after that step's ``schedule()``.
+    """
+    if sched.running or (sched.connector is not None and sched.connector.loading):
+        return False
+    return not any(b.ref_cnt for b in sched.kv_cache_manager.block_pool.blocks if not b.is_null)
+
+
 def liveness(engine: Engine) -> list[str]:
-    """Admission: with no block held by anyone and no transfer in flight, a waiting request that
-    fits the whole pool must be scheduled (else it is refused forever: an over-count)."""
+    """Admission: a step whose ``schedule()`` began with the pool idle (:func:`pool_idle`)
+    and that ends with it still idle must have admitted a waiting request that fits the whole
+    pool (else that request is refused forever: an over-count).  Judged on the pool both before
+    ``schedule()`` (what admission saw; blocks freed later in the step were not free to it) and
+    after the step (an admission that started an async load holds blocks and runs no token)."""
     s, out = engine.sched, engine.last
-    if out is None or out.total_num_scheduled_tokens or s.running:
+    if out is None or not engine.idle_before or out.total_num_scheduled_tokens:
         return []
-    if s.connector is not None and s.connector.loading:
-        return []
-    if any(b.ref_cnt for b in s.kv_cache_manager.block_pool.blocks if not b.is_null):
+    if not pool_idle(s):
         return []
     usable = s.cache_config.num_gpu_blocks - 1
     waiting = [
