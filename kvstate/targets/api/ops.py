@@ -21,10 +21,12 @@ from kvstate.targets.api.base import NAMESPACE, OTHER_NAMESPACE, Harness, Live, 
 from kvstate.targets.api.damage import do_damage
 from kvstate.targets.api.exhaust import do_spill_fills
 from kvstate.targets.api.faults import _InjectedJobError, _jobs, _step_job
+from kvstate.targets.api.geometry import do_geometry
 from kvstate.targets.api.graphs import do_capture, do_recapture, do_replay
 from kvstate.targets.api.inputs import do_bad_input
 from kvstate.targets.api.pools import do_pools
 from kvstate.targets.api.prefix import do_variant, read_outside_chain
+from kvstate.targets.api.single import do_act
 from kvstate.targets.api.stored import at_restart, do_forge
 
 
@@ -45,7 +47,8 @@ def _slot_of(h: Harness, i: int) -> int | None:
 
 
 def _do_request(h: Harness, o: Op) -> int | None:
-    i, n, life = o.arg("i"), o.arg("n"), o.arg("life")
+    i, life = o.arg("i"), o.arg("life")
+    n = min(o.arg("n") * h.scale, len(h.tokens))  # (another geometry's block: geometry.py)
     if h.live[i] is not None:
         return None  # the mapping of request() changes nothing either way
     h.done[i] = None
@@ -133,7 +136,7 @@ def _do_abort(h: Harness, o: Op) -> int | None:
 def _do_append(h: Harness, o: Op) -> int | None:
     lv = h.live[o.arg("i")]
     n0 = len(lv.req.tokens) if lv is not None else 0
-    n1 = min(n0 + o.arg("k"), len(h.tokens))
+    n1 = min(n0 + o.arg("k") * h.scale, len(h.tokens))
     if lv is None or lv.run is None or lv.req.slot is None or n1 == n0:
         h.call_override = "read"
         return None
@@ -399,6 +402,8 @@ OPS: dict[str, Callable[[Harness, Op], int | None]] = {
     "recapture": do_recapture,
     "forge": do_forge,
     "spill_fills": do_spill_fills,
+    "act": do_act,  # one table action by name (kvstate/targets/api/single.py)
+    "geometry": do_geometry,  # the example on another geometry (kvstate/targets/api/geometry.py)
 }
 # which spec/api.py entry explains each operation
 MAPPING: dict[str, str] = {
@@ -407,6 +412,8 @@ MAPPING: dict[str, str] = {
     "forge": "corrupt",  # an authentic header not of this layout (kvstate/targets/api/stored.py)
     "damage": "corrupt",  # one section of an entry (kvstate/targets/api/damage.py)
     "pools": "read",  # a fresh cache resized (kvstate/targets/api/pools.py)
+    "act": "read",  # refused; performed: the action alone (kvstate/targets/api/single.py)
+    "geometry": "read",  # a fresh cache on another geometry (kvstate/targets/api/geometry.py)
     "bad_input": "read",  # refused, nothing changes (kvstate/targets/api/inputs.py)
     "refuse_arg": "read",  # refused, or a read answered alike (kvstate/targets/api/args.py)
     **{k: call for k, (_, call) in NP_OPS.items()},
