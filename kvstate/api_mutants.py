@@ -32,6 +32,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from kvstate.api_mutants_blocks import PLANTED as PLANTED_BLOCKS
+
 ROOT = Path(__file__).resolve().parent.parent
 SKIP: tuple[str, ...] = ()
 
@@ -603,6 +605,8 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
 )
 
+# the planted bugs of the single-action and geometry classes (kvstate/api_mutants_blocks.py)
+MUTANTS += tuple(Mutant(*m) for m in PLANTED_BLOCKS)
 
 PACKAGES = {
     "kvstate": "kvstate",

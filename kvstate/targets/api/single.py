@@ -239,7 +239,13 @@ def walks(N: int, L: int, lease_max: int) -> dict[str, list[Any]]:
     from kvstate.impl.actions import ACTIONS
 
     n = sum(1 for part, _ in ACTIONS.values() if part in _PARTS) + len(_GATE)
-    rounds = [op("act", a=a, k=k, on=on) for k in range(6) for on in (1, 0) for a in range(n)]
+    # the actions in the table's order, then backwards (a write discarded before its commit)
+    rounds = [
+        op("act", a=a, k=k, on=on)
+        for k in range(6)
+        for on in (1, 0)
+        for a in (range(n) if k % 2 == 0 else reversed(range(n)))
+    ]
     full = N * L + 1
     hit = [
         op("request", i=0, n=full, life=1),
