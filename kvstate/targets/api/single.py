@@ -256,7 +256,16 @@ def walks(N: int, L: int, lease_max: int) -> dict[str, list[Any]]:
         op("admit", i=1),
         op("use", i=1),
     ]
+    from kvstate.spec import default_table
+
+    at = {a.name: i for i, a in enumerate(actions(default_table()))}
+    # a hit matched and pinned, then given up (``downgrade``), and one given up matched
+    give_up = [
+        op("act", a=at[name], k=0, on=1)
+        for name in ("admit", "match", "pin", "downgrade", "abort", "admit", "match", "downgrade")
+    ]
     return {
         "single actions by name on an empty cache": rounds,
+        "single actions: hits given up": [*hit[:4], *give_up],
         "single actions by name beside a hit in use": [*hit, *rounds, op("finish", i=1)],
     }
