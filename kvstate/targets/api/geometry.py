@@ -10,13 +10,6 @@ the example on the same table derived for the geometry's other test size (``smal
 ``Table.derive(geometry=...)``): a fresh cache over a fresh directory, its own model and
 explainer, every check anew.  Nothing is restated: the table, its guards and its invariants
 are the derived table's own, and the operations' arguments scale with its block.
-
-Twins (``impl/twins.py``) ride along: an ahead-of-time twin is keyed by the exact source it
-was made from, so the derived table's guards must run their own sources, not the default
-geometry's twins.  In the pure build (where no twin is registered) :func:`with_twins` registers
-the default table's (``impl/_aot.py``, plain Python there) as the compiled build does, so every
-example on the default geometry runs them and every example on the other runs its own: a twin
-answered for the wrong source shows as a nonconformance of one or the other.
 """
 
 from __future__ import annotations
@@ -52,17 +45,6 @@ def derived(table: Table) -> Table | None:
     other = table.derive(name=f"{table.name}@{g.name}{g.compressed_block_tokens}", geometry=g)
     _DERIVED[id(table)] = (table, other)
     return other
-
-
-def with_twins() -> None:
-    """The default table's twins registered where none are (the pure build), as the compiled
-    build registers them (``impl/__init__.py``): each answers only its own source."""
-    from kvstate.impl import twins
-
-    if not twins._TWINS:
-        from kvstate.impl import _aot
-
-        twins.register_twins(_aot.TWINS)
 
 
 def do_geometry(h: Any, o: Any) -> int | None:

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kvstate.model.apimap import compile_patterns
-from kvstate.spec.api import MACROS
+from kvstate.spec.api import API, MACROS
 from kvstate.spec.state import ConcreteState
 from kvstate.spec.table import Action, ParamKind
 from kvstate.targets.api.base import NAMESPACE, CallCheck, op
@@ -43,8 +43,19 @@ Step = tuple[str, dict[str, int]]
 _PARTS = ("store", "requests")
 _GATE = ("tick",)
 OUTPUTS = (ParamKind.ADDR, ParamKind.FMT)
-# what :func:`settle` fires to end what this module left half done, in this order
-_SETTLE = ("abort", "discard", "evict_done")
+
+
+def _words(pattern: str) -> list[str]:
+    """The action names of a ``spec/api.py`` pattern, in order (macros, ``*``/``?`` left out)."""
+    return [t for t in pattern.split() if t.isidentifier() and not t.isupper()]
+
+
+def _settling() -> tuple[str, ...]:
+    """What :func:`settle` fires, in this order: ``abort`` (the call's pattern), the step a
+    store takes after ``allocate`` (a write left open is committed) and the one an eviction
+    takes after it starts (``spec/api.py``'s ``STORE`` and ``EVICT``)."""
+    store, evict = _words(MACROS["STORE"]), _words(MACROS["EVICT"])
+    return (*_words(API["abort"].patterns[0]), store[store.index("allocate") + 1], evict[-1])
 
 
 def actions(table: Any) -> list[Action]:
@@ -220,11 +231,11 @@ def settle(h: Any) -> None:
     if st is None or st.cache is not h.cache or h.threads:
         return
     acts = actions(h.table)
-    for name in _SETTLE:
+    for name in _settling():
         i = next(j for j, a in enumerate(acts) if a.name == name)
         for _ in range(4 * h.N + h.R):
             opts = _inputs(h, acts[i], st, True)
-            if name == "abort":
+            if any(q.kind is ParamKind.REQ for q in acts[i].params):
                 opts = [p for p in opts if p["r"] in st.reqs]
             if not opts:
                 break
@@ -259,11 +270,12 @@ def walks(N: int, L: int, lease_max: int) -> dict[str, list[Any]]:
     from kvstate.spec import default_table
 
     at = {a.name: i for i, a in enumerate(actions(default_table()))}
-    # a hit matched and pinned, then given up (``downgrade``), and one given up matched
-    give_up = [
-        op("act", a=at[name], k=0, on=1)
-        for name in ("admit", "match", "pin", "downgrade", "abort", "admit", "match", "downgrade")
-    ]
+    # a hit given up matched (``admit``'s second pattern: admit, match, downgrade), then one
+    # pinned first (its first pattern's admit, match, pin), ended by ``abort``
+    up = _words(API["admit"].patterns[1])
+    pinned = _words(API["admit"].patterns[0])
+    seq = [*up, *_words(API["abort"].patterns[0]), *pinned[: pinned.index("pin") + 1], up[-1]]
+    give_up = [op("act", a=at[name], k=0, on=1) for name in seq]
     return {
         "single actions by name on an empty cache": rounds,
         "single actions: hits given up": [*hit[:4], *give_up],
