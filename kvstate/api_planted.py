@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvstate.api_mutants_blocks import PLANTED as PLANTED_BLOCKS
 from kvstate.api_mutants_disk import DISK_MUTANTS
 
 
@@ -590,3 +591,5 @@ MUTANTS: tuple[Mutant, ...] = (
 
 # the disk-tier classes' planted bugs (kvstate/api_mutants_disk.py)
 MUTANTS += tuple(Mutant(*m) for m in DISK_MUTANTS)
+# the block-level classes' planted bugs (kvstate/api_mutants_blocks.py)
+MUTANTS += tuple(Mutant(*m) for m in PLANTED_BLOCKS)

@@ -21,6 +21,7 @@ def make_checks(h: Any) -> list[CallCheck]:
     from kvstate.targets.api.args import MaintCount
     from kvstate.targets.api.delivery import Delivery
     from kvstate.targets.api.exhaust import Counts
+    from kvstate.targets.api.geometry import NewModel
     from kvstate.targets.api.graphs import GraphProtocol
     from kvstate.targets.api.handout import Events, GraphRows
     from kvstate.targets.api.memo import WindowPolicy
@@ -28,11 +29,13 @@ def make_checks(h: Any) -> list[CallCheck]:
     from kvstate.targets.api.prefixreads import PrefixReads
     from kvstate.targets.api.ready import Readiness
     from kvstate.targets.api.refusals import RefusalRequired
+    from kvstate.targets.api.single import ActCheck
     from kvstate.targets.api.stats import StatsCheck
     from kvstate.targets.api.stored import StoredForms
     from kvstate.targets.api.window import AppendWindows
 
     return [
+        NewModel(),  # first: the others see the derived table's model
         OrderHook(h),
         GraphRows(),
         Events(h),
@@ -47,4 +50,5 @@ def make_checks(h: Any) -> list[CallCheck]:
         Counts(),
         PrefixReads(),
         StatsCheck(),
+        ActCheck(),
     ]

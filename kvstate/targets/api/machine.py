@@ -80,10 +80,14 @@ def build_machine(
         seed_list = [list(s) for s in seeds]
 
         # the pools' sizes (kvstate/targets/api/pools.py: the first operation, a no-op elsewhere)
-        @initialize(w=st.sampled_from(range(-1, len(seed_list))), k=st.integers(0, 4))
-        def warm_up(self: Any, w: int, k: int) -> None:
+        @initialize(
+            w=st.sampled_from(range(-1, len(seed_list))), k=st.integers(0, 4), g=st.integers(0, 3)
+        )
+        def warm_up(self: Any, w: int, k: int, g: int) -> None:
             if "pools" in allowed and k:
                 self.do(op("pools", k=k))
+            if "geometry" in allowed and g == 3:  # kvstate/targets/api/geometry.py
+                self.do(op("geometry", k=1))
             for o in seed_list[w] if w >= 0 else []:
                 if o.name in allowed:
                     self.do(o)

@@ -29,7 +29,8 @@ def _slot_of(h: Harness, i: int) -> int | None:
 
 
 def _do_request(h: Harness, o: Op) -> int | None:
-    i, n, life = o.arg("i"), o.arg("n"), o.arg("life")
+    i, life = o.arg("i"), o.arg("life")
+    n = min(o.arg("n") * h.scale, len(h.tokens))  # (another geometry's block: geometry.py)
     if h.live[i] is not None:
         return None  # the mapping of request() changes nothing either way
     h.done[i] = None
@@ -117,7 +118,7 @@ def _do_abort(h: Harness, o: Op) -> int | None:
 def _do_append(h: Harness, o: Op) -> int | None:
     lv = h.live[o.arg("i")]
     n0 = len(lv.req.tokens) if lv is not None else 0
-    n1 = min(n0 + o.arg("k"), len(h.tokens))
+    n1 = min(n0 + o.arg("k") * h.scale, len(h.tokens))
     if lv is None or lv.run is None or lv.req.slot is None or n1 == n0:
         h.call_override = "read"
         return None

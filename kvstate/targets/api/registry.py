@@ -17,12 +17,14 @@ from kvstate.targets.api import (
     args,
     damage,
     exhaust,
+    geometry,
     graphs,
     inputs,
     ops,
     pools,
     prefix,
     refusedwrites,
+    single,
     stepwise,
     stored,
 )
@@ -40,8 +42,10 @@ MODULES = (
     graphs,
     stored,
     exhaust,
+    geometry,
     stepwise,
     refusedwrites,
+    single,
 )
 
 DECLARED: tuple[OpDecl, ...] = tuple(d for m in MODULES for d in m.DECLS)

@@ -77,6 +77,7 @@ class ApiHarness:
         self.explainer = _explainer(self.machine)
         self.model = self.machine.init()
         self.tokens = harness_tokens(N * self.L + self.L)  # one block past the pool: appends
+        self.scale = 1  # token counts' factor: another geometry's block (targets/api/geometry.py)
         self.cov = coverage if coverage is not None else Coverage()
         self.threads = threads
         self.cache_kwargs = dict(cache_kwargs or {})
@@ -452,7 +453,8 @@ class ApiHarness:
 
     def _ticks(self, call: str, o: Op) -> int | None:
         """The binding of the call's ticks parameters (``ApiCall.ticks`` in spec/api.py)."""
-        kind = API[call].ticks
+        entry = API.get(call)  # (an ``act``'s call is one action: kvstate/targets/api/single.py)
+        kind = entry.ticks if entry is not None else None
         if kind == "arg":
             return o.arg("t")
         if kind == "lifetime" and "i" in dict(o.args):
@@ -611,6 +613,9 @@ class ApiHarness:
     # -- quiescence ---------------------------------------------------------------------------
     def quiesce(self) -> None:
         """Bring the cache to rest through the API; then every pool must be free again."""
+        from kvstate.targets.api.single import settle
+
+        settle(self)  # what single actions left half done (kvstate/targets/api/single.py)
         for i, lv in enumerate(self.live):
             if lv is not None and lv.req.slot is not None:
                 self.apply(op("abort", i=i))

@@ -8,9 +8,11 @@ from __future__ import annotations
 from kvstate.targets.api.args import CASES as ARG_CASES
 from kvstate.targets.api.base import Op, op
 from kvstate.targets.api.damage import PARTS
+from kvstate.targets.api.geometry import walks as geometry_walks
 from kvstate.targets.api.inputs import CASES
 from kvstate.targets.api.refusedwrites import WAYS
 from kvstate.targets.api.registry import DECLARED
+from kvstate.targets.api.single import walks as single_walks
 from kvstate.targets.api.stepwise import READS
 from kvstate.targets.api.stored import FORGERIES, REFUSALS
 
@@ -375,6 +377,8 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[Op]]:
             op("drain"),
             *hit,
         ],
+        **single_walks(N, L, lease_max),  # kvstate/targets/api/single.py
+        **geometry_walks(N, L, lease_max),  # kvstate/targets/api/geometry.py
     }
     return _alike(walks)
 

@@ -1,0 +1,116 @@
+"""A second geometry: an example's cache, model and harness on the table derived for it.
+
+The harness's table is the default one on the ``small`` geometry (LCM blocks of 16 tokens).
+Everything the allocator computes from the geometry -- page and unit sizes, tail rows, the
+window policy's spans, the fused forms' strides, the disk entries' sections, the CUDA-graph
+table's width -- is then met at one size only, and a slip that holds at 16 tokens (a stride
+written for one ratio, a cached answer keyed without the block size) is invisible.
+``geometry(k)``, an example's first operation (a no-op anywhere else, like ``pools``), rebuilds
+the example on the same table derived for the geometry's other test size (``small(32)``:
+``Table.derive(geometry=...)``): a fresh cache over a fresh directory, its own model and
+explainer, every check anew.  Nothing is restated: the table, its guards and its invariants
+are the derived table's own, and the operations' arguments scale with its block.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from kvstate.spec.geometry import Geometry, small
+from kvstate.spec.state import ConcreteState
+from kvstate.spec.table import Table
+from kvstate.targets.api.base import CallCheck
+from kvstate.targets.api.declare import OpDecl
+
+Step = tuple[str, dict[str, int]]
+
+_DERIVED: dict[int, tuple[Table, Table]] = {}
+
+
+def other_geometry(g: Geometry) -> Geometry | None:
+    """The geometry's other test size (``small``'s LCM block doubled), or None."""
+    if g.name != "small":
+        return None
+    return small(2 * g.compressed_block_tokens)
+
+
+def derived(table: Table) -> Table | None:
+    """The table on :func:`other_geometry` (built once per table and kept)."""
+    hit = _DERIVED.get(id(table))
+    if hit is not None and hit[0] is table:
+        return hit[1]
+    g = other_geometry(table.geometry)
+    if g is None:
+        return None
+    other = table.derive(name=f"{table.name}@{g.name}{g.compressed_block_tokens}", geometry=g)
+    _DERIVED[id(table)] = (table, other)
+    return other
+
+
+def do_geometry(h: Any, o: Any) -> int | None:
+    if any(s.name != "pools" for s in h.steps[:-1]):  # a running cache keeps its geometry
+        h.call_override = "read"
+        return None
+    other = derived(h.table) if o.arg("k") else None
+    if other is None:
+        return None
+    steps, cov, threads, kw = h.steps, h.cov, h.threads, dict(h.cache_kwargs)
+    h.close()
+    L0 = h.L
+    from kvstate.targets.api.state import ApiHarness
+
+    # the harness's own state anew (a subclass's, a test's log of the operations, is kept)
+    ApiHarness.__init__(h, other, h.N, threads=threads, coverage=cov, cache_kwargs=kw)
+    h.steps = steps
+    h.scale = max(1, h.L // L0)  # requests and appends drawn for L0-token blocks, scaled
+    h.cov.add("check: examples on another geometry")
+    return None
+
+
+class NewModel(CallCheck):
+    """After ``geometry``: the example's model is the derived table's initial state (the call
+    was explained from the old table's, which is the same value on the same chain)."""
+
+    def after(
+        self, h: Any, o: Any, before: ConcreteState, steps: Sequence[Step], end: ConcreteState
+    ) -> None:
+        if o.name == "geometry" and h.model is not None and h.model.k is not h.machine.k:
+            h.model = h.machine.init()
+
+
+def walks(N: int, L: int, lease_max: int) -> dict[str, list[Any]]:
+    """Witness: on the other geometry, a chain stored, taken to disk, restored and hit."""
+    from kvstate.targets.api.base import op
+
+    full = N * L + 1
+    store = [
+        op("request", i=0, n=full, life=1),
+        op("admit", i=0),
+        op("use", i=0),
+        op("finish", i=0),
+        op("tick", t=lease_max),
+    ]
+    return {
+        "another geometry: a chain stored, spilled, restored and hit": [
+            op("geometry", k=1),
+            *store,
+            op("offload", n=N),
+            op("drain"),
+            op("spill", n=N),
+            op("offload", n=N),
+            op("drain"),
+            op("spill", n=N),
+            op("request", i=1, n=full, life=1),
+            op("admit", i=1),
+            op("drain"),
+            op("use", i=1),
+            op("append", i=1, k=L),
+            op("read", i=1),
+            op("finish", i=1),
+        ]
+    }
+
+
+# drawn by the machine's warm-up (kvstate/targets/api/machine.py), not as a rule
+DECLS = (OpDecl("geometry", do_geometry, "read", rule=False),)
