@@ -73,8 +73,8 @@ def _load(h: Any, b: int) -> Any:
 def fails(h: Any, o: Any) -> set[int]:
     """The blocks whose load this call's world fails (``act_step`` with a failing read of a
     disk load): the harness rules their ``load_done`` out for the call, and allows their
-    ``load_fail`` (``ApiHarness._forbid``)."""
-    if o.name != "act_step" or not o.arg("k") % len(READS):
+    ``load_fail`` (``ApiHarness._forbid``; ``o`` None: no operation, as ``act`` asks)."""
+    if o is None or o.name != "act_step" or not o.arg("k") % len(READS):
         return set()
     job = _load(h, o.arg("b"))
     return {o.arg("b")} if job is not None and job.pipe is Pipe.IO else set()
