@@ -18,7 +18,7 @@ import itertools
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from kvstate.spec.api import API, SECTIONS
 from kvstate.spec.state import ConcreteState
@@ -30,11 +30,24 @@ from .concrete import KeptMachine, Machine
 
 # (the patterns' compiler and the restart are their own modules; their callers import them here)
 __all__ = [
-    "Explainer", "Explanation", "Step", "after_restart", "compile_patterns", "state_diff",
+    "Explainer", "Explanation", "Steer", "Step", "after_restart", "compile_patterns", "state_diff",
     "with_ghosts",
 ]  # fmt: skip
 
 Step = tuple[str, dict[str, int]]
+
+
+class Steer(Protocol):
+    """What else the library shows about a call besides its end state (its events, say),
+    as a rule on single steps: a search that is steered never takes a step the rule refuses.
+    Where the patterns allow several orders of the same actions (blocks stored one after the
+    other), the end state cannot tell them apart but what happened in between can: which
+    block's move staled a captured graph is the first one moved.  Hashable: it is part of
+    the question an answer is kept for."""
+
+    def allows(
+        self, cur: ConcreteState, name: str, p: Mapping[str, int], new: ConcreteState
+    ) -> bool: ...
 
 
 @dataclass
@@ -142,6 +155,7 @@ class Explainer:
         ticks: int | None = None,
         fmts: Mapping[tuple[str, int], int] | None = None,
         max_nodes: int = 4000,
+        steer: Steer | None = None,
     ) -> Explanation:
         """A sequence of ``call``'s patterns from ``before`` to ``observed`` (see module doc).
 
@@ -153,6 +167,7 @@ class Explainer:
         binding, ``ApiCall.ticks``); ``fmts``: (action, block) -> the stored form its output
         parameter must be (known to the world: the writer's, the file's); other outputs are
         the ones the library shows.  States are compared exactly (addresses are the library's slots).
+        ``steer``: a rule every step of the answer keeps (:class:`Steer`).
         """
         rest = (
             req,
@@ -161,6 +176,7 @@ class Explainer:
             ticks,
             frozenset(fmts.items()) if fmts else None,
             max_nodes,
+            steer,
         )
         key = (call, tuple(before.mapping.items()), tuple(observed.items()), *rest)
         try:
@@ -169,7 +185,9 @@ class Explainer:
             key = (call, _frozen_items(before.mapping), _frozen_items(observed), *rest)
             got = self._answers.get(key)
         if got is None:
-            got = self._search(call, before, observed, req, key[4], key[5], ticks, fmts, max_nodes)
+            got = self._search(
+                call, before, observed, req, key[4], key[5], ticks, fmts, max_nodes, steer
+            )
             self._answers[key] = got
             if len(self._answers) > ANSWERS_KEPT:
                 self._answers.popitem(last=False)
@@ -189,6 +207,7 @@ class Explainer:
         ticks: int | None,
         fmts: Mapping[tuple[str, int], int] | None,
         max_nodes: int,
+        steer: Steer | None = None,
     ) -> Explanation:
         """The search :meth:`explain` answers with (one per distinct question).
 
@@ -271,6 +290,8 @@ class Explainer:
                     nkey = (num, nxt)
                     if nkey in seen:
                         continue
+                    if steer is not None and not steer.allows(cur, name, p, new):
+                        continue  # (the rule is the step's: the state may be reached otherwise)
                     was = shortest.get(nkey)
                     if was is not None and was <= depth:
                         continue

@@ -80,3 +80,46 @@ def test_an_event_delivered_before_its_action_is_a_finding() -> None:
             raise AssertionError("an event ahead of its commit passed")
     finally:
         h.close()
+
+
+# a finish that stores the whole chain while a graph is captured: every block moves, and the
+# first one stored (block 0, in chain order) stales the graph.  The table lets the blocks be
+# stored in any order (each one's steps are independent), so the end state alone is explained
+# as well by an order that moves block 1 first; the stale_graph event tells them apart.
+STALE_BY_STORE = (
+    "pools(k=4);request(i=0, n=65, life=1);admit(i=0);use(i=0);finish(i=0);tick(t=4);"
+    "variant(p=1, n=65);variant(p=0, n=33);variant(p=1, n=65);request(i=1, n=65, life=1);"
+    "admit(i=1);drain();use(i=1);read(i=1);tick(t=2);spill_fills(n=2);use(i=1);"
+    "spill_default();read(i=0);bad_input(k=14);capture();damage(b=3, part=0);offload(n=1);"
+    "bad_input(k=17);evict(n=2);tick(t=3);tick(t=4);spill_fills(n=3);read(i=0);capture();"
+    "read_released(i=1);evict_default();read(i=1);recapture();finish(i=1);drain()"
+)
+
+
+def test_a_store_that_stales_the_graph_is_explained_in_the_library_s_order() -> None:
+    from kvstate.targets.api import parse_ops
+
+    assert _run(parse_ops(STALE_BY_STORE)) is None
+
+
+def test_a_stale_graph_event_no_step_explains_is_still_a_finding() -> None:
+    """Steering the explanation by the events never hides one: a second ``stale_graph`` event
+    (for a block whose move did not stale the graph) is reported."""
+    from kvstate.targets.api import parse_ops
+
+    ops = parse_ops(STALE_BY_STORE)
+    k = next(j for j in range(len(ops) - 1, -1, -1) if ops[j].name == "finish")
+
+    def plant(h: ApiHarness) -> None:  # the library also names block 3 when block 0 moves
+        first, other = h.chain.keys[0], h.chain.keys[3]
+        said: list[bool] = []
+
+        def cb(ev) -> None:  # type: ignore[no-untyped-def]
+            if ev.kind is EventKind.STALE_GRAPH and ev.key == first and not said:
+                said.append(True)
+                h.cache.events.emit(EventKind.STALE_GRAPH, other, "device")
+
+        h.cache.events.subscribe(cb)
+
+    found = _run(ops[: k + 1], plant)
+    assert found is not None and found.kind == "events", found

@@ -32,6 +32,7 @@ def plain_search(
     ticks: int | None,
     fmts: Mapping[tuple[str, int], int] | None,
     max_nodes: int,
+    steer: Any = None,
 ) -> Explanation:
     nfa, start, accept = ex.nfas[call]
     ask = _Ask(ex, observed, req, forbid, ticks, fmts, ex.rewritten[call])
@@ -57,6 +58,8 @@ def plain_search(
             a = ex.table.action(name)
             for p in ask.candidates(a, cur):
                 new = ex.m.step(cur, a, p)
+                if steer is not None and not steer.allows(cur, name, p, new):
+                    continue  # a step the call's events rule out
                 d = ex._distance_by_var(new.mapping, want)
                 heapq.heappush(heap, (d, len(path) + 1, next(tie), new, nxt, [*path, (name, p)]))
     return Explanation(None, nodes, nodes >= max_nodes)

@@ -23,7 +23,8 @@ What the table does not show, checked here after every operation (refused ones i
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from kvstate.spec.state import ConcreteState
@@ -41,6 +42,30 @@ def graph_actions(table: Any) -> tuple[str, ...]:
 
     comp = next(lc.component for lc in LIFECYCLES if lc.phases is Graph)
     return tuple(a.name for a in table.actions if a.component == comp)
+
+
+def staled(s: ConcreteState, nxt: ConcreteState) -> bool:
+    """Whether the step from ``s`` to ``nxt`` staled a captured graph (its ``stale_graph``
+    event): the graph's phase left CAPTURED."""
+    from kvstate.spec.phases import Graph
+
+    return bool(nxt.mapping["graph"] != s.mapping["graph"] == Graph.CAPTURED)
+
+
+@dataclass(frozen=True)
+class StaleAt:
+    """The explanation search's rule (:class:`kvstate.model.apimap.Steer`) for a call whose
+    ``stale_graph`` events name ``blocks``: only a step at one of them may stale the graph.
+    A store that moves several blocks while a graph is captured stales it at the first one
+    it moves; the table lets the blocks be stored in any order, and the end state is the
+    same in each, so only the event tells which order the library took."""
+
+    blocks: frozenset[int]
+
+    def allows(
+        self, cur: ConcreteState, name: str, p: Mapping[str, int], new: ConcreteState
+    ) -> bool:
+        return p.get("b") in self.blocks or not staled(cur, new)
 
 
 def _rows(h: Any) -> list[Row]:
