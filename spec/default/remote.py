@@ -74,7 +74,6 @@ def _gone(name: str, doc: str) -> Action:
         [B],
         [ANYTIME],
         {"rmac": _put("rmac", lambda s, p: 0), "scid": _put("scid", lambda s, p: 0)},
-        ["rmac", "scid"],
         COMPONENT,
         doc,
     )
@@ -97,7 +96,6 @@ def environment_actions() -> list[Action]:
                 "scid": _put("scid", lambda s, p: s.wseq + 1),
                 "wseq": lambda s, p: s.wseq + 1,
             },
-            ["rmac", "scid", "wseq"],
             COMPONENT,
             "a writer without the fleet key (or for another namespace, model or geometry) wrote "
             "other bytes under the block's key",
@@ -110,7 +108,6 @@ def environment_actions() -> list[Action]:
                 "rmac": lambda s, p: array(s, lambda b: 0 * b),
                 "scid": lambda s, p: array(s, lambda b: 0 * b),
             },
-            ["rmac", "scid"],
             COMPONENT,
             "the server restarted without persistence: every entry is gone",
         ),
@@ -132,7 +129,6 @@ def cache_actions(load_done: Action) -> list[Action]:
                 "copy": _put("copy", lambda s, p: COPY_DISK),
                 "scid": _put("scid", lambda s, p: s.cid[p.b]),
             },
-            ["ckv", "remote", "rmac", "copy", "scid"],
             COMPONENT,
             "host copy stored in the remote store, MAC'd under the fleet key, and dropped "
             "from host",
@@ -158,7 +154,6 @@ def cache_actions(load_done: Action) -> list[Action]:
                     "forged", lambda s, p: s.forged[p.b] + B2I(s.scid[p.b] != s.cid[p.b])
                 ),
             },
-            ["prog", "missing", "forged"],
             COMPONENT,
             "one more chunk of a remote load arrived and verified",
         ),

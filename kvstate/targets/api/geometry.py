@@ -58,10 +58,8 @@ def do_geometry(h: Any, o: Any) -> int | None:
     steps, cov, threads, kw = h.steps, h.cov, h.threads, dict(h.cache_kwargs)
     h.close()
     L0 = h.L
-    from kvstate.targets.api.state import ApiHarness
-
     # the harness's own state anew (a subclass's, a test's log of the operations, is kept)
-    ApiHarness.__init__(h, other, h.N, threads=threads, coverage=cov, cache_kwargs=kw)
+    h.renew(other, threads=threads, coverage=cov, cache_kwargs=kw)
     h.steps = steps
     h.scale = max(1, h.L // L0)  # requests and appends drawn for L0-token blocks, scaled
     h.cov.add("check: examples on another geometry")

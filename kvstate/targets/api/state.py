@@ -183,6 +183,11 @@ class ApiHarness:
         elif ev.kind is EventKind.LOAD_FAILED:
             self.cov.add("loads failed")
 
+    def renew(self, table: Table, **kw: Any) -> None:
+        """This harness's own state anew on ``table`` (``geometry``: an example on another
+        geometry); a subclass's own state, such as a test's log of the operations, is kept."""
+        ApiHarness.__init__(self, table, self.N, **kw)
+
     def close(self) -> None:
         try:
             if self.cache is not None:
