@@ -14,6 +14,7 @@ from typing import Any
 from hypothesis import settings
 
 from kvstate.examples_db import run_machine
+from kvstate.harness.ddmin import ddmin
 from kvstate.harness.finding import Nonconformance
 from kvstate.harness.profiles import NAMES, SIZES
 from kvstate.spec.table import Table
@@ -71,8 +72,8 @@ def _same(a: Nonconformance, b: Nonconformance) -> bool:
 def minimize_ops(
     table: Table, N: int, failure: Nonconformance, *, max_seconds: float = 60.0
 ) -> tuple[list[Op], Nonconformance, int]:
-    """Delta debugging over operations (fresh replays; kept only if it fails the same way),
-    then smaller arguments; the same algorithm as :func:`kvstate.targets.block.replay.minimize`."""
+    """Delta debugging over operations (the toolkit's :func:`kvstate.harness.ddmin.ddmin`;
+    fresh replays, kept only if they fail the same way), then smaller arguments."""
     cur: list[Op] = list(getattr(failure, "api_trace", []))
     best = failure
     started = time.monotonic()
@@ -87,23 +88,13 @@ def minimize_ops(
     def over() -> bool:
         return time.monotonic() - started > max_seconds
 
-    n = 2
-    while len(cur) >= 1 and not over():
-        size = -(-len(cur) // n)
-        for k in range(0, len(cur), size):
-            cand = cur[:k] + cur[k + size :]
-            got = check(cand)
-            if got is not None:
-                cur, best = list(getattr(got, "api_trace", cand))[: len(cand)] or cand, got
-                cur = cand[: len(getattr(got, "api_trace", cand))]
-                n = max(n - 1, 2)
-                break
-            if over():
-                break
-        else:
-            if size == 1:
-                break
-            n = min(2 * n, len(cur))
+    def fails(cand: list[Op]) -> tuple[list[Op], Nonconformance] | None:
+        got = check(cand)
+        if got is None:
+            return None
+        return cand[: len(getattr(got, "api_trace", cand))] or cand, got  # cut after its failure
+
+    cur, best, _ = ddmin(cur, fails, best, over=over)
     # smaller arguments
     j = 0
     while j < len(cur) and not over():
