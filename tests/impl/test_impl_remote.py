@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 from redis_server import RedisServer, redis_server  # noqa: F401 (the fixture)
-from test_impl_cache import check_compressed, check_tail, check_window
+from cache_checks import check_compressed, check_tail, check_window
 
 import kvstate.impl
 from kvstate.impl import (
@@ -44,10 +44,10 @@ def node(
 ) -> HeterogeneousKVCache:
     """A cache ("node") of package ``pkg`` (``kvstate.impl``, or a staged copy with planted
     bugs: tests/impl/test_impl_remote_bugs.py) on the server."""
-    writer = kw.pop("writer", None)
-    extra = {} if writer is None else {"writer": writer}
+    # the content the byte checks recompute, unless a test brings its own
+    writer = kw.pop("writer", None) or pkg.DeterministicWriter()
     cfg = config(server, pkg, **kw)
-    return pkg.HeterogeneousKVCache(G, remote=cfg, executors=executors, **extra)  # type: ignore[no-any-return]
+    return pkg.HeterogeneousKVCache(G, remote=cfg, executors=executors, writer=writer)  # type: ignore[no-any-return]
 
 
 def store_all(c: HeterogeneousKVCache, toks: np.ndarray) -> None:
