@@ -170,7 +170,7 @@ def test_disk_load_not_finished(e2e: E2E, results: dict[str, E2EResult]) -> None
 
 
 def test_disk_load_done_early_seeded_bug(e2e: E2E, results: dict[str, E2EResult]) -> None:
-    check_caught(results["load_done_early_bug"], e2e, "On-disk Prefix", "recovery")
+    check_caught(results["load_done_early_bug"], e2e, "On-disk Prefix", "load_fail")
 
 
 def test_demo_table_names_every_case(results: dict[str, E2EResult]) -> None:
