@@ -284,8 +284,10 @@ def test_a_stalled_server_delays_only_what_needs_it(redis_server: RedisServer) -
 
 def stalled(server: RedisServer, pkg: Any = kvstate.impl) -> None:
     """DEBUG SLEEP stalls the server for 3 s while a remote load is in flight: requests that do
-    not need the server (a prompt computed from scratch) are not delayed over 100 ms; the
-    load finishes (or fails) after the stall, never serving a wrong byte."""
+    not need the server (a prompt computed from scratch) are not delayed by it; the load
+    finishes (or fails) after the stall, never serving a wrong byte.  An operation held behind
+    the stalled load waits out the rest of the stall (about 2.8 s), so the bound is 1 s: far
+    above scheduling noise on a loaded 2-core machine, far below the stall."""
     toks = stored(server, pkg)
     b = node(server, executors="threads", pkg=pkg, timeout=10.0)
     try:
@@ -305,7 +307,7 @@ def stalled(server: RedisServer, pkg: Any = kvstate.impl) -> None:
                 assert run.hit_tokens == 0
             worst = max(worst, time.monotonic() - t)
         assert time.monotonic() - t0 < 2.5  # all of it inside the stall
-        assert worst < 0.1, f"an operation that does not need the server took {worst:.3f} s"
+        assert worst < 1.0, f"an operation that does not need the server took {worst:.3f} s"
         sleeper.join()
         waiting.wait(30)
         with b.use(waiting) as run:

@@ -29,13 +29,16 @@ def test_the_remote_table_proves_inductively() -> None:
 @pytest.mark.parametrize(
     ("action", "conjunct", "invariant", "via"),
     [
-        ("rload_chunk", "authenticated", "remote_truth", ("remote_overwrite", "rload_chunk")),
-        ("rload_done", "complete", "load_truth", ("rload_done",)),
+        ("rload_chunk", "authenticated", "remote_truth", ENVIRONMENT),
+        ("rload_done", "complete", "load_truth", ()),
     ],
 )
 def test_dropping_a_remote_load_check_is_refuted(
     action: str, conjunct: str, invariant: str, via: tuple[str, ...]
 ) -> None:
+    """The trace ends in the unchecked action; where the store must have changed under the
+    cache, one of its environment actions comes first.  Which one Z3 picks (an overwrite, or a
+    delete followed by another writer's store) depends on the solver's model, so any will do."""
     broken = remote_table().derive(name=f"remote-no-{conjunct}", drop_guard=[(action, conjunct)])
     report = prove(broken, only=invariant, kinds=["init", "inductive"], jobs=1)
     assert not report.ok
@@ -48,4 +51,6 @@ def test_dropping_a_remote_load_check_is_refuted(
     trace = traced[0].trace
     assert trace.replayed and trace.start is None  # reachable: from Init, replayed concretely
     actions = trace.actions()
-    assert all(a in actions for a in via), actions
+    assert actions[-1] == action, actions
+    if via:
+        assert any(a in actions[:-1] for a in via), actions
