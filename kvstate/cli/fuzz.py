@@ -154,6 +154,16 @@ def add_parser(sub: Any) -> None:
         help="--target kvstate-api: leave this operation (or fault) out of the run",
     )
     fz.add_argument(
+        "--remote",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="URL",
+        help="--target kvstate-api: the caches keep their offloaded blocks in a Redis server "
+        "(URL: redis://... or unix://...; without one, a redis-server started on a Unix socket "
+        "in a temporary directory), its faults driven through the server, two nodes sharing it",
+    )
+    fz.add_argument(
         "--threads",
         action="store_true",
         help="--target kvstate-api: several engine threads and the threaded pipelines; "

@@ -29,6 +29,7 @@ def make_checks(h: Any) -> list[CallCheck]:
     from kvstate.targets.api.prefixreads import PrefixReads
     from kvstate.targets.api.ready import Readiness
     from kvstate.targets.api.refusals import RefusalRequired
+    from kvstate.targets.api.remote import checks as remote_checks
     from kvstate.targets.api.single import ActCheck
     from kvstate.targets.api.stats import StatsCheck
     from kvstate.targets.api.stored import StoredForms
@@ -51,4 +52,5 @@ def make_checks(h: Any) -> list[CallCheck]:
         PrefixReads(),
         StatsCheck(),
         ActCheck(),
+        *remote_checks(h),  # the remote table's outcomes, with a remote tier
     ]
