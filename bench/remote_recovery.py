@@ -44,7 +44,6 @@ from typing import Any  # noqa: E402
 
 import disk_recovery as DR  # noqa: E402
 import impl_bench as B  # noqa: E402
-import numpy as np  # noqa: E402
 
 from kvstate.impl import RemoteConfig, native_modules, testdata  # noqa: E402
 from kvstate.impl.cache import HeterogeneousKVCache  # noqa: E402
