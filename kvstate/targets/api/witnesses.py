@@ -5,6 +5,7 @@ every run and replayed in lockstep by the coverage pass.
 
 from __future__ import annotations
 
+from kvstate.targets.api import remote
 from kvstate.targets.api.args import CASES as ARG_CASES
 from kvstate.targets.api.base import Op, op
 from kvstate.targets.api.damage import PARTS
@@ -12,7 +13,6 @@ from kvstate.targets.api.geometry import walks as geometry_walks
 from kvstate.targets.api.inputs import CASES
 from kvstate.targets.api.refusedwrites import WAYS
 from kvstate.targets.api.registry import DECLARED
-from kvstate.targets.api.remote import walks as remote_walks
 from kvstate.targets.api.single import walks as single_walks
 from kvstate.targets.api.stepwise import READS
 from kvstate.targets.api.stored import FORGERIES, REFUSALS
@@ -381,8 +381,8 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[Op]]:
         **single_walks(N, L, lease_max),  # kvstate/targets/api/single.py
         **geometry_walks(N, L, lease_max),  # kvstate/targets/api/geometry.py
     }
-    # first: a run with a remote tier meets the store's faults first (the others draw none)
-    walks = {**remote_walks(N, L, lease_max, to_disk, hit), **walks}
+    if remote.WORLD is not None:  # a run with a remote tier meets the store's faults first
+        walks = {**remote.walks(N, L, lease_max, to_disk, hit), **walks}
     return _alike(walks)
 
 
