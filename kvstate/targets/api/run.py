@@ -210,7 +210,9 @@ def summary_lines(res: RunResult) -> list[str]:
     remote = {k[8:]: v for k, v in sorted(c.items()) if k.startswith("remote: ")}
     if remote:  # kvstate/targets/api/remote.py (a finding would have ended the run)
         lines.append(
-            "  remote: " + ", ".join(f"{k} {v}" for k, v in remote.items()) + "; wrong bytes 0, "
+            f"  remote: restores {c['disk restores completed']} (the tier's loads), "
+            + ", ".join(f"{k} {v}" for k, v in remote.items())
+            + "; wrong bytes 0, "
             f"leaked or stuck blocks 0 ({c['quiescence checks']} quiescence checks)"
         )
     checks = {k[7:]: v for k, v in sorted(c.items()) if k.startswith("check: ")}
