@@ -223,3 +223,44 @@ def test_the_same_seed_walks_the_same_whatever_is_imported(tmp_path, monkeypatch
         assert walk() == before
     finally:
         sys.modules.pop("kvstate_manyconsts", None)
+
+
+# Two prompts computed and freed in two calls (r0 first), then one roundtrip whose admission
+# must evict: the first eviction of the run happens inside the compound operation.
+EVICT_IN_ROUNDTRIP = parse(
+    parse_calls(
+        """
+        arrive(family=0, shared=0, tail=10, extra=70, rid=0)
+        admit(rid=0, chunk=80, ext_blocks=0)
+        arrive(family=0, shared=0, tail=11, extra=70, rid=1)
+        admit(rid=1, chunk=80, ext_blocks=0)
+        finish(rid=0)
+        finish(rid=1)
+        roundtrip(family=0, shared=0, tail=12, extra=70, chunk=80)
+        """
+    )
+)
+
+
+@pytest.mark.parametrize("name", ["eviction-lru-reversed", "completeness"])
+def test_a_broken_vllm_is_caught_inside_a_compound_operation(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bookkeeping runs around every call a ``roundtrip`` makes: LRU reversed (r1's entries
+    evicted before r0's) and a pool that caches nothing are both caught at the roundtrip itself,
+    and the same trace passes on an unbroken vLLM."""
+    from kvstate.targets.vllm.engine import replay
+
+    f, _ = replay(FULL[0], EVICT_IN_ROUNDTRIP)
+    assert f is None, str(f)
+    brk, check = (break_lru, "eviction") if name != "completeness" else (_no_caching, name)
+    brk(monkeypatch)
+    t0 = time.monotonic()
+    f, d = replay(FULL[0], EVICT_IN_ROUNDTRIP)
+    print(f"{name} inside a roundtrip: caught as {f and f.kind} in {time.monotonic() - t0:.2f} s")
+    assert f is not None and check in f.detail
+    assert len(d.trace) == len(EVICT_IN_ROUNDTRIP) and d.trace[-1].action == "roundtrip"
+
+
+def _no_caching(mp: pytest.MonkeyPatch) -> None:
+    mp.setattr(bp.BlockPool, "cache_full_blocks", lambda self, *a, **k: None)

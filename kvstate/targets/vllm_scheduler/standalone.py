@@ -250,8 +250,15 @@ def make_scheduler(
     connector: bool = False,
     failure_policy: str = "recompute",
     spec_tokens: int = 0,
+    watermark: float = 0.0,
+    reserve_full_isl: bool = True,
 ) -> Scheduler:
-    """A ``Scheduler`` over ``num_blocks`` blocks (one of them vLLM's null block)."""
+    """A ``Scheduler`` over ``num_blocks`` blocks (one of them vLLM's null block).
+
+    ``watermark`` (the fraction of the pool kept free when admitting while others run) and
+    ``reserve_full_isl`` (admit only when the whole prompt fits) are ``SchedulerConfig``'s;
+    a release without them gets its defaults (they are passed only where the class has them).
+    """
     groups = layout["groups"]
     mamba = any(isinstance(g.kv_cache_spec, MambaSpec) for g in groups)
     cache = CacheConfig(
@@ -266,6 +273,11 @@ def make_scheduler(
         is_encoder_decoder=False,
         enable_chunked_prefill=True,
         policy=policy,
+        **{
+            k: v
+            for k, v in (("watermark", watermark), ("scheduler_reserve_full_isl", reserve_full_isl))
+            if k in getattr(SchedulerConfig, "__dataclass_fields__", {})
+        },
     )
     kv_transfer = None
     if connector:
