@@ -64,9 +64,26 @@ def test_ci_profile_reaches_the_scheduler_paths(ci_report: Report) -> None:
     paths = ci_report.stats.paths
     for path in ("preempted", "chunked_prefill", "finished", "aborted", "sync_load",
                  "async_load_done", "async_load_failed", "sync_load_failed", "reset_ok",
-                 "reset_refused", "spec_decode", "drafts_rejected"):  # fmt: skip
+                 "reset_refused", "spec_decode", "drafts_rejected", "mamba_cow"):  # fmt: skip
         assert paths[path] > 0, f"the ci profile never reached {path}"
-    assert len(ci_report.stats.configs) == 10
+    assert len(ci_report.stats.configs) == 11
+
+
+def test_mamba_copy_on_write_and_junctions_run_through_the_scheduler() -> None:
+    """vLLM's own lines, measured: a Mamba block larger than the hash block with the
+    shared-prefix checkpoint makes the scheduler stop chunks at partial-block boundaries and
+    junctions; a later request's hit there is copied on write (``_apply_cow``), and a running
+    producer's entry moves to the copy (``move_block_hashes``)."""
+    report = run(
+        "ci", configs=(Config("mamba-prefix", 16),), examples=45, minimize_findings=False,
+        code_coverage=True,
+    )  # fmt: skip
+    assert report.ok, report.render()
+    print("\n".join(report.code.lines()[:3]))
+    for fn in ("SingleTypeKVCacheManager._apply_cow", "BlockPool.move_block_hashes",
+               "BlockPool.cache_partial_block", "Scheduler._mamba_block_aligned_split"):  # fmt: skip
+        assert report.code.entered(fn), fn
+    assert report.stats.paths["mamba_cow"] > 0
 
 
 def _run_outside_repo(path: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:

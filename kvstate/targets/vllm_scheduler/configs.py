@@ -60,6 +60,7 @@ ALL: tuple[Config, ...] = (
     Config("swa", 14, policy="priority", reserve_full_isl=False),  # admission gates one chunk
     Config("mamba", 12),
     Config("mamba", 12, policy="priority", failure_policy="fail"),
+    Config("mamba-prefix", 16),  # partial-block hits, copy-on-write, shared-prefix junctions
     Config("full", 12, connector=False, watermark=0.5),  # 6 blocks kept back from admissions
     Config("full", 12, connector=False, spec_tokens=2),
     Config("swa", 14, connector=False, spec_tokens=2),

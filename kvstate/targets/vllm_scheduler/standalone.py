@@ -205,8 +205,9 @@ def layout_of(make_manager: Any) -> dict[str, Any]:
     g = make_manager.__globals__
     saved = g["manager_from_groups"]
 
-    def record(groups: Any, num_blocks: int, use_eagle: bool, max_len: int, sb: int, hb: int):
-        got.update(groups=groups, max_len=max_len, sched_block=sb, hash_block=hb)
+    def record(groups: Any, num_blocks: int, use_eagle: bool, max_len: int, sb: int, hb: int,
+               **knobs: Any) -> None:  # fmt: skip
+        got.update(groups=groups, max_len=max_len, sched_block=sb, hash_block=hb, knobs=knobs)
 
     g["manager_from_groups"] = record
     try:
@@ -265,6 +266,7 @@ def make_scheduler(
         block_size=layout["sched_block"],
         enable_prefix_caching=True,
         mamba_cache_mode="align" if mamba else "none",
+        **layout.get("knobs", {}),  # the manager's knobs are CacheConfig's (shared prefix)
     )
     sched_cfg = SchedulerConfig(
         max_num_batched_tokens=budget,
@@ -432,6 +434,7 @@ class Engine:
             if out.has_sync_kv_loads:
                 self._path("sync_load")
         self._path("preempted", len(out.preempted_req_ids or ()))
+        self._path("mamba_cow", len(getattr(out, "kv_cache_block_copies", None) or ()))
         self._path("scheduled_new", len(out.scheduled_new_reqs))
         mro = ModelRunnerOutput(
             req_ids=ids,
