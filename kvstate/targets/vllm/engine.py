@@ -25,6 +25,7 @@ from kvstate.harness.report import finding_lines
 from kvstate.harness.trace import TraceStep
 
 from . import imports as vllm_import
+from .codecov import measured
 from .configs import ALL, Config
 from .driver import TOKENS_SRC, Driver, Stats
 from .ops import NAMES, draw_op
@@ -61,6 +62,7 @@ class Report:
     sizes: tuple[int, int] = (0, 0)  # examples, steps per example
     replays: int = 0  # fresh replays the minimizer ran
     minimize_seconds: float = 0.0
+    code: Any = None  # codecov.VllmCoverage when the run measured vLLM's lines (--coverage)
 
     @property
     def steps_per_second(self) -> float:
@@ -81,6 +83,7 @@ class Report:
             "  checks evaluated: " + ", ".join(f"{k} {v}" for k, v in sorted(s.checks.items())),
             f"  {s.steps} steps in {self.seconds:.1f} s ({self.steps_per_second:.0f} steps/s)",
             *summary("operation counts", s.ops, NAMES),
+            *(self.code.lines() if self.code is not None else ()),
         ]
         if self.ok:
             lines.append("  verdict: PASS (no check failed)")
@@ -212,8 +215,10 @@ def run(
     steps: int | None = None,
     seed: int | None = None,
     minimize_findings: bool = True,
+    code_coverage: bool = False,
 ) -> Report:
     """Fuzz vLLM's KV cache manager; ``manager_cls`` points it at any (patched) manager class.
+    ``code_coverage``: measure vLLM's allocation files per configuration (``codecov``).
 
     ``seed``: the walks' seed (default: the ci profile's pinned ``CI_SEED``, derandomized; a
     random one for dev and nightly).  Raises ``kvstate.impl.errors.InvalidArgument`` (a
@@ -244,6 +249,10 @@ def run(
     t0 = time.monotonic()
     report = Report(True, profile, 0.0, stats, vllm_version=vllm_import.loaded(), seed=seed)
     report.sizes = (examples or n_ex, steps or n_steps)
+    if code_coverage:
+        from .codecov import VllmCoverage
+
+        report.code = VllmCoverage()
     for cfg in configs:
         try:
             Driver(cfg, manager_cls)  # a layout this release cannot build is reported, not run
@@ -262,7 +271,7 @@ def run(
         )
         pin(machine, CI_SEED if seed is None else seed)  # the walks follow the seed, not the source
         try:
-            with seed_only():  # the walks follow the seed, not the modules loaded (profiles.py)
+            with seed_only(), measured(report.code, cfg.label):  # seed_only: profiles.py
                 run_state_machine_as_test(machine, settings=s)
         except Exception:  # noqa: BLE001 - a finding (or a crash inside vLLM) ends this config
             if "finding" not in sink:
@@ -359,6 +368,7 @@ def run_cli(args: Any, table: Any = None) -> int:
                 examples=getattr(args, "examples", None),
                 steps=getattr(args, "steps", None),
                 seed=getattr(args, "seed", None),
+                code_coverage=bool(getattr(args, "code_coverage", False)),
             )
     except vllm_import.VLLMUnavailable as e:
         print(f"kvstate fuzz: error: {e} (install it with tools/install_vllm.sh)", file=sys.stderr)

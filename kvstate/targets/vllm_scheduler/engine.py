@@ -21,6 +21,7 @@ from typing import Any
 from kvstate.harness.ddmin import ddmin
 from kvstate.harness.finding import Nonconformance, find_in
 from kvstate.harness.profiles import SIZES, pin, seed_only, show
+from kvstate.targets.vllm.codecov import measured
 
 from . import imports
 from .configs import ALL, Config
@@ -43,6 +44,7 @@ class Report:
     trace: list[Op] = field(default_factory=list)
     original_length: int = 0
     reproducer: str = ""
+    code: Any = None  # kvstate.targets.vllm.codecov.VllmCoverage when measured (--coverage)
 
     def coverage_lines(self) -> list[str]:
         out = []
@@ -62,6 +64,7 @@ class Report:
             *self.coverage_lines(),
             "  checks evaluated: " + ", ".join(f"{k} {v}" for k, v in sorted(s.checks.items())),
             f"  {s.steps} operations in {self.seconds:.1f} s",
+            *(self.code.lines() if self.code is not None else ()),
         ]
         if self.ok:
             lines.append("  verdict: PASS (no check failed)")
@@ -166,8 +169,10 @@ def run(
     examples: int | None = None,
     steps: int | None = None,
     minimize_findings: bool = True,
+    code_coverage: bool = False,
 ) -> Report:
-    """Fuzz vLLM's scheduler.  Raises ``kvstate.impl.errors.InvalidArgument`` (a ``ValueError``)
+    """Fuzz vLLM's scheduler (``code_coverage``: measure vLLM's allocation files per
+    configuration, :mod:`kvstate.targets.vllm.codecov`).  Raises ``kvstate.impl.errors.InvalidArgument`` (a ``ValueError``)
     for an unknown profile, ``VLLMUnavailable`` (an ``ImportError``) without vLLM."""
     from kvstate.impl.errors import InvalidArgument
 
@@ -182,6 +187,10 @@ def run(
     per = max(1, (examples or n_ex) // len(configs))
     stats = Stats()
     report = Report(True, profile, 0.0, stats, imports.loaded_version())
+    if code_coverage:
+        from kvstate.targets.vllm.codecov import VllmCoverage
+
+        report.code = VllmCoverage()
     t0 = time.monotonic()
     for cfg in configs:
         sink: dict[str, Any] = {}
@@ -200,7 +209,7 @@ def run(
         if s.derandomize:
             pin(machine, CI_SEED)
         try:
-            with seed_only():  # the walks follow the seed, not the modules loaded (profiles.py)
+            with seed_only(), measured(report.code, cfg.label):  # seed_only: profiles.py
                 run_state_machine_as_test(machine, settings=s)
         except Exception as exc:  # noqa: BLE001 - a finding ends this configuration
             f = find_in(exc)
@@ -231,6 +240,7 @@ def run_cli(args: Any, table: Any = None) -> int:
             args.profile,
             examples=getattr(args, "examples", None),
             steps=getattr(args, "steps", None),
+            code_coverage=bool(getattr(args, "code_coverage", False)),
         )
     except imports.VLLMUnavailable as e:
         print(f"kvstate fuzz: error: {e} (install it with tools/install_vllm.sh)", file=sys.stderr)
