@@ -24,6 +24,7 @@ def make_checks(h: Any) -> list[CallCheck]:
     from kvstate.targets.api.geometry import NewModel
     from kvstate.targets.api.graphs import GraphProtocol
     from kvstate.targets.api.handout import Events, GraphRows
+    from kvstate.targets.api.jobfaults import UnverifiedTail
     from kvstate.targets.api.memo import WindowPolicy
     from kvstate.targets.api.orders import OrderHook
     from kvstate.targets.api.prefixreads import PrefixReads
@@ -51,4 +52,5 @@ def make_checks(h: Any) -> list[CallCheck]:
         PrefixReads(),
         StatsCheck(),
         ActCheck(),
+        UnverifiedTail(),
     ]

@@ -20,6 +20,8 @@ from kvstate.targets.api import (
     geometry,
     graphs,
     inputs,
+    jobfaults,
+    mixedload,
     ops,
     pools,
     prefix,
@@ -46,6 +48,8 @@ MODULES = (
     stepwise,
     refusedwrites,
     single,
+    mixedload,
+    jobfaults,
 )
 
 DECLARED: tuple[OpDecl, ...] = tuple(d for m in MODULES for d in m.DECLS)
