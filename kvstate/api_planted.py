@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from kvstate.api_mutants_blocks import PLANTED as PLANTED_BLOCKS
 from kvstate.api_mutants_disk import DISK_MUTANTS
+from kvstate.api_mutants_recovery import RECOVERY_MUTANTS
 
 
 @dataclass(frozen=True)
@@ -591,5 +592,6 @@ MUTANTS: tuple[Mutant, ...] = (
 
 # the disk-tier classes' planted bugs (kvstate/api_mutants_disk.py)
 MUTANTS += tuple(Mutant(*m) for m in DISK_MUTANTS)
+MUTANTS += tuple(Mutant(*m) for m in RECOVERY_MUTANTS)
 # the block-level classes' planted bugs (kvstate/api_mutants_blocks.py)
 MUTANTS += tuple(Mutant(*m) for m in PLANTED_BLOCKS)

@@ -24,6 +24,7 @@ def make_checks(h: Any) -> list[CallCheck]:
     from kvstate.targets.api.geometry import NewModel
     from kvstate.targets.api.graphs import GraphProtocol
     from kvstate.targets.api.handout import Events, GraphRows
+    from kvstate.targets.api.jobfaults import UnverifiedTail
     from kvstate.targets.api.memo import WindowPolicy
     from kvstate.targets.api.orders import OrderHook
     from kvstate.targets.api.prefixreads import PrefixReads
@@ -53,4 +54,5 @@ def make_checks(h: Any) -> list[CallCheck]:
         StatsCheck(),
         ActCheck(),
         *remote_checks(h),  # the remote table's outcomes, with a remote tier
+        UnverifiedTail(),
     ]

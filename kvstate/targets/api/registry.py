@@ -20,6 +20,8 @@ from kvstate.targets.api import (
     geometry,
     graphs,
     inputs,
+    jobfaults,
+    mixedload,
     ops,
     pools,
     prefix,
@@ -47,6 +49,8 @@ MODULES = (
     stepwise,
     refusedwrites,
     single,
+    mixedload,
+    jobfaults,
     remote,
 )
 

@@ -368,7 +368,7 @@ class ApiHarness:
                 if o.name == "admit" and req is not None:
                     self._check_longest(before, steps, req)
         bad = self.accounting()
-        if o.name == "drain" and not self.threads and raised is None:
+        if o.name in ("drain", "drain_mixed") and not self.threads and raised is None:
             bad += self.drained_idle()
         if bad:
             raise self.fail(

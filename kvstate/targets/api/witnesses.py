@@ -11,6 +11,8 @@ from kvstate.targets.api.base import Op, op
 from kvstate.targets.api.damage import PARTS
 from kvstate.targets.api.geometry import walks as geometry_walks
 from kvstate.targets.api.inputs import CASES
+from kvstate.targets.api.jobfaults import walks as job_fault_walks
+from kvstate.targets.api.mixedload import walks as mixed_walks
 from kvstate.targets.api.refusedwrites import WAYS
 from kvstate.targets.api.registry import DECLARED
 from kvstate.targets.api.single import walks as single_walks
@@ -380,6 +382,8 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[Op]]:
         ],
         **single_walks(N, L, lease_max),  # kvstate/targets/api/single.py
         **geometry_walks(N, L, lease_max),  # kvstate/targets/api/geometry.py
+        **mixed_walks(N, L, lease_max),  # kvstate/targets/api/mixedload.py
+        **job_fault_walks(N, L, lease_max),  # kvstate/targets/api/jobfaults.py
     }
     if remote.WORLD is not None:  # a run with a remote tier meets the store's faults first
         walks = {**remote.walks(N, L, lease_max, to_disk, hit), **walks}
