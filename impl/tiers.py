@@ -250,20 +250,11 @@ class Tiers:
             src = grp.host_data[layers.start : layers.stop, grp.host_index(hslot)]
             self._scatter(grp, layers, src.contiguous(), slot)
 
-    def land_bytes(self, units: Sequence[Unit], data: torch.Tensor, slot: int) -> int:
-        """Copy ``units`` laid out back to back in ``data`` to device slot ``slot``; returns the
-        bytes used."""
-        off = 0
-        for grp, layers in self._runs(units):
-            n = len(layers) * grp.pages_per_block * grp.page_bytes
-            self._scatter(grp, layers, data[off : off + n], slot)
-            off += n
-        return off
-
     def land_chunk(self, ulo: int, uhi: int, data: torch.Tensor, slot: int) -> int:
-        """``land_bytes`` of the disk units ``[ulo, uhi)``: a disk load lands each of its chunks
-        this way, and the chunk's runs are worked out once per range (not a list of every disk
-        unit and its runs per chunk)."""
+        """Copy the disk units ``[ulo, uhi)``, laid out back to back in ``data``, to device slot
+        ``slot``; returns the bytes used.  A disk load lands each of its chunks this way, and the
+        chunk's runs are worked out once per range (not a list of every disk unit and its runs
+        per chunk)."""
         runs = self._chunk_runs.get((ulo, uhi))
         if runs is None:
             runs = [

@@ -8,6 +8,7 @@ from __future__ import annotations
 from kvstate.targets.api.args import CASES as ARG_CASES
 from kvstate.targets.api.base import Op, op
 from kvstate.targets.api.damage import PARTS
+from kvstate.targets.api.evictrun import walks as evictrun_walks
 from kvstate.targets.api.geometry import walks as geometry_walks
 from kvstate.targets.api.inputs import CASES
 from kvstate.targets.api.refusedwrites import WAYS
@@ -379,6 +380,7 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[Op]]:
         ],
         **single_walks(N, L, lease_max),  # kvstate/targets/api/single.py
         **geometry_walks(N, L, lease_max),  # kvstate/targets/api/geometry.py
+        **evictrun_walks(N, L, lease_max),  # kvstate/targets/api/evictrun.py
     }
     return _alike(walks)
 
