@@ -165,13 +165,15 @@ class Tiers:
             src, dst = self._host_views
             self.indexer.build_into_host(src[:, idx], dst[:, idx])
             return
-        self.indexer.build_into(self.csa.device_data[:, idx], self.indexer.device_data[:, idx])
+        self.indexer.build_into(  # pragma: no cover: CUDA device only (tiers on a GPU)
+            self.csa.device_data[:, idx], self.indexer.device_data[:, idx]
+        )
 
     def build_index_run(self, slots: Sequence[int]) -> None:
         """``build_index`` of several slots: consecutive slots are built in one pass each."""
         if not slots:
             return
-        if self.device.type != "cpu":
+        if self.device.type != "cpu":  # pragma: no cover: CUDA device only (tiers on a GPU)
             for slot in slots:
                 self.build_index(slot)
             return
