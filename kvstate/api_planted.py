@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from kvstate.api_mutants_blocks import PLANTED as PLANTED_BLOCKS
 from kvstate.api_mutants_disk import DISK_MUTANTS
+from kvstate.api_mutants_evict import PLANTED as PLANTED_EVICT
 from kvstate.api_mutants_recovery import RECOVERY_MUTANTS
 
 
@@ -595,3 +596,5 @@ MUTANTS += tuple(Mutant(*m) for m in DISK_MUTANTS)
 MUTANTS += tuple(Mutant(*m) for m in RECOVERY_MUTANTS)
 # the block-level classes' planted bugs (kvstate/api_mutants_blocks.py)
 MUTANTS += tuple(Mutant(*m) for m in PLANTED_BLOCKS)
+# a store run's eviction past a protected LRU head (kvstate/api_mutants_evict.py)
+MUTANTS += tuple(Mutant(*m) for m in PLANTED_EVICT)

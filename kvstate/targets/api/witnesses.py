@@ -9,6 +9,7 @@ from kvstate.targets.api import remote
 from kvstate.targets.api.args import CASES as ARG_CASES
 from kvstate.targets.api.base import Op, op
 from kvstate.targets.api.damage import PARTS
+from kvstate.targets.api.evictrun import walks as evictrun_walks
 from kvstate.targets.api.geometry import walks as geometry_walks
 from kvstate.targets.api.inputs import CASES
 from kvstate.targets.api.jobfaults import walks as job_fault_walks
@@ -384,6 +385,7 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[Op]]:
         **geometry_walks(N, L, lease_max),  # kvstate/targets/api/geometry.py
         **mixed_walks(N, L, lease_max),  # kvstate/targets/api/mixedload.py
         **job_fault_walks(N, L, lease_max),  # kvstate/targets/api/jobfaults.py
+        **evictrun_walks(N, L, lease_max),  # kvstate/targets/api/evictrun.py
     }
     if remote.WORLD is not None:  # a run with a remote tier meets the store's faults first
         walks = {**remote.walks(N, L, lease_max, to_disk, hit), **walks}
