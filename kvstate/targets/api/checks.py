@@ -21,8 +21,10 @@ def make_checks(h: Any) -> list[CallCheck]:
     from kvstate.targets.api.args import MaintCount
     from kvstate.targets.api.delivery import Delivery
     from kvstate.targets.api.exhaust import Counts
+    from kvstate.targets.api.facade import GuardReads
     from kvstate.targets.api.geometry import NewModel
     from kvstate.targets.api.graphs import GraphProtocol
+    from kvstate.targets.api.handed import HandRows
     from kvstate.targets.api.handout import Events, GraphRows
     from kvstate.targets.api.memo import WindowPolicy
     from kvstate.targets.api.orders import OrderHook
@@ -51,4 +53,6 @@ def make_checks(h: Any) -> list[CallCheck]:
         PrefixReads(),
         StatsCheck(),
         ActCheck(),
+        GuardReads(),
+        HandRows(),
     ]

@@ -17,8 +17,10 @@ from kvstate.targets.api import (
     args,
     damage,
     exhaust,
+    facade,
     geometry,
     graphs,
+    handed,
     inputs,
     ops,
     pools,
@@ -46,6 +48,8 @@ MODULES = (
     stepwise,
     refusedwrites,
     single,
+    facade,
+    handed,
 )
 
 DECLARED: tuple[OpDecl, ...] = tuple(d for m in MODULES for d in m.DECLS)

@@ -8,7 +8,9 @@ from __future__ import annotations
 from kvstate.targets.api.args import CASES as ARG_CASES
 from kvstate.targets.api.base import Op, op
 from kvstate.targets.api.damage import PARTS
+from kvstate.targets.api.facade import walks as facade_walks
 from kvstate.targets.api.geometry import walks as geometry_walks
+from kvstate.targets.api.handed import walks as handed_walks
 from kvstate.targets.api.inputs import CASES
 from kvstate.targets.api.refusedwrites import WAYS
 from kvstate.targets.api.registry import DECLARED
@@ -379,6 +381,8 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[Op]]:
         ],
         **single_walks(N, L, lease_max),  # kvstate/targets/api/single.py
         **geometry_walks(N, L, lease_max),  # kvstate/targets/api/geometry.py
+        **facade_walks(N, L, lease_max),  # kvstate/targets/api/facade.py
+        **handed_walks(N, L, lease_max),  # kvstate/targets/api/handed.py
     }
     return _alike(walks)
 

@@ -1,0 +1,257 @@
+"""The façade's own seams against the model: guard reads, ``act``'s refusals, ``check_tail``.
+
+Refinement sees what a call changed; it cannot see a read that changes nothing.  The cache
+answers two such reads from the table's guards: ``inspect().can(action, rid)`` (the fused accept
+test the pipelines ask before each step) and ``inspect().refused(action, rid)`` (the guard's
+conjuncts one by one, the form that names a refusal).  A guard compiled with one conjunct
+wrong, a conjunct's name attached to another's test, or a fused test that differs from its
+conjuncts only shows when those answers are compared with the table's, so :class:`GuardReads`,
+after every operation that changed the model's state, asks both for every block action whose
+only input is its block (derived from the table's parameters) at every block of the chain, and
+requires the model's answer (``Machine.failed_conjuncts``: the same conjuncts, interpreted).
+It also tallies each conjunct it saw true and false (``guard A.C true/false``): the report's
+``guards`` line says which conjuncts the run never saw both ways.
+
+``refuse_facade(k)`` sends the ``k``-th case of :func:`cases`: the refusals of
+``TestHooks.act`` (an unknown action; every block action without its record), of
+``check_tail`` (a boundary not the record's end, the null record, a bool) and of
+``CacheView.can``/``refused`` (an unknown action, a record out of range), each with its
+documented error and nothing changed (the harness's refusal check); and the answers that must
+agree (a NumPy record id read like an int; ``check_tail`` at a stored block's own end is True:
+the test writer's tails splice, and a False would mark the block corrupt).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from hypothesis import strategies as st
+
+from kvstate.spec.state import ConcreteState
+from kvstate.spec.table import ParamKind
+from kvstate.targets.api.args import _SKIP, SAME, _hit_run, run_case
+from kvstate.targets.api.base import CallCheck, op
+from kvstate.targets.api.declare import OpDecl
+
+Step = tuple[str, dict[str, int]]
+
+_OUTPUTS = (ParamKind.ADDR, ParamKind.FMT)
+
+
+def block_only(table: Any) -> list[Any]:
+    """The table's actions whose one input is a block (what ``can``/``refused`` answer for)."""
+    return [
+        a
+        for a in table.actions
+        if [p.kind for p in a.params if p.kind not in _OUTPUTS] == [ParamKind.BLOCK]
+    ]
+
+
+def _outs(a: Any) -> dict[str, int]:
+    return {p.name: 0 for p in a.params if p.kind in _OUTPUTS}
+
+
+class GuardReads(CallCheck):
+    """``can`` and ``refused`` of every block-only action at every chain block, against the
+    model's conjuncts, after each operation that changed the model's state."""
+
+    def __init__(self) -> None:
+        self.last: Any = None
+
+    def after(
+        self, h: Any, o: Any, before: ConcreteState, steps: Sequence[Step], end: ConcreteState
+    ) -> None:
+        if h.threads or end is None or (self.last is not None and end.values == self.last):
+            return
+        self.last = end.values
+        m, view = h.machine, h.view
+        bad = []
+        with view.lock:
+            for a in block_only(h.table):
+                names = [c.name for c in a.guard]
+                for b in range(h.N):
+                    rid = h.rids[b]
+                    want = list(m.failed_conjuncts(end, a, {"b": b, **_outs(a)}))
+                    got = list(view.refused(a.name, rid))
+                    can = view.can(a.name, rid)
+                    if got != want or can != (not want):
+                        bad.append(f"{a.name}(b={b}): can {can}, refused {got}; table: {want}")
+                    for c in names:
+                        h.cov.add(f"guard {a.name}.{c} {'false' if c in want else 'true'}")
+        if bad:
+            raise h.fail("guard-read", [o.name], f"after {o.render()}: " + "; ".join(bad[:4]))
+        h.cov.add("check: guard reads against the model's conjuncts")
+
+
+def guard_line(counts: Any) -> str:
+    """The report's line: the conjuncts :class:`GuardReads` compared, and those it never saw
+    both true and false ("" when it compared none)."""
+    seen: dict[str, set[str]] = {}
+    for k, v in counts.items():
+        if k.startswith("guard ") and v:
+            name, value = k[6:].rsplit(" ", 1)
+            seen.setdefault(name, set()).add(value)
+    if not seen:
+        return ""
+    never_f = sorted(n for n, vs in seen.items() if "false" not in vs)
+    never_t = sorted(n for n, vs in seen.items() if "true" not in vs)
+    both = sum(1 for vs in seen.values() if len(vs) == 2)
+    return (
+        f"  guards: {both} of {len(seen)} conjuncts of the block actions' guards seen true and "
+        f"false (never false: {', '.join(never_f) or 'none'}; never true: "
+        f"{', '.join(never_t) or 'none'})"
+    )
+
+
+# ---- refusals and answers of the façade's seams -----------------------------------------------
+
+
+def _closed_hooks(h: Any) -> Any:
+    """A closed cache's hooks and view (every seam refuses with CacheClosed)."""
+    import os
+    import tempfile
+
+    from kvstate.impl.cache import HeterogeneousKVCache
+
+    d = tempfile.mkdtemp(prefix="kvstate-closed-")
+    try:
+        c = HeterogeneousKVCache(table=h.table, cache_dir=d, executors="manual")
+        c.close()
+        return c
+    finally:
+        for name in os.listdir(d):
+            os.unlink(os.path.join(d, name))
+        os.rmdir(d)
+
+
+def _every_block_action_bare(h: Any) -> Any:
+    """``act(a)`` without its record, for every block action: InvalidArgument each time."""
+    from kvstate.impl.errors import InvalidArgument
+
+    names = [a.name for a in h.table.actions if any(p.kind is ParamKind.BLOCK for p in a.params)]
+    last: BaseException | None = None
+    for name in names:
+        try:
+            h.hooks.act(name)
+        except InvalidArgument as exc:
+            last = exc
+            continue
+        raise h.fail("bad-input", [name], f"act({name!r}) without a record was performed")
+    if last is None:
+        return _SKIP
+    raise last
+
+
+def _stored_tail(h: Any) -> Any:
+    """``check_tail`` at the end of a live run's hit (the hit rule required its tail there):
+    True, and nothing marked."""
+    run = _hit_run(h)
+    if run is None:
+        return _SKIP
+    end = run.hit_tokens
+    b = end // h.L - 1
+    if b in h.tail_damaged:
+        return _SKIP
+    return (h.hooks.check_tail(run.rids[b], end), True)
+
+
+def _rid(h: Any) -> int:
+    return int(h.rids[0])
+
+
+def _last(h: Any) -> Any:
+    return block_only(h.table)[0].name
+
+
+CASES: tuple[tuple[str, str, Callable[[Any], Any]], ...] = (
+    ("act('no such action')", "InvalidArgument", lambda h: h.hooks.act("no such action")),
+    ("act(5)", "InvalidArgument", lambda h: h.hooks.act(5)),
+    ("act(every block action) without a record", "InvalidArgument", _every_block_action_bare),
+    (
+        "act(a block action, the null record)",
+        "InvalidArgument",
+        lambda h: h.hooks.act(_last(h), 0),
+    ),
+    (
+        "act(a block action, a bool record)",
+        "InvalidArgument",
+        lambda h: h.hooks.act(_last(h), True),
+    ),
+    (
+        "check_tail(boundary inside the block)",
+        "InvalidArgument",
+        lambda h: h.hooks.check_tail(_rid(h), h.L // 2),
+    ),
+    (
+        "check_tail(the next block's end)",
+        "InvalidArgument",
+        lambda h: h.hooks.check_tail(_rid(h), 2 * h.L),
+    ),
+    ("check_tail(the null record)", "InvalidArgument", lambda h: h.hooks.check_tail(0, h.L)),
+    ("check_tail(boundary=True)", "InvalidArgument", lambda h: h.hooks.check_tail(_rid(h), True)),
+    ("check_tail(a stored block's own end)", SAME, _stored_tail),
+    ("can('no such action')", "InvalidArgument", lambda h: h.view.can("no such action", 1)),
+    ("can(a record out of range)", "InvalidArgument", lambda h: h.view.can(_last(h), 1 << 40)),
+    ("can(a bool record)", "InvalidArgument", lambda h: h.view.can(_last(h), True)),
+    ("refused(5, record)", "InvalidArgument", lambda h: h.view.refused(5, _rid(h))),
+    (
+        "can/refused(np.int64 record) against (int)",
+        SAME,
+        lambda h: (
+            [
+                (h.view.can(a.name, np.int64(r)), h.view.refused(a.name, np.int64(r)))
+                for a in block_only(h.table)
+                for r in h.rids
+            ],
+            [
+                (h.view.can(a.name, r), h.view.refused(a.name, r))
+                for a in block_only(h.table)
+                for r in h.rids
+            ],
+        ),
+    ),
+    (
+        "act() on a closed cache",
+        "CacheClosed",
+        lambda h: _closed_hooks(h).test_hooks().act("tick", 1),
+    ),
+    (
+        "can() on a closed cache",
+        "CacheClosed",
+        lambda h: _closed_hooks(h).inspect().can(_last(h), 1),
+    ),
+)
+
+
+def do_refuse_facade(h: Any, o: Any) -> int | None:
+    what, want, call = CASES[o.arg("k") % len(CASES)]
+    return run_case(h, what, want, call)
+
+
+def walks(N: int, L: int, lease_max: int) -> dict[str, list[Any]]:
+    """Witness: every case of :data:`CASES` on an empty cache and beside a stored chain."""
+    full = N * L + 1
+    store = [
+        op("request", i=0, n=full, life=1),
+        op("admit", i=0),
+        op("use", i=0),
+        op("finish", i=0),
+    ]
+    hit = [op("request", i=1, n=full, life=lease_max), op("admit", i=1), op("use", i=1)]
+    every = [op("refuse_facade", k=k) for k in range(len(CASES))]
+    return {
+        "the façade's seams refused and answered": [*every, *store, *hit, *every, op("finish", i=1)]
+    }
+
+
+DECLS = (
+    OpDecl(
+        "refuse_facade",
+        do_refuse_facade,
+        "read",
+        lambda s: {"k": st.integers(0, 31)},
+        rule=False,  # scripted (walks): the ci walk's rules stay as they were
+    ),
+)
