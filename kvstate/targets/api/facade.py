@@ -165,7 +165,67 @@ def _last(h: Any) -> Any:
     return block_only(h.table)[0].name
 
 
+def _fresh(call: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``call(cache, tokens)`` on a new test-writer cache over a new directory."""
+
+    def run(h: Any) -> Any:
+        import os
+        import tempfile
+
+        from kvstate.impl.cache import HeterogeneousKVCache
+        from kvstate.impl.testdata import DeterministicWriter
+
+        d = tempfile.mkdtemp(prefix="kvstate-facade-")
+        try:
+            with HeterogeneousKVCache(
+                table=h.table, cache_dir=d, executors="manual", writer=DeterministicWriter()
+            ) as c:
+                return call(c, h.tokens[: 2 * h.L + 1])
+        finally:
+            for name in os.listdir(d):
+                os.unlink(os.path.join(d, name))
+            os.rmdir(d)
+
+    return run
+
+
+def _admitted_twice(c: Any, toks: Any) -> Any:
+    req = c.request(toks)
+    c.admit(req)
+    try:
+        c.admit(req)
+    finally:
+        c.abort(req)
+
+
+def _stale(c: Any, toks: Any) -> Any:
+    """``use`` of an Admission from before the request was admitted again."""
+    req = c.request(toks)
+    old = c.admit(req)
+    c.abort(req)
+    c.admit(req)
+    try:
+        c.use(old)
+    finally:
+        c.abort(req)
+
+
+def _use_admission(c: Any, toks: Any) -> Any:
+    """``use(admission)`` is ``use(request)``: the run names the request, and a request used
+    through its Admission stores what a request used by itself does."""
+    req = c.request(toks)
+    with c.use(c.admit(req)) as run:
+        named = run.request is req
+    again = c.request(toks)
+    with c.use(c.admit(again)) as run2:
+        hit = run2.hit_tokens
+    return (named, hit), (True, (len(toks) - 1) // c.L * c.L)
+
+
 CASES: tuple[tuple[str, str, Callable[[Any], Any]], ...] = (
+    ("admit(an admitted request)", "Refused", _fresh(_admitted_twice)),
+    ("use(an Admission admitted again since)", "StaleAdmission", _fresh(_stale)),
+    ("use(admission) against use(request)", SAME, _fresh(_use_admission)),
     ("act('no such action')", "InvalidArgument", lambda h: h.hooks.act("no such action")),
     ("act(5)", "InvalidArgument", lambda h: h.hooks.act(5)),
     ("act(every block action) without a record", "InvalidArgument", _every_block_action_bare),
@@ -241,8 +301,28 @@ def walks(N: int, L: int, lease_max: int) -> dict[str, list[Any]]:
     ]
     hit = [op("request", i=1, n=full, life=lease_max), op("admit", i=1), op("use", i=1)]
     every = [op("refuse_facade", k=k) for k in range(len(CASES))]
+    # hits that end exactly at a block boundary: one block (the block right after it not
+    # cached, or only partly requested), and every block of the chain
+    edges = [
+        x
+        for n in (L + 1, 2 * L, 2 * L + 1, full)
+        for x in (
+            op("request", i=1, n=n, life=1),
+            op("admit", i=1),
+            op("use", i=1),
+            op("read", i=1),
+            op("finish", i=1),
+        )
+    ]
     return {
-        "the façade's seams refused and answered": [*every, *store, *hit, *every, op("finish", i=1)]
+        "the façade's seams refused and answered": [
+            *every,
+            *store,
+            *hit,
+            *every,
+            op("finish", i=1),
+        ],
+        "hits that end at each block boundary": [*store, *edges],
     }
 
 

@@ -17,13 +17,14 @@ layers, or a store that reads past what was handed shows as a byte difference or
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
 from kvstate.spec.state import ConcreteState
+from kvstate.targets.api.args import SAME, run_case
 from kvstate.targets.api.base import CallCheck, op
 from kvstate.targets.api.declare import OpDecl
 
@@ -113,6 +114,99 @@ def do_handed(h: Any, o: Any) -> int | None:
     return None
 
 
+def _fresh(h: Any, call: Callable[[Any], Any]) -> Any:
+    """``call(cache)`` on a new cache over a new directory, with the default writer."""
+    import os
+    import tempfile
+
+    from kvstate.impl.cache import HeterogeneousKVCache
+
+    d = tempfile.mkdtemp(prefix="kvstate-handed-")
+    try:
+        with HeterogeneousKVCache(table=h.table, cache_dir=d, executors="manual") as c:
+            return call(c)
+    finally:
+        for name in os.listdir(d):
+            os.unlink(os.path.join(d, name))
+        os.rmdir(d)
+
+
+def _unhanded(h: Any) -> Any:
+    """A request used without handing its rows, on the default writer: ``WriterFailed`` (its
+    cause ``RowsNotHanded``), nothing pinned, nothing stored (the same request hits nothing)."""
+    from kvstate.impl.errors import WriterFailed
+    from kvstate.impl.writer import HandedRows, RowsNotHanded
+
+    toks = h.tokens[: 2 * h.L + 1]
+
+    def call(c: Any) -> Any:
+        got = []
+        got.append(isinstance(c.inspect().writer, HandedRows))
+        adm = c.admit(c.request(toks))
+        try:
+            with c.use(adm):
+                pass
+            got.append("stored")
+        except WriterFailed as exc:
+            got.append(type(exc.__cause__).__name__)
+        again = c.admit(c.request(toks))
+        got += [
+            adm.request.slot is None,
+            c.stats()["pinned_blocks"] - len(again.pins),
+            again.hit_tokens,
+        ]
+        c.abort(again.request)
+        return got, [True, RowsNotHanded.__name__, True, 0, 0]
+
+    return _fresh(h, call)
+
+
+def _hand(*args: Any, **kw: Any) -> Callable[[Any], Any]:
+    def call(h: Any) -> Any:
+        from kvstate.impl.writer import HandedRows
+
+        w = HandedRows()
+        try:
+            w.hand(*args, **kw)
+        finally:
+            if w.held():
+                raise h.fail("handed-rows", ["hand"], f"hand{args} refused yet kept rows")
+
+    return call
+
+
+def _u8(*shape: int) -> Any:
+    return torch.zeros(shape, dtype=torch.uint8)
+
+
+# the writer's documented refusals (InvalidArgument, nothing kept) and its failure on a store
+WRITER_CASES: tuple[tuple[str, str, Callable[[Any], Any]], ...] = (
+    (
+        "HandedRows(fmt=99)",
+        "InvalidArgument",
+        lambda h: __import__("kvstate.impl.writer", fromlist=["HandedRows"]).HandedRows(fmt=99),
+    ),
+    (
+        "HandedRows(fmt=True)",
+        "InvalidArgument",
+        lambda h: __import__("kvstate.impl.writer", fromlist=["HandedRows"]).HandedRows(fmt=True),
+    ),
+    ("hand('', 0, rows)", "InvalidArgument", _hand("", 0, _u8(1, 2, 3))),
+    ("hand(5, 0, rows)", "InvalidArgument", _hand(5, 0, _u8(1, 2, 3))),
+    ("hand('swa', -1, rows)", "InvalidArgument", _hand("swa", -1, _u8(1, 2, 3))),
+    ("hand('swa', True, rows)", "InvalidArgument", _hand("swa", True, _u8(1, 2, 3))),
+    ("hand('swa', 0, 2-D rows)", "InvalidArgument", _hand("swa", 0, _u8(2, 3))),
+    ("hand('swa', 0, a list)", "InvalidArgument", _hand("swa", 0, [[[0]]])),
+    ("hand('swa', 0, float32 rows)", "InvalidArgument", _hand("swa", 0, torch.zeros(1, 2, 3))),
+    ("hand('compressor', 0, uint8 rows)", "InvalidArgument", _hand("compressor", 0, _u8(1, 2, 3))),
+    ("a use whose rows were not handed", SAME, _unhanded),
+)
+
+
+def do_refuse_writer(h: Any, o: Any) -> int | None:
+    return run_case(h, *WRITER_CASES[o.arg("k") % len(WRITER_CASES)])
+
+
 def walks(N: int, L: int, lease_max: int) -> dict[str, list[Any]]:
     """Witness: through HandedRows, a chain stored, appended, taken to disk, restored, hit, read."""
     full = N * L + 1
@@ -135,8 +229,12 @@ def walks(N: int, L: int, lease_max: int) -> dict[str, list[Any]]:
             op("use", i=1),
             op("read", i=1),
             op("finish", i=1),
+            *[op("refuse_writer", k=k) for k in range(len(WRITER_CASES))],
         ]
     }
 
 
-DECLS = (OpDecl("handed", do_handed, "read", rule=False),)
+DECLS = (
+    OpDecl("handed", do_handed, "read", rule=False),
+    OpDecl("refuse_writer", do_refuse_writer, "read", rule=False),
+)
