@@ -21,7 +21,7 @@ def make_checks(h: Any) -> list[CallCheck]:
     from kvstate.targets.api.args import MaintCount
     from kvstate.targets.api.delivery import Delivery
     from kvstate.targets.api.exhaust import Counts
-    from kvstate.targets.api.facade import GuardReads
+    from kvstate.targets.api.facade import GuardReads, InspectionReads
     from kvstate.targets.api.geometry import NewModel
     from kvstate.targets.api.graphs import GraphProtocol
     from kvstate.targets.api.handed import HandRows
@@ -54,5 +54,6 @@ def make_checks(h: Any) -> list[CallCheck]:
         StatsCheck(),
         ActCheck(),
         GuardReads(),
+        InspectionReads(),
         HandRows(),
     ]

@@ -29,8 +29,9 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 
+from kvstate.spec.phases import CKV
 from kvstate.spec.state import ConcreteState
-from kvstate.spec.table import ParamKind
+from kvstate.spec.table import ParamKind, Scope
 from kvstate.targets.api.args import _SKIP, SAME, _hit_run, run_case
 from kvstate.targets.api.base import CallCheck, op
 from kvstate.targets.api.declare import OpDecl
@@ -83,6 +84,92 @@ class GuardReads(CallCheck):
         if bad:
             raise h.fail("guard-read", [o.name], f"after {o.render()}: " + "; ".join(bad[:4]))
         h.cov.add("check: guard reads against the model's conjuncts")
+
+
+class InspectionReads(CallCheck):
+    """The inspection view's other reads, after each operation that changed the model's state:
+    the chain's records as the view resolves and indexes them, the table's state through
+    ``chain_view`` (what the guards and hit rules read) against the model's, tombstones only on
+    blocks the model has FREE, the configuration as the cache was built, a rule epoch that never
+    goes back; and, once per cache, the view's read-only contract (no attribute set, no private
+    name, no mutating method, columns read as tuples)."""
+
+    def __init__(self) -> None:
+        self.last: Any = None
+        self.cache: Any = None
+        self.epoch = 0
+
+    def after(
+        self, h: Any, o: Any, before: ConcreteState, steps: Sequence[Step], end: ConcreteState
+    ) -> None:
+        if h.threads or end is None or (self.last is not None and end.values == self.last):
+            return
+        self.last = end.values
+        view, bad = h.view, []
+        if self.cache is not h.cache:
+            self.cache, self.epoch = h.cache, 0
+            bad += _contract(h)
+        with view.lock:
+            rids = list(h.rids)
+            if list(view.resolve(h.chain)) != rids:
+                bad.append(f"resolve(chain) {view.resolve(h.chain)}, registered {rids}")
+            index = view.index
+            for b, key in enumerate(h.chain.keys):
+                if index.get(key) != rids[b]:
+                    bad.append(f"index[key of block {b}] {index.get(key)}, record {rids[b]}")
+            cv = view.chain_view(rids)
+            for v in h.table.vars:
+                if v.scope is Scope.BLOCK and not v.ghost:
+                    got = [getattr(cv, v.name)[b] for b in range(h.N)]
+                    want = list(end.values[v.name][: h.N])
+                    if got != want:
+                        bad.append(f"chain_view.{v.name} {got}, the model's {want}")
+            free = [b for b in range(h.N) if end.values["ckv"][b] == CKV.FREE]
+            for rid in view.tombstones:
+                if rid in rids and rids.index(rid) not in free:
+                    bad.append(f"block {rids.index(rid)} is a tombstone but not FREE")
+            if view.epoch < self.epoch:
+                bad.append(f"the rule epoch went back from {self.epoch} to {view.epoch}")
+            self.epoch = view.epoch
+            kw = h.open_kwargs()
+            if (view.device_blocks, view.host_blocks) != (kw["device_blocks"], kw["host_blocks"]):
+                bad.append("device_blocks/host_blocks differ from the constructor's")
+            if view.table is not h.table or view.consts != h.table.consts:
+                bad.append("the view's table or consts are not the cache's")
+            if view.geometry != h.table.geometry:
+                bad.append("the view's geometry is not the table's")
+        if bad:
+            raise h.fail("inspection", [o.name], f"after {o.render()}: " + "; ".join(bad[:4]))
+        h.cov.add("check: inspection reads against the model")
+
+
+def _contract(h: Any) -> list[str]:
+    """The view's read-only contract (docs/library.md): what it must refuse."""
+    view, bad = h.view, []
+    meta, slot0 = view.meta, view.slots[0]
+    for what, fn in (
+        ("view.meta.ckv = ...", lambda: setattr(meta, "ckv", [])),
+        ("view.meta._private", lambda: meta._free),
+        ("view.meta.new (a method)", lambda: meta.new),
+        ("view.slots[0].x = ...", lambda: setattr(slot0, "phase", 0)),
+        ("view.slots[0]._private", lambda: slot0._x),
+        ("view.tiers.slots.take (a mutating method)", lambda: view.tiers.slots.take),
+        ("view.disk.delete (a mutating method)", lambda: view.disk.delete),
+    ):
+        try:
+            fn()
+        except AttributeError:
+            continue
+        bad.append(f"{what} was allowed on a read-only view")
+    col = meta.ckv
+    if len(col) != len(list(col)) or not repr(col).startswith("Column("):
+        bad.append("a metadata column's length, iteration or repr disagree")
+    if any(type(meta.swa_pages[i]) is list for i in range(len(meta.swa_pages))):
+        bad.append("a list-valued column read as a list (a tuple is the read-only form)")
+    groups = view.tiers.groups
+    if [g.name for g in groups] != [getattr(view.tiers, g.name).name for g in groups]:
+        bad.append("tiers.groups and the groups by name disagree")
+    return bad
 
 
 def guard_line(counts: Any) -> str:
