@@ -252,8 +252,9 @@ def _last(h: Any) -> Any:
     return block_only(h.table)[0].name
 
 
-def _fresh(call: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    """``call(cache, tokens)`` on a new test-writer cache over a new directory."""
+def _fresh(call: Callable[[Any], Any], **kw: Any) -> Callable[[Any], Any]:
+    """``call(cache, tokens)`` on a new test-writer cache over a new directory (``kw``: more
+    constructor arguments)."""
 
     def run(h: Any) -> Any:
         import os
@@ -265,7 +266,13 @@ def _fresh(call: Callable[[Any], Any]) -> Callable[[Any], Any]:
         d = tempfile.mkdtemp(prefix="kvstate-facade-")
         try:
             with HeterogeneousKVCache(
-                table=h.table, cache_dir=d, executors="manual", writer=DeterministicWriter()
+                **{
+                    "table": h.table,
+                    "cache_dir": d,
+                    "executors": "manual",
+                    "writer": DeterministicWriter(),
+                    **kw,
+                }
             ) as c:
                 return call(c, h.tokens[: 2 * h.L + 1])
         finally:
@@ -309,7 +316,39 @@ def _use_admission(c: Any, toks: Any) -> Any:
     return (named, hit), (True, (len(toks) - 1) // c.L * c.L)
 
 
+def _stores_and_hits(c: Any, toks: Any) -> Any:
+    """A chain stored and hit again: what any constructor's forms must still do."""
+    with c.use(c.admit(c.request(toks))):
+        pass
+    with c.use(c.admit(c.request(toks))) as run:
+        return run.hit_tokens, (len(toks) - 1) // c.L * c.L
+
+
+def _torch_cpu() -> Any:
+    import torch
+
+    return torch.device("cpu")
+
+
 CASES: tuple[tuple[str, str, Callable[[Any], Any]], ...] = (
+    (
+        "HeterogeneousKVCache(device=torch.device, kernel_backend, NumPy flags, bytearray key)",
+        SAME,
+        lambda h: _fresh(
+            _stores_and_hits,
+            device=_torch_cpu(),
+            kernel_backend="torch",
+            derive_index=np.True_,
+            durable=np.False_,
+            disk_key=bytearray(range(32)),
+        )(h),
+    ),
+    ("HeterogeneousKVCache(remote=5)", "InvalidArgument", _fresh(_stores_and_hits, remote=5)),
+    (
+        "HeterogeneousKVCache(kernel_backend=5)",
+        "InvalidArgument",
+        _fresh(_stores_and_hits, kernel_backend=5),
+    ),
     ("admit(an admitted request)", "Refused", _fresh(_admitted_twice)),
     ("use(an Admission admitted again since)", "StaleAdmission", _fresh(_stale)),
     ("use(admission) against use(request)", SAME, _fresh(_use_admission)),
