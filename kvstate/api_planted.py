@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from kvstate.api_mutants_blocks import PLANTED as PLANTED_BLOCKS
 from kvstate.api_mutants_disk import DISK_MUTANTS
+from kvstate.api_mutants_facade import PLANTED as PLANTED_FACADE
 
 
 @dataclass(frozen=True)
@@ -593,3 +594,5 @@ MUTANTS: tuple[Mutant, ...] = (
 MUTANTS += tuple(Mutant(*m) for m in DISK_MUTANTS)
 # the block-level classes' planted bugs (kvstate/api_mutants_blocks.py)
 MUTANTS += tuple(Mutant(*m) for m in PLANTED_BLOCKS)
+# the façade's and the production writer's planted bugs (kvstate/api_mutants_facade.py)
+MUTANTS += tuple(Mutant(*m) for m in PLANTED_FACADE)
