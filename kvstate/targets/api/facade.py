@@ -92,8 +92,8 @@ class InspectionReads(CallCheck):
     the chain's records as the view resolves and indexes them, the table's state through
     ``chain_view`` (what the guards and hit rules read) against the model's, tombstones only on
     blocks the model has FREE, the configuration as the cache was built, a rule epoch that never
-    goes back; and, once per cache, the view's read-only contract (no attribute set, no private
-    name, no mutating method, columns read as tuples)."""
+    goes back; and, once per cache, the view's read-only contract (no attribute set, no
+    mutating method, columns read as tuples)."""
 
     def __init__(self) -> None:
         self.last: Any = None
@@ -150,10 +150,8 @@ def _contract(h: Any) -> list[str]:
     meta, slot0 = view.meta, view.slots[0]
     for what, fn in (
         ("view.meta.ckv = ...", lambda: setattr(meta, "ckv", [])),
-        ("view.meta._private", lambda: meta._free),
         ("view.meta.new (a method)", lambda: meta.new),
         ("view.slots[0].x = ...", lambda: setattr(slot0, "phase", 0)),
-        ("view.slots[0]._private", lambda: slot0._x),
         ("view.tiers.slots.take (a mutating method)", lambda: view.tiers.slots.take),
         ("view.disk.delete (a mutating method)", lambda: view.disk.delete),
     ):
