@@ -323,6 +323,57 @@ def _stores_and_hits(c: Any, toks: Any) -> Any:
         return run.hit_tokens, (len(toks) - 1) // c.L * c.L
 
 
+def _after(c: Any, toks: Any) -> tuple[Any, ...]:
+    """What a request of ``toks`` finds next: its hit (then released), and the pinned count."""
+    again = c.admit(c.request(toks))
+    hit = again.hit_tokens
+    c.abort(again.request)
+    return hit, c.stats()["pinned_blocks"]
+
+
+def _block_raises(c: Any, toks: Any) -> Any:
+    """An exception leaving the ``use`` block aborts the request: nothing stored or pinned."""
+    req = c.request(toks)
+    try:
+        with c.use(c.admit(req)):
+            raise KeyError("the engine's forward pass failed")
+    except KeyError:
+        pass
+    return (req.slot is None, *_after(c, toks)), (True, 0, 0)
+
+
+def _ends_inside(finish: bool) -> Callable[[Any, Any], Any]:
+    """``UseContext.finish``/``abort`` inside the block: the block's end then does nothing
+    more; a finish stores the request's blocks, an abort nothing."""
+
+    def call(c: Any, toks: Any) -> Any:
+        req = c.request(toks)
+        ctx = c.use(c.admit(req))
+        with ctx:
+            ctx.finish() if finish else ctx.abort()
+        want = (len(toks) - 1) // c.L * c.L if finish else 0
+        return (req.slot is None, *_after(c, toks)), (True, want, 0)
+
+    return call
+
+
+def _enter_released(c: Any, toks: Any) -> Any:
+    """A ``use`` context entered after its request was aborted: AlreadyReleased."""
+    req = c.request(toks)
+    ctx = c.use(c.admit(req))
+    c.abort(req)
+    with ctx:
+        pass
+
+
+def _enter_closed(c: Any, toks: Any) -> Any:
+    """A ``use`` context entered after the cache was closed: CacheClosed."""
+    ctx = c.use(c.admit(c.request(toks)))
+    c.close()
+    with ctx:
+        pass
+
+
 def _torch_cpu() -> Any:
     import torch
 
@@ -343,6 +394,11 @@ CASES: tuple[tuple[str, str, Callable[[Any], Any]], ...] = (
         )(h),
     ),
     ("HeterogeneousKVCache(remote=5)", "InvalidArgument", _fresh(_stores_and_hits, remote=5)),
+    ("an exception leaving the use block", SAME, _fresh(_block_raises)),
+    ("UseContext.finish inside the block", SAME, _fresh(_ends_inside(True))),
+    ("UseContext.abort inside the block", SAME, _fresh(_ends_inside(False))),
+    ("a use context entered after its request aborted", "AlreadyReleased", _fresh(_enter_released)),
+    ("a use context entered on a closed cache", "CacheClosed", _fresh(_enter_closed)),
     (
         "HeterogeneousKVCache(kernel_backend=5)",
         "InvalidArgument",
