@@ -507,6 +507,10 @@ class Recovery:
 
     def fail_load(self, rid: int, job: LoadJob, why: str, *, corrupt: bool) -> None:
         m = self.meta
+        # the table's ``load_fail``, performed here on every path (a read that failed outside
+        # the lock, a job abandoned), not only behind its guard: it writes what the hit rules
+        # read, so a search made before it is no longer a proof of them
+        self.gate.admitted("load_fail", 1)
         self.tiers.slots.release(job.dst)
         self.tiers.slots.unclaim(job.dst, rid)
         if job.swa_pages:

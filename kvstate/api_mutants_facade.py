@@ -18,6 +18,14 @@ PLANTED: tuple[tuple[str, str, str, str, str], ...] = (
         "            return [name for name, fn in conj if not fn(view, params)]",
         "            return [name for name, fn in conj[1:] if not fn(view, params)]",
     ),
+    # ... and the rule epoch: a hit search stays a proof of the rules only while it has not moved
+    (
+        "rule_epoch_stays_on_a_block_guard",
+        "caches inside the implementation: a memoized proof kept past a change",
+        "impl/gate.py",
+        "            if self.accept[action](self.records, params):\n                self.admitted(action, 1)",
+        "            if self.accept[action](self.records, params):\n                self.admitted(action, 0)",
+    ),
     # the façade's own refusals
     (
         "act_block_action_without_record",

@@ -99,6 +99,10 @@ class InspectionReads(CallCheck):
         self.last: Any = None
         self.cache: Any = None
         self.epoch = 0
+        self.before_epoch: tuple[Any, int] | None = None
+
+    def before(self, h: Any, o: Any) -> None:
+        self.before_epoch = None if h.threads else (h.cache, h.view.epoch)
 
     def after(
         self, h: Any, o: Any, before: ConcreteState, steps: Sequence[Step], end: ConcreteState
@@ -132,6 +136,14 @@ class InspectionReads(CallCheck):
             if view.epoch < self.epoch:
                 bad.append(f"the rule epoch went back from {self.epoch} to {view.epoch}")
             self.epoch = view.epoch
+            # the rule epoch moves with every action whose frame meets what the hit rules read
+            # (a search made before it is no longer a proof of the rules)
+            reads, was = view.rule_reads, self.before_epoch
+            moving = [
+                n for n, _ in steps if reads is not None and h.table.action(n).modifies & reads
+            ]
+            if moving and was is not None and was[0] is h.cache and view.epoch <= was[1]:
+                bad.append(f"{moving} wrote what the hit rules read; the rule epoch stayed")
             kw = h.open_kwargs()
             if (view.device_blocks, view.host_blocks) != (kw["device_blocks"], kw["host_blocks"]):
                 bad.append("device_blocks/host_blocks differ from the constructor's")
