@@ -347,6 +347,7 @@ class Recovery:
         with self.lock:
             rid = job.rid
             if self.meta.ckv[rid] == CKV_OFFLOADING and self.pipes.dma.get(rid) is job:
+                self.gate.admitted("offload_cancel", 1)  # (no guard on this path: see fail_load)
                 self._fx_offload_cancel(rid)
 
     def start_recovery(

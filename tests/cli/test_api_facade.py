@@ -94,3 +94,29 @@ def test_the_guard_line_names_what_was_never_seen_both_ways() -> None:
     assert f"1 of {1 + len(rest)} conjuncts" in line
     assert (f"never false: {a.name}.{rest[0]}" in line) if rest else "never false: none" in line
     assert guard_line({}) == ""
+
+
+@pytest.mark.parametrize(
+    "trace",
+    [
+        # a disk load failed by a read made outside the lock (the table's load_fail)
+        "request(i=0, n=32, life=1); admit(i=0); use(i=0); finish(i=0); tick(t=1); "
+        "offload(n=1); drain(); spill(n=1); request(i=1, n=33, life=1); admit(i=1); "
+        "act_step(b=1, k=1)",
+        # an offload abandoned after its job raised (the table's offload_cancel)
+        "request(i=0, n=64, life=1); admit(i=0); use(i=0); finish(i=0); tick(t=1); "
+        "offload(n=1); read_error(b=3)",
+    ],
+)
+def test_a_job_that_fails_moves_the_rule_epoch(trace: str) -> None:
+    """The API fuzz's findings, replayed: each path that performs a table action without its
+    guard (a failed read, an abandoned job) moves the rule epoch as the guarded path does."""
+    from kvstate.targets.api import parse_ops
+
+    h = ApiHarness(TABLE, N)
+    try:
+        for o in parse_ops(trace):
+            h.apply(o)
+        h.quiesce()
+    finally:
+        h.close()
