@@ -406,6 +406,11 @@ CASES: tuple[tuple[str, str, Callable[[Any], Any]], ...] = (
         )(h),
     ),
     ("HeterogeneousKVCache(remote=5)", "InvalidArgument", _fresh(_stores_and_hits, remote=5)),
+    (
+        "max_hit of a one-token request: every token but the last, none",
+        SAME,
+        _fresh(lambda c, toks: (c.max_hit(c.request(toks[:1])), 0)),
+    ),
     ("an exception leaving the use block", SAME, _fresh(_block_raises)),
     ("UseContext.finish inside the block", SAME, _fresh(_ends_inside(True))),
     ("UseContext.abort inside the block", SAME, _fresh(_ends_inside(False))),
