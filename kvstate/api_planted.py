@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from kvstate.api_mutants_blocks import PLANTED as PLANTED_BLOCKS
 from kvstate.api_mutants_disk import DISK_MUTANTS
 from kvstate.api_mutants_evict import PLANTED as PLANTED_EVICT
+from kvstate.api_mutants_facade import PLANTED as PLANTED_FACADE
 from kvstate.api_mutants_recovery import RECOVERY_MUTANTS
 
 
@@ -598,3 +599,5 @@ MUTANTS += tuple(Mutant(*m) for m in RECOVERY_MUTANTS)
 MUTANTS += tuple(Mutant(*m) for m in PLANTED_BLOCKS)
 # a store run's eviction past a protected LRU head (kvstate/api_mutants_evict.py)
 MUTANTS += tuple(Mutant(*m) for m in PLANTED_EVICT)
+# the façade's and the production writer's planted bugs (kvstate/api_mutants_facade.py)
+MUTANTS += tuple(Mutant(*m) for m in PLANTED_FACADE)

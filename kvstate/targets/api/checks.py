@@ -21,8 +21,10 @@ def make_checks(h: Any) -> list[CallCheck]:
     from kvstate.targets.api.args import MaintCount
     from kvstate.targets.api.delivery import Delivery
     from kvstate.targets.api.exhaust import Counts
+    from kvstate.targets.api.facade import GuardReads, InspectionReads
     from kvstate.targets.api.geometry import NewModel
     from kvstate.targets.api.graphs import GraphProtocol
+    from kvstate.targets.api.handed import HandRows
     from kvstate.targets.api.handout import Events, GraphRows
     from kvstate.targets.api.jobfaults import UnverifiedTail
     from kvstate.targets.api.memo import WindowPolicy
@@ -55,4 +57,7 @@ def make_checks(h: Any) -> list[CallCheck]:
         ActCheck(),
         *remote_checks(h),  # the remote table's outcomes, with a remote tier
         UnverifiedTail(),
+        GuardReads(),
+        InspectionReads(),
+        HandRows(),
     ]

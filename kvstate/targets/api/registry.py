@@ -17,8 +17,10 @@ from kvstate.targets.api import (
     args,
     damage,
     exhaust,
+    facade,
     geometry,
     graphs,
+    handed,
     inputs,
     jobfaults,
     mixedload,
@@ -51,6 +53,8 @@ MODULES = (
     single,
     mixedload,
     jobfaults,
+    facade,
+    handed,
     remote,
 )
 

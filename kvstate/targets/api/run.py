@@ -218,6 +218,10 @@ def summary_lines(res: RunResult) -> list[str]:
     checks = {k[7:]: v for k, v in sorted(c.items()) if k.startswith("check: ")}
     if checks:  # kvstate/targets/api/checks.py
         lines.append("  checked: " + ", ".join(f"{k} {v}" for k, v in checks.items()))
+    from kvstate.targets.api.facade import guard_line
+
+    if guard_line(c):
+        lines.append(guard_line(c))
     calls = {k[5:]: v for k, v in sorted(c.items()) if k.startswith("call ")}
     lines.append("  calls: " + ", ".join(f"{k} {v}" for k, v in calls.items()))
     refused = {k[8:]: v for k, v in sorted(c.items()) if k.startswith("refused ")}
