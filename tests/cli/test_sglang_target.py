@@ -24,6 +24,7 @@ except sglang_import.SGLangUnavailable as e:  # pragma: no cover - depends on th
     pytest.skip(f"SGLang not installed ({e}); run tools/install_sglang.sh", allow_module_level=True)
 
 from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator  # noqa: E402
+from sglang.srt.mem_cache.memory_pool import ReqToTokenPool  # noqa: E402
 from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache  # noqa: E402
 
 from kvstate.targets.sglang.checks import CHECK_CLASSES  # noqa: E402
@@ -120,6 +121,19 @@ def test_a_release_that_publishes_nothing_is_a_completeness_finding(
     monkeypatch.setattr(UnifiedRadixCache, "checkpoint", lambda self, req, **k: None)
     f, _ = replay(SWA[0], STORE_AND_RESEND)
     assert f is not None and f.kind == "completeness", f
+
+
+def test_a_buffer_moved_under_a_captured_graph_is_an_addresses_finding(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    orig = ReqToTokenPool.write
+
+    def write(self, indices, values):  # type: ignore[no-untyped-def]
+        self.req_to_token = self.req_to_token.clone()  # copy-on-write: the table moves
+        return orig(self, indices, values)
+
+    monkeypatch.setattr(ReqToTokenPool, "write", write)
+    assert _fuzz().finding.kind == "addresses"
 
 
 def test_sglang_raising_on_an_allowed_call_is_a_crash_finding(

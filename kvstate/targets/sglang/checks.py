@@ -45,10 +45,12 @@ INVARIANT_PROJECTION = {
     "hit_truth": ("L3",),  # markers: the content a hit names is the prompt's own prefix
     "reading_truth": ("freed-referenced",),
     "request_hygiene": ("locks",),
+    # SGLang captures its CUDA graphs once, at startup, over the pools' buffers and never
+    # recaptures: the graph is always CAPTURED, so every buffer must stay where it was
+    "graph_topology": ("addresses",),
+    "graph_truth": ("addresses",),
 }
 INVARIANTS_NOT_PROJECTED = {
-    "graph_topology": "no CUDA graph on a CPU",
-    "graph_truth": "no CUDA graph on a CPU",
     "admission_cap": "no disk I/O queue in the device tier",
     "separation": "no recovery pipelines in the device tier",
     "load_integrity": "no host or storage loads in the device tier",
@@ -56,7 +58,8 @@ INVARIANTS_NOT_PROJECTED = {
     "domains": "typing of the spec's own phase variables",
     "mechanism_truth": "relates the spec's own mechanism variables to its ghost truth",
 }
-CHECK_CLASSES = ("conservation", "freed-referenced", "L1", "L3", "locks", "completeness", "crash")
+CHECK_CLASSES = ("conservation", "freed-referenced", "L1", "L3", "locks", "completeness",
+                 "addresses", "crash")  # fmt: skip
 
 
 def projected_rules() -> tuple[Rule, ...]:
@@ -157,6 +160,23 @@ def conservation(name: str, available: int, evictable: int, protected: int, priv
             f"{name} pool: available {available} + evictable {evictable} + protected "
             f"{protected} + private {private} = "
             f"{available + evictable + protected + private} != size {size}",
+        )
+    ]
+
+
+def moved_buffers(
+    captured: dict[str, tuple[int, tuple[int, ...]]], now: dict[str, tuple[int, tuple[int, ...]]]
+) -> list[Violation]:
+    """GRAPH_TOPOLOGY on a stack whose graphs were captured at build: each buffer's address and
+    shape (``captured``: name -> (data_ptr, shape)) are the ones a replay reads and writes."""
+    moved = [n for n in captured if now.get(n) != captured[n]]
+    if not moved:
+        return []
+    return [
+        Violation(
+            "addresses",
+            f"{len(moved)} buffer(s) a captured CUDA graph reads moved or changed shape: "
+            + ", ".join(f"{n} {captured[n]} -> {now.get(n)}" for n in moved[:4]),
         )
     ]
 

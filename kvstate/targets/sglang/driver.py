@@ -89,6 +89,35 @@ class Driver:
         self.P, self.W = config.page, config.window
         self.at: tuple[int, Op] = (0, ("",))
         self.st.on_match = self._on_match
+        self.captured = self._buffers()  # what a graph captured at startup would read
+
+    def _buffers(self) -> dict[str, tuple[int, tuple[int, ...]]]:
+        """Every tensor a captured CUDA graph reads from the pools (the KV pool's buffers, the
+        request-to-token table, the full-to-SWA slot map), by attribute path: (address, shape)."""
+        import torch
+
+        out: dict[str, tuple[int, tuple[int, ...]]] = {}
+        seen: set[int] = set()
+
+        def walk(name: str, x: Any, depth: int) -> None:
+            if isinstance(x, torch.Tensor):
+                if x.numel():
+                    out[name] = (x.data_ptr(), tuple(x.shape))
+                return
+            if isinstance(x, (list, tuple)):
+                for i, y in enumerate(x):
+                    walk(f"{name}[{i}]", y, depth)
+                return
+            if depth == 0 or id(x) in seen or not type(x).__module__.startswith("sglang"):
+                return
+            seen.add(id(x))
+            for k, y in getattr(x, "__dict__", {}).items():
+                walk(f"{name}.{k}", y, depth - 1)
+
+        walk("kv", self.st.kv, 3)
+        walk("req_to_token", self.st.r2t.req_to_token, 0)
+        walk("full_to_swa_index_mapping", self.st.alloc.full_to_swa_index_mapping, 0)
+        return out
 
     def _on_match(self, req: Any, hit: tuple[int, Any]) -> None:
         """Every match, checked before the scheduler uses it (lock, allocation)."""
@@ -123,6 +152,8 @@ class Driver:
         if name == "finish" and result is not None:
             self.stored.append(self.epoch)
         out += self._conservation() + self._freed_referenced() + self._locks()
+        self.stats.checks["addresses"] += 1
+        out += checks.moved_buffers(self.captured, self._buffers())
         if out:
             raise Finding(out, step, op)
 
