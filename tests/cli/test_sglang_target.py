@@ -25,6 +25,7 @@ except sglang_import.SGLangUnavailable as e:  # pragma: no cover - depends on th
 
 from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator  # noqa: E402
 from sglang.srt.mem_cache.memory_pool import ReqToTokenPool  # noqa: E402
+from sglang.srt.mem_cache.pool_host.base import HostKVCache  # noqa: E402
 from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache  # noqa: E402
 
 from kvstate.targets.sglang.checks import CHECK_CLASSES  # noqa: E402
@@ -37,6 +38,10 @@ SWA_RUST = (Config("swa", "rust", 4, 16, 96, 256),)
 # a page of traffic that stores a prefix and asks for it again, nothing evicted in between
 STORE_AND_RESEND = [("arrive", 1, 40), ("admit", 0, 256), ("decode", 0, 3), ("finish", 0),
                     ("resend", 0), ("admit", 0, 256)]  # fmt: skip
+# with HiCache's host tier: the stored prefix is written through, evicted from the device, and
+# the re-sent request's admission loads it back from the host
+L2 = Config("swa", "python", 4, 16, 96, 256, hicache="l2")
+STORE_EVICT_LOAD = STORE_AND_RESEND[:4] + [("evict", 96), ("resend", 0), ("admit", 0, 256)]
 
 
 def test_ci_profile_exercises_every_configuration_and_check() -> None:
@@ -134,6 +139,34 @@ def test_a_buffer_moved_under_a_captured_graph_is_an_addresses_finding(
 
     monkeypatch.setattr(ReqToTokenPool, "write", write)
     assert _fuzz().finding.kind == "addresses"
+
+
+def test_a_load_back_from_the_host_tier_is_checked_whole() -> None:
+    f, d = replay(L2, STORE_EVICT_LOAD)
+    assert f is None, f
+    assert d.stats.paths["host load-back"] == 1 and d.stats.checks["load"] == 1
+
+
+def test_a_load_back_that_never_completes_is_a_load_finding(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(UnifiedRadixCache, "is_load_back_event_done", lambda self, i: False)
+    f, _ = replay(L2, STORE_EVICT_LOAD)
+    assert f is not None and f.kind == "load", f
+
+
+def test_a_load_back_missing_its_last_page_is_an_L3_finding(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    orig = HostKVCache.load_to_device_per_layer_physical
+
+    def short(self, device_pool, host_indices, device_indices, *a, **k):  # type: ignore[no-untyped-def]
+        n = len(host_indices) - self.page_size  # the H2D copy stops a page short
+        return orig(self, device_pool, host_indices[:n], device_indices[:n], *a, **k)
+
+    monkeypatch.setattr(HostKVCache, "load_to_device_per_layer_physical", short)
+    f, _ = replay(L2, STORE_EVICT_LOAD)
+    assert f is not None and f.kind == "L3", f
 
 
 def test_sglang_raising_on_an_allowed_call_is_a_crash_finding(

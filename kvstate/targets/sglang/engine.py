@@ -139,7 +139,9 @@ def _machine(config: Config, stats: Stats, sink: dict[str, Any], patch: Any) -> 
             """One scheduler-like call; the draw's seed picks the operation and its arguments."""
             assert self.d is not None
             rng = random.Random(seed * 1_000_003 + len(self.ops))
-            op = draw_op(rng.random, rng.randrange, config.page, config.max_len)
+            op = draw_op(
+                rng.random, rng.randrange, config.page, config.max_len, bool(config.hicache)
+            )
             self.ops.append(op)
             try:
                 self.d.run_op(len(self.ops) - 1, op)

@@ -22,7 +22,7 @@ from types import SimpleNamespace
 
 import torch
 from sglang.srt.managers.schedule_batch import FINISH_LENGTH, Req, ScheduleBatch
-from sglang.srt.mem_cache.base_prefix_cache import EvictParams
+from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InitLoadBackParams
 from sglang.srt.mem_cache.common import (
     checkpoint_kv_cache, evict_from_tree_cache, release_kv_cache,
 )
@@ -52,7 +52,9 @@ class Stack:
         self.states = states(self.kv)
         self.waiting, self.chunked, self.running, self.finished = [], [], [], []
         self.n = 0
-        self.on_match = None
+        self.on_match = None  # an observer of every hit before it is used (kvstate's checks)
+        self.on_loaded = None  # of every prefix once a host load-back into it is complete
+        self.hicache = getattr(self.tree, "cache_controller", None) is not None
 
     def swa_of(self, locs):
         return self.alloc.full_to_swa_index_mapping[locs]
@@ -88,11 +90,12 @@ class Stack:
             checkpoint_kv_cache(req, self.tree)
             self.running.append((req, batch))
 
-    def chunk_end(self, req, chunk):
+    def chunk_end(self, req, chunk, start=None):
+        start = req.prefix_len if start is None else start
         fill = len(req.full_untruncated_fill_ids)
-        if fill - req.prefix_len <= chunk:
+        if fill - start <= chunk:
             return fill
-        return (req.prefix_len + chunk) // PAGE * PAGE
+        return (start + chunk) // PAGE * PAGE
 
 
 def arrive(st, family, length, tokens=None):
@@ -113,21 +116,69 @@ def resend(st, j):
     return req
 
 
+def tick(st):
+    # the scheduler's loop polls HiCache's write-through acks and load-back events every turn
+    if st.hicache:
+        st.tree.check_hicache_events()
+    return st.hicache or None
+
+
+def drain(st, seconds=5.0):
+    # idle scheduler turns: poll until no write-through or load-back is in flight (each holds
+    # a device lock on its node until acked)
+    import time
+    deadline = time.monotonic() + seconds
+    while st.hicache and (st.tree.ongoing_write_through or st.tree.ongoing_load_back):
+        if time.monotonic() > deadline:
+            break
+        tick(st)
+        time.sleep(0.0005)
+
+
+def load_back(st, req, lock):
+    # PrefillAdder.add_one_req: pin the host match, init_load_back, lock the loaded node; then
+    # the scheduler starts the H2D copy (ready_to_load_host_cache) and the forward waits for it
+    best = req.best_match_node
+    pin = st.tree.inc_host_lock_ref(best).to_dec_params()
+    try:
+        loaded, last = st.tree.init_load_back(InitLoadBackParams(
+            best_match_node=best, host_hit_length=req.host_hit_length, req=req))
+    finally:
+        st.tree.dec_host_lock_ref(best, pin)
+    req.host_loaded_length, req.last_node = loaded, last
+    req.prefix_len += loaded
+    if st.tree.load_back_is_cache_owned():
+        req.kv.cache_protected_len = req.prefix_len  # the loaded slots are the tree's
+    if loaded:
+        new = st.tree.lock(last)
+        st.tree.unlock(lock)
+        lock = new
+    event = st.tree.ready_to_load_host_cache()
+    if loaded and st.on_loaded is not None:
+        st.on_loaded(req, event)
+    return lock
+
+
 def admit(st, i, chunk):
     if not st.waiting:
         return None
+    tick(st)
     req = st.waiting[i % len(st.waiting)]
     req.init_next_round_input(st.tree)  # match_kv_cache
     hit = (req.prefix_len, st.tree.prefix_device_indices(req).clone())
     if st.on_match is not None:
         st.on_match(req, hit)  # an observer (kvstate's checks) sees the hit before it is used
-    end = st.chunk_end(req, chunk)
+    load = st.hicache and req.needs_host_load_back()
+    end = st.chunk_end(req, chunk, req.prefix_len + (req.host_hit_length if load else 0))
     if end <= req.prefix_len:
         return None
     lock = st.tree.lock(req.last_node)  # locked first: its prefix is no longer evictable
-    if not st.has_room(end - req.prefix_len):
+    if not st.has_room(end - req.prefix_len):  # the host hit's load-back takes device slots too
         st.tree.unlock(lock)  # the adder leaves it waiting
         return None
+    if load:
+        lock = load_back(st, req, lock)
+        end = max(end, st.chunk_end(req, chunk))  # a load short of the promise recomputes
     st.waiting.remove(req)
     req.extend_end = end
     req.lock = lock
@@ -202,4 +253,12 @@ def preempt(st, i):
 
 def evict(st, tokens):
     return st.tree.evict(EvictParams(num_tokens=tokens, swa_num_tokens=tokens))
+
+
+def evict_host(st, tokens):
+    # host pool pressure: HiCache drops host-only prefixes (L2)
+    if not st.hicache:
+        return None
+    tick(st)
+    return st.tree.evict_host(tokens)
 """
