@@ -53,7 +53,8 @@ def test_ci_profile_exercises_every_configuration_and_check() -> None:
         if c != "crash":  # a class that fires only when SGLang raises
             assert r.stats.checks[c] > 0, c
     for op in NAMES:
-        assert r.stats.calls[op] > 0, op
+        if op != "lose_file":  # a fault that needs a file written first: its own test below
+            assert r.stats.calls[op] > 0, op
     for path in ("hit", "miss", "eviction", "decode freed out-of-window SWA"):
         assert r.stats.paths[path] > 0, path
 
@@ -167,6 +168,25 @@ def test_a_load_back_missing_its_last_page_is_an_L3_finding(
     monkeypatch.setattr(HostKVCache, "load_to_device_per_layer_physical", short)
     f, _ = replay(L2, STORE_EVICT_LOAD)
     assert f is not None and f.kind == "L3", f
+
+
+L3 = Config("swa", "python", 4, 16, 96, 256, hicache="l3")
+STORE_DROP_PREFETCH = [("arrive", 1, 40), ("poll",), ("admit", 0, 256), ("decode", 0, 3),
+                       ("finish", 0), ("poll",), ("evict", 96), ("evict_host", 400),
+                       ("resend", 0), ("poll",), ("admit", 0, 256)]  # fmt: skip
+
+
+def test_a_prefix_gone_from_device_and_host_is_served_from_file_storage() -> None:
+    f, d = replay(L3, STORE_DROP_PREFETCH)
+    assert f is None, f
+    assert d.stats.paths["L3 prefetch loaded"] == 1 and d.stats.checks["load"] == 1
+
+
+@pytest.mark.parametrize("k", [0, 1])  # the first file removed; cut to half its size
+def test_a_lost_or_cut_storage_file_is_never_served(k: int) -> None:
+    f, d = replay(L3, STORE_DROP_PREFETCH[:8] + [("lose_file", k)] + STORE_DROP_PREFETCH[8:])
+    assert f is None, f  # whatever the admission then hits holds its markers (checked)
+    assert d.stats.calls["lose_file"] == 1 and d.stats.calls["admit"] == 2
 
 
 def test_sglang_raising_on_an_allowed_call_is_a_crash_finding(

@@ -150,7 +150,7 @@ _make_device_stack = make_stack
 def make_stack():
     # as the scheduler does with --enable-hierarchical-cache: the device stack, then init_hicache
     r2t, kv, alloc, tree = _make_device_stack()
-    args = ServerArgs(model_path="dummy", page_size=PAGE, hicache_ratio=HOST_RATIO,
+{storage_setup}    args = ServerArgs(model_path="dummy", page_size=PAGE, hicache_ratio=HOST_RATIO,
                       hicache_io_backend="direct", hicache_mem_layout="layer_first",
                       hicache_write_policy="write_through"{storage})
     set_global_server_args_for_scheduler(args)
@@ -173,6 +173,21 @@ SWITCHES = {
     "SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_WINDOW_SLOTS": "true",
 }
 SWA_SAVING = {"SGLANG_OPT_RELEASE_PREFILL_SWA": "true", "SGLANG_SWA_EVICTION_INTERVAL": "1"}
+
+
+# L3: SGLang's file storage backend (HiCacheFile) in a fresh temporary directory, one rank
+# (the distributed state a server would set up stood in by SGLang's own parallel override);
+# prefetches wait until complete (wait_complete) and start at one page.
+L3_SETUP = """\
+    import tempfile
+    from sglang.srt.runtime_context import get_parallel
+    get_parallel().override_permanently(tp_rank=0, tp_size=1, pp_rank=0, pp_size=1)
+    os.environ["SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"] = tempfile.mkdtemp(prefix="sglang-l3-")
+"""
+L3_ARGS = (
+    ', hicache_storage_backend="file", hicache_storage_prefetch_policy="wait_complete", '
+    "hicache_storage_backend_extra_config='{\"prefetch_threshold\": %d}' % PAGE"
+)
 
 
 @dataclass(frozen=True)
@@ -203,8 +218,10 @@ class Config:
             switches="\n".join(f"os.environ[{k!r}] = {v!r}" for k, v in env.items()),
         )  # fmt: skip
         body = head + "\n" + LAYOUTS[self.layout]
-        if self.hicache:
-            body += "\n" + HICACHE.format(ratio=2.0, storage="")
+        if self.hicache == "l2":
+            body += "\n" + HICACHE.format(ratio=2.0, storage="", storage_setup="")
+        elif self.hicache == "l3":
+            body += "\n" + HICACHE.format(ratio=2.0, storage=L3_ARGS, storage_setup=L3_SETUP)
         return body
 
 
@@ -223,6 +240,9 @@ def _all() -> tuple[Config, ...]:
     for core in ("python", "rust"):  # HiCache's host tier: write-through, host eviction, load-back
         out.append(Config("swa", core, 4, 16, 96, 256, hicache="l2"))
     out.append(Config("deepseek-v4", "rust", 256, 128, 256 * 10, 2048, hicache="l2"))
+    # and file storage (L3) behind it: prefetch, its progress, prefetch abort, a lost file
+    out.append(Config("swa", "python", 4, 16, 96, 256, hicache="l3"))
+    out.append(Config("deepseek-v4", "rust", 256, 128, 256 * 10, 2048, hicache="l3"))
     return tuple(out)
 
 

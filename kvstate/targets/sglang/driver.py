@@ -21,7 +21,7 @@ from .ops import SOURCE as OPS_SOURCE
 
 Op = tuple[Any, ...]
 NAMES = ("arrive", "resend", "admit", "next_chunk", "decode", "finish", "abort", "preempt", "evict",
-         "evict_host")  # fmt: skip
+         "evict_host", "poll", "cancel", "lose_file")  # fmt: skip
 
 
 class Finding(Exception):
@@ -48,10 +48,12 @@ class Stats:
     steps: int = 0
 
 
-def draw_op(rnd: Any, rng: Any, page: int, max_len: int, hicache: bool = False) -> Op:
+def draw_op(rnd: Any, rng: Any, page: int, max_len: int, hicache: str = "") -> Op:
     """One operation with traffic-like weights (arrivals, admissions and decode dominate)."""
     x = rnd()
     chunk = rng(1, 5) * page if rnd() < 0.3 else max_len
+    if hicache == "l3" and x < 0.08:
+        return ("poll",)
     if x < 0.15:
         return ("arrive", rng(4), rng(page // 2 + 1, max_len // 2))
     if x < 0.22:
@@ -68,9 +70,11 @@ def draw_op(rnd: Any, rng: Any, page: int, max_len: int, hicache: bool = False) 
         return ("abort", rng(8))
     if x < 0.94:
         return ("preempt", rng(8))
-    if x < 0.97 or not hicache:
+    if x < (0.955 if hicache else 1.0):
         return ("evict", rng(1, 4) * page)
-    return ("evict_host", rng(1, 4) * page)
+    if x < 0.97 or hicache == "l2":  # with L3 behind it, evict the host deeply: L3 serves
+        return ("evict_host", rng(1, 4 if hicache == "l2" else 32) * page)
+    return ("cancel", rng(8)) if x < 0.985 else ("lose_file", rng(16))
 
 
 class Driver:
@@ -172,6 +176,8 @@ class Driver:
         if name in ("admit", "next_chunk", "decode") and result is None and waiting:
             self.stats.paths[f"{name} refused (no room)"] += 1
         out: list[checks.Violation] = []
+        if name == "admit" and result is not None and getattr(result[0], "storage_hit_length", 0):
+            self.stats.paths["L3 prefetch loaded"] += 1
         if name == "finish" and result is not None:
             self.stored.append(self.epoch)
         out += self._conservation() + self._freed_referenced() + self._locks()

@@ -55,6 +55,7 @@ class Stack:
         self.on_match = None  # an observer of every hit before it is used (kvstate's checks)
         self.on_loaded = None  # of every prefix once a host load-back into it is complete
         self.hicache = getattr(self.tree, "cache_controller", None) is not None
+        self.storage = self.hicache and bool(self.tree.enable_storage)
 
     def swa_of(self, locs):
         return self.alloc.full_to_swa_index_mapping[locs]
@@ -103,8 +104,84 @@ def arrive(st, family, length, tokens=None):
     req = Req(rid=f"r{st.n}", origin_input_text="", origin_input_ids=array("q", toks),
               sampling_params=SamplingParams(temperature=0, max_new_tokens=1 << 20))
     st.n += 1
-    st.waiting.append(req)
+    queue(st, req)
     return req
+
+
+def queue(st, req):
+    # Scheduler._add_request_to_queue: with L3 storage, a prefetch starts as the request waits
+    if st.storage:
+        prefetch(st, req)
+    st.waiting.append(req)
+
+
+def prefetch(st, req):
+    # Scheduler._prefetch_kvcache (cache mode): from the deepest backed-up node, ask storage
+    # for the rest of the prompt
+    req.init_next_round_input(st.tree, cow_mamba=False)
+    node, tree = req.last_host_node, st.tree
+    matched = req.prefix_len + req.host_hit_length
+    if tree.is_backuped(node) or tree.is_root(node):
+        end = req._compute_max_prefix_len(len(req.full_untruncated_fill_ids))
+        tree.prefetch_from_storage(
+            req.cache_request_handle, node, req.full_untruncated_fill_ids[matched:end],
+            tree.get_last_hash_value(node), None,
+            matched_prefix_tokens=req.full_untruncated_fill_ids[:matched],
+            extra_key=req.extra_key, cache_salt=req.cache_salt, storage_hit_end=None)
+
+
+def poll(st, seconds=2.0):
+    # idle scheduler turns while L3 backups are written and prefetches run (wait_complete)
+    import time
+    if not st.storage:
+        return None
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        tick(st)
+        if not st.tree.ongoing_backup and all(
+                st.tree.check_prefetch_progress(r.cache_request_handle) for r in st.waiting):
+            break  # the storage backups written, every waiting request's prefetch done
+        time.sleep(0.002)
+    return True
+
+
+def cancel(st, i):
+    # a waiting request aborted: Scheduler._release_aborted_request ends its prefetch
+    if not st.waiting:
+        return None
+    from sglang.srt.mem_cache.base_prefix_cache import CacheRequestOutcome
+    req = st.waiting.pop(i % len(st.waiting))
+    st.tree.finish(req.cache_request_handle, CacheRequestOutcome.ABORT)
+    return req
+
+
+def lose_file(st, k):
+    # a fault: one file of L3 storage removed (k picks it) or, for odd k, cut to half its size
+    import os
+    if not st.storage:
+        return None
+    import time
+    deadline = time.monotonic() + 5.0
+    while st.tree.ongoing_backup and time.monotonic() < deadline:
+        tick(st)  # the backups already issued reach their files first
+        time.sleep(0.002)
+    root = os.environ["SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"]
+    files = sorted(os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs)
+    if not files:
+        return None
+    path = files[(k // 2) % len(files)]
+    if k % 2:
+        with open(path, "r+b") as f:
+            f.truncate(os.path.getsize(path) // 2)
+    else:
+        os.remove(path)
+    return path
+
+
+def close(st):
+    # the end of a stack: stop HiCache's storage threads (a server stops them at exit)
+    if st.storage:
+        st.tree.cache_controller._stop_storage_threads()
 
 
 def resend(st, j):
@@ -164,6 +241,10 @@ def admit(st, i, chunk):
         return None
     tick(st)
     req = st.waiting[i % len(st.waiting)]
+    if st.storage:  # get_new_batch_prefill: a request whose prefetch is running waits
+        if not st.tree.check_prefetch_progress(req.cache_request_handle):
+            return None
+        req.storage_hit_length, _ = st.tree.pop_prefetch_loaded_span(req.cache_request_handle)
     req.init_next_round_input(st.tree)  # match_kv_cache
     hit = (req.prefix_len, st.tree.prefix_device_indices(req).clone())
     if st.on_match is not None:
@@ -247,7 +328,7 @@ def preempt(st, i):
     release_kv_cache(req, st.tree, checkpoint=False)
     evict_from_tree_cache(st.tree, len(st.running) * PAGE)
     req.reset_for_retract()
-    st.waiting.append(req)
+    queue(st, req)
     return req
 
 
