@@ -23,9 +23,22 @@ from types import SimpleNamespace
 import torch
 from sglang.srt.managers.schedule_batch import FINISH_LENGTH, Req, ScheduleBatch
 from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InitLoadBackParams
-from sglang.srt.mem_cache.common import (
-    checkpoint_kv_cache, evict_from_tree_cache, release_kv_cache,
-)
+import inspect
+from sglang.srt.mem_cache import common as _common
+from sglang.srt.mem_cache.common import evict_from_tree_cache
+
+# the publish calls by signature: 0.5.22 named them checkpoint_kv_cache and
+# release_kv_cache(checkpoint=); 0.5.21 maybe_cache_unfinished_req and release_kv_cache(is_insert=)
+if hasattr(_common, "checkpoint_kv_cache"):
+    checkpoint_kv_cache = _common.checkpoint_kv_cache
+else:
+    def checkpoint_kv_cache(req, tree):
+        _common.maybe_cache_unfinished_req(req, tree)
+if "checkpoint" in inspect.signature(_common.release_kv_cache).parameters:
+    release_kv_cache = _common.release_kv_cache
+else:
+    def release_kv_cache(req, tree, checkpoint):
+        _common.release_kv_cache(req, tree, is_insert=checkpoint)
 from sglang.srt.sampling.sampling_params import SamplingParams
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
@@ -181,7 +194,10 @@ def lose_file(st, k):
 def close(st):
     # the end of a stack: stop HiCache's storage threads (a server stops them at exit)
     if st.storage:
-        st.tree.cache_controller._stop_storage_threads()
+        try:
+            st.tree.cache_controller._stop_storage_threads()
+        except RuntimeError:  # a join that timed out: the threads are daemons, left to exit
+            pass
 
 
 def resend(st, j):
