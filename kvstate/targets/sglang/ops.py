@@ -198,6 +198,9 @@ def close(st):
             st.tree.cache_controller._stop_storage_threads()
         except RuntimeError:  # a join that timed out: the threads are daemons, left to exit
             pass
+        import os
+        import shutil
+        shutil.rmtree(os.environ["SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"], ignore_errors=True)
 
 
 def resend(st, j):
