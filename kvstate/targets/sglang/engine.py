@@ -80,12 +80,15 @@ class Report:
 
 def replay(config: Config, ops: list[Op], patch: Any = None) -> tuple[Finding | None, Driver]:
     d = Driver(config, patch=patch)
-    for i, op in enumerate(ops):
-        try:
-            d.run_op(i, op)
-        except Finding as f:
-            return f, d
-    return None, d
+    try:
+        for i, op in enumerate(ops):
+            try:
+                d.run_op(i, op)
+            except Finding as f:
+                return f, d
+        return None, d
+    finally:
+        d.ns["close"](d.st)
 
 
 def minimize(config: Config, ops: list[Op], kind: str, patch: Any = None) -> list[Op]:
@@ -134,12 +137,16 @@ def _machine(config: Config, stats: Stats, sink: dict[str, Any], patch: Any) -> 
             self.d = Driver(config, stats, patch)
             stats.configs[config.label] += 1
 
+        def teardown(self) -> None:
+            if self.d is not None:
+                self.d.ns["close"](self.d.st)
+
         @rule(seed=st.integers(0, 2**32 - 1))
         def act(self, seed: int) -> None:
             """One scheduler-like call; the draw's seed picks the operation and its arguments."""
             assert self.d is not None
             rng = random.Random(seed * 1_000_003 + len(self.ops))
-            op = draw_op(rng.random, rng.randrange, config.page, config.max_len)
+            op = draw_op(rng.random, rng.randrange, config.page, config.max_len, config.hicache)
             self.ops.append(op)
             try:
                 self.d.run_op(len(self.ops) - 1, op)
@@ -184,7 +191,8 @@ def run(
     report = Report(True, profile, 0.0, stats, version=sglang_import.version())
     for cfg in configs:
         try:
-            Driver(cfg)  # a stack this release cannot build is reported, not run
+            probe = Driver(cfg)  # a stack this release cannot build is reported, not run
+            probe.ns["close"](probe.st)
         except Exception as e:  # noqa: BLE001 - moved or renamed classes
             report.skipped[cfg.label] = f"{type(e).__name__}: {e}"
             continue
