@@ -140,8 +140,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "failed_load_keeps_slot",
         "free without reset (leak)",
         "impl/recovery.py",
-        "        m = self.meta\n        self.tiers.slots.release(job.dst)\n        self.tiers.slots.unclaim(job.dst, rid)",
-        "        m = self.meta\n        self.tiers.slots.unclaim(job.dst, rid)",
+        "        self.tiers.slots.release(job.dst)\n        self.tiers.slots.unclaim(job.dst, rid)",
+        "        self.tiers.slots.unclaim(job.dst, rid)",
     ),
     Mutant(
         "io_counter_not_decremented",
