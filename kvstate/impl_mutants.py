@@ -340,7 +340,9 @@ def run(args: argparse.Namespace, target: Target) -> int:
         )
         if not todo:
             return 0
-        runner = Runner(target, args.profile, args.timeout or 120.0, args.jobs)
+        # the baseline gets a generous limit whatever ``--timeout`` says: it is the unmutated
+        # sources, and a loaded machine must not turn it into a false "the test fails"
+        runner = Runner(target, args.profile, max(args.timeout or 0.0, 120.0), args.jobs)
         try:
             # the unmutated baseline, traced: the killing test must pass on it; it sets the
             # timeout, and the lines it runs tell a survivor the test never reached
