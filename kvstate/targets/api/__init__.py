@@ -14,13 +14,21 @@ from __future__ import annotations
 from kvstate.targets.api.base import NAMESPACE, OTHER_NAMESPACE, Coverage, Live, Op, op
 from kvstate.targets.api.explore import PROFILES, explore_settings, minimize_ops, replay
 from kvstate.targets.api.machine import build_machine
-from kvstate.targets.api.registry import FAULT_KINDS, FAULT_OPS, MAPPING, OPS, parse_ops
+from kvstate.targets.api.registry import (
+    DEFAULT_OPS,
+    FAULT_KINDS,
+    FAULT_OPS,
+    MAPPING,
+    OPS,
+    parse_ops,
+)
 from kvstate.targets.api.run import RunResult, run_api, run_api_cli, summary_lines
 from kvstate.targets.api.state import ApiHarness
 from kvstate.targets.api.witnesses import witnesses
 
 __all__ = [
     "FAULT_KINDS",
+    "DEFAULT_OPS",
     "FAULT_OPS",
     "MAPPING",
     "NAMESPACE",
