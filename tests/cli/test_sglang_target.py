@@ -28,14 +28,14 @@ from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache  # noqa: 
 
 from kvstate.targets.sglang.checks import CHECK_CLASSES  # noqa: E402
 from kvstate.targets.sglang.configs import ALL, Config  # noqa: E402
-from kvstate.targets.sglang.driver import NAMES  # noqa: E402
+from kvstate.targets.sglang.driver import NAMES, op  # noqa: E402
 from kvstate.targets.sglang.engine import replay, run  # noqa: E402
 
 SWA = (Config("swa", "python", 4, 16, 96, 256),)
 SWA_RUST = (Config("swa", "rust", 4, 16, 96, 256),)
 # a page of traffic that stores a prefix and asks for it again, nothing evicted in between
-STORE_AND_RESEND = [("arrive", 1, 40), ("admit", 0, 256), ("decode", 0, 3), ("finish", 0),
-                    ("resend", 0), ("admit", 0, 256)]  # fmt: skip
+STORE_AND_RESEND = [op("arrive", 1, 40), op("admit", 0, 256), op("decode", 0, 3), op("finish", 0),
+                    op("resend", 0), op("admit", 0, 256)]  # fmt: skip
 
 
 def test_ci_profile_exercises_every_configuration_and_check() -> None:
@@ -46,8 +46,8 @@ def test_ci_profile_exercises_every_configuration_and_check() -> None:
     for c in CHECK_CLASSES:
         if c != "crash":  # a class that fires only when SGLang raises
             assert r.stats.checks[c] > 0, c
-    for op in NAMES:
-        assert r.stats.calls[op] > 0, op
+    for name in NAMES:
+        assert r.stats.calls[name] > 0, name
     for path in ("hit", "miss", "eviction", "decode freed out-of-window SWA"):
         assert r.stats.paths[path] > 0, path
 
