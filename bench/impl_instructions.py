@@ -57,12 +57,36 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import impl_bench  # noqa: E402 - the trace and its helpers
 
-ENTRY_POINTS = (  # mypyc's wrappers of the cycle's Python-visible entry points
-    "CPyPy_cache___HeterogeneousKVCache___admit",
-    "CPyPy_cache___HeterogeneousKVCache___use",
-    "CPyPy_cache___UseContext_____enter__",
-    "CPyPy_cache___UseContext_____exit__",
+# the cycle's Python-visible entry points: (class, method); their mypyc wrappers are the toggles
+CYCLE = (
+    ("HeterogeneousKVCache", "admit"),
+    ("HeterogeneousKVCache", "use"),
+    ("UseContext", "__enter__"),
+    ("UseContext", "__exit__"),
 )
+
+
+def entry_points() -> tuple[str, ...]:
+    """mypyc's wrapper of each of :data:`CYCLE`'s methods, named after the module that defines
+    it *now* (``CPyPy_<module>___<Class>___<method>``), each checked to be a symbol of the
+    compiled library: callgrind ignores a toggle that names no function, so a method moved to
+    another module would silently drop out of the count (``UseContext``, whose ``__exit__``
+    finishes the request, moved from ``cache`` to ``handles``)."""
+    import kvstate.impl.cache as cache
+    from kvstate.impl import native
+
+    lib = next(Path(cache.__file__).parent.glob(f"{native.GROUP}__mypyc*.so"), None)
+    if lib is None:
+        raise SystemExit("the request path is not compiled: reinstall with `pip install -e .`")
+    symbols = lib.read_bytes()
+    out = []
+    for cls, meth in CYCLE:
+        owner = next(c for c in getattr(cache, cls).__mro__ if meth in vars(c))
+        name = f"CPyPy_{owner.__module__.rsplit('.', 1)[1]}___{owner.__name__}___{meth}"
+        if name.encode() + b"\0" not in symbols:
+            raise SystemExit(f"{name}: not a symbol of {lib.name}; the toggles would count nothing")
+        out.append(name)
+    return tuple(out)
 
 
 def worker(length: str, warmup: int, families: int, split: bool = False) -> None:
@@ -141,7 +165,7 @@ def _callgrind_cmd(
 ) -> list[str]:
     """The worker under callgrind, collecting only inside the cycle's entry points (vLLM's
     worker: inside ``functools.reduce``)."""
-    toggles = (VLLM_TOGGLE,) if worker == "--worker-vllm-split" else ENTRY_POINTS
+    toggles = (VLLM_TOGGLE,) if worker == "--worker-vllm-split" else entry_points()
     return [
         "valgrind",
         "--tool=callgrind",
