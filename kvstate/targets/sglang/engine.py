@@ -110,31 +110,11 @@ def replay(
     return walk.replay(ENGINE, config, ops, patch)
 
 
-def run(
-    profile: str = "ci",
-    *,
-    configs: tuple[Config, ...] | None = None,
-    examples: int | None = None,
-    steps: int | None = None,
-    seed: int | None = None,
-    patch: Any = None,
-    minimize_findings: bool = True,
-) -> walk.Report:
-    """Fuzz SGLang's cache; ``patch(driver)`` may break a method of the built stack (tests).
-
-    Raises ``kvstate.impl.errors.InvalidArgument`` (a ``ValueError``) for an unknown profile
-    and ``SGLangUnavailable`` (an ``ImportError``) without SGLang.
-    """
-    return engine_run(
-        ENGINE,
-        profile,
-        configs=configs,
-        examples=examples,
-        steps=steps,
-        seed=seed,
-        minimize_findings=minimize_findings,
-        hook=patch,
-    )
+def run(profile: str = "ci", *, patch: Any = None, **options: Any) -> walk.Report:
+    """Fuzz SGLang's cache (``options``: :func:`kvstate.harness.walk.run`'s); ``patch(driver)``
+    may break a method of the built stack (tests).  Raises ``InvalidArgument`` for an unknown
+    profile, ``SGLangUnavailable`` (an ``ImportError``) without SGLang."""
+    return engine_run(ENGINE, profile, hook=patch, **options)
 
 
 def run_cli(args: Any, table: Any = None) -> int:

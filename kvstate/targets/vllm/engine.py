@@ -110,38 +110,11 @@ def replay(
     return walk.replay(ENGINE, config, ops, manager_cls)
 
 
-def run(
-    target: str = "vllm",
-    profile: str = "ci",
-    *,
-    manager_cls: Any = None,
-    configs: tuple[Config, ...] | None = None,
-    examples: int | None = None,
-    steps: int | None = None,
-    seed: int | None = None,
-    minimize_findings: bool = True,
-) -> walk.Report:
-    """Fuzz vLLM's KV cache manager; ``manager_cls`` points it at any (patched) manager class.
-
-    ``seed``: the walks' seed (default: the ci profile's pinned ``CI_SEED``, derandomized; a
-    random one for dev and nightly).  Raises ``kvstate.impl.errors.InvalidArgument`` (a
-    ``KVStateError`` and ``ValueError``) for an unknown target or profile, and
-    ``VLLMUnavailable`` (an ``ImportError``) without vLLM.
-    """
-    from kvstate.impl.errors import InvalidArgument
-
-    if target != "vllm":
-        raise InvalidArgument(f"unknown engine target {target!r}")
-    return engine_run(
-        ENGINE,
-        profile,
-        configs=configs,
-        examples=examples,
-        steps=steps,
-        seed=seed,
-        minimize_findings=minimize_findings,
-        hook=manager_cls,
-    )
+def run(profile: str = "ci", *, manager_cls: Any = None, **options: Any) -> walk.Report:
+    """Fuzz vLLM's KV cache manager (``options``: :func:`kvstate.harness.walk.run`'s);
+    ``manager_cls`` points it at any (patched) manager class.  Raises ``InvalidArgument`` for an
+    unknown profile, ``VLLMUnavailable`` (an ``ImportError``) without vLLM."""
+    return engine_run(ENGINE, profile, hook=manager_cls, **options)
 
 
 def run_cli(args: Any, table: Any = None) -> int:

@@ -94,26 +94,11 @@ def replay(config: Config, ops: list[TraceStep]) -> tuple[Nonconformance | None,
     return walk.replay(ENGINE, config, ops)
 
 
-def run(
-    profile: str = "ci",
-    *,
-    configs: tuple[Config, ...] | None = None,
-    examples: int | None = None,
-    steps: int | None = None,
-    seed: int | None = None,
-    minimize_findings: bool = True,
-) -> walk.Report:
-    """Fuzz vLLM's scheduler.  Raises ``kvstate.impl.errors.InvalidArgument`` (a ``ValueError``)
-    for an unknown profile, ``VLLMUnavailable`` (an ``ImportError``) without vLLM."""
-    return engine_run(
-        ENGINE,
-        profile,
-        configs=configs,
-        examples=examples,
-        steps=steps,
-        seed=seed,
-        minimize_findings=minimize_findings,
-    )
+def run(profile: str = "ci", **options: Any) -> walk.Report:
+    """Fuzz vLLM's scheduler (``options``: :func:`kvstate.harness.walk.run`'s).  Raises
+    ``InvalidArgument`` for an unknown profile, ``VLLMUnavailable`` (an ``ImportError``)
+    without vLLM."""
+    return engine_run(ENGINE, profile, **options)
 
 
 def run_cli(args: Any, table: Any = None) -> int:
