@@ -55,6 +55,12 @@ class Engine:
     parse: Callable[[str], list[TraceStep]] | None = None  # ``--replay``'s trace, when it has one
     fresh: str = "a fresh system"  # where a trace starts, in the report
 
+    def replay(
+        self, config: Any, ops: list[TraceStep], hook: Any = None
+    ) -> tuple[Nonconformance | None, Driver]:
+        """``ops`` on a fresh driver of ``config`` (:func:`replay`)."""
+        return replay(self, config, ops, hook)
+
     def config_named(self, label: str) -> Any:
         """The configuration labelled ``label``; ValueError if none is."""
         for c in self.configs:

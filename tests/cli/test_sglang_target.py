@@ -29,7 +29,7 @@ from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache  # noqa: 
 from kvstate.targets.sglang.checks import CHECK_CLASSES  # noqa: E402
 from kvstate.targets.sglang.configs import ALL, Config  # noqa: E402
 from kvstate.targets.sglang.driver import NAMES, op  # noqa: E402
-from kvstate.targets.sglang.engine import replay, run  # noqa: E402
+from kvstate.targets.sglang.engine import ENGINE, run  # noqa: E402
 
 SWA = (Config("swa", "python", 4, 16, 96, 256),)
 SWA_RUST = (Config("swa", "rust", 4, 16, 96, 256),)
@@ -115,10 +115,10 @@ def test_a_lock_never_released_is_a_locks_finding(monkeypatch: pytest.MonkeyPatc
 def test_a_release_that_publishes_nothing_is_a_completeness_finding(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    f, _ = replay(SWA[0], STORE_AND_RESEND)
+    f, _ = ENGINE.replay(SWA[0], STORE_AND_RESEND)
     assert f is None, f  # unbroken, the re-sent prefix hits
     monkeypatch.setattr(UnifiedRadixCache, "checkpoint", lambda self, req, **k: None)
-    f, _ = replay(SWA[0], STORE_AND_RESEND)
+    f, _ = ENGINE.replay(SWA[0], STORE_AND_RESEND)
     assert f is not None and f.kind == "completeness", f
 
 

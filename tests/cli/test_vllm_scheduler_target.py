@@ -33,7 +33,7 @@ from vllm.v1.core.sched import scheduler as sm  # noqa: E402
 from kvstate.targets.vllm_scheduler.checks import CHECK_CLASSES  # noqa: E402
 from kvstate.targets.vllm_scheduler.configs import Config  # noqa: E402
 from kvstate.targets.vllm_scheduler.driver import op  # noqa: E402
-from kvstate.targets.vllm_scheduler.engine import Report, replay, run  # noqa: E402
+from kvstate.targets.vllm_scheduler.engine import ENGINE, Report, run  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 FULL = (Config("full", 12, connector=False),)
@@ -170,7 +170,7 @@ ABORTED_LOAD_TRACE = [
 
 
 def test_liveness_judges_the_pool_admission_saw() -> None:
-    f, d = replay(ABORTED_LOAD, ABORTED_LOAD_TRACE)
+    f, d = ENGINE.replay(ABORTED_LOAD, ABORTED_LOAD_TRACE)
     assert f is None, str(f)
     assert not d.engine.idle_before and "r2" not in d.engine.last.num_scheduled_tokens
     d.run_op(len(ABORTED_LOAD_TRACE), op("step", 0))  # the next step admits r2: no over-count

@@ -189,9 +189,9 @@ ROUNDTRIP_EVICTS = parse(
 
 
 def test_an_eviction_inside_a_compound_operation_counts() -> None:
-    from kvstate.targets.vllm.engine import replay
+    from kvstate.targets.vllm.engine import ENGINE
 
-    f, d = replay(Config("mamba", True, 24), ROUNDTRIP_EVICTS[:-1])
+    f, d = ENGINE.replay(Config("mamba", True, 24), ROUNDTRIP_EVICTS[:-1])
     assert f is None
     epoch = d.epoch
     d.run_op(len(ROUNDTRIP_EVICTS) - 1, ROUNDTRIP_EVICTS[-1])  # raises a Finding if held to it

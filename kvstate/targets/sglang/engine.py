@@ -103,13 +103,6 @@ ENGINE = walk.Engine(
 )
 
 
-def replay(
-    config: Config, ops: list[TraceStep], patch: Any = None
-) -> tuple[Nonconformance | None, Any]:
-    """``ops`` on a fresh stack of ``config``: the finding they raise (or None), the driver."""
-    return walk.replay(ENGINE, config, ops, patch)
-
-
 def run(profile: str = "ci", *, patch: Any = None, **options: Any) -> walk.Report:
     """Fuzz SGLang's cache (``options``: :func:`kvstate.harness.walk.run`'s); ``patch(driver)``
     may break a method of the built stack (tests).  Raises ``InvalidArgument`` for an unknown

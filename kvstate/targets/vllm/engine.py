@@ -103,13 +103,6 @@ ENGINE = walk.Engine(
 )
 
 
-def replay(
-    config: Config, ops: list[TraceStep], manager_cls: Any = None
-) -> tuple[Nonconformance | None, Any]:
-    """``ops`` on a fresh manager of ``config``: the finding they raise (or None), the driver."""
-    return walk.replay(ENGINE, config, ops, manager_cls)
-
-
 def run(profile: str = "ci", *, manager_cls: Any = None, **options: Any) -> walk.Report:
     """Fuzz vLLM's KV cache manager (``options``: :func:`kvstate.harness.walk.run`'s);
     ``manager_cls`` points it at any (patched) manager class.  Raises ``InvalidArgument`` for an

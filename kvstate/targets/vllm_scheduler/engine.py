@@ -89,11 +89,6 @@ ENGINE = walk.Engine(
 )
 
 
-def replay(config: Config, ops: list[TraceStep]) -> tuple[Nonconformance | None, Any]:
-    """``ops`` on a fresh scheduler of ``config``: the finding they raise (or None), the driver."""
-    return walk.replay(ENGINE, config, ops)
-
-
 def run(profile: str = "ci", **options: Any) -> walk.Report:
     """Fuzz vLLM's scheduler (``options``: :func:`kvstate.harness.walk.run`'s).  Raises
     ``InvalidArgument`` for an unknown profile, ``VLLMUnavailable`` (an ``ImportError``)
