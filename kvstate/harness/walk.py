@@ -127,7 +127,9 @@ class Report:
             f"  verdict: FAIL ({len(self.findings)} configuration(s) with a finding: "
             + ", ".join(f"{c.label} [{x.kind}]" for c, x in self.findings)
             + ")",
-            *finding_lines(f, how, self.trace, start=e.fresh, unit="operation"),
+            *finding_lines(
+                f, how, self.trace, start=e.fresh, unit="operation", replayable=e.parse is not None
+            ),
             f"  seed:      {self.seed_text()}",
             *[f"  {k + ':':<10} {v}" for k, v in (commands or {}).items()],
             "",
