@@ -93,7 +93,9 @@ def _docstrings(extensions: list) -> None:  # type: ignore[type-arg]
     """The C that mypyc generated gets each compiled function's, class's and property's
     docstring (without them the build runs the same, but ``help()`` shows bare signatures)."""
     try:
-        add = runpy.run_path(str(ROOT / "impl" / "mypyc_docs.py"))["add_docstrings"]
+        add = runpy.run_path(str(ROOT / "kvstate" / "buildtools" / "mypyc_docs.py"))[
+            "add_docstrings"
+        ]
         c_files = {Path(src) for ext in extensions for src in ext.sources if src.endswith(".c")}
         modules = [(f"kvstate.impl.{m}", ROOT / "impl" / f"{m}.py") for m in NATIVE["COMPILED"]]
         placed = add(sorted(c_files), modules)

@@ -37,7 +37,7 @@ from .testdata import DeterministicWriter  # noqa: E402
 from .twins import register_twins  # noqa: E402
 from .writer import HandedRows, RowsNotHanded, Writer  # noqa: E402
 
-# the compiled twins of the generated guards and search (impl/aotgen.py): used for exactly the
+# the compiled twins of the generated guards and search (kvstate/buildtools/aotgen.py): used for exactly the
 # sources they were made from, and only when compiled (interpreted they would gain nothing)
 if "_aot" in native_modules():  # pragma: no cover: compiled build only (coverage runs pure)
     register_twins(_aot.TWINS)

@@ -680,14 +680,10 @@ class BlockStore:
             lease = self.meta.lease
             lease[rid] = max(lease[rid], self.gate.now + t)
 
-    def used(self, rids: Sequence[int]) -> None:
-        """A request is done with these blocks (chain order): they become the most recently used,
-        in reverse order, so the deepest is evicted first and the shared head of the prefix last."""
-        with self.lock:
-            self.used_locked(rids)
-
     def used_locked(self, rids: Sequence[int]) -> None:
-        """:meth:`used` for a caller that holds the lock."""
+        """A request is done with these blocks (chain order): they become the most recently used,
+        in reverse order, so the deepest is evicted first and the shared head of the prefix last
+        (the caller holds the lock)."""
         lru = self.lru
         for rid in reversed(rids):
             if rid in lru:

@@ -180,12 +180,13 @@ class IndexerGroup(SlotGroup):
         allocates nothing and copies each key byte once)."""
         nl, ppl = csa_pages.shape[0], csa_pages.shape[1]
         epp, eb, kb = self.entries_per_page, self.entry_bytes, self.key_bytes
-        if csa_pages.device.type == "cpu":  # numpy's strided loops are ~3x torch's on CPU here
-            self.build_into_host(csa_pages.numpy(), out.numpy())  # views, no copies
+        if csa_pages.device.type != "cpu":  # pragma: no cover: CUDA device only (tiers on a GPU)
+            ent = csa_pages[..., : epp * eb].reshape(nl, ppl, epp, eb)[..., :kb]
+            torch.bitwise_xor(ent, 0xA5, out=out[..., : epp * kb].view(nl, ppl, epp, kb))
+            out[..., epp * kb :] = 0
             return
-        ent = csa_pages[..., : epp * eb].reshape(nl, ppl, epp, eb)[..., :kb]
-        torch.bitwise_xor(ent, 0xA5, out=out[..., : epp * kb].view(nl, ppl, epp, kb))
-        out[..., epp * kb :] = 0
+        # numpy's strided loops are ~3x torch's on CPU here
+        self.build_into_host(csa_pages.numpy(), out.numpy())  # views, no copies
 
     def build_into_host(self, src: np.ndarray, dst: np.ndarray) -> None:
         """:meth:`build_into` on host memory, as numpy views of the tiers."""

@@ -246,6 +246,13 @@ class CacheView:
         """Would the table's guard allow the block action now (nothing changes)."""
         return self._core.can(action, rid)
 
+    def refused(self, action: Any, rid: Any) -> list[str]:
+        """The conjuncts of the block action's guard that are false now, in the table's order
+        (none: :meth:`can` is True); nothing changes."""
+        self._core.can(action, rid)  # the arguments checked first (InvalidArgument)
+        with self._core.lock:
+            return self._core.gate.refused(action, int(rid))
+
     def stats(self) -> dict[str, Any]:
         return self._core.stats()
 

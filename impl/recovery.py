@@ -347,6 +347,7 @@ class Recovery:
         with self.lock:
             rid = job.rid
             if self.meta.ckv[rid] == CKV_OFFLOADING and self.pipes.dma.get(rid) is job:
+                self.gate.admitted("offload_cancel", 1)  # (no guard on this path: see fail_load)
                 self._fx_offload_cancel(rid)
 
     def start_recovery(
@@ -507,6 +508,10 @@ class Recovery:
 
     def fail_load(self, rid: int, job: LoadJob, why: str, *, corrupt: bool) -> None:
         m = self.meta
+        # the table's ``load_fail``, performed here on every path (a read that failed outside
+        # the lock, a job abandoned), not only behind its guard: it writes what the hit rules
+        # read, so a search made before it is no longer a proof of them
+        self.gate.admitted("load_fail", 1)
         self.tiers.slots.release(job.dst)
         self.tiers.slots.unclaim(job.dst, rid)
         if job.swa_pages:

@@ -12,7 +12,7 @@ writes no text signature for a class whose ``__init__`` has a default that is no
 ``__signature__`` (mypyc's classes take the attribute) and each of its methods that is a Python
 function (the pure build) its own, with ``T`` for every ``Annotated[Any, T]``.  A compiled method
 descriptor takes no attribute: ``help`` shows its text signature (names, kinds and defaults, which
-CPython's format gives without types) and its docstring (``impl/mypyc_docs.py``).  Nothing on the
+CPython's format gives without types) and its docstring (``kvstate/buildtools/mypyc_docs.py``).  Nothing on the
 request path changes: the methods called are the same objects.  Never compiled.
 """
 

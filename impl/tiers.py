@@ -165,13 +165,15 @@ class Tiers:
             src, dst = self._host_views
             self.indexer.build_into_host(src[:, idx], dst[:, idx])
             return
-        self.indexer.build_into(self.csa.device_data[:, idx], self.indexer.device_data[:, idx])
+        self.indexer.build_into(  # pragma: no cover: CUDA device only (tiers on a GPU)
+            self.csa.device_data[:, idx], self.indexer.device_data[:, idx]
+        )
 
     def build_index_run(self, slots: Sequence[int]) -> None:
         """``build_index`` of several slots: consecutive slots are built in one pass each."""
         if not slots:
             return
-        if self.device.type != "cpu":
+        if self.device.type != "cpu":  # pragma: no cover: CUDA device only (tiers on a GPU)
             for slot in slots:
                 self.build_index(slot)
             return
@@ -250,20 +252,11 @@ class Tiers:
             src = grp.host_data[layers.start : layers.stop, grp.host_index(hslot)]
             self._scatter(grp, layers, src.contiguous(), slot)
 
-    def land_bytes(self, units: Sequence[Unit], data: torch.Tensor, slot: int) -> int:
-        """Copy ``units`` laid out back to back in ``data`` to device slot ``slot``; returns the
-        bytes used."""
-        off = 0
-        for grp, layers in self._runs(units):
-            n = len(layers) * grp.pages_per_block * grp.page_bytes
-            self._scatter(grp, layers, data[off : off + n], slot)
-            off += n
-        return off
-
     def land_chunk(self, ulo: int, uhi: int, data: torch.Tensor, slot: int) -> int:
-        """``land_bytes`` of the disk units ``[ulo, uhi)``: a disk load lands each of its chunks
-        this way, and the chunk's runs are worked out once per range (not a list of every disk
-        unit and its runs per chunk)."""
+        """Copy the disk units ``[ulo, uhi)``, laid out back to back in ``data``, to device slot
+        ``slot``; returns the bytes used.  A disk load lands each of its chunks this way, and the
+        chunk's runs are worked out once per range (not a list of every disk unit and its runs
+        per chunk)."""
         runs = self._chunk_runs.get((ulo, uhi))
         if runs is None:
             runs = [

@@ -2,7 +2,7 @@
 
 ``kvstate.spec.compile.define`` runs a generated function's source; the implementation's
 compiled build carries twins of the sources its default tables generate (``impl/_aot.py``,
-written by ``impl/aotgen.py``).  The registry is the implementation's, not the spec's: this
+written by ``kvstate/buildtools/aotgen.py``).  The registry is the implementation's, not the spec's: this
 module installs one hook into ``define`` (:func:`kvstate.spec.compile.set_define_hook`) that
 answers with the twin of exactly the asked source, keyed by :func:`source_key` (the SHA-256 of
 the source), and records every source asked for inside :func:`recording` (what ``aotgen``

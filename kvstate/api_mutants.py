@@ -114,7 +114,7 @@ def run_one(
 def child(profile: str, coverage: bool = True) -> None:
     """In the mutated interpreter: one harness run, the outcome as one JSON line."""
     from kvstate.spec import default_table
-    from kvstate.targets.api.registry import OPS
+    from kvstate.targets.api.registry import DEFAULT_OPS
     from kvstate.targets.api.run import run_api
     from kvstate.testing.scratch import ram_scratch
     from kvstate.testing.threads import single_intraop_thread
@@ -127,7 +127,7 @@ def child(profile: str, coverage: bool = True) -> None:
             default_table(),
             4,
             profile=profile,
-            ops=frozenset(OPS) - set(SKIP),
+            ops=DEFAULT_OPS - set(SKIP),
             coverage_pass=coverage,
             minimize_seconds=20.0,
         )

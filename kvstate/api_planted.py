@@ -13,6 +13,9 @@ from dataclasses import dataclass
 
 from kvstate.api_mutants_blocks import PLANTED as PLANTED_BLOCKS
 from kvstate.api_mutants_disk import DISK_MUTANTS
+from kvstate.api_mutants_evict import PLANTED as PLANTED_EVICT
+from kvstate.api_mutants_facade import PLANTED as PLANTED_FACADE
+from kvstate.api_mutants_recovery import RECOVERY_MUTANTS
 
 
 @dataclass(frozen=True)
@@ -137,8 +140,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "failed_load_keeps_slot",
         "free without reset (leak)",
         "impl/recovery.py",
-        "        m = self.meta\n        self.tiers.slots.release(job.dst)\n        self.tiers.slots.unclaim(job.dst, rid)",
-        "        m = self.meta\n        self.tiers.slots.unclaim(job.dst, rid)",
+        "        self.tiers.slots.release(job.dst)\n        self.tiers.slots.unclaim(job.dst, rid)",
+        "        self.tiers.slots.unclaim(job.dst, rid)",
     ),
     Mutant(
         "io_counter_not_decremented",
@@ -591,5 +594,10 @@ MUTANTS: tuple[Mutant, ...] = (
 
 # the disk-tier classes' planted bugs (kvstate/api_mutants_disk.py)
 MUTANTS += tuple(Mutant(*m) for m in DISK_MUTANTS)
+MUTANTS += tuple(Mutant(*m) for m in RECOVERY_MUTANTS)
 # the block-level classes' planted bugs (kvstate/api_mutants_blocks.py)
 MUTANTS += tuple(Mutant(*m) for m in PLANTED_BLOCKS)
+# a store run's eviction past a protected LRU head (kvstate/api_mutants_evict.py)
+MUTANTS += tuple(Mutant(*m) for m in PLANTED_EVICT)
+# the façade's and the production writer's planted bugs (kvstate/api_mutants_facade.py)
+MUTANTS += tuple(Mutant(*m) for m in PLANTED_FACADE)

@@ -3,7 +3,7 @@
 The fuzz is only as good as the paths it drives, so a run can say which of kvstate's own
 lines and branches it executed (coverage.py's API, statements and branches together, its usual
 percentage).  Only kvstate's own targets (``kvstate-api``, ``kvstate``) have their code here;
-the generated twins (``impl/_aot.py``, :mod:`kvstate.impl.aotgen`) are left out.
+the generated twins (``impl/_aot.py``, :mod:`kvstate.buildtools.aotgen`) are left out.
 
 Pure build only: mypyc-compiled modules run no Python lines a tracer could see, so the run
 imports the sources (``KVSTATE_PURE_PYTHON=1``, set here before ``kvstate.impl`` is imported);

@@ -24,12 +24,13 @@ import difflib
 import fnmatch
 import hashlib
 import json
+import re
 import statistics
 import sys
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +79,7 @@ IMPL = Target(
     folder=ROOT / "impl",
     killer="kvstate.impl_mutants:api_fuzz",
     prepare="kvstate.impl_mutants:prepare",
-    exclude=("_aot.py",),  # generated from the table by impl/aotgen.py
+    exclude=("_aot.py",),  # generated from the table by kvstate/buildtools/aotgen.py
     context=tuple(ROOT / f for f in CONTEXT),
 )
 
@@ -150,10 +151,26 @@ class Mutant:
     col: int
     definition: str
     digest: str  # of the file it mutates
+    text: str = ""  # the mutated line's source, blanks collapsed
+    in_line: int = 0  # this operator's occurrence within that line
+    twin: int = 0  # earlier lines of the file with the same text (and operator)
 
     @property
     def id(self) -> str:
+        """File, line number, operator and occurrence in the file: what ``run`` prints and
+        ``verify`` takes, renumbered by any edit of the file above the mutant."""
         return f"{self.file}:{self.line}:{self.operator.removeprefix('core/')}#{self.occurrence}"
+
+    @property
+    def key(self) -> str:
+        """The triage's key: file, operator with its occurrence within the line, and the
+        line's source text.  An edit elsewhere in the file leaves it as it is, so an
+        equivalence argued once stays attached to its mutant; an edit of the line itself drops
+        the argument (it may no longer hold).  ``@N`` tells apart the N-th repeat of an
+        identical line in the same file."""
+        op = self.operator.removeprefix("core/")
+        twin = f"@{self.twin}" if self.twin else ""
+        return f"{self.file}::{op}#{self.in_line}{twin}::{self.text}"
 
     @property
     def job_id(self) -> str:
@@ -200,16 +217,32 @@ def enumerate_mutants(target: Target, operators: Sequence[str] = OPERATORS) -> l
         digest = hashlib.sha256(text.encode()).hexdigest()
         nodes = list(ast_nodes(get_ast(text)))
         skip = _annotations(text)
+        src = [" ".join(ln.split()) for ln in text.splitlines()]
         for name in operators:
             op = cosmic_ray.plugins.get_operator(name)()
             occ = 0
+            per_line: Counter[int] = Counter()  # this operator's positions on each line so far
+            here: list[Mutant] = []
             for node in nodes:
                 for start, end in op.mutation_positions(node):
+                    line = start[0]
+                    k = per_line[line]
+                    per_line[line] += 1
                     if not any(a <= start and end <= b for a, b in skip):
                         defn = ASTQuery(node).get_definition_name() or ""
-                        out.append(Mutant(rel, name, occ, start[0], start[1], defn, digest))
+                        t = src[line - 1] if 0 < line <= len(src) else ""
+                        here.append(Mutant(rel, name, occ, line, start[1], defn, digest, t, k))
                     occ += 1
+            out += _twins(here)
     return out
+
+
+def _twins(mutants: list[Mutant]) -> list[Mutant]:
+    """Number the repeats of one (text, occurrence in the line) key by line, in file order."""
+    lines: dict[tuple[str, int], list[int]] = defaultdict(list)
+    for m in mutants:
+        lines[(m.text, m.in_line)].append(m.line)
+    return [replace(m, twin=sorted(set(lines[(m.text, m.in_line)])).index(m.line)) for m in mutants]
 
 
 def _picked(m: Mutant, args: argparse.Namespace) -> bool:
@@ -307,7 +340,9 @@ def run(args: argparse.Namespace, target: Target) -> int:
         )
         if not todo:
             return 0
-        runner = Runner(target, args.profile, args.timeout or 120.0, args.jobs)
+        # the baseline gets a generous limit whatever ``--timeout`` says: it is the unmutated
+        # sources, and a loaded machine must not turn it into a false "the test fails"
+        runner = Runner(target, args.profile, max(args.timeout or 0.0, 120.0), args.jobs)
         try:
             # the unmutated baseline, traced: the killing test must pass on it; it sets the
             # timeout, and the lines it runs tell a survivor the test never reached
@@ -396,11 +431,11 @@ def summarize(
     rows: Sequence[tuple[Mutant, dict[str, Any]]], equivalent: dict[str, str]
 ) -> dict[str, Any]:
     verdicts = Counter(r["verdict"] for _, r in rows)
-    eq = [m.id for m, r in rows if r["verdict"] == "survived" and m.id in equivalent]
+    eq = {m.key for m, r in rows if r["verdict"] == "survived" and m.key in equivalent}
     counted = [
         (m, r)
         for m, r in rows
-        if r["verdict"] in ("killed", "timeout", "survived") and m.id not in eq
+        if r["verdict"] in ("killed", "timeout", "survived") and m.key not in eq
     ]
     killed = [r for _, r in counted if r["verdict"] == "killed"]
     caught = sorted(float(r["seconds"]) for r in killed if r.get("seconds") is not None)
@@ -420,8 +455,8 @@ def summarize(
         "p90_catch_s": caught[int(0.9 * (len(caught) - 1))] if caught else None,
         "per_file": {f: dict(c) for f, c in sorted(per_file.items())},
         "survivors": [
-            {"id": m.id, "file": m.file, "line": m.line, "operator": m.operator, "definition": m.definition,
-             "diff": r.get("diff", ""), "triage": equivalent.get(m.id, "")}
+            {"id": m.id, "key": m.key, "file": m.file, "line": m.line, "operator": m.operator,
+             "definition": m.definition, "diff": r.get("diff", ""), "triage": equivalent.get(m.key, "")}
             for m, r in sorted(rows, key=lambda x: (x[0].file, x[0].line, x[0].id))
             if r["verdict"] == "survived"
         ],
@@ -495,7 +530,7 @@ def markdown(s: dict[str, Any], triage: dict[str, str]) -> str:
         "|---|---|---|---|---|---|",
     ]
     eq_by_file = Counter(
-        sv["file"] for sv in s["survivors"] if triage.get(sv["id"], "").startswith("equivalent")
+        sv["file"] for sv in s["survivors"] if triage.get(sv["key"], "").startswith("equivalent")
     )
     for f, c in s["per_file"].items():
         k, t, sv = c.get("killed", 0), c.get("timeout", 0), c.get("survived", 0)
@@ -504,14 +539,14 @@ def markdown(s: dict[str, Any], triage: dict[str, str]) -> str:
         )
     by_class: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for sv in s["survivors"]:
-        key = triage.get(sv["id"], "untriaged:").split(":", 1)[0]
+        key = triage.get(sv["key"], "untriaged:").split(":", 1)[0]
         by_class[key].append(sv)
     for key in [*CLASSES, *sorted(set(by_class) - set(CLASSES))]:
         if key not in by_class:
             continue
         out += ["", f"### {CLASSES.get(key, key)} ({len(by_class[key])})", ""]
         for sv in by_class[key]:
-            note = triage.get(sv["id"], "untriaged: ").split(":", 1)[1].strip()
+            note = triage.get(sv["key"], "untriaged: ").split(":", 1)[1].strip()
             where = "" if sv["reached"] else ", never reached"
             out.append(
                 f"- `{sv['id']}` ({sv['definition'] or 'module'}{where}) {_oneline(sv['diff'])}: {note}"
@@ -525,7 +560,7 @@ def report(args: argparse.Namespace, target: Target) -> int:
         chosen = {m.job_id for m in sample(enumerate_mutants(target), args.sample, args.seed)}
         rows = [(m, r) for m, r in rows if m.job_id in chosen]
     lines = reached_lines(args, target)
-    triage: dict[str, str] = json.loads(Path(args.triage).read_text()) if args.triage else {}
+    triage = load_triage(Path(args.triage)) if args.triage else {}
     equivalent = {k: v for k, v in triage.items() if v.startswith("equivalent")}
     s = summarize(rows, equivalent)
     for sv, (m, _) in zip(
@@ -566,9 +601,102 @@ def report(args: argparse.Namespace, target: Target) -> int:
         )
         where = "reached" if sv["reached"] else "never reached"
         print(
-            f"- {sv['id']} in {sv['definition'] or '<module>'} ({where}): {triage.get(sv['id'], 'untriaged')}"
+            f"- {sv['id']} in {sv['definition'] or '<module>'} ({where}): {triage.get(sv['key'], 'untriaged')}"
         )
         print("    " + body.replace("\n", "\n    "))
+    return 0
+
+
+# an id of the old form, ``file:line:Operator#occurrence`` (renumbered by any edit of the file)
+_OLD_ID = re.compile(r"^[\w./-]+\.py:\d+:\w+#\d+$")
+# a survivor's line in docs/generated-mutants.md: - `ID` (where) `- old line` / `+ new line`: ...
+_EVIDENCE = re.compile(r"^- `(?P<id>[^`]+)` \([^)]*\) `- (?P<old>.*?)` / `\+ (?P<new>.*?)`:")
+
+
+def load_triage(path: Path) -> dict[str, str]:
+    """The triage file (``{mutant key: "class: why"}``, :attr:`Mutant.key`).  Entries still
+    keyed by an old mutant id are not used (the id may name another mutant now): they are
+    counted on stderr, and ``migrate-triage`` rewrites them."""
+    raw: dict[str, str] = json.loads(path.read_text())
+    old = [k for k in raw if _OLD_ID.match(k)]
+    if old:
+        print(
+            f"{path}: {len(old)} entries keyed by old mutant ids are not used "
+            "(python -m kvstate.impl_mutants migrate-triage)",
+            file=sys.stderr,
+        )
+    return {k: v for k, v in raw.items() if not _OLD_ID.match(k)}
+
+
+def migrate(
+    triage: dict[str, str],
+    mutants: Sequence[Mutant],
+    evidence: str = "",
+    mutated_line: Callable[[Mutant], str] | None = None,
+) -> tuple[dict[str, str], list[str], list[str]]:
+    """Old-id entries rekeyed by :attr:`Mutant.key`: (the new triage, ids migrated, ids
+    dropped).  Where ``evidence`` (a report's survivor lines, ``- `ID` (...) `- old` / `+ new`:``)
+    recorded the id's diff, the entry goes to the mutant of the current sources that makes that
+    very diff (same file and operator, the line's text ``old`` mutated to ``new``: by
+    ``mutated_line``), wherever the line is now; an id recorded with different diffs (reports
+    of different sources) names no one mutant and is dropped.  Without evidence, an old id is
+    kept only while a current mutant has that id.  Otherwise the argument is dropped: the line
+    it was about changed or is gone.  Entries already keyed stay as they are."""
+    by_id = {m.id: m for m in mutants}
+    by_text: dict[tuple[str, str, str], list[Mutant]] = defaultdict(list)
+    for m in mutants:
+        by_text[(m.file, m.operator.removeprefix("core/"), m.text)].append(m)
+    diffs: dict[str, set[tuple[str, str]]] = defaultdict(set)
+    for ln in evidence.splitlines():
+        e = _EVIDENCE.match(ln)
+        if e:
+            diffs[e["id"]].add((" ".join(e["old"].split()), " ".join(e["new"].split())))
+    out: dict[str, str] = {}
+    moved: list[str] = []
+    dropped: list[str] = []
+    for k, note in triage.items():
+        if not _OLD_ID.match(k):
+            out[k] = note
+            continue
+        found: Mutant | None = None
+        if k in diffs:
+            if len(diffs[k]) == 1 and mutated_line is not None:
+                ((old, new),) = diffs[k]
+                file, _, rest = k.split(":", 2)
+                op = rest.split("#")[0]
+                hits = {
+                    m.key: m
+                    for m in by_text.get((file, op, old), [])
+                    if " ".join(mutated_line(m).split()) == new
+                }
+                if len(hits) == 1:
+                    (found,) = hits.values()
+        else:
+            found = by_id.get(k)
+        if found is None:
+            dropped.append(k)
+            continue
+        out.setdefault(found.key, note)
+        moved.append(k)
+    return dict(sorted(out.items())), moved, dropped
+
+
+def migrate_triage(args: argparse.Namespace, target: Target) -> int:
+    path = Path(args.triage)
+    evidence = Path(args.evidence).read_text() if args.evidence else ""
+
+    def mutated_line(m: Mutant) -> str:
+        _, mutated = mutated_source(target, m)
+        lines = (mutated or "").splitlines()
+        return lines[m.line - 1] if 0 < m.line <= len(lines) else ""
+
+    new, moved, dropped = migrate(
+        json.loads(path.read_text()), enumerate_mutants(target), evidence, mutated_line
+    )
+    path.write_text(json.dumps(new, indent=1, ensure_ascii=False) + "\n")
+    print(f"{path}: {len(moved)} entries rekeyed, {len(dropped)} dropped (no longer match)")
+    for k in dropped:
+        print(f"  dropped {k}")
     return 0
 
 
@@ -629,7 +757,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m kvstate.impl_mutants", description=__doc__.split("\n\n")[0]
     )
     sub = ap.add_subparsers(dest="cmd", required=True)
-    for name in ("run", "report", "list", "verify"):
+    for name in ("run", "report", "list", "verify", "migrate-triage"):
         p = sub.add_parser(name)
         p.add_argument(
             "--profile", default="ci", choices=["ci", "dev"], help="the killing test's profile"
@@ -669,6 +797,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     rp.add_argument("--sample", type=int, default=None, help="only the first N of the seeded order")
     rp.add_argument("--seed", type=int, default=0)
+    mt = sub.choices["migrate-triage"]
+    mt.add_argument("--triage", required=True, help="the triage file, rewritten in place")
+    mt.add_argument(
+        "--evidence", default=None, help="a report's survivor lines (docs/generated-mutants.md)"
+    )
     v = sub.choices["verify"]
     v.add_argument("ids", nargs="+", help="mutant ids (as report and list print them)")
     v.add_argument("--timeout", type=float, default=120.0)
@@ -681,6 +814,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if _picked(m, a):
                 print(m.id)
         return 0
+    if a.cmd == "migrate-triage":
+        return migrate_triage(a, target)
     return {"run": run, "report": report, "verify": verify}[a.cmd](a, target)
 
 

@@ -529,7 +529,7 @@ def memo(kind: str, args: tuple[Any, ...], build: Callable[..., Any]) -> Any:
 _DEFINED = itertools.count()
 # asked by ``define`` before it runs a source: (name, source, env names) -> a function standing
 # in for it, or None.  An implementation installs it (``kvstate.impl.twins``: its compiled twins
-# of the sources its default tables generate, and the recording ``impl/aotgen.py`` emits)
+# of the sources its default tables generate, and the recording ``kvstate/buildtools/aotgen.py`` emits)
 _HOOK: Callable[[str, str, tuple[str, ...]], Callable[..., Any] | None] | None = None
 
 

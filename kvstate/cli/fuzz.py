@@ -86,7 +86,7 @@ def long_lived_imports() -> Iterator[None]:
 
 def run(args: argparse.Namespace) -> int:
     measure = None
-    if args.code_coverage:  # started before kvstate.impl is imported
+    if args.code_coverage and args.target not in ("vllm", "vllm-scheduler"):  # before impl
         from kvstate.codecov import CoverageUnavailable, Measure
 
         try:
@@ -154,6 +154,16 @@ def add_parser(sub: Any) -> None:
         help="--target kvstate-api: leave this operation (or fault) out of the run",
     )
     fz.add_argument(
+        "--remote",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="URL",
+        help="--target kvstate-api: the caches keep their offloaded blocks in a Redis server "
+        "(URL: redis://... or unix://...; without one, a redis-server started on a Unix socket "
+        "in a temporary directory), its faults driven through the server, two nodes sharing it",
+    )
+    fz.add_argument(
         "--threads",
         action="store_true",
         help="--target kvstate-api: several engine threads and the threaded pipelines; "
@@ -215,7 +225,8 @@ def add_parser(sub: Any) -> None:
         dest="code_coverage",
         action="store_true",
         help="--target kvstate-api or kvstate: report branch coverage of impl/ per module "
-        "(coverage.py; pure build only, one process)",
+        "(coverage.py; pure build only, one process); --target vllm or vllm-scheduler: the "
+        "statements and branches of vLLM's allocator and scheduler files run, per configuration",
     )
     fz.add_argument(
         "--coverage-json",

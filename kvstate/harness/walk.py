@@ -15,6 +15,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -54,6 +55,15 @@ class Engine:
     salt: Callable[[Any], int] = lambda config: 0  # per configuration, added to each draw's seed
     parse: Callable[[str], list[TraceStep]] | None = None  # ``--replay``'s trace, when it has one
     fresh: str = "a fresh system"  # where a trace starts, in the report
+    close: Callable[[Driver], None] | None = None  # run after every driver (threads, files)
+    # ``--coverage``: a fresh measurer of the engine's own code, with ``measure(label)`` (a
+    # context around one configuration's exploration) and ``lines()`` (the report's lines)
+    coverage: Callable[[], Any] | None = None
+
+    def closing(self, d: Driver) -> None:
+        """The engine's ``close`` on ``d`` (nothing when it has none)."""
+        if self.close is not None:
+            self.close(d)
 
     def replay(
         self, config: Any, ops: list[TraceStep], hook: Any = None
@@ -93,6 +103,7 @@ class Report:
     sizes: tuple[int, int] = (0, 0)  # examples, steps per example
     replays: int = 0  # fresh replays the minimizer ran
     minimize_seconds: float = 0.0
+    code: Any = None  # the engine's coverage measurer when the run measured its code
 
     @property
     def steps_per_second(self) -> float:
@@ -113,6 +124,7 @@ class Report:
             *[f"  not buildable on this release: {k} ({v})" for k, v in self.skipped.items()],
             *e.lines(self),
             f"  {s.steps} steps in {self.seconds:.1f} s ({self.steps_per_second:.0f} steps/s)",
+            *(self.code.lines() if self.code is not None else ()),
         ]
         if self.ok:
             lines.append("  verdict: PASS (no check failed)")
@@ -142,16 +154,20 @@ class Report:
 def replay(
     engine: Engine, config: Any, ops: list[TraceStep], hook: Any = None
 ) -> tuple[Nonconformance | None, Driver]:
-    """``ops`` on a fresh driver of ``config``: the finding they raise (or None), the driver."""
+    """``ops`` on a fresh driver of ``config``: the finding they raise (or None), the driver
+    (closed: the engine's ``close`` has run on it)."""
     d = engine.driver(config, None, hook)
-    for i, op in enumerate(ops):
-        try:
-            d.run_op(i, op)
-        except Nonconformance as f:
-            if not f.trace:
-                f.trace = list(d.trace)
-            return f, d
-    return None, d
+    try:
+        for i, op in enumerate(ops):
+            try:
+                d.run_op(i, op)
+            except Nonconformance as f:
+                if not f.trace:
+                    f.trace = list(d.trace)
+                return f, d
+        return None, d
+    finally:
+        engine.closing(d)
 
 
 def minimize(
@@ -189,6 +205,10 @@ def _machine(engine: Engine, config: Any, hook: Any, stats: Any, sink: dict[str,
             self.d = engine.driver(config, stats, hook)
             stats.configs[config.label] += 1
 
+        def teardown(self) -> None:
+            if self.d is not None:
+                engine.closing(self.d)
+
         @rule(seed=st.integers(0, 2**32 - 1))
         def act(self, seed: int) -> None:
             """One engine call; the draw's seed picks the operation and its arguments with
@@ -219,6 +239,7 @@ def run(
     seed: int | None = None,
     minimize_findings: bool = True,
     hook: Any = None,
+    code_coverage: bool = False,
 ) -> Report:
     """Fuzz ``engine``: each configuration its share of the profile's examples.
 
@@ -226,11 +247,14 @@ def run(
     for dev and nightly).  ``hook`` goes to every driver (a test's broken engine class).  Raises
     ValueError for an unknown profile (:func:`kvstate.targets.engine.run` raises the
     documented ``InvalidArgument``) and the engine's ``unavailable`` (an ``ImportError``)
-    without it.
+    without it.  ``code_coverage``: the engine's ``coverage`` measures each configuration's
+    exploration (ValueError for an engine without one).
     """
     sizes = SIZES[engine.name]
     if profile not in sizes:
         raise ValueError(f"unknown profile {profile!r}; known: {', '.join(sizes)}")
+    if code_coverage and engine.coverage is None:
+        raise ValueError(f"--coverage: the {engine.name} target does not measure its engine's code")
     version = engine.load()
     from hypothesis import HealthCheck, Phase, settings
     from hypothesis.stateful import run_state_machine_as_test
@@ -243,10 +267,13 @@ def run(
     stats = engine.stats()
     report = Report(engine, profile, stats, version=version, seed=seed)
     report.sizes = (examples or n_ex, steps or n_steps)
+    if code_coverage and engine.coverage is not None:
+        report.code = engine.coverage()
     t0 = time.monotonic()
     for cfg in configs:
         try:
-            engine.driver(cfg, None, hook)  # a configuration this release cannot build is skipped
+            probe = engine.driver(cfg, None, hook)  # one this release cannot build is skipped
+            engine.closing(probe)
         except engine.unavailable:
             raise
         except Exception as e:  # noqa: BLE001 - moved or renamed classes of an older release
@@ -267,7 +294,8 @@ def run(
         )
         pin(machine, engine.ci_seed if seed is None else seed)  # the walks follow the seed
         try:
-            with seed_only():  # the walks follow the seed, not the modules loaded (profiles.py)
+            measure = report.code.measure(cfg.label) if report.code is not None else nullcontext()
+            with seed_only(), measure:  # seed_only: the walks follow the seed (profiles.py)
                 run_state_machine_as_test(machine, settings=s)
         except Exception as exc:  # noqa: BLE001 - a finding ends this configuration
             if find_in(exc) is None or "finding" not in sink:

@@ -83,6 +83,8 @@ def run_cli(engine: Engine, args: Any, table: Any = None) -> int:
                 examples=getattr(args, "examples", None),
                 steps=getattr(args, "steps", None),
                 seed=getattr(args, "seed", None),
+                code_coverage=bool(getattr(args, "code_coverage", False))
+                and engine.coverage is not None,
             )
     except engine.unavailable as e:
         print(f"kvstate fuzz: error: {e} (install it with {engine.install})", file=sys.stderr)

@@ -24,6 +24,8 @@ except sglang_import.SGLangUnavailable as e:  # pragma: no cover - depends on th
     pytest.skip(f"SGLang not installed ({e}); run tools/install_sglang.sh", allow_module_level=True)
 
 from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator  # noqa: E402
+from sglang.srt.mem_cache.memory_pool import ReqToTokenPool  # noqa: E402
+from sglang.srt.mem_cache.pool_host.base import HostKVCache  # noqa: E402
 from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache  # noqa: E402
 
 from kvstate.targets.sglang.checks import CHECK_CLASSES  # noqa: E402
@@ -36,6 +38,10 @@ SWA_RUST = (Config("swa", "rust", 4, 16, 96, 256),)
 # a page of traffic that stores a prefix and asks for it again, nothing evicted in between
 STORE_AND_RESEND = [op("arrive", 1, 40), op("admit", 0, 256), op("decode", 0, 3), op("finish", 0),
                     op("resend", 0), op("admit", 0, 256)]  # fmt: skip
+# with HiCache's host tier: the stored prefix is written through, evicted from the device, and
+# the re-sent request's admission loads it back from the host
+L2 = Config("swa", "python", 4, 16, 96, 256, hicache="l2")
+STORE_EVICT_LOAD = STORE_AND_RESEND[:4] + [op("evict", 96), op("resend", 0), op("admit", 0, 256)]
 
 
 def test_ci_profile_exercises_every_configuration_and_check() -> None:
@@ -47,7 +53,8 @@ def test_ci_profile_exercises_every_configuration_and_check() -> None:
         if c != "crash":  # a class that fires only when SGLang raises
             assert r.stats.checks[c] > 0, c
     for name in NAMES:
-        assert r.stats.calls[name] > 0, name
+        if name != "lose_file":  # a fault that needs a file written first: its own test below
+            assert r.stats.calls[name] > 0, name
     for path in ("hit", "miss", "eviction", "decode freed out-of-window SWA"):
         assert r.stats.paths[path] > 0, path
 
@@ -120,6 +127,73 @@ def test_a_release_that_publishes_nothing_is_a_completeness_finding(
     monkeypatch.setattr(UnifiedRadixCache, "checkpoint", lambda self, req, **k: None)
     f, _ = ENGINE.replay(SWA[0], STORE_AND_RESEND)
     assert f is not None and f.kind == "completeness", f
+
+
+def test_a_buffer_moved_under_a_captured_graph_is_an_addresses_finding(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    orig = ReqToTokenPool.write
+
+    def write(self, indices, values):  # type: ignore[no-untyped-def]
+        self.req_to_token = self.req_to_token.clone()  # copy-on-write: the table moves
+        return orig(self, indices, values)
+
+    monkeypatch.setattr(ReqToTokenPool, "write", write)
+    assert _fuzz().finding.kind == "addresses"
+
+
+def test_a_load_back_from_the_host_tier_is_checked_whole() -> None:
+    f, d = ENGINE.replay(L2, STORE_EVICT_LOAD)
+    assert f is None, f
+    assert d.stats.paths["host load-back"] == 1 and d.stats.checks["load"] == 1
+
+
+def test_a_load_back_that_never_completes_is_a_load_finding(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(UnifiedRadixCache, "is_load_back_event_done", lambda self, i: False)
+    f, _ = ENGINE.replay(L2, STORE_EVICT_LOAD)
+    assert f is not None and f.kind == "load", f
+
+
+def test_a_load_back_missing_its_last_page_is_an_L3_finding(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    orig = HostKVCache.load_to_device_per_layer_physical
+
+    def short(self, device_pool, host_indices, device_indices, *a, **k):  # type: ignore[no-untyped-def]
+        n = len(host_indices) - self.page_size  # the H2D copy stops a page short
+        return orig(self, device_pool, host_indices[:n], device_indices[:n], *a, **k)
+
+    monkeypatch.setattr(HostKVCache, "load_to_device_per_layer_physical", short)
+    f, _ = ENGINE.replay(L2, STORE_EVICT_LOAD)
+    assert f is not None and f.kind == "L3", f
+
+
+L3 = Config("swa", "python", 4, 16, 96, 256, hicache="l3")
+STORE_DROP_PREFETCH = [op("arrive", 1, 40), op("poll"), op("admit", 0, 256), op("decode", 0, 3),
+                       op("finish", 0), op("poll"), op("evict", 96), op("evict_host", 400),
+                       op("resend", 0), op("poll"), op("admit", 0, 256)]  # fmt: skip
+
+
+def test_a_prefix_gone_from_device_and_host_is_served_from_file_storage() -> None:
+    f, d = ENGINE.replay(L3, STORE_DROP_PREFETCH)
+    assert f is None, f
+    assert d.stats.paths["L3 prefetch loaded"] == 1 and d.stats.checks["load"] == 1
+
+
+# a file removed: the pages before it may still be prefetched (a partial prefetch, checked for
+# every state's markers); a file cut to half its size: SGLang's HiCacheFile.get reports the short
+# read and the prefetch serves nothing (the target's markers sit in each slot's first bytes, which
+# a cut file keeps, so the count of served prefetches is what shows a cut page was not served)
+@pytest.mark.parametrize(("k", "served"), [(0, 1), (1, 0)])
+def test_a_lost_or_cut_storage_file_is_never_served(k: int, served: int) -> None:
+    f, d = ENGINE.replay(
+        L3, STORE_DROP_PREFETCH[:8] + [op("lose_file", k)] + STORE_DROP_PREFETCH[8:]
+    )
+    assert f is None, f  # whatever the admission then hits holds its markers (checked)
+    assert d.stats.calls["lose_file"] == 1 and d.stats.calls["admit"] == 2
+    assert d.stats.paths["L3 prefetch loaded"] == served
 
 
 def test_sglang_raising_on_an_allowed_call_is_a_crash_finding(

@@ -27,6 +27,7 @@ except imports.VLLMUnavailable as e:  # pragma: no cover - depends on the machin
 
 from vllm.v1.core import block_pool as bp  # noqa: E402
 from vllm.v1.core import kv_cache_coordinator as kc  # noqa: E402
+from vllm.v1.core import kv_cache_manager as km  # noqa: E402
 from vllm.v1.core import single_type_kv_cache_manager as st  # noqa: E402
 from vllm.v1.core.sched import scheduler as sm  # noqa: E402
 
@@ -39,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FULL = (Config("full", 12, connector=False),)
 SWA = (Config("swa", 14),)
 PRIORITY = (Config("full", 12, policy="priority"),)
+WATERMARK = (Config("full", 12, connector=False, watermark=0.5),)
 
 
 @pytest.fixture(scope="module")
@@ -63,9 +65,26 @@ def test_ci_profile_reaches_the_scheduler_paths(ci_report: Report) -> None:
     paths = ci_report.stats.paths
     for path in ("preempted", "chunked_prefill", "finished", "aborted", "sync_load",
                  "async_load_done", "async_load_failed", "sync_load_failed", "reset_ok",
-                 "reset_refused", "spec_decode", "drafts_rejected"):  # fmt: skip
+                 "reset_refused", "spec_decode", "drafts_rejected", "mamba_cow"):  # fmt: skip
         assert paths[path] > 0, f"the ci profile never reached {path}"
-    assert len(ci_report.stats.configs) == 10
+    assert len(ci_report.stats.configs) == 11
+
+
+def test_mamba_copy_on_write_and_junctions_run_through_the_scheduler() -> None:
+    """vLLM's own lines, measured: a Mamba block larger than the hash block with the
+    shared-prefix checkpoint makes the scheduler stop chunks at partial-block boundaries and
+    junctions; a later request's hit there is copied on write (``_apply_cow``), and a running
+    producer's entry moves to the copy (``move_block_hashes``)."""
+    report = run(
+        "ci", configs=(Config("mamba-prefix", 16),), examples=45, minimize_findings=False,
+        code_coverage=True,
+    )  # fmt: skip
+    assert report.ok, report.render()
+    print("\n".join(report.code.lines()[:3]))
+    for fn in ("SingleTypeKVCacheManager._apply_cow", "BlockPool.move_block_hashes",
+               "BlockPool.cache_partial_block", "Scheduler._mamba_block_aligned_split"):  # fmt: skip
+        assert report.code.entered(fn), fn
+    assert report.stats.paths["mamba_cow"] > 0
 
 
 def _run_outside_repo(path: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
@@ -145,12 +164,57 @@ def break_priority_victim(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(sm, "max", pick, raising=False)
 
 
+def break_watermark_when_idle(mp: pytest.MonkeyPatch) -> None:
+    """The watermark applied with nothing running: an idle pool keeps ``watermark`` blocks back
+    from admission, so a request that needs more than the rest waits forever."""
+    orig = km.KVCacheManager.allocate_slots
+
+    def allocate_slots(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        kwargs["has_scheduled_reqs"] = True
+        return orig(self, *args, **kwargs)
+
+    mp.setattr(km.KVCacheManager, "allocate_slots", allocate_slots)
+
+
+def break_full_isl_overcount(mp: pytest.MonkeyPatch) -> None:
+    """The full-prompt admission gate (``scheduler_reserve_full_isl``) counts the prompt's blocks
+    twice; the per-chunk count is right: a long prompt is never admitted."""
+    orig = kc.KVCacheCoordinator.get_num_blocks_to_allocate
+
+    def count(self, *args, apply_admission_cap=False, **kwargs):  # type: ignore[no-untyped-def]
+        n = orig(self, *args, apply_admission_cap=apply_admission_cap, **kwargs)
+        return 2 * n if apply_admission_cap else n
+
+    mp.setattr(kc.KVCacheCoordinator, "get_num_blocks_to_allocate", count)
+
+
+class _HeadPop(list):  # type: ignore[type-arg]
+    def pop(self, index: int = 0):  # type: ignore[no-untyped-def,override]
+        return super().pop(index)
+
+
+def break_fcfs_victim(mp: pytest.MonkeyPatch) -> None:
+    """The FCFS victim inverted: ``running.pop()`` takes the head (the oldest request), not the
+    most recently admitted one."""
+    orig = sm.Scheduler.schedule
+
+    def schedule(self):  # type: ignore[no-untyped-def]
+        self.running = _HeadPop(self.running)
+        return orig(self)
+
+    mp.setattr(sm.Scheduler, "schedule", schedule)
+
+
+# name -> (the broken method, the configurations run, the check class that must fire)
 BREAKS = {
-    "conservation": (break_free_leak, FULL),
-    "hygiene": (break_finish_keeps_blocks, FULL),
-    "window": (break_swa_skip, SWA),
-    "liveness": (break_overcount, FULL),
-    "preemption": (break_priority_victim, PRIORITY),
+    "conservation": (break_free_leak, FULL, "conservation"),
+    "hygiene": (break_finish_keeps_blocks, FULL, "hygiene"),
+    "window": (break_swa_skip, SWA, "window"),
+    "liveness": (break_overcount, FULL, "liveness"),
+    "liveness-full-isl": (break_full_isl_overcount, FULL, "liveness"),
+    "liveness-watermark": (break_watermark_when_idle, WATERMARK, "liveness"),
+    "preemption": (break_priority_victim, PRIORITY, "preemption"),
+    "preemption-fcfs": (break_fcfs_victim, FULL, "preemption"),
 }
 
 
@@ -184,12 +248,13 @@ def test_liveness_catches_the_overcount_with_a_connector(monkeypatch: pytest.Mon
 
 
 def test_every_new_check_class_has_a_break() -> None:
-    assert set(BREAKS) == set(CHECK_CLASSES) - {"crash"}  # crash: the Mamba finding above
+    # crash: the Mamba finding above
+    assert {c for _, _, c in BREAKS.values()} == set(CHECK_CLASSES) - {"crash"}
 
 
 @pytest.mark.parametrize("name", sorted(BREAKS))
 def test_each_check_fires_when_vllm_is_broken(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    brk, configs = BREAKS[name]
+    brk, configs, check = BREAKS[name]
     brk(monkeypatch)
     t0 = time.monotonic()
     report = run("ci", configs=configs, examples=50, minimize_findings=False)
@@ -198,11 +263,11 @@ def test_each_check_fires_when_vllm_is_broken(name: str, monkeypatch: pytest.Mon
     f = report.findings[0][1]
     print(f"\n{name}: {brk.__doc__.split(':')[0]} -> [{f.kind}] after {report.stats.steps} "
           f"operations, {took:.2f} s")  # fmt: skip
-    assert f.kind == name or name in f.detail, str(f)
+    assert f.kind == check or check in f.detail, str(f)
 
 
 def test_a_correct_vllm_passes_the_broken_configurations() -> None:
     """The same runs on an unpatched vLLM: the breaks above, not the configurations, fail."""
-    for configs in (FULL, SWA, PRIORITY):
+    for configs in (FULL, SWA, PRIORITY, WATERMARK):
         report = run("ci", configs=configs, examples=50, minimize_findings=False)
         assert report.ok, report.render()

@@ -223,3 +223,80 @@ def test_the_same_seed_walks_the_same_whatever_is_imported(tmp_path, monkeypatch
         assert walk() == before
     finally:
         sys.modules.pop("kvstate_manyconsts", None)
+
+
+# Two prompts computed and freed in two calls (r0 first), then one roundtrip whose admission
+# must evict: the first eviction of the run happens inside the compound operation.
+EVICT_IN_ROUNDTRIP = parse(
+    parse_calls(
+        """
+        arrive(family=0, shared=0, tail=10, extra=70, rid=0)
+        admit(rid=0, chunk=80, ext_blocks=0)
+        arrive(family=0, shared=0, tail=11, extra=70, rid=1)
+        admit(rid=1, chunk=80, ext_blocks=0)
+        finish(rid=0)
+        finish(rid=1)
+        roundtrip(family=0, shared=0, tail=12, extra=70, chunk=80)
+        """
+    )
+)
+
+
+@pytest.mark.parametrize("name", ["eviction-lru-reversed", "completeness"])
+def test_a_broken_vllm_is_caught_inside_a_compound_operation(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bookkeeping runs around every call a ``roundtrip`` makes: LRU reversed (r1's entries
+    evicted before r0's) and a pool that caches nothing are both caught at the roundtrip itself,
+    and the same trace passes on an unbroken vLLM."""
+    from kvstate.targets.vllm.engine import replay
+
+    f, _ = replay(FULL[0], EVICT_IN_ROUNDTRIP)
+    assert f is None, str(f)
+    brk, check = (break_lru, "eviction") if name != "completeness" else (_no_caching, name)
+    brk(monkeypatch)
+    t0 = time.monotonic()
+    f, d = replay(FULL[0], EVICT_IN_ROUNDTRIP)
+    print(f"{name} inside a roundtrip: caught as {f and f.kind} in {time.monotonic() - t0:.2f} s")
+    assert f is not None and check in f.detail
+    assert len(d.trace) == len(EVICT_IN_ROUNDTRIP) and d.trace[-1].action == "roundtrip"
+
+
+def _no_caching(mp: pytest.MonkeyPatch) -> None:
+    mp.setattr(bp.BlockPool, "cache_full_blocks", lambda self, *a, **k: None)
+
+
+def _free_as_0_20(mp: pytest.MonkeyPatch) -> None:
+    """vLLM 0.20.0's ``BlockPool.free_blocks`` and queue: every freed block, cached or not, is
+    appended in the caller's order (no ``prepend_n``, no reuse-uncached-first)."""
+
+    def free_blocks(self, ordered_blocks):  # type: ignore[no-untyped-def]
+        blocks = [b for b in ordered_blocks if not b.is_null]
+        for b in blocks:
+            b.ref_cnt -= 1
+        self.free_block_queue.append_n([b for b in blocks if b.ref_cnt == 0])
+
+    mp.setattr(bp.BlockPool, "free_blocks", free_blocks)
+    mp.delattr(ku.FreeKVCacheBlockQueue, "prepend_n")
+
+
+def test_the_eviction_shadow_follows_the_release_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On vLLM 0.20.0 every layout failed ``eviction`` within two examples ("uncached blocks
+    are reused first"): the shadow held 0.20.0 to 0.33.0's order.  A pool freeing as 0.20.0 does
+    passes; the same pool with LRU reversed (cached blocks evicted newest first) still fails."""
+    _free_as_0_20(monkeypatch)
+    r = run(profile="ci", configs=FULL, examples=24, minimize_findings=False)
+    assert r.ok, r.render()
+    orig = bp.BlockPool.free_blocks
+
+    def newest_first(self, ordered_blocks):  # type: ignore[no-untyped-def]
+        orig(self, list(ordered_blocks))
+        q = self.free_block_queue
+        free = q.get_all_free_blocks()
+        for b in free:
+            q.remove(b)
+        q.append_n(free[::-1])
+
+    monkeypatch.setattr(bp.BlockPool, "free_blocks", newest_first)
+    r = run(profile="ci", configs=FULL, examples=24, minimize_findings=False)
+    assert not r.ok and r.finding is not None and "eviction" in r.finding.detail, r.render()

@@ -1,4 +1,4 @@
-"""The compiled twins of the generated guards and search (impl/aotgen.py, impl/_aot.py).
+"""The compiled twins of the generated guards and search (kvstate/buildtools/aotgen.py, impl/_aot.py).
 
 * ``impl/_aot.py`` is what the generator writes from the current sources (else: the command that regenerates it).
 * ``define`` returns a twin only for the exact source it was made from: one byte changed (a
@@ -14,17 +14,17 @@ import sys
 
 import pytest
 
+from kvstate.buildtools.aotgen import COMMAND, annotate
+from kvstate.buildtools.aotgen import twins as aot_twins
 from kvstate.impl import HeterogeneousKVCache, native_modules
 from kvstate.impl import twins as T
-from kvstate.impl.aotgen import COMMAND, annotate
-from kvstate.impl.aotgen import twins as aot_twins
 from kvstate.spec import compile as C
 from kvstate.spec.geometry import small
 
 
 def test_the_twins_module_is_fresh() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "kvstate.impl.aotgen", "--check"],
+        [sys.executable, "-m", "kvstate.buildtools.aotgen", "--check"],
         capture_output=True,
         text=True,
         timeout=300,
@@ -82,7 +82,7 @@ def test_a_deployments_caps_and_pools_do_not_change_the_generated_sources() -> N
     caps: what ``bench/vs_vllm.py`` and ``bench/impl_bench.py`` size per prefix length) asks
     for exactly the sources of the twins: the caps are read at run time from the state's
     constants (``spec/compile.py`` ``RUNTIME_CONSTS``), not folded into the source."""
-    from kvstate.impl.aotgen import collect, twins
+    from kvstate.buildtools.aotgen import collect, twins
     from kvstate.spec.geometry import deepseek_v4_flash
 
     for pin_cap, io_cap in ((6, 3), (5, 1)):

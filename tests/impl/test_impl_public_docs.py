@@ -4,7 +4,7 @@
 (the names of its source, the declared types rather than ``Any``, defaults that read as what they
 mean rather than ``<object object at 0x...>``) and a docstring.  The compiled build lost all of it
 (mypyc keeps no docstring, and no class signature when a default is not a literal): see
-``impl/mypyc_docs.py`` and ``impl/signatures.py``.  The surface is read off
+``kvstate/buildtools/mypyc_docs.py`` and ``impl/signatures.py``.  The surface is read off
 ``kvstate.impl.__all__`` and each class's source, never listed here, so a method added to the
 public classes is checked as soon as it exists.  CI runs this file in both builds.
 """

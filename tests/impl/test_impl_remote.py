@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from redis_server import RedisServer, redis_server  # noqa: F401 (the fixture)
 from cache_checks import check_compressed, check_tail, check_window
+from redis_server import RedisServer, redis_server  # noqa: F401 (the fixture)
 
 import kvstate.impl
 from kvstate.impl import (

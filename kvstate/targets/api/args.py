@@ -368,9 +368,14 @@ CASES: tuple[tuple[str, str, Callable[[Any], Any]], ...] = (
 
 
 def do_refuse_arg(h: Any, o: Any) -> int | None:
+    return run_case(h, *CASES[o.arg("k") % len(CASES)])
+
+
+def run_case(h: Any, what: str, want: str, call: Callable[[Any], Any]) -> int | None:
+    """One case: ``call(h)`` must raise exactly ``want`` (a ``KVStateError``'s class name), or
+    answer a pair of equal values (``SAME``), or be skipped (``_SKIP``)."""
     from kvstate.impl import errors
 
-    what, want, call = CASES[o.arg("k") % len(CASES)]
     h.bad_input_left = []
     h.call_override = "read"
     try:

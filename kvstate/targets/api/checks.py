@@ -21,14 +21,18 @@ def make_checks(h: Any) -> list[CallCheck]:
     from kvstate.targets.api.args import MaintCount
     from kvstate.targets.api.delivery import Delivery
     from kvstate.targets.api.exhaust import Counts
+    from kvstate.targets.api.facade import GuardReads, InspectionReads
     from kvstate.targets.api.geometry import NewModel
     from kvstate.targets.api.graphs import GraphProtocol
+    from kvstate.targets.api.handed import HandRows
     from kvstate.targets.api.handout import Events, GraphRows
+    from kvstate.targets.api.jobfaults import UnverifiedTail
     from kvstate.targets.api.memo import WindowPolicy
     from kvstate.targets.api.orders import OrderHook
     from kvstate.targets.api.prefixreads import PrefixReads
     from kvstate.targets.api.ready import Readiness
     from kvstate.targets.api.refusals import RefusalRequired
+    from kvstate.targets.api.remote import checks as remote_checks
     from kvstate.targets.api.single import ActCheck
     from kvstate.targets.api.stats import StatsCheck
     from kvstate.targets.api.stored import StoredForms
@@ -51,4 +55,9 @@ def make_checks(h: Any) -> list[CallCheck]:
         PrefixReads(),
         StatsCheck(),
         ActCheck(),
+        *remote_checks(h),  # the remote table's outcomes, with a remote tier
+        UnverifiedTail(),
+        GuardReads(),
+        InspectionReads(),
+        HandRows(),
     ]

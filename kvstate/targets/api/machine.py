@@ -20,7 +20,7 @@ from kvstate.harness.trace import TraceStep
 from kvstate.spec.table import Table
 from kvstate.targets.api.base import Coverage, op
 from kvstate.targets.api.declare import Sizes
-from kvstate.targets.api.registry import DECLARED, OPS
+from kvstate.targets.api.registry import DECLARED, DEFAULT_OPS
 from kvstate.targets.api.state import _HARNESS
 
 
@@ -37,7 +37,7 @@ def build_machine(
 ) -> type[RuleBasedStateMachine]:
     """A state machine whose rules are the harness operations (``ops``: a subset); ``harness``
     replaces :class:`ApiHarness` (``_Recorder``: a dry run that only keeps the operations)."""
-    allowed = frozenset(OPS) if ops is None else ops
+    allowed = DEFAULT_OPS if ops is None else ops
     counts = stats if stats is not None else Counter()
     cov = coverage if coverage is not None else Coverage()
     # The class body's ``ApiHarness`` is this name: the real harness, or (``harness``) the dry

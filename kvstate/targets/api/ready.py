@@ -32,7 +32,7 @@ class Readiness(CallCheck):
         self.queued: set[int] = set()
 
     def before(self, h: Any, o: Any) -> None:
-        self.tail_damaged |= o.name == "host_tail"
+        self.tail_damaged |= o.name in ("host_tail", "job_raises")  # (jobfaults.py)
         self.forbid = h._forbid(o)
         # a load starts again only where the I/O cap held it back (a failed one is not retried)
         blocks = {r: b for b, r in enumerate(h.rids)}

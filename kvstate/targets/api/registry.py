@@ -18,13 +18,18 @@ from kvstate.targets.api import (
     args,
     damage,
     exhaust,
+    facade,
     geometry,
     graphs,
+    handed,
     inputs,
+    jobfaults,
+    mixedload,
     ops,
     pools,
     prefix,
     refusedwrites,
+    remote,
     single,
     stepwise,
     stored,
@@ -46,6 +51,11 @@ MODULES = (
     stepwise,
     refusedwrites,
     single,
+    mixedload,
+    jobfaults,
+    facade,
+    handed,
+    remote,
 )
 
 DECLARED: tuple[OpDecl, ...] = tuple(d for m in MODULES for d in m.DECLS)
@@ -53,6 +63,21 @@ OPS = handlers(DECLARED)  # name -> handler (the harness looks it up at every ca
 MAPPING = mapping(DECLARED)  # name -> the spec/api.py call that explains it
 FAULT_KINDS = fault_kinds(DECLARED)  # the fault kinds injected ("fault KIND" counters)
 FAULT_OPS = fault_ops(DECLARED)  # fault kind -> the operations that inject it
+# drawn only by a run with a remote tier (kvstate/targets/api/remote.py); the others by default
+REMOTE_ONLY = frozenset(d.name for d in remote.DECLS)
+DEFAULT_OPS = frozenset(OPS) - REMOTE_ONLY
+
+
+def drawn_ops() -> frozenset[str]:
+    """The operations a run draws: the default ones; in a run with a remote tier
+    (``remote.WORLD``), the core operations but those on the disk tier's files, the variants,
+    and the remote ones."""
+    if remote.WORLD is None:
+        return DEFAULT_OPS
+    core = frozenset(d.name for m in (ops, prefix) for d in m.DECLS) - remote.DISK_ONLY
+    return core | REMOTE_ONLY
+
+
 _UNKNOWN = {d.name: d.call for d in DECLARED if d.call not in API}
 if _UNKNOWN:
     raise ValueError(f"API operations explained by calls spec/api.py does not have: {_UNKNOWN}")

@@ -6,6 +6,7 @@ forked process), minimizes the first finding and prints the summary lines and th
 from __future__ import annotations
 
 import re
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -31,7 +32,7 @@ from kvstate.targets.api.explore import (
     replay,
 )
 from kvstate.targets.api.machine import build_machine
-from kvstate.targets.api.registry import OPS, parse_ops
+from kvstate.targets.api.registry import DEFAULT_OPS, OPS, drawn_ops, parse_ops
 from kvstate.targets.api.state import ApiHarness
 from kvstate.targets.api.witnesses import witnesses
 
@@ -90,7 +91,7 @@ def run_api(
 
     cov, stats = Coverage(), Counter[str]()
     started = time.monotonic()
-    allowed = frozenset(OPS) if ops is None else ops
+    allowed = DEFAULT_OPS if ops is None else ops
     wit = {
         name: w
         for name, w in witnesses(N, table.consts.L, table.consts.lease_max).items()
@@ -207,9 +208,21 @@ def summary_lines(res: RunResult) -> list[str]:
         f"{c['quiescence checks']}",
         "  faults injected: " + (", ".join(f"{k} {v}" for k, v in faults.items()) or "none"),
     ]
+    remote = {k[8:]: v for k, v in sorted(c.items()) if k.startswith("remote: ")}
+    if remote:  # kvstate/targets/api/remote.py (a finding would have ended the run)
+        lines.append(
+            f"  remote: restores {c['disk restores completed']} (the tier's loads), "
+            + ", ".join(f"{k} {v}" for k, v in remote.items())
+            + "; wrong bytes 0, "
+            f"leaked or stuck blocks 0 ({c['quiescence checks']} quiescence checks)"
+        )
     checks = {k[7:]: v for k, v in sorted(c.items()) if k.startswith("check: ")}
     if checks:  # kvstate/targets/api/checks.py
         lines.append("  checked: " + ", ".join(f"{k} {v}" for k, v in checks.items()))
+    from kvstate.targets.api.facade import guard_line
+
+    if guard_line(c):
+        lines.append(guard_line(c))
     calls = {k[5:]: v for k, v in sorted(c.items()) if k.startswith("call ")}
     lines.append("  calls: " + ", ".join(f"{k} {v}" for k, v in calls.items()))
     refused = {k[8:]: v for k, v in sorted(c.items()) if k.startswith("refused ")}
@@ -222,12 +235,37 @@ def summary_lines(res: RunResult) -> list[str]:
 
 
 def run_api_cli(args: Any, table: Table) -> int:
-    """``kvstate fuzz --target kvstate-api``."""
+    """``kvstate fuzz --target kvstate-api`` (``--remote [URL]``: over a remote tier, inside
+    :func:`kvstate.targets.api.remote.remote_world`)."""
+    url = getattr(args, "remote", None)
+    if url is None:
+        return _run_api_cli(args, table)
+    from kvstate.targets.api.remote import remote_world
+    from kvstate.testing.redisserver import ServerMissing
+
+    try:
+        world = remote_world(url or None)
+        world.__enter__()
+    except ServerMissing as exc:
+        print(f"kvstate fuzz: error: --remote without a URL: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # noqa: BLE001 - the server at URL does not answer
+        print(f"kvstate fuzz: error: --remote {url}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return _run_api_cli(args, table)
+    finally:
+        world.__exit__(None, None, None)
+
+
+def _run_api_cli(args: Any, table: Table) -> int:
     import shlex
-    import sys
+
+    from kvstate.targets.api import remote
 
     N = args.pool or 4
-    ops = frozenset(OPS)
+    drawn = drawn_ops()  # the default operations, or those of a remote run
+    ops = drawn
     for name in getattr(args, "skip_op", None) or []:
         if name not in OPS:
             print(
@@ -244,7 +282,9 @@ def run_api_cli(args: Any, table: Table) -> int:
         )
         return 2
     base = ["kvstate", "fuzz", "--target", "kvstate-api", "--pool", str(N)]
-    for name in sorted(frozenset(OPS) - ops):
+    if remote.WORLD is not None:
+        base += ["--remote", *([args.remote] if args.remote else [])]
+    for name in sorted(drawn - ops):
         base += ["--skip-op", name]
     if args.replay is not None:
         text = args.replay[1:] if args.replay.startswith("@") else None
@@ -308,7 +348,7 @@ def run_api_cli(args: Any, table: Table) -> int:
     except ValueError as exc:  # SpecError: a bad --example-db
         print(f"kvstate fuzz: error: {exc}", file=sys.stderr)
         return 2
-    key = database_key("kvstate-api", table.name, table.geometry.name, N, (), frozenset(OPS) - ops)
+    key = database_key("kvstate-api", table.name, table.geometry.name, N, (), drawn - ops)
     print(
         f"kvstate fuzz: target kvstate-api (the public API, bytes, faults) vs table "
         f"{table.name}, pool N={N}, profile {args.profile} "
@@ -327,7 +367,8 @@ def run_api_cli(args: Any, table: Table) -> int:
         ops=ops,
         coverage_pass=not args.no_coverage,
         reproduce=args.reproduce,
-        beside=not getattr(args, "code_coverage", False),  # --coverage traces this process
+        # --coverage traces this process; a remote run's faults act on the one server
+        beside=not getattr(args, "code_coverage", False) and remote.WORLD is None,
         out=lambda s: print(s, flush=True),
         database=db,
         key=key,
@@ -335,7 +376,7 @@ def run_api_cli(args: Any, table: Table) -> int:
     if res.finding is None:
         from kvstate.targets.api.schedule import run_profile  # the threaded mode's schedules
 
-        failed, threads = run_profile(table, N, args.profile, seed)
+        failed, threads = (False, []) if remote.WORLD else run_profile(table, N, args.profile, seed)
         if failed:
             print("\n".join(threads))
             return 1

@@ -145,7 +145,7 @@ def _args(h: Any, st: _State, a: Action, p: dict[str, int]) -> list[Any]:
 
 
 def do_act(h: Any, o: Any) -> int | None:
-    from kvstate.impl.errors import OutOfCapacity, Refused
+    from kvstate.impl.errors import KVStateError, OutOfCapacity, Refused
 
     st = _state(h)
     st.chosen = None
@@ -167,6 +167,13 @@ def do_act(h: Any, o: Any) -> int | None:
         except Refused:
             h.cov.add(f"check: act refused {a.name}")
             raise
+        except KVStateError as exc:  # another documented error: not the guard's refusal
+            raise h.fail(
+                "act-refused",
+                [a.name],
+                f"{o.render()}: {a.name}{p} raised {type(exc).__name__} ({exc}); the table "
+                "refuses it here, which act reports as Refused",
+            ) from exc
         raise h.fail(
             "act-not-refused",
             [a.name],
@@ -182,7 +189,7 @@ def do_act(h: Any, o: Any) -> int | None:
             ) from None
         h.cov.add("act allocate out of room")
         raise
-    except Refused as exc:
+    except KVStateError as exc:  # Refused, or any other documented error
         raise h.fail(
             "act-refused",
             [a.name],

@@ -52,6 +52,8 @@ from kvstate.targets.api.bytes import check_bytes, read_released
 from kvstate.targets.api.faults import _FULL, _install_full_disk
 from kvstate.targets.api.graphs import StaleAt, staled
 from kvstate.targets.api.registry import MAPPING, OPS
+from kvstate.targets.api.remote import cache_kwargs as remote_kwargs
+from kvstate.targets.api.remote import release as remote_release
 from kvstate.targets.api.stepwise import fails as stepwise_fails
 from kvstate.testing.adapter import observe_reader
 
@@ -82,7 +84,7 @@ class ApiHarness:
         self.scale = 1  # token counts' factor: another geometry's block (targets/api/geometry.py)
         self.cov = coverage if coverage is not None else Coverage()
         self.threads = threads
-        self.cache_kwargs = dict(cache_kwargs or {})
+        self.cache_kwargs = {**remote_kwargs(), **dict(cache_kwargs or {})}  # (remote.py)
         self.dir = tempfile.mkdtemp(prefix="kvstate-api-")
         self.live: list[Live | None] = [None] * self.R
         self.released: list[Any] = [None] * self.R  # (run, want) of the last released use
@@ -193,6 +195,7 @@ class ApiHarness:
         try:
             if self.cache is not None:
                 self.cache.close()
+            remote_release(self)
         finally:
             shutil.rmtree(self.dir, ignore_errors=True)
 
@@ -366,7 +369,7 @@ class ApiHarness:
                 if o.name == "admit" and req is not None:
                     self._check_longest(before, steps, req)
         bad = self.accounting()
-        if o.name == "drain" and not self.threads and raised is None:
+        if o.name in ("drain", "drain_mixed") and not self.threads and raised is None:
             bad += self.drained_idle()
         if bad:
             raise self.fail(

@@ -38,6 +38,7 @@ from hypothesis import strategies as st
 
 from kvstate.targets.api.base import CallCheck
 from kvstate.targets.api.declare import OpDecl
+from kvstate.targets.api.fsrefusals import FS_REFUSALS
 
 
 def _disk_private(h: Any) -> tuple[Any, Callable[[bytes], bytes], Any]:
@@ -300,6 +301,7 @@ REFUSALS: tuple[tuple[str, str, Callable[[Any], Setup]], ...] = (
     ("the cache directory under a file", "InvalidArgument", _refuse_under_file),
     ("a NUL byte in the cache directory's name", "InvalidArgument", _refuse_nul),
     ("a disk key of 8 bytes", "InvalidArgument", _refuse_short_key),
+    *FS_REFUSALS,  # the file system's own (kvstate/targets/api/fsrefusals.py)
 )
 
 

@@ -6,11 +6,17 @@ every run and replayed in lockstep by the coverage pass.
 from __future__ import annotations
 
 from kvstate.harness.trace import TraceStep
+from kvstate.targets.api import remote
 from kvstate.targets.api.args import CASES as ARG_CASES
 from kvstate.targets.api.base import op
 from kvstate.targets.api.damage import PARTS
+from kvstate.targets.api.evictrun import walks as evictrun_walks
+from kvstate.targets.api.facade import walks as facade_walks
 from kvstate.targets.api.geometry import walks as geometry_walks
+from kvstate.targets.api.handed import walks as handed_walks
 from kvstate.targets.api.inputs import CASES
+from kvstate.targets.api.jobfaults import walks as job_fault_walks
+from kvstate.targets.api.mixedload import walks as mixed_walks
 from kvstate.targets.api.refusedwrites import WAYS
 from kvstate.targets.api.registry import DECLARED
 from kvstate.targets.api.single import walks as single_walks
@@ -380,7 +386,14 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[TraceStep]]:
         ],
         **single_walks(N, L, lease_max),  # kvstate/targets/api/single.py
         **geometry_walks(N, L, lease_max),  # kvstate/targets/api/geometry.py
+        **mixed_walks(N, L, lease_max),  # kvstate/targets/api/mixedload.py
+        **job_fault_walks(N, L, lease_max),  # kvstate/targets/api/jobfaults.py
+        **evictrun_walks(N, L, lease_max),  # kvstate/targets/api/evictrun.py
+        **facade_walks(N, L, lease_max),  # kvstate/targets/api/facade.py
+        **handed_walks(N, L, lease_max),  # kvstate/targets/api/handed.py
     }
+    if remote.WORLD is not None:  # a run with a remote tier meets the store's faults first
+        walks = {**remote.walks(N, L, lease_max, to_disk, hit), **walks}
     return _alike(walks)
 
 

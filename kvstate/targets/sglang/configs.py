@@ -28,12 +28,15 @@ from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 PAGE, WINDOW, POOL, MAX_REQS, MAX_LEN = {page}, {window}, {pool}, 6, {max_len}
 
 
-def make_tree(r2t, alloc):
-    params = CacheInitParams(
+def tree_params(r2t, alloc):
+    return CacheInitParams(
         req_to_token_pool=r2t, token_to_kv_pool_allocator=alloc, page_size=PAGE,
         disable=False, sliding_window_size=WINDOW,
         tree_components=(ComponentType.FULL, ComponentType.SWA), eviction_policy="lru")
-    return UnifiedRadixCache(params=params)
+
+
+def make_tree(r2t, alloc):
+    return UnifiedRadixCache(params=tree_params(r2t, alloc))
 """
 
 SWA = """\
@@ -71,6 +74,7 @@ def states(kv):
 
 DSV4 = """\
 from sglang.srt.mem_cache.deepseek_v4_memory_pool import DeepSeekV4TokenToKVPool
+from sglang.srt.mem_cache.deepseek_v4_memory_pool import resolve_compress_state_ring_size
 
 RATIOS = [4, 128, 4, 128]  # CSA and HCA layers alternate
 
@@ -81,7 +85,11 @@ def make_stack():
                          enable_memory_saver=False)
     kv = DeepSeekV4TokenToKVPool(
         max_num_reqs=MAX_REQS, swa_size=POOL, c4_size=POOL // 4, c128_size=POOL // 128,
-        c4_state_pool_size=MAX_REQS * 8, c128_state_pool_size=MAX_REQS, page_size=PAGE,
+        # sized as SGLang's pool configurator sizes the non-unified (fp8) pool: the ratio-4
+        # compressor-state ring is addressed per SWA page (swa_tokens // page * ring), the
+        # ratio-128 state per request slot
+        c4_state_pool_size=POOL // PAGE * resolve_compress_state_ring_size(4),
+        c128_state_pool_size=MAX_REQS * resolve_compress_state_ring_size(128), page_size=PAGE,
         swa_page_size=PAGE, dtype=torch.float8_e4m3fn, c4_state_dtype=torch.float32,
         c128_state_dtype=torch.float32, qk_nope_head_dim=448, qk_rope_head_dim=64,
         indexer_head_dim=128, layer_num=len(RATIOS), device="cpu", enable_memory_saver=False,
@@ -114,6 +122,43 @@ def states(kv):
 
 LAYOUTS = {"swa": SWA, "deepseek-v4": DSV4}
 
+# HiCache's host tier (L2) on a CPU: SGLang's own four device seams stood in (no
+# cudaHostRegister, no pinned host memory, sgl_kernel's transfer_kv_direct, which has no CPU
+# build, as a plain index copy per layer, and a no-op CPU stream sync); everything else is
+# SGLang's: init_hicache, its HybridCacheController, the host pool, write-through, load-back.
+HICACHE = """\
+import sglang.srt.mem_cache.memory_pool_host as _host_legacy
+import sglang.srt.mem_cache.pool_host.common as _host_common
+import sglang.srt.mem_cache.pool_host.mha as _host_mha
+from sglang.srt.mem_cache.pool_host.base import HostKVCache, host_memory_budget_scope
+
+HOST_RATIO = {ratio}
+
+
+def _transfer_kv_direct(src_layers, dst_layers, src_indices, dst_indices, page_size):
+    for src, dst in zip(src_layers, dst_layers):
+        dst[dst_indices.long()] = src[src_indices.long()]
+
+
+_host_common._cuda_host_register = lambda *a, **k: None
+HostKVCache.pin_memory = property(lambda self: False, lambda self, value: None)
+_host_mha.transfer_kv_direct = _host_legacy.transfer_kv_direct = _transfer_kv_direct
+torch.cpu.Stream.synchronize = lambda self: None
+_make_device_stack = make_stack
+
+
+def make_stack():
+    # as the scheduler does with --enable-hierarchical-cache: the device stack, then init_hicache
+    r2t, kv, alloc, tree = _make_device_stack()
+{storage_setup}    args = ServerArgs(model_path="dummy", page_size=PAGE, hicache_ratio=HOST_RATIO,
+                      hicache_io_backend="direct", hicache_mem_layout="layer_first",
+                      hicache_write_policy="write_through"{storage})
+    set_global_server_args_for_scheduler(args)
+    with host_memory_budget_scope(1 << 30):  # booked against 1 GiB, not this machine's free RAM
+        tree.init_hicache(args, tree_params(r2t, alloc))
+    return r2t, kv, alloc, tree
+"""
+
 
 # SGLang's switches for the SWA pool that users turn on, with their defaults.  Every stack's
 # prelude sets each of them (off or on), so one configuration's choice never leaks into the next
@@ -130,6 +175,21 @@ SWITCHES = {
 SWA_SAVING = {"SGLANG_OPT_RELEASE_PREFILL_SWA": "true", "SGLANG_SWA_EVICTION_INTERVAL": "1"}
 
 
+# L3: SGLang's file storage backend (HiCacheFile) in a fresh temporary directory, one rank
+# (the distributed state a server would set up stood in by SGLang's own parallel override);
+# prefetches wait until complete (wait_complete) and start at one page.
+L3_SETUP = """\
+    import tempfile
+    from sglang.srt.runtime_context import get_parallel
+    get_parallel().override_permanently(tp_rank=0, tp_size=1, pp_rank=0, pp_size=1)
+    os.environ["SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"] = tempfile.mkdtemp(prefix="sglang-l3-")
+"""
+L3_ARGS = (
+    ', hicache_storage_backend="file", hicache_storage_prefetch_policy="wait_complete", '
+    "hicache_storage_backend_extra_config='{\"prefetch_threshold\": %d}' % PAGE"
+)
+
+
 @dataclass(frozen=True)
 class Config:
     layout: str  # a key of LAYOUTS
@@ -139,11 +199,14 @@ class Config:
     pool: int  # tokens per pool (full and SWA alike): small enough that traffic evicts
     max_len: int
     saving: bool = False  # SWA_SAVING's switches on (else SWITCHES' defaults)
+    hicache: str = ""  # "l2": HiCache's host tier (write-through), "l3": and file storage
 
     @property
     def label(self) -> str:
-        return f"{self.layout}/{self.core}/page{self.page}-window{self.window}/pool{self.pool}" + (
-            "/swa-saving" if self.saving else ""
+        return (
+            f"{self.layout}/{self.core}/page{self.page}-window{self.window}/pool{self.pool}"
+            + ("/swa-saving" if self.saving else "")
+            + (f"/hicache-{self.hicache}" if self.hicache else "")
         )
 
     @property
@@ -154,7 +217,12 @@ class Config:
             max_len=self.max_len,
             switches="\n".join(f"os.environ[{k!r}] = {v!r}" for k, v in env.items()),
         )  # fmt: skip
-        return head + "\n" + LAYOUTS[self.layout]
+        body = head + "\n" + LAYOUTS[self.layout]
+        if self.hicache == "l2":
+            body += "\n" + HICACHE.format(ratio=2.0, storage="", storage_setup="")
+        elif self.hicache == "l3":
+            body += "\n" + HICACHE.format(ratio=2.0, storage=L3_ARGS, storage_setup=L3_SETUP)
+        return body
 
 
 def _all() -> tuple[Config, ...]:
@@ -169,6 +237,12 @@ def _all() -> tuple[Config, ...]:
         ]
     out.append(Config("deepseek-v4", "rust", 256, 128, 256 * 10, 2048, saving=True))
     out.append(Config("swa", "rust", 32, 8, 320, 512, saving=True))  # a page above the window
+    for core in ("python", "rust"):  # HiCache's host tier: write-through, host eviction, load-back
+        out.append(Config("swa", core, 4, 16, 96, 256, hicache="l2"))
+    out.append(Config("deepseek-v4", "rust", 256, 128, 256 * 10, 2048, hicache="l2"))
+    # and file storage (L3) behind it: prefetch, its progress, prefetch abort, a lost file
+    out.append(Config("swa", "python", 4, 16, 96, 256, hicache="l3"))
+    out.append(Config("deepseek-v4", "rust", 256, 128, 256 * 10, 2048, hicache="l3"))
     return tuple(out)
 
 

@@ -34,6 +34,10 @@ OPS: dict[str, tuple[str, ...]] = {
     "abort": ("i",),
     "preempt": ("i",),
     "evict": ("tokens",),
+    "evict_host": ("tokens",),
+    "poll": (),
+    "cancel": ("i",),
+    "lose_file": ("k",),
 }
 NAMES = tuple(OPS)
 
@@ -64,10 +68,12 @@ class Stats:
     steps: int = 0
 
 
-def draw_op(rnd: Any, rng: Any, page: int, max_len: int) -> TraceStep:
+def draw_op(rnd: Any, rng: Any, page: int, max_len: int, hicache: str = "") -> TraceStep:
     """One operation with traffic-like weights (arrivals, admissions and decode dominate)."""
     x = rnd()
     chunk = rng(1, 5) * page if rnd() < 0.3 else max_len
+    if hicache == "l3" and x < 0.08:
+        return op("poll")
     if x < 0.15:
         return op("arrive", rng(4), rng(page // 2 + 1, max_len // 2))
     if x < 0.22:
@@ -84,7 +90,11 @@ def draw_op(rnd: Any, rng: Any, page: int, max_len: int) -> TraceStep:
         return op("abort", rng(8))
     if x < 0.94:
         return op("preempt", rng(8))
-    return op("evict", rng(1, 4) * page)
+    if x < (0.955 if hicache else 1.0):
+        return op("evict", rng(1, 4) * page)
+    if x < 0.97 or hicache == "l2":  # with L3 behind it, evict the host deeply: L3 serves
+        return op("evict_host", rng(1, 4 if hicache == "l2" else 32) * page)
+    return op("cancel", rng(8)) if x < 0.985 else op("lose_file", rng(16))
 
 
 class Driver:
@@ -107,10 +117,59 @@ class Driver:
         self.at: tuple[int, TraceStep] = (0, TraceStep("", {}))
         self.trace: list[TraceStep] = []  # the operations run so far, the failing one included
         self.st.on_match = self._on_match
+        self.st.on_loaded = self._on_loaded
+        self.captured = self._buffers()  # what a graph captured at startup would read
+
+    def _buffers(self) -> dict[str, tuple[int, tuple[int, ...]]]:
+        """Every tensor a captured CUDA graph reads from the pools (the KV pool's buffers, the
+        request-to-token table, the full-to-SWA slot map), by attribute path: (address, shape)."""
+        import torch
+
+        out: dict[str, tuple[int, tuple[int, ...]]] = {}
+        seen: set[int] = set()
+
+        def walk(name: str, x: Any, depth: int) -> None:
+            if isinstance(x, torch.Tensor):
+                if x.numel():
+                    out[name] = (x.data_ptr(), tuple(x.shape))
+                return
+            if isinstance(x, (list, tuple)):
+                for i, y in enumerate(x):
+                    walk(f"{name}[{i}]", y, depth)
+                return
+            if depth == 0 or id(x) in seen or not type(x).__module__.startswith("sglang"):
+                return
+            seen.add(id(x))
+            for k, y in getattr(x, "__dict__", {}).items():
+                walk(f"{name}.{k}", y, depth - 1)
+
+        walk("kv", self.st.kv, 3)
+        walk("req_to_token", self.st.r2t.req_to_token, 0)
+        walk("full_to_swa_index_mapping", self.st.alloc.full_to_swa_index_mapping, 0)
+        return out
 
     def _on_match(self, req: Any, hit: tuple[int, Any]) -> None:
         """Every match, checked before the scheduler uses it (lock, allocation)."""
         out = self._hit(req, hit)
+        if out:
+            raise finding(out, *self.at)
+
+    def _on_loaded(self, req: Any, event: int) -> None:
+        """A host load-back, where the forward would consume it: it completes (the forward
+        waits on the event), then the whole prefix, device and loaded, holds the prompt's
+        markers in every state the hit rule asks for (byte-identical and complete)."""
+        import time
+
+        self.stats.paths["host load-back"] += 1
+        self.stats.checks["load"] += 1
+        deadline = time.monotonic() + 5.0
+        while not self.st.tree.is_load_back_event_done(event):
+            if time.monotonic() > deadline:
+                raise finding([checks.Violation(
+                    "load", f"load-back event {event} of {req.rid} never completed")], *self.at)  # fmt: skip
+            time.sleep(0.001)
+        h = req.prefix_len
+        out = self._hit(req, (h, self.st.tree.prefix_device_indices(req).clone()), resend=False)
         if out:
             raise finding(out, *self.at)
 
@@ -139,9 +198,13 @@ class Driver:
         if name in ("admit", "next_chunk", "decode") and result is None and waiting:
             self.stats.paths[f"{name} refused (no room)"] += 1
         out: list[checks.Violation] = []
+        if name == "admit" and result is not None and getattr(result[0], "storage_hit_length", 0):
+            self.stats.paths["L3 prefetch loaded"] += 1
         if name == "finish" and result is not None:
             self.stored.append(self.epoch)
         out += self._conservation() + self._freed_referenced() + self._locks()
+        self.stats.checks["addresses"] += 1
+        out += checks.moved_buffers(self.captured, self._buffers())
         if out:
             raise finding(out, step, op)
 
@@ -157,11 +220,23 @@ class Driver:
         def observed(*a: Any, **k: Any) -> Any:
             result = inner(*a, **k)
             if result.num_tokens_evicted or result.swa_num_tokens_evicted:
-                self.epoch += 1
+                self.epoch += 0 if self.st.hicache else 1
                 self.stats.paths["eviction"] += 1
             return result
 
         tree._evict = observed
+        if self.st.hicache:
+            # with HiCache a device eviction leaves a backed-up prefix on the host: only a host
+            # value freed (host eviction, or a device eviction of a prefix not backed up) loses it
+            free = tree._free_values
+
+            def freed(device_frees: Any, host_frees: Any) -> Any:
+                if any(len(v) for v in host_frees.values()):
+                    self.epoch += 1
+                    self.stats.paths["host values freed"] += 1
+                return free(device_frees, host_frees)
+
+            tree._free_values = freed
 
     def _swa_evicted(self) -> int:
         """Tokens whose SWA slots the running requests have given back (out of the window)."""
@@ -171,7 +246,7 @@ class Driver:
     def _live(self) -> list[Any]:
         return [r for r, _ in self.st.running + self.st.chunked]
 
-    def _hit(self, req: Any, hit: tuple[int, Any]) -> list[checks.Violation]:
+    def _hit(self, req: Any, hit: tuple[int, Any], resend: bool = True) -> list[checks.Violation]:
         import torch
 
         h, locs = hit
@@ -194,11 +269,13 @@ class Driver:
             ready[name] = pages
             self.stats.checks["L3"] += 1
         out = checks.hit_violations(self.P, self.W, h, ready, self.config.max_len)
-        j = getattr(req, "resend_of", None)
+        j = getattr(req, "resend_of", None) if resend else None
         if j is not None and j < len(self.stored) and self.stored[j] == self.epoch:
             self.stats.checks["completeness"] += 1
             want_h = checks.expected_complete_hit(self.P, len(req.origin_input_ids),
                                                   len(self.st.finished[j]))  # fmt: skip
+            if self.st.hicache:  # device and host together: the host part is loaded back
+                h += max(req.host_hit_length, 0)
             if h < want_h:
                 out.append(checks.Violation(
                     "completeness",
@@ -207,10 +284,14 @@ class Driver:
         return out
 
     def _conservation(self) -> list[checks.Violation]:
-        from sglang.srt.managers.scheduler_components.pool_stats_observer import (
-            kv_private_swa_tokens,
-            kv_private_tokens,
-        )
+        try:
+            from sglang.srt.managers.scheduler_components.pool_stats_observer import (
+                kv_private_swa_tokens,
+                kv_private_tokens,
+            )
+        except ImportError:  # a release before the scheduler stated its private-token terms
+            self.stats.paths["conservation not checkable (no private-token terms)"] += 1
+            return []
 
         a, t = self.st.alloc, self.st.tree
         held = [r.kv for r in self._live() if r.kv.holds_kv]
@@ -283,6 +364,16 @@ class Driver:
             return [checks.Violation("locks", f"negative protected size {prot}")]
         if any(r.lock is not None for r in self._live()):
             return []
+        if self.st.hicache and (t.ongoing_write_through or t.ongoing_load_back):
+            self.code.append("drain(st)")
+            try:
+                self.ns["drain"](self.st)  # the scheduler's next idle turns
+            except Exception as e:  # noqa: BLE001 - SGLang raising while idle is a finding
+                return [checks.Violation("crash", f"drain raised {type(e).__name__}: {e}")]
+            prot = (t.full_protected_size(), t.swa_protected_size())
+            if t.ongoing_write_through or t.ongoing_load_back:
+                return [checks.Violation("locks", "a HiCache write-through or load-back "
+                                         "never completed (5 s of idle turns)")]  # fmt: skip
         if any(prot):
             return [
                 checks.Violation(

@@ -39,7 +39,13 @@ def _load() -> str:
 
 
 def _draw(rng: random.Random, d: Any) -> TraceStep:
-    return draw_op(rng.random, rng.randrange, d.config.page, d.config.max_len)
+    c = d.config
+    return draw_op(rng.random, rng.randrange, c.page, c.max_len, c.hicache)
+
+
+def _close(d: Any) -> None:
+    """A stack's HiCache threads and files are closed after every driver (ops.py's ``close``)."""
+    d.ns["close"](d.st)
 
 
 def _lines(report: walk.Report) -> list[str]:
@@ -96,6 +102,7 @@ ENGINE = walk.Engine(
     driver=lambda config, stats, patch: Driver(config, stats, patch),
     stats=Stats,
     draw=_draw,
+    close=_close,
     lines=_lines,
     reproducer=_reproducer,
     fresh="a fresh stack",

@@ -22,10 +22,23 @@ from types import SimpleNamespace
 
 import torch
 from sglang.srt.managers.schedule_batch import FINISH_LENGTH, Req, ScheduleBatch
-from sglang.srt.mem_cache.base_prefix_cache import EvictParams
-from sglang.srt.mem_cache.common import (
-    checkpoint_kv_cache, evict_from_tree_cache, release_kv_cache,
-)
+from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InitLoadBackParams
+import inspect
+from sglang.srt.mem_cache import common as _common
+from sglang.srt.mem_cache.common import evict_from_tree_cache
+
+# the publish calls by signature: 0.5.22 named them checkpoint_kv_cache and
+# release_kv_cache(checkpoint=); 0.5.21 maybe_cache_unfinished_req and release_kv_cache(is_insert=)
+if hasattr(_common, "checkpoint_kv_cache"):
+    checkpoint_kv_cache = _common.checkpoint_kv_cache
+else:
+    def checkpoint_kv_cache(req, tree):
+        _common.maybe_cache_unfinished_req(req, tree)
+if "checkpoint" in inspect.signature(_common.release_kv_cache).parameters:
+    release_kv_cache = _common.release_kv_cache
+else:
+    def release_kv_cache(req, tree, checkpoint):
+        _common.release_kv_cache(req, tree, is_insert=checkpoint)
 from sglang.srt.sampling.sampling_params import SamplingParams
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
@@ -52,7 +65,10 @@ class Stack:
         self.states = states(self.kv)
         self.waiting, self.chunked, self.running, self.finished = [], [], [], []
         self.n = 0
-        self.on_match = None
+        self.on_match = None  # an observer of every hit before it is used (kvstate's checks)
+        self.on_loaded = None  # of every prefix once a host load-back into it is complete
+        self.hicache = getattr(self.tree, "cache_controller", None) is not None
+        self.storage = self.hicache and bool(self.tree.enable_storage)
 
     def swa_of(self, locs):
         return self.alloc.full_to_swa_index_mapping[locs]
@@ -88,11 +104,12 @@ class Stack:
             checkpoint_kv_cache(req, self.tree)
             self.running.append((req, batch))
 
-    def chunk_end(self, req, chunk):
+    def chunk_end(self, req, chunk, start=None):
+        start = req.prefix_len if start is None else start
         fill = len(req.full_untruncated_fill_ids)
-        if fill - req.prefix_len <= chunk:
+        if fill - start <= chunk:
             return fill
-        return (req.prefix_len + chunk) // PAGE * PAGE
+        return (start + chunk) // PAGE * PAGE
 
 
 def arrive(st, family, length, tokens=None):
@@ -100,8 +117,90 @@ def arrive(st, family, length, tokens=None):
     req = Req(rid=f"r{st.n}", origin_input_text="", origin_input_ids=array("q", toks),
               sampling_params=SamplingParams(temperature=0, max_new_tokens=1 << 20))
     st.n += 1
-    st.waiting.append(req)
+    queue(st, req)
     return req
+
+
+def queue(st, req):
+    # Scheduler._add_request_to_queue: with L3 storage, a prefetch starts as the request waits
+    if st.storage:
+        prefetch(st, req)
+    st.waiting.append(req)
+
+
+def prefetch(st, req):
+    # Scheduler._prefetch_kvcache (cache mode): from the deepest backed-up node, ask storage
+    # for the rest of the prompt
+    req.init_next_round_input(st.tree, cow_mamba=False)
+    node, tree = req.last_host_node, st.tree
+    matched = req.prefix_len + req.host_hit_length
+    if tree.is_backuped(node) or tree.is_root(node):
+        end = req._compute_max_prefix_len(len(req.full_untruncated_fill_ids))
+        tree.prefetch_from_storage(
+            req.cache_request_handle, node, req.full_untruncated_fill_ids[matched:end],
+            tree.get_last_hash_value(node), None,
+            matched_prefix_tokens=req.full_untruncated_fill_ids[:matched],
+            extra_key=req.extra_key, cache_salt=req.cache_salt, storage_hit_end=None)
+
+
+def poll(st, seconds=2.0):
+    # idle scheduler turns while L3 backups are written and prefetches run (wait_complete)
+    import time
+    if not st.storage:
+        return None
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        tick(st)
+        if not st.tree.ongoing_backup and all(
+                st.tree.check_prefetch_progress(r.cache_request_handle) for r in st.waiting):
+            break  # the storage backups written, every waiting request's prefetch done
+        time.sleep(0.002)
+    return True
+
+
+def cancel(st, i):
+    # a waiting request aborted: Scheduler._release_aborted_request ends its prefetch
+    if not st.waiting:
+        return None
+    from sglang.srt.mem_cache.base_prefix_cache import CacheRequestOutcome
+    req = st.waiting.pop(i % len(st.waiting))
+    st.tree.finish(req.cache_request_handle, CacheRequestOutcome.ABORT)
+    return req
+
+
+def lose_file(st, k):
+    # a fault: one file of L3 storage removed (k picks it) or, for odd k, cut to half its size
+    import os
+    if not st.storage:
+        return None
+    import time
+    deadline = time.monotonic() + 5.0
+    while st.tree.ongoing_backup and time.monotonic() < deadline:
+        tick(st)  # the backups already issued reach their files first
+        time.sleep(0.002)
+    root = os.environ["SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"]
+    files = sorted(os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs)
+    if not files:
+        return None
+    path = files[(k // 2) % len(files)]
+    if k % 2:
+        with open(path, "r+b") as f:
+            f.truncate(os.path.getsize(path) // 2)
+    else:
+        os.remove(path)
+    return path
+
+
+def close(st):
+    # the end of a stack: stop HiCache's storage threads (a server stops them at exit)
+    if st.storage:
+        try:
+            st.tree.cache_controller._stop_storage_threads()
+        except RuntimeError:  # a join that timed out: the threads are daemons, left to exit
+            pass
+        import os
+        import shutil
+        shutil.rmtree(os.environ["SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"], ignore_errors=True)
 
 
 def resend(st, j):
@@ -113,21 +212,73 @@ def resend(st, j):
     return req
 
 
+def tick(st):
+    # the scheduler's loop polls HiCache's write-through acks and load-back events every turn
+    if st.hicache:
+        st.tree.check_hicache_events()
+    return st.hicache or None
+
+
+def drain(st, seconds=5.0):
+    # idle scheduler turns: poll until no write-through or load-back is in flight (each holds
+    # a device lock on its node until acked)
+    import time
+    deadline = time.monotonic() + seconds
+    while st.hicache and (st.tree.ongoing_write_through or st.tree.ongoing_load_back):
+        if time.monotonic() > deadline:
+            break
+        tick(st)
+        time.sleep(0.0005)
+
+
+def load_back(st, req, lock):
+    # PrefillAdder.add_one_req: pin the host match, init_load_back, lock the loaded node; then
+    # the scheduler starts the H2D copy (ready_to_load_host_cache) and the forward waits for it
+    best = req.best_match_node
+    pin = st.tree.inc_host_lock_ref(best).to_dec_params()
+    try:
+        loaded, last = st.tree.init_load_back(InitLoadBackParams(
+            best_match_node=best, host_hit_length=req.host_hit_length, req=req))
+    finally:
+        st.tree.dec_host_lock_ref(best, pin)
+    req.host_loaded_length, req.last_node = loaded, last
+    req.prefix_len += loaded
+    if st.tree.load_back_is_cache_owned():
+        req.kv.cache_protected_len = req.prefix_len  # the loaded slots are the tree's
+    if loaded:
+        new = st.tree.lock(last)
+        st.tree.unlock(lock)
+        lock = new
+    event = st.tree.ready_to_load_host_cache()
+    if loaded and st.on_loaded is not None:
+        st.on_loaded(req, event)
+    return lock
+
+
 def admit(st, i, chunk):
     if not st.waiting:
         return None
+    tick(st)
     req = st.waiting[i % len(st.waiting)]
+    if st.storage:  # get_new_batch_prefill: a request whose prefetch is running waits
+        if not st.tree.check_prefetch_progress(req.cache_request_handle):
+            return None
+        req.storage_hit_length, _ = st.tree.pop_prefetch_loaded_span(req.cache_request_handle)
     req.init_next_round_input(st.tree)  # match_kv_cache
     hit = (req.prefix_len, st.tree.prefix_device_indices(req).clone())
     if st.on_match is not None:
         st.on_match(req, hit)  # an observer (kvstate's checks) sees the hit before it is used
-    end = st.chunk_end(req, chunk)
+    load = st.hicache and req.needs_host_load_back()
+    end = st.chunk_end(req, chunk, req.prefix_len + (req.host_hit_length if load else 0))
     if end <= req.prefix_len:
         return None
     lock = st.tree.lock(req.last_node)  # locked first: its prefix is no longer evictable
-    if not st.has_room(end - req.prefix_len):
+    if not st.has_room(end - req.prefix_len):  # the host hit's load-back takes device slots too
         st.tree.unlock(lock)  # the adder leaves it waiting
         return None
+    if load:
+        lock = load_back(st, req, lock)
+        end = max(end, st.chunk_end(req, chunk))  # a load short of the promise recomputes
     st.waiting.remove(req)
     req.extend_end = end
     req.lock = lock
@@ -196,10 +347,18 @@ def preempt(st, i):
     release_kv_cache(req, st.tree, checkpoint=False)
     evict_from_tree_cache(st.tree, len(st.running) * PAGE)
     req.reset_for_retract()
-    st.waiting.append(req)
+    queue(st, req)
     return req
 
 
 def evict(st, tokens):
     return st.tree.evict(EvictParams(num_tokens=tokens, swa_num_tokens=tokens))
+
+
+def evict_host(st, tokens):
+    # host pool pressure: HiCache drops host-only prefixes (L2)
+    if not st.hicache:
+        return None
+    tick(st)
+    return st.tree.evict_host(tokens)
 """

@@ -254,9 +254,36 @@ class Driver:
             aligned = end // bs * bs
             end = aligned if aligned > start else min(start - start % bs + bs, prefill_end)
         last = self.ckpt(r.num_tokens, bs, self.config.use_eagle)
+        # Not the prompt's partial-tail hash boundary the scheduler also stops at when hashes are
+        # finer than the Mamba block: a hit there ends inside a Mamba block, which the table's
+        # hit rule (whole LCM blocks; L1, L3, soundness) cannot judge.  The scheduler target
+        # drives that path, copy-on-write included (docs/vllm-scheduler.md).
         stops = (start - start % bs + bs if start % bs else 0, last)
         end = min((x for x in stops if start < x < end), default=end)
         return max(end - start, 1)
+
+    def _copies_ran(self) -> None:
+        """The step ran: the copy-on-write copies it carried are done, and their source and
+        destination blocks' extra references end (the scheduler's ``schedule()`` drains them
+        with ``take_kv_cache_block_copies`` and frees them once the step completes)."""
+        take = getattr(self.kvm, "take_kv_cache_block_copies", None)
+        if take is None:  # releases without Mamba copy-on-write
+            return
+        copies, retained = take()
+        if retained:
+            self.stats.calls["cow_copies"] += len(copies)
+            self.code.append("kvm.block_pool.free_blocks(kvm.take_kv_cache_block_copies()[1])")
+            self._call("free_blocks", self.kvm.block_pool.free_blocks, retained)
+
+    def _new_step(self) -> None:
+        """An engine step starts (``Scheduler.schedule()`` calls ``new_step_starts``) before a
+        ``step`` operation: admissions between two steps are one engine step's, so one cannot
+        use a Mamba state another cached in it.  Without any, a Mamba manager treats every
+        cached state as made "this step" and refuses every hit on one
+        (``get_num_blocks_to_allocate`` returns more than the pool)."""
+        if hasattr(self.kvm, "new_step_starts"):  # releases before it keep no per-step set
+            self.kvm.new_step_starts()
+            self.code.append("kvm.new_step_starts()")
 
     def op_admit(self, chunk: int, ext_blocks: int, req: int = 0, rid: int | None = None) -> None:
         x = self._pick(req, rid, running=False)
@@ -301,6 +328,7 @@ class Driver:
         r.num_computed_tokens = hit + ext
         self.code.append(f"{x.var}.status = RequestStatus.RUNNING")
         self._compute(x, n_new)
+        self._copies_ran()
 
     def op_step(
         self, chunk: int, drafts: int, accepted: int, req: int = 0, rid: int | None = None
@@ -320,6 +348,7 @@ class Driver:
             accepted = min(accepted, drafts)
             n_new = 1 + drafts
             self.stats.calls["spec_decode" if drafts else "decode"] += 1
+        self._new_step()
         self.code.append(
             f"new = kw(kvm.allocate_slots, {x.var}, {n_new}, num_lookahead_tokens={self.lookahead})"
         )
@@ -334,6 +363,7 @@ class Driver:
         if new is None:
             return
         self._compute(x, n_new, accepted, drafts)
+        self._copies_ran()
 
     def op_preempt(self, req: int = 0, rid: int | None = None) -> None:
         x = self._pick(req, rid, running=True)

@@ -85,6 +85,13 @@ def _parse(text: str) -> list[TraceStep]:
     return parse(parse_calls(text))
 
 
+def _coverage() -> Any:
+    """``--coverage``: the lines and branches of vLLM's allocation files, per configuration."""
+    from .codecov import VllmCoverage
+
+    return VllmCoverage()
+
+
 ENGINE = walk.Engine(
     name="vllm",
     product="vLLM",
@@ -100,6 +107,7 @@ ENGINE = walk.Engine(
     reproducer=_reproducer,
     fresh="a fresh manager",
     parse=_parse,
+    coverage=_coverage,
 )
 
 

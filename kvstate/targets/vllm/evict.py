@@ -2,7 +2,9 @@
 
 vLLM's free queue promises an order (``FreeKVCacheBlockQueue``, ``BlockPool.free_blocks``):
 blocks freed with no prefix-cache entry are reused first, and cached blocks are evicted in the
-order they were freed (LRU; ties inside one call are vLLM's own, tail blocks first).  Checking it
+order they were freed (LRU; ties inside one call are vLLM's own, tail blocks first).  Releases
+whose queue has no ``prepend_n`` (0.20.0) append every freed block, cached or not, in the
+caller's order: there the shadow holds every free block to least recently freed first.  Checking it
 through completeness alone is indirect (a reversed order only shows when a re-sent prompt
 happens to miss), so this shadow of the queue watches each mutating call: it records when each
 block became free and whether it had a cache entry then, and when a call evicts a cached free
@@ -31,8 +33,14 @@ def _keys(pool: Any, block: Any) -> set[Any]:
 class EvictionOrder:
     """A shadow of the free queue's order, updated around every mutating call."""
 
-    def __init__(self, pool: Any) -> None:
+    def __init__(self, pool: Any, uncached_first: bool | None = None) -> None:
         self.pool = pool
+        # Whether a block freed with no cache entry goes to the queue's front (vLLM >= the
+        # release whose queue has ``prepend_n``); before that every freed block was appended
+        # in the caller's order (pure LRU by free time), and the shadow follows that instead.
+        if uncached_first is None:
+            uncached_first = hasattr(type(pool.free_block_queue), "prepend_n")
+        self.uncached_first = uncached_first
         self.calls = 0
         self.freed_at: dict[int, int] = {}  # free block id -> the call that freed it
         # Free blocks that had no cache entry when freed (and the never-used ones): reused first.
@@ -54,7 +62,7 @@ class EvictionOrder:
             i = b.block_id
             if rc0 > 0 and b.ref_cnt == 0:  # freed by this call
                 self.freed_at[i] = now
-                if h0 is None and b.block_hash is None:
+                if self.uncached_first and h0 is None and b.block_hash is None:
                     self.reuse_first.add(i)
             elif rc0 == 0 and b.ref_cnt > 0:  # taken: a hit (touch) or an allocation
                 at = self.freed_at.pop(i, 0)
@@ -83,14 +91,15 @@ class EvictionOrder:
                     )
                     break
                 at = self.freed_at.get(i, now)
-                if b.block_hash is not None and at < newest:
+                if (b.block_hash is not None or not self.uncached_first) and at < newest:
                     victim = next(e for e in evicted if self.freed_at[e] == newest)
                     out.append(
                         Violation(
                             "eviction",
                             f"{call} evicted cached block {victim} (freed at call {newest}) "
-                            f"while cached block {i}, freed earlier (call {at}), stayed in the "
-                            f"free queue: eviction is least recently freed first",
+                            f"while {'cached ' if b.block_hash is not None else ''}block {i}, "
+                            f"freed earlier (call {at}), stayed in the free queue: eviction is "
+                            f"least recently freed first",
                         )
                     )
                     break

@@ -23,12 +23,16 @@ class Config:
     failure_policy: str = "recompute"  # kv_load_failure_policy: "recompute" or "fail"
     budget: int = 48  # max_num_batched_tokens: small, so prefills are chunked
     spec_tokens: int = 0  # EAGLE draft tokens per step (0: no speculative decoding)
+    watermark: float = 0.0  # SchedulerConfig.watermark: pool fraction kept free for admissions
+    reserve_full_isl: bool = True  # SchedulerConfig.scheduler_reserve_full_isl (vLLM's default)
 
     @property
     def label(self) -> str:
         kv = f"+kv({self.failure_policy})" if self.connector else ""
         eagle = f"+eagle{self.spec_tokens}" if self.spec_tokens else ""
-        return f"{self.layout}{eagle}/pool{self.num_blocks}/{self.policy}{kv}"
+        gate = f"+wm{self.watermark:g}" if self.watermark else ""
+        gate += "" if self.reserve_full_isl else "+chunkgate"
+        return f"{self.layout}{eagle}/pool{self.num_blocks}/{self.policy}{kv}{gate}"
 
     @property
     def layout_source(self) -> str:
@@ -42,6 +46,8 @@ class Config:
             "connector": self.connector,
             "failure_policy": self.failure_policy,
             "spec_tokens": self.spec_tokens,
+            "watermark": self.watermark,
+            "reserve_full_isl": self.reserve_full_isl,
         }
 
 
@@ -51,10 +57,11 @@ ALL: tuple[Config, ...] = (
     Config("full", 12, policy="priority", failure_policy="fail"),
     Config("full-2sizes", 14),
     Config("swa", 14),
-    Config("swa", 14, policy="priority"),
+    Config("swa", 14, policy="priority", reserve_full_isl=False),  # admission gates one chunk
     Config("mamba", 12),
     Config("mamba", 12, policy="priority", failure_policy="fail"),
-    Config("full", 12, connector=False),
+    Config("mamba-prefix", 16),  # partial-block hits, copy-on-write, shared-prefix junctions
+    Config("full", 12, connector=False, watermark=0.5),  # 6 blocks kept back from admissions
     Config("full", 12, connector=False, spec_tokens=2),
     Config("swa", 14, connector=False, spec_tokens=2),
 )

@@ -71,6 +71,13 @@ def _reproducer(config: Config, d: Any, f: Nonconformance | None) -> str:
     return "\n".join(head + d.code + tail) + "\n"
 
 
+def _coverage() -> Any:
+    """``--coverage``: the lines and branches of vLLM's allocation files, per configuration."""
+    from kvstate.targets.vllm.codecov import VllmCoverage
+
+    return VllmCoverage()
+
+
 ENGINE = walk.Engine(
     name="vllm-scheduler",
     product="vLLM",
@@ -86,6 +93,7 @@ ENGINE = walk.Engine(
     reproducer=_reproducer,
     salt=lambda config: zlib.crc32(config.label.encode()) << 20,  # configurations walk apart
     fresh="a fresh scheduler",
+    coverage=_coverage,
 )
 
 

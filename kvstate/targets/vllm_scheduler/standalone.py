@@ -205,8 +205,9 @@ def layout_of(make_manager: Any) -> dict[str, Any]:
     g = make_manager.__globals__
     saved = g["manager_from_groups"]
 
-    def record(groups: Any, num_blocks: int, use_eagle: bool, max_len: int, sb: int, hb: int):
-        got.update(groups=groups, max_len=max_len, sched_block=sb, hash_block=hb)
+    def record(groups: Any, num_blocks: int, use_eagle: bool, max_len: int, sb: int, hb: int,
+               **knobs: Any) -> None:  # fmt: skip
+        got.update(groups=groups, max_len=max_len, sched_block=sb, hash_block=hb, knobs=knobs)
 
     g["manager_from_groups"] = record
     try:
@@ -250,14 +251,22 @@ def make_scheduler(
     connector: bool = False,
     failure_policy: str = "recompute",
     spec_tokens: int = 0,
+    watermark: float = 0.0,
+    reserve_full_isl: bool = True,
 ) -> Scheduler:
-    """A ``Scheduler`` over ``num_blocks`` blocks (one of them vLLM's null block)."""
+    """A ``Scheduler`` over ``num_blocks`` blocks (one of them vLLM's null block).
+
+    ``watermark`` (the fraction of the pool kept free when admitting while others run) and
+    ``reserve_full_isl`` (admit only when the whole prompt fits) are ``SchedulerConfig``'s;
+    a release without them gets its defaults (they are passed only where the class has them).
+    """
     groups = layout["groups"]
     mamba = any(isinstance(g.kv_cache_spec, MambaSpec) for g in groups)
     cache = CacheConfig(
         block_size=layout["sched_block"],
         enable_prefix_caching=True,
         mamba_cache_mode="align" if mamba else "none",
+        **layout.get("knobs", {}),  # the manager's knobs are CacheConfig's (shared prefix)
     )
     sched_cfg = SchedulerConfig(
         max_num_batched_tokens=budget,
@@ -266,6 +275,11 @@ def make_scheduler(
         is_encoder_decoder=False,
         enable_chunked_prefill=True,
         policy=policy,
+        **{
+            k: v
+            for k, v in (("watermark", watermark), ("scheduler_reserve_full_isl", reserve_full_isl))
+            if k in getattr(SchedulerConfig, "__dataclass_fields__", {})
+        },
     )
     kv_transfer = None
     if connector:
@@ -420,6 +434,7 @@ class Engine:
             if out.has_sync_kv_loads:
                 self._path("sync_load")
         self._path("preempted", len(out.preempted_req_ids or ()))
+        self._path("mamba_cow", len(getattr(out, "kv_cache_block_copies", None) or ()))
         self._path("scheduled_new", len(out.scheduled_new_reqs))
         mro = ModelRunnerOutput(
             req_ids=ids,

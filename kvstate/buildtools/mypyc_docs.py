@@ -16,7 +16,7 @@ request path's instructions are the same (``PYTHONHASHSEED=0 python bench/impl_i
 It reads mypyc's naming of C symbols (``CPyPy_<module>___<Class>___<method>``, the module named
 by its last component within the build's group); the build pins mypyc's version (``mypy==`` in
 ``pyproject.toml``'s build requirements), and ``tests/impl/test_impl_public_docs.py`` fails in
-the compiled build when the docstrings stop arriving.  Never imported by the package.
+the compiled build when the docstrings stop arriving.  Never imported by the package (it lives outside ``impl/`` for that reason).
 """
 
 from __future__ import annotations

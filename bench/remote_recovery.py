@@ -1,0 +1,294 @@
+"""Benchmark: recovering a DeepSeek-V4-Flash prefix from the remote tier (Redis), against a raw
+pipelined ``GET`` of the same bytes from the same server; and how much a stalled server delays
+the requests that do not need it.
+
+Recovery, per prefix length (one run, side by side, ``--repeats`` times each):
+
+1. **raw**: every load chunk of the prefix's entries read with pipelined ``GET`` (one
+   connection, ``--batch`` commands a round trip, in the order the recovery loads them): the
+   server's and the socket's own rate on exactly these bytes (the reference the ratio divides
+   by; the entries' headers and window sections are not in it);
+2. **kvstate**: a new request over the prefix is admitted with recovery on and used (threaded
+   pipelines, ``io_cap`` remote loads in flight, each chunk's MAC verified), timed from
+   ``admit`` to ``use`` returning; then, untimed, the request finishes and the prefix goes back
+   to the server (a load forgets the remote copy locally: it is stored again).
+
+The prefix is built through the public API by :class:`disk_recovery.Prefix` (the disk bench's
+decode, offload and spill loop) on a cache whose offloaded blocks live in the server.
+
+Stall: a small-geometry cache on the same server starts a remote load; ``DEBUG SLEEP 5``
+stalls the server; meanwhile requests that do not need the server (new prompts computed from
+scratch: admit, use, finish) run one after the other.  Their latencies during the stall against
+the same requests' without it: the delay, worst and median (goal: under 100 ms).
+
+    .venv/bin/python bench/remote_recovery.py [--lengths 64K 1M] [--repeats 3] [--remote URL]
+
+Without ``--remote`` a ``redis-server`` is started on a Unix socket in a temporary directory
+(``--maxmemory``, default 12gb, no persistence).  ``--remote URL`` uses that server (its
+``DEBUG`` command must be enabled for the stall).
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("KVSTATE_KERNEL_BACKEND", "torch")
+
+import argparse  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import disk_recovery as DR  # noqa: E402
+import impl_bench as B  # noqa: E402
+
+from kvstate.impl import RemoteConfig, native_modules, testdata  # noqa: E402
+from kvstate.impl.cache import HeterogeneousKVCache  # noqa: E402
+
+KEY = b"kvstate-bench-fleet-key-0123456789"
+GB = 1e9
+
+
+class RemotePrefix(DR.Prefix):
+    """The disk bench's prefix, its offloaded blocks in the server at ``url``."""
+
+    url = ""
+
+    def _open(self) -> HeterogeneousKVCache:
+        return HeterogeneousKVCache(
+            self.g,
+            remote=RemoteConfig(url=self.url, key=KEY, model="bench", prefix=f"kvb:{self.n}:"),
+            executors="threads",
+            device="cpu",
+            max_requests=4,
+            max_model_len=self.n + 512,
+            memory_limit=self.limit,
+            writer=testdata.DeterministicWriter(),
+        )
+
+    def names(self) -> list[str]:
+        """The load chunks' keys, in the order the recovery loads them (chain order)."""
+        view = self.cache.inspect()
+        chain = self.cache.chain(self.tokens[: self.n])
+        out: list[str] = []
+        for rid in view.resolve(chain):
+            e = view.disk_entries.get(rid)
+            if e is None:
+                raise RuntimeError("a block of the prefix is not in the server")
+            out += [view.disk.chunk_name(e, k) for k in range(len(e.chunks))]
+        return out
+
+    def push_back(self) -> None:
+        self._to_disk(self.nb)
+
+
+def raw_get(client: Any, names: list[str], batch: int) -> tuple[float, int]:
+    """Seconds to GET every key (pipelined, ``batch`` a round trip) and the bytes got."""
+    got = 0
+    t0 = time.perf_counter()
+    for i in range(0, len(names), batch):
+        pipe = client.pipeline(transaction=False)
+        for n in names[i : i + batch]:
+            pipe.get(n)
+        for v in pipe.execute():
+            if v is None:
+                raise RuntimeError("a chunk vanished from the server")
+            got += len(v)
+    return time.perf_counter() - t0, got
+
+
+class Spent:
+    """Seconds the I/O workers spent (summed over them) in the store's ``MGET`` and in the
+    chunks' MAC checks: wrappers on the remote tier's instance (plain Python, not compiled)."""
+
+    def __init__(self, tier: Any) -> None:
+        self.tier, self.s = tier, {"mget": 0.0, "mac": 0.0}
+
+    def _wrap(self, obj: Any, name: str, key: str) -> None:
+        f = getattr(obj, name)
+
+        def call(*a: Any) -> Any:
+            t = time.perf_counter()
+            try:
+                return f(*a)
+            finally:
+                self.s[key] += time.perf_counter() - t
+
+        setattr(obj, name, call)
+
+    def __enter__(self) -> Spent:
+        self._wrap(self.tier, "_get", "mget")
+        self._wrap(self.tier.macs, "verify", "mac")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        del self.tier._get, self.tier.macs.verify
+
+
+def recover(p: RemotePrefix, spent: dict[str, list[float]]) -> float:
+    cache = p.cache
+    req = cache.request(p.tokens, lifetime=1)
+    t0 = time.perf_counter()
+    with Spent(cache.core.disk) as sp:
+        adm = cache.admit(req)
+        ctx = cache.use(adm, timeout=900)
+        ctx.__enter__()
+    dt = time.perf_counter() - t0
+    for k, v in sp.s.items():
+        spent.setdefault(k, []).append(v)
+    try:
+        if adm.hit_tokens != p.n or adm.state != "validated":
+            raise RuntimeError(f"recovered {adm.hit_tokens} of {p.n} tokens ({adm.state})")
+    finally:
+        ctx.__exit__(None, None, None)
+    return dt
+
+
+def mmm(xs: list[float]) -> str:
+    return f"{statistics.median(xs):.2f} ({min(xs):.2f}-{max(xs):.2f})"
+
+
+def bench_recovery(n: int, url: str, args: argparse.Namespace, client: Any) -> None:
+    RemotePrefix.url = url
+    t0 = time.perf_counter()
+    p = RemotePrefix(n, Path(args.dir), "/dev/shm" if os.path.isdir("/dev/shm") else None)
+    try:
+        p.build()
+        if p.restart:
+            p.reopen()
+        names = p.names()
+        setup = time.perf_counter() - t0
+        raw, ours, ratio = [], [], []
+        spent: dict[str, list[float]] = {}
+        nbytes = 0
+        for _ in range(args.repeats):
+            dt_raw, nbytes = raw_get(client, names, args.batch)
+            dt = recover(p, spent)
+            raw.append(nbytes / dt_raw / GB)
+            ours.append(nbytes / dt / GB)
+            ratio.append(dt_raw / dt)
+            p.push_back()
+            names = p.names()
+        print(
+            f"| {B.fmt_length(n)} | {nbytes / 2**30:.2f} GiB | {mmm(raw)} | {mmm(ours)} | "
+            f"**{mmm(ratio)}** | {mmm([nbytes / GB / r for r in raw])} | "
+            f"{mmm([nbytes / GB / r for r in ours])} | {mmm(spent['mget'])} | "
+            f"{mmm(spent['mac'])} | {setup:.0f} s |",
+            flush=True,
+        )
+    finally:
+        p.close()
+        for k in client.scan_iter(match=f"kvb:{n}:*", count=1000):
+            client.delete(k)
+
+
+def bench_stall(url: str, client: Any, seconds: float, ops: int) -> None:
+    """Delays of requests that do not need the server while it sleeps ``seconds``."""
+    from kvstate.spec import small
+
+    g = small()
+    L = g.lcm_tokens
+    cfg = RemoteConfig(url=url, key=KEY, model="bench-stall", prefix="kvs:", timeout=30.0)
+    a = HeterogeneousKVCache(
+        g, remote=cfg, executors="manual", writer=testdata.DeterministicWriter()
+    )
+    toks = testdata.harness_tokens(4 * L + 1)
+    adm = a.admit(a.request(toks))
+    with a.use(adm):
+        pass
+    a.tick(10)
+    a.offload(100)
+    a.pipelines.drain()
+    a.spill(100)
+    a.close()
+    b = HeterogeneousKVCache(
+        g, remote=cfg, executors="threads", writer=testdata.DeterministicWriter()
+    )
+
+    def one(seed: int) -> float:
+        t = time.perf_counter()
+        other = testdata.harness_tokens(2 * L + 1, seed=seed)
+        ad = b.admit(b.request(other))
+        with b.use(ad) as run:
+            assert run.hit_tokens == 0
+        dt = time.perf_counter() - t
+        b.tick(g.lease_max)  # (untimed) an engine's clock: the request's lease runs out
+        return dt
+
+    try:
+        base = [one(1000 + s) for s in range(ops)]
+        sleeper = threading.Thread(target=lambda: client.execute_command("DEBUG", "SLEEP", seconds))
+        sleeper.start()
+        time.sleep(0.1)
+        waiting = b.admit(b.request(toks))  # its loads wait on the stalled server
+        t0 = time.perf_counter()
+        during = []
+        s = 0
+        while time.perf_counter() - t0 < seconds - 0.5 and len(during) < ops:
+            during.append(one(2000 + s))
+            s += 1
+        sleeper.join()
+        waiting.wait(60)
+        with b.use(waiting) as run:
+            hit = run.hit_tokens
+        med = statistics.median(base)
+        delays = [d - med for d in during]
+        print(
+            f"stall {seconds:.0f} s (DEBUG SLEEP): {len(during)} requests that do not need the "
+            f"server (admit, use, finish of a new prompt) ran during it: latency median "
+            f"{statistics.median(during) * 1e3:.1f} ms, worst {max(during) * 1e3:.1f} ms; "
+            f"without the stall median {med * 1e3:.1f} ms, worst {max(base) * 1e3:.1f} ms; "
+            f"delay (latency minus the unstalled median) worst {max(delays) * 1e3:.1f} ms, "
+            f"median {statistics.median(delays) * 1e3:.1f} ms (goal < 100 ms); the request "
+            f"waiting on the server: hit {hit} of {4 * L} tokens after the stall"
+            + ("" if hit else f" ({waiting.explanation})".replace("\n", "; ")),
+            flush=True,
+        )
+    finally:
+        b.close()
+        for k in client.scan_iter(match="kvs:*", count=1000):
+            client.delete(k)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--lengths", nargs="+", default=["64K", "1M"])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=64, help="GETs a round trip of the raw read")
+    ap.add_argument("--remote", default=None, metavar="URL", help="an existing server")
+    ap.add_argument("--maxmemory", default="12gb")
+    ap.add_argument("--dir", default="/tmp")
+    ap.add_argument("--stall", type=float, default=5.0, help="DEBUG SLEEP seconds (0: skip)")
+    ap.add_argument("--skip-recovery", action="store_true")
+    args = ap.parse_args()
+    import redis
+
+    from kvstate.testing.redisserver import RedisServer
+
+    server = None if args.remote else RedisServer(maxmemory=args.maxmemory)
+    url = args.remote or server.url  # type: ignore[union-attr]
+    client = redis.Redis.from_url(url, socket_timeout=600)
+    print(f"# remote recovery vs a raw pipelined GET, server {url}; compiled: "
+          f"{', '.join(native_modules()) or 'none (pure)'}; load {os.getloadavg()[0]:.1f}")  # fmt: skip
+    try:
+        if not args.skip_recovery:
+            print(
+                "| length | chunk bytes | raw GET GB/s | kvstate GB/s | ratio | raw s | "
+                "kvstate s | MGET s (workers) | MAC s (workers) | build |"
+            )
+            print("|---|---|---|---|---|---|---|---|---|---|")
+            for n in (B.parse_length(x) for x in args.lengths):
+                bench_recovery(n, url, args, client)
+        if args.stall > 0:
+            bench_stall(url, client, args.stall, 40)
+    finally:
+        if server is not None:
+            server.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""A throw-away ``redis-server`` for the remote tier's fuzz and benches: on a Unix socket in a
+temporary directory, without persistence (``--save '' --appendonly no``), with a chosen
+``maxmemory`` and ``DEBUG`` enabled (the fuzz stalls the server with ``DEBUG SLEEP``).
+
+The fuzz drives the store's faults through the server itself, and a restart without persistence
+is a real one (the process killed and started again on the same socket), so the fuzz starts its
+own server unless it is pointed at one (``--remote URL``).  ``tests/impl/redis_server.py`` is the
+tests' fixture over the same command line.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+
+class ServerMissing(RuntimeError):
+    """``redis-server`` is not installed (``apt-get install -y redis-server``)."""
+
+
+def executable() -> str:
+    """The ``redis-server`` binary; raises :class:`ServerMissing` when there is none."""
+    exe = shutil.which("redis-server")
+    if exe is None and os.path.exists("/usr/bin/redis-server"):
+        exe = "/usr/bin/redis-server"
+    if exe is None:
+        raise ServerMissing("redis-server is not installed (apt-get install -y redis-server)")
+    return exe
+
+
+class RedisServer:
+    """One server process; :meth:`restart` starts a fresh one on the same socket (no
+    persistence: every key is gone)."""
+
+    def __init__(self, maxmemory: str = "256mb") -> None:
+        self.exe = executable()
+        self.dir = Path(tempfile.mkdtemp(prefix="kvr-"))  # short: a socket path is <= 107 bytes
+        self.socket = self.dir / "redis.sock"
+        self.maxmemory = maxmemory
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.start()
+
+    @property
+    def url(self) -> str:
+        return f"unix://{self.socket}"
+
+    def start(self) -> None:
+        args = [
+            self.exe, "--port", "0", "--save", "", "--appendonly", "no",
+            "--unixsocket", str(self.socket), "--unixsocketperm", "700", "--dir", str(self.dir),
+            "--maxmemory", self.maxmemory, "--maxmemory-policy", "allkeys-random",
+            "--enable-debug-command", "yes",
+        ]  # fmt: skip
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if self.socket.exists():
+                try:
+                    if self.client().ping():
+                        return
+                except Exception:  # noqa: BLE001 (not accepting yet)
+                    pass
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"redis-server exited with {self.proc.returncode}")
+            time.sleep(0.02)
+        raise RuntimeError("redis-server did not start within 20 s")
+
+    def client(self, **kw: Any) -> Any:
+        import redis
+
+        return redis.Redis(unix_socket_path=str(self.socket), socket_timeout=30, **kw)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+            self.proc = None
+        self.socket.unlink(missing_ok=True)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def close(self) -> None:
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
