@@ -68,7 +68,15 @@ import torch
 from .diskdir import KEY_BYTES, OPEN_FLAGS, Directory, create_private, load_key
 from .diskdir import KEY_FILE as KEY_FILE  # (re-exported: the directory's key file)
 from .diskheader import MAC_BYTES, DiskEntry, parse_header, text
-from .entrymac import KEY_ID_BYTES, STEM_HEX, Contexts, EntryMacs, encode, header_fields
+from .entrymac import (
+    KEY_ID_BYTES,
+    STEM_HEX,
+    Contexts,
+    Encoded,
+    EntryMacs,
+    encode,
+    header_fields,
+)
 from .errors import CorruptEntry, DiskWriteError, InvalidArgument
 
 FILE_FORMAT = 5  # 5: keyed names and a key id (4: keyed BLAKE3, 3: HMAC-SHA256, 2: keyed BLAKE2b)
@@ -119,6 +127,8 @@ class ForeignEntry(CorruptEntry):
 
 
 class DiskTier:
+    entry_format: int = FILE_FORMAT  # the header's "format" this tier writes and reads
+
     def __init__(
         self,
         root: str | os.PathLike[str],
@@ -204,14 +214,20 @@ class DiskTier:
         swa: int,
         units: list[tuple[str, int, torch.Tensor]],
         swa_data: torch.Tensor | None,
-    ) -> tuple[Path, DiskEntry]:
-        """Write an entry to a private temporary (no lock needed: nothing is visible yet);
-        ``publish`` makes it the key's entry, ``discard`` throws it away."""
+    ) -> tuple[Any, DiskEntry]:
+        """Encode and MAC an entry, then stage it where this tier keeps entries (``stage``: no
+        lock needed, nothing is visible yet); ``publish`` makes it the key's entry, ``discard``
+        throws it away."""
         enc = encode(self.macs, key, units, swa_data, self.load_steps)
-        parts = enc.parts  # the tensors' own bytes (no copies): MACed and written from them
         fields = {"ver": ver, "gen": gen, "fmt": fmt, "tail": tail, "swa": swa}
-        header = header_fields(enc, FILE_FORMAT, self.fingerprint, key, units, fields)
-        hb = json.dumps(header, sort_keys=True).encode()
+        header = header_fields(enc, self.entry_format, self.fingerprint, key, units, fields)
+        return self.stage(key, enc, header, json.dumps(header, sort_keys=True).encode())
+
+    def stage(
+        self, key: bytes, enc: Encoded, header: dict[str, Any], hb: bytes
+    ) -> tuple[Any, DiskEntry]:
+        """The encoded entry written to a private temporary file (``publish`` renames it)."""
+        parts = enc.parts  # the tensors' own bytes (no copies): MACed and written from them
         final = self.new_path(key)
         try:
             fd, tmp = create_private(self.root, f".{final.name}.", ".tmp")
@@ -347,8 +363,10 @@ class DiskTier:
             raise CorruptEntry(f"{path.name}: unreadable header: {exc}") from exc
         if not isinstance(header, dict):
             raise CorruptEntry(f"{path.name}: header is not an object")
-        if header.get("format") != FILE_FORMAT:
-            raise CorruptEntry(f"{path.name}: file format {header.get('format')} != {FILE_FORMAT}")
+        if header.get("format") != self.entry_format:
+            raise CorruptEntry(
+                f"{path.name}: file format {header.get('format')} != {self.entry_format}"
+            )
         if header.get("fingerprint") != self.fingerprint:
             raise ForeignEntry(f"{path.name}: written for another geometry/layout")
         try:

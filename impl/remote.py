@@ -42,7 +42,7 @@ import torch
 
 from .disk import DiskTier
 from .diskheader import MAC_BYTES, DiskEntry, parse_header, text
-from .entrymac import KEY_ID_BYTES, Contexts, EntryMacs, encode, header_fields
+from .entrymac import KEY_ID_BYTES, Contexts, Encoded, EntryMacs
 from .errors import CorruptEntry, DiskWriteError, InvalidArgument, StorageError
 from .remotestore import ChunkStore, RedisStore, StoreUnavailable
 
@@ -128,7 +128,10 @@ class RemoteConfig:
 class RemoteTier(DiskTier):
     """The disk tier's surface over a shared store (see the module's docstring).  A
     :class:`DiskTier` by type, because the compiled parts take one; every method they call is
-    overridden here, and no directory is opened."""
+    overridden here but ``prepare`` (the encoding and MACs, shared; ``stage`` is this tier's),
+    and no directory is opened."""
+
+    entry_format = FORMAT
 
     def __init__(
         self,
@@ -175,23 +178,11 @@ class RemoteTier(DiskTier):
         return f"{base}:{entry.nonce.hex()}:{'w' if k < 0 else k}"
 
     # ---- writing ------------------------------------------------------------------------
-    def prepare(
-        self,
-        key: bytes,
-        *,
-        ver: int,
-        gen: int,
-        fmt: int,
-        tail: int,
-        swa: int,
-        units: list[tuple[str, int, torch.Tensor]],
-        swa_data: torch.Tensor | None,
+    def stage(
+        self, key: bytes, enc: Encoded, header: dict[str, Any], hb: bytes
     ) -> tuple[Any, DiskEntry]:
-        """The entry's values, MAC'd (no call to the store: ``publish`` writes them)."""
-        enc = encode(self.macs, key, units, swa_data, self.load_steps)
-        fields = {"ver": ver, "gen": gen, "fmt": fmt, "tail": tail, "swa": swa}
-        header = header_fields(enc, FORMAT, self.fingerprint, key, units, fields)
-        hb = json.dumps(header, sort_keys=True).encode()
+        """The store's items of the encoded entry (no call to the store: ``publish`` writes
+        them)."""
         name = self.header_name(key)
         entry = self._remote_entry(header, key, name)
         payload = b"".join(enc.parts)

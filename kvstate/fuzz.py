@@ -13,7 +13,7 @@ def run(target: str = "vllm", profile: str = "ci", **kwargs: Any) -> Any:
     if target == "vllm":
         from kvstate.targets.vllm.engine import run as run_vllm
 
-        return run_vllm("vllm", profile, **kwargs)
+        return run_vllm(profile, **kwargs)
     from kvstate.impl.errors import InvalidArgument
 
     raise InvalidArgument(f"kvstate.fuzz.run: unknown target {target!r} (known: 'vllm')")

@@ -266,7 +266,7 @@ def api_states(table: Table, n: int, ops: Sequence[Any]) -> list[tuple[str, Any,
             try:
                 h.apply(o)
             finally:
-                out.append((o.name, dict(o.args), h.model.values))
+                out.append((o.name, dict(o.inputs), h.model.values))
         h.quiesce()
         out.append(("quiesce", {}, h.model.values))
     except Nonconformance:

@@ -20,6 +20,7 @@ def finding_lines(
     *,
     start: str = "Init",
     unit: str = "action",
+    replayable: bool = True,
 ) -> list[str]:
     """``found by`` (the finding's origin and ``how`` it was minimized), the failure's
     signature and message, and the trace from ``start``, one ``unit`` per numbered line, in the
@@ -28,7 +29,8 @@ def finding_lines(
         f"  found by:  {failure.origin}; {how}",
         f"  failure:   {failure.signature}",
         "             " + str(failure).replace("\n", "\n             "),
-        f"  trace (from {start}, one {unit} per line; replayable with --replay):",
+        f"  trace (from {start}, one {unit} per line"
+        + ("; replayable with --replay):" if replayable else "):"),
     ]
     if not steps:
         out.append(f"      (none: {start} itself fails)")

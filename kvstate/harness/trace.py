@@ -1,4 +1,8 @@
-"""One operation of a trace: what a run did, replayable, printable as a call."""
+"""One operation of a trace: what a run did, replayable, printable as a call.
+
+Every target records its walk in :class:`TraceStep`: the block target's table actions, the API
+target's public calls and faults, the engine targets' operations.
+"""
 
 from __future__ import annotations
 
@@ -16,17 +20,26 @@ class TraceStep:
     """
 
     action: str
-    inputs: dict[str, int]
+    inputs: dict[str, int]  # an engine's resolved step may name a request by its id (a str)
     refused: bool = False  # the model's guard was false: the target had to refuse it
     failed: tuple[str, ...] = ()  # the false guard conjuncts (refused steps)
     outputs: dict[str, int] = field(default_factory=dict)  # parameters the target chose
+
+    @property
+    def name(self) -> str:
+        """The operation's name (``action``): an API target's call or fault."""
+        return self.action
+
+    def arg(self, k: str) -> int:
+        return self.inputs[k]
 
     @property
     def step(self) -> Step:
         return (self.action, dict(self.inputs))
 
     def call(self) -> str:
-        return f"{self.action}({', '.join(f'{k}={v}' for k, v in self.inputs.items())})"
+        args = (f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}" for k, v in self.inputs.items())
+        return f"{self.action}({', '.join(args)})"
 
     def render(self) -> str:
         if self.refused:

@@ -15,12 +15,12 @@ import pytest
 
 import kvstate.targets.api.beside as ah
 from kvstate.harness.finding import Nonconformance
+from kvstate.harness.trace import TraceStep
 from kvstate.spec import default_table
 from kvstate.targets.api import (
     DEFAULT_OPS,
     ApiHarness,
     Coverage,
-    Op,
     RunResult,
     build_machine,
     explore_settings,
@@ -62,15 +62,15 @@ def test_the_dry_run_records_what_the_state_machine_applies() -> None:
     rules' draws do not depend on what the harness does), example for example."""
     wit = list(witnesses(N, L, TABLE.consts.lease_max).values())
     prof = explore_settings("ci")
-    applied: list[list[Op]] = []
+    applied: list[list[TraceStep]] = []
 
     class Logged(ApiHarness):
         def __init__(self, *a: Any, **k: Any) -> None:
-            self.log: list[Op] = []
+            self.log: list[TraceStep] = []
             applied.append(self.log)
             super().__init__(*a, **k)
 
-        def apply(self, o: Op) -> None:
+        def apply(self, o: TraceStep) -> None:
             if not getattr(self, "_inner", False):  # quiesce's own calls are not the rules'
                 self.log.append(o)
             super().apply(o)
@@ -82,7 +82,7 @@ def test_the_dry_run_records_what_the_state_machine_applies() -> None:
             finally:
                 self._inner = False
 
-    recorded: list[list[Op]] = []
+    recorded: list[list[TraceStep]] = []
     for harness in (
         Logged,
         lambda *a, **k: ah._Recorder(recorded),
@@ -100,7 +100,7 @@ def _plant(monkeypatch: pytest.MonkeyPatch, when: Any) -> None:
     process inherits it)."""
     real = ApiHarness.apply
 
-    def apply(self: ApiHarness, o: Op) -> None:
+    def apply(self: ApiHarness, o: TraceStep) -> None:
         real(self, o)
         if when(o):
             raise self.fail("observe", ["planted"], f"planted failure at {o.render()}")

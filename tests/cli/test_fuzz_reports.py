@@ -14,7 +14,7 @@ from kvstate.calls import parse_calls
 from kvstate.cli import main
 from kvstate.fuzz_report import SCHEMA, api_states, spec_location
 from kvstate.spec import default_table, small
-from kvstate.targets.api import Op, parse_ops
+from kvstate.targets.api import op, parse_ops
 
 BUG = "use_before_load_complete"  # the coverage pass finds it in ~1 s (docs/fuzz.md)
 
@@ -94,8 +94,8 @@ def test_spec_locations_of_each_kind_of_finding():
 
 def test_api_trace_states():
     table = default_table(small())
-    ops = [Op("request", (("i", 0), ("n", 2 * table.consts.L + 1), ("life", 1)))]
-    ops.append(Op("admit", (("i", 0),)))
+    ops = [op("request", i=0, n=2 * table.consts.L + 1, life=1)]
+    ops.append(op("admit", i=0))
     states = api_states(table, 4, ops)
     assert [s[0] for s in states] == ["init", "request", "admit", "quiesce"]
     assert states[0][2]["phase"] != states[2][2]["phase"]  # admission moved the request
@@ -112,8 +112,8 @@ def test_traces_are_read_as_python_calls():
         ("offload", [("b", -1)]),
     ]
     assert parse_ops("request(i=0, n=49, life=2); admit(i=0)") == [
-        Op("request", (("i", 0), ("n", 49), ("life", 2))),
-        Op("admit", (("i", 0),)),
+        op("request", i=0, n=49, life=2),
+        op("admit", i=0),
     ]
     for bad in ("allocate(0)", "allocate(b=x)", "allocate(b=1.5)", "a.b(c=1)", "x = 1",
                 "allocate(b=True)", "allocate(b=0", "allocate(**k)", "f(b=1, b=2)"):  # fmt: skip

@@ -30,18 +30,18 @@ from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache  # noqa: 
 
 from kvstate.targets.sglang.checks import CHECK_CLASSES  # noqa: E402
 from kvstate.targets.sglang.configs import ALL, Config  # noqa: E402
-from kvstate.targets.sglang.driver import NAMES  # noqa: E402
-from kvstate.targets.sglang.engine import replay, run  # noqa: E402
+from kvstate.targets.sglang.driver import NAMES, op  # noqa: E402
+from kvstate.targets.sglang.engine import ENGINE, run  # noqa: E402
 
 SWA = (Config("swa", "python", 4, 16, 96, 256),)
 SWA_RUST = (Config("swa", "rust", 4, 16, 96, 256),)
 # a page of traffic that stores a prefix and asks for it again, nothing evicted in between
-STORE_AND_RESEND = [("arrive", 1, 40), ("admit", 0, 256), ("decode", 0, 3), ("finish", 0),
-                    ("resend", 0), ("admit", 0, 256)]  # fmt: skip
+STORE_AND_RESEND = [op("arrive", 1, 40), op("admit", 0, 256), op("decode", 0, 3), op("finish", 0),
+                    op("resend", 0), op("admit", 0, 256)]  # fmt: skip
 # with HiCache's host tier: the stored prefix is written through, evicted from the device, and
 # the re-sent request's admission loads it back from the host
 L2 = Config("swa", "python", 4, 16, 96, 256, hicache="l2")
-STORE_EVICT_LOAD = STORE_AND_RESEND[:4] + [("evict", 96), ("resend", 0), ("admit", 0, 256)]
+STORE_EVICT_LOAD = STORE_AND_RESEND[:4] + [op("evict", 96), op("resend", 0), op("admit", 0, 256)]
 
 
 def test_ci_profile_exercises_every_configuration_and_check() -> None:
@@ -52,9 +52,9 @@ def test_ci_profile_exercises_every_configuration_and_check() -> None:
     for c in CHECK_CLASSES:
         if c != "crash":  # a class that fires only when SGLang raises
             assert r.stats.checks[c] > 0, c
-    for op in NAMES:
-        if op != "lose_file":  # a fault that needs a file written first: its own test below
-            assert r.stats.calls[op] > 0, op
+    for name in NAMES:
+        if name != "lose_file":  # a fault that needs a file written first: its own test below
+            assert r.stats.calls[name] > 0, name
     for path in ("hit", "miss", "eviction", "decode freed out-of-window SWA"):
         assert r.stats.paths[path] > 0, path
 
@@ -122,10 +122,10 @@ def test_a_lock_never_released_is_a_locks_finding(monkeypatch: pytest.MonkeyPatc
 def test_a_release_that_publishes_nothing_is_a_completeness_finding(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    f, _ = replay(SWA[0], STORE_AND_RESEND)
+    f, _ = ENGINE.replay(SWA[0], STORE_AND_RESEND)
     assert f is None, f  # unbroken, the re-sent prefix hits
     monkeypatch.setattr(UnifiedRadixCache, "checkpoint", lambda self, req, **k: None)
-    f, _ = replay(SWA[0], STORE_AND_RESEND)
+    f, _ = ENGINE.replay(SWA[0], STORE_AND_RESEND)
     assert f is not None and f.kind == "completeness", f
 
 
@@ -143,7 +143,7 @@ def test_a_buffer_moved_under_a_captured_graph_is_an_addresses_finding(
 
 
 def test_a_load_back_from_the_host_tier_is_checked_whole() -> None:
-    f, d = replay(L2, STORE_EVICT_LOAD)
+    f, d = ENGINE.replay(L2, STORE_EVICT_LOAD)
     assert f is None, f
     assert d.stats.paths["host load-back"] == 1 and d.stats.checks["load"] == 1
 
@@ -152,7 +152,7 @@ def test_a_load_back_that_never_completes_is_a_load_finding(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(UnifiedRadixCache, "is_load_back_event_done", lambda self, i: False)
-    f, _ = replay(L2, STORE_EVICT_LOAD)
+    f, _ = ENGINE.replay(L2, STORE_EVICT_LOAD)
     assert f is not None and f.kind == "load", f
 
 
@@ -166,18 +166,18 @@ def test_a_load_back_missing_its_last_page_is_an_L3_finding(
         return orig(self, device_pool, host_indices[:n], device_indices[:n], *a, **k)
 
     monkeypatch.setattr(HostKVCache, "load_to_device_per_layer_physical", short)
-    f, _ = replay(L2, STORE_EVICT_LOAD)
+    f, _ = ENGINE.replay(L2, STORE_EVICT_LOAD)
     assert f is not None and f.kind == "L3", f
 
 
 L3 = Config("swa", "python", 4, 16, 96, 256, hicache="l3")
-STORE_DROP_PREFETCH = [("arrive", 1, 40), ("poll",), ("admit", 0, 256), ("decode", 0, 3),
-                       ("finish", 0), ("poll",), ("evict", 96), ("evict_host", 400),
-                       ("resend", 0), ("poll",), ("admit", 0, 256)]  # fmt: skip
+STORE_DROP_PREFETCH = [op("arrive", 1, 40), op("poll"), op("admit", 0, 256), op("decode", 0, 3),
+                       op("finish", 0), op("poll"), op("evict", 96), op("evict_host", 400),
+                       op("resend", 0), op("poll"), op("admit", 0, 256)]  # fmt: skip
 
 
 def test_a_prefix_gone_from_device_and_host_is_served_from_file_storage() -> None:
-    f, d = replay(L3, STORE_DROP_PREFETCH)
+    f, d = ENGINE.replay(L3, STORE_DROP_PREFETCH)
     assert f is None, f
     assert d.stats.paths["L3 prefetch loaded"] == 1 and d.stats.checks["load"] == 1
 
@@ -188,7 +188,9 @@ def test_a_prefix_gone_from_device_and_host_is_served_from_file_storage() -> Non
 # a cut file keeps, so the count of served prefetches is what shows a cut page was not served)
 @pytest.mark.parametrize(("k", "served"), [(0, 1), (1, 0)])
 def test_a_lost_or_cut_storage_file_is_never_served(k: int, served: int) -> None:
-    f, d = replay(L3, STORE_DROP_PREFETCH[:8] + [("lose_file", k)] + STORE_DROP_PREFETCH[8:])
+    f, d = ENGINE.replay(
+        L3, STORE_DROP_PREFETCH[:8] + [op("lose_file", k)] + STORE_DROP_PREFETCH[8:]
+    )
     assert f is None, f  # whatever the admission then hits holds its markers (checked)
     assert d.stats.calls["lose_file"] == 1 and d.stats.calls["admit"] == 2
     assert d.stats.paths["L3 prefetch loaded"] == served

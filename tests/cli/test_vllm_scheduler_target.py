@@ -33,7 +33,8 @@ from vllm.v1.core.sched import scheduler as sm  # noqa: E402
 
 from kvstate.targets.vllm_scheduler.checks import CHECK_CLASSES  # noqa: E402
 from kvstate.targets.vllm_scheduler.configs import Config  # noqa: E402
-from kvstate.targets.vllm_scheduler.engine import Report, replay, run  # noqa: E402
+from kvstate.targets.vllm_scheduler.driver import op  # noqa: E402
+from kvstate.targets.vllm_scheduler.engine import ENGINE, Report, run  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 FULL = (Config("full", 12, connector=False),)
@@ -52,11 +53,11 @@ def ci_report() -> Report:
 
 def test_ci_profile_finds_the_mamba_undercount_through_the_scheduler(ci_report: Report) -> None:
     assert not ci_report.ok
-    cfg, f, _ = ci_report.findings[0]
+    cfg, f = ci_report.findings[0]
     assert cfg.layout == "mamba" and f.kind == "crash"
     assert "Cannot get 1 free blocks from the pool" in str(f)
     # nothing else fails: every finding is the Mamba under-count (one per Mamba configuration)
-    assert all(c.layout == "mamba" and x.kind == "crash" for c, x, _ in ci_report.findings)
+    assert all(c.layout == "mamba" and x.kind == "crash" for c, x in ci_report.findings)
     assert len(ci_report.trace) < ci_report.original_length  # minimized
 
 
@@ -222,21 +223,21 @@ BREAKS = {
 # step's ``schedule()``; the pool is idle only after that step.  Found by the ci profile.
 ABORTED_LOAD = Config("full-2sizes", 14)
 ABORTED_LOAD_TRACE = [
-    ("arrive", 0, 107, 4, 51, 9, 2, 32, "syncfail"),
-    ("abort", "r0"),
-    ("arrive", 0, 79, 7, 1, 2, 1, 64, "async"),
-    ("step", 30390),
-    ("abort", "r1"),
-    ("arrive", 2, 99, 3, 45, 16, 2, 0, "async"),
-    ("step", 10713),
+    op("arrive", 0, 107, 4, 51, 9, 2, 32, "syncfail"),
+    op("abort", "r0"),
+    op("arrive", 0, 79, 7, 1, 2, 1, 64, "async"),
+    op("step", 30390),
+    op("abort", "r1"),
+    op("arrive", 2, 99, 3, 45, 16, 2, 0, "async"),
+    op("step", 10713),
 ]
 
 
 def test_liveness_judges_the_pool_admission_saw() -> None:
-    f, d = replay(ABORTED_LOAD, ABORTED_LOAD_TRACE)
+    f, d = ENGINE.replay(ABORTED_LOAD, ABORTED_LOAD_TRACE)
     assert f is None, str(f)
     assert not d.engine.idle_before and "r2" not in d.engine.last.num_scheduled_tokens
-    d.run_op(len(ABORTED_LOAD_TRACE), ("step", 0))  # the next step admits r2: no over-count
+    d.run_op(len(ABORTED_LOAD_TRACE), op("step", 0))  # the next step admits r2: no over-count
     assert d.engine.last.num_scheduled_tokens.get("r2", 0) > 0
 
 

@@ -189,9 +189,9 @@ ROUNDTRIP_EVICTS = parse(
 
 
 def test_an_eviction_inside_a_compound_operation_counts() -> None:
-    from kvstate.targets.vllm.engine import replay
+    from kvstate.targets.vllm.engine import ENGINE
 
-    f, d = replay(Config("mamba", True, 24), ROUNDTRIP_EVICTS[:-1])
+    f, d = ENGINE.replay(Config("mamba", True, 24), ROUNDTRIP_EVICTS[:-1])
     assert f is None
     epoch = d.epoch
     d.run_op(len(ROUNDTRIP_EVICTS) - 1, ROUNDTRIP_EVICTS[-1])  # raises a Finding if held to it
@@ -249,14 +249,14 @@ def test_a_broken_vllm_is_caught_inside_a_compound_operation(
     """The bookkeeping runs around every call a ``roundtrip`` makes: LRU reversed (r1's entries
     evicted before r0's) and a pool that caches nothing are both caught at the roundtrip itself,
     and the same trace passes on an unbroken vLLM."""
-    from kvstate.targets.vllm.engine import replay
+    from kvstate.targets.vllm.engine import ENGINE
 
-    f, _ = replay(FULL[0], EVICT_IN_ROUNDTRIP)
+    f, _ = ENGINE.replay(FULL[0], EVICT_IN_ROUNDTRIP)
     assert f is None, str(f)
     brk, check = (break_lru, "eviction") if name != "completeness" else (_no_caching, name)
     brk(monkeypatch)
     t0 = time.monotonic()
-    f, d = replay(FULL[0], EVICT_IN_ROUNDTRIP)
+    f, d = ENGINE.replay(FULL[0], EVICT_IN_ROUNDTRIP)
     print(f"{name} inside a roundtrip: caught as {f and f.kind} in {time.monotonic() - t0:.2f} s")
     assert f is not None and check in f.detail
     assert len(d.trace) == len(EVICT_IN_ROUNDTRIP) and d.trace[-1].action == "roundtrip"

@@ -11,7 +11,7 @@ re-exports the names tests and users reach for; no module of the target imports 
 
 from __future__ import annotations
 
-from kvstate.targets.api.base import NAMESPACE, OTHER_NAMESPACE, Coverage, Live, Op, op
+from kvstate.targets.api.base import NAMESPACE, OTHER_NAMESPACE, Coverage, Live, op
 from kvstate.targets.api.explore import PROFILES, explore_settings, minimize_ops, replay
 from kvstate.targets.api.machine import build_machine
 from kvstate.targets.api.registry import (
@@ -38,7 +38,6 @@ __all__ = [
     "ApiHarness",
     "Coverage",
     "Live",
-    "Op",
     "RunResult",
     "build_machine",
     "explore_settings",

@@ -1,6 +1,6 @@
 """The pieces every module of the API harness shares, so none of them imports another back.
 
-An operation (:class:`Op`, :func:`op`), a harness request's live state (:class:`Live`), the
+An operation (:func:`op`: the toolkit's :class:`~kvstate.harness.trace.TraceStep`), a harness request's live state (:class:`Live`), the
 coverage counters (:class:`Coverage`), the cache namespaces, the chain's block events of each
 action, and the hook protocol of the checks around every call (:class:`CallCheck`).  The
 harness itself (:class:`kvstate.targets.api.state.ApiHarness`) reaches the operations and checks as
@@ -17,29 +17,17 @@ from typing import Any
 
 import numpy as np
 
+from kvstate.harness.trace import Step, TraceStep
 from kvstate.spec.state import ConcreteState
 
 NAMESPACE = "kvstate-api-harness"
 OTHER_NAMESPACE = "kvstate-api-other"
 
 
-# ---- operations --------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Op:
+# ---- operations: the toolkit's trace type ------------------------------------------------------
+def op(name: str, **args: int) -> TraceStep:
     """One harness operation: a public call (or a fault) with its integer arguments."""
-
-    name: str
-    args: tuple[tuple[str, int], ...] = ()
-
-    def arg(self, k: str) -> int:
-        return dict(self.args)[k]
-
-    def render(self) -> str:
-        return f"{self.name}({', '.join(f'{k}={v}' for k, v in self.args)})"
-
-
-def op(name: str, **args: int) -> Op:
-    return Op(name, tuple(args.items()))
+    return TraceStep(name, dict(args))
 
 
 @dataclass
@@ -79,9 +67,6 @@ Harness = Any
 
 
 # ---- the hook protocol: the checks around every operation (kvstate/targets/api/checks.py) --------------
-Step = tuple[str, dict[str, int]]
-
-
 class CallCheck:
     def before(self, h: Any, o: Any) -> None:
         pass

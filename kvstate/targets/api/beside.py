@@ -14,8 +14,9 @@ from typing import Any
 from hypothesis import settings
 
 from kvstate.harness.finding import Nonconformance
+from kvstate.harness.trace import TraceStep
 from kvstate.spec.table import Table
-from kvstate.targets.api.base import Coverage, Op
+from kvstate.targets.api.base import Coverage
 from kvstate.targets.api.explore import _coverage_pass, _example, _hypothesis, _Recorder
 
 
@@ -46,7 +47,7 @@ def _take(fd: int) -> int | None:
 def _work_queue(
     table: Table,
     N: int,
-    exs: Sequence[Sequence[Op]],
+    exs: Sequence[Sequence[TraceStep]],
     q: int,
     done: dict[int, tuple[dict[str, int], dict[str, int]]],
     stop: Callable[[], bool] = lambda: False,
@@ -75,7 +76,7 @@ _BEFORE_FORK = 2  # witnesses run before the fork (see _run_beside)
 def _run_beside(
     table: Table,
     N: int,
-    wit: Mapping[str, Sequence[Op]],
+    wit: Mapping[str, Sequence[TraceStep]],
     dry_cls: Callable[[Callable[..., Any]], Any],
     prof: settings,
     cov: Coverage,
@@ -134,7 +135,7 @@ def _run_beside(
             # walked it would write to (and so copy) every page the two processes share
             gc.freeze()
             msg: dict[str, Any] = {}
-            exs: list[list[Op]] = []
+            exs: list[list[TraceStep]] = []
             dry_found, _ = _hypothesis(dry_cls(lambda *a, **k: _Recorder(exs)), prof)
             if dry_found is not None:  # a recorder checks nothing: this cannot happen
                 raise dry_found
@@ -173,7 +174,7 @@ def _run_beside(
             return found, origin, None
         out(f"  coverage pass: {len(wit)} witnesses replayed in lockstep")
         try:
-            exs: list[list[Op]] | None = pickle.loads(_read_all(r_ex))
+            exs: list[list[TraceStep]] | None = pickle.loads(_read_all(r_ex))
         except Exception:  # noqa: BLE001 - the child crashed before it sent them all
             exs = None
         if exs is not None:

@@ -3,12 +3,12 @@
 An operation (a public call the harness makes, or a fault it throws at the cache) is written
 once, as a declaration beside its handler, in the module that owns it::
 
-    def do_short_read(h: Harness, o: Op) -> int | None:
+    def do_short_read(h: Harness, o: TraceStep) -> int | None:
         ...  # drive the cache (or break something); the request concerned, or None
 
     DECLS = (
         OpDecl(
-            "short_read",                       # the name: Op.name, rule op_short_read, traces
+            "short_read",                       # the name: TraceStep.name, rule op_short_read, traces
             do_short_read,                      # the handler
             "fault",                            # the spec/api.py API entry that explains it
             lambda s: {"b": s.block},           # the rule's argument strategies (Sizes)
@@ -37,9 +37,10 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from kvstate.targets.api.base import Harness, Op
+from kvstate.harness.trace import TraceStep
+from kvstate.targets.api.base import Harness
 
-Handler = Callable[[Harness, Op], int | None]
+Handler = Callable[[Harness, TraceStep], int | None]
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,9 @@ from kvstate.examples_db import run_machine
 from kvstate.harness.ddmin import ddmin
 from kvstate.harness.finding import Nonconformance
 from kvstate.harness.profiles import NAMES, SIZES
+from kvstate.harness.trace import TraceStep
 from kvstate.spec.table import Table
-from kvstate.targets.api.base import Coverage, Op
+from kvstate.targets.api.base import Coverage
 from kvstate.targets.api.registry import MAPPING
 from kvstate.targets.api.state import ApiHarness, _explainer, _machine
 
@@ -46,7 +47,7 @@ PROFILES: dict[str, dict[str, Any]] = {
 def replay(
     table: Table,
     N: int,
-    ops: Sequence[Op],
+    ops: Sequence[TraceStep],
     *,
     coverage: Coverage | None = None,
     quiesce: bool = True,
@@ -71,15 +72,15 @@ def _same(a: Nonconformance, b: Nonconformance) -> bool:
 
 def minimize_ops(
     table: Table, N: int, failure: Nonconformance, *, max_seconds: float = 60.0
-) -> tuple[list[Op], Nonconformance, int]:
+) -> tuple[list[TraceStep], Nonconformance, int]:
     """Delta debugging over operations (the toolkit's :func:`kvstate.harness.ddmin.ddmin`;
     fresh replays, kept only if they fail the same way), then smaller arguments."""
-    cur: list[Op] = list(getattr(failure, "api_trace", []))
+    cur: list[TraceStep] = list(getattr(failure, "api_trace", []))
     best = failure
     started = time.monotonic()
     replays = 0
 
-    def check(cand: list[Op]) -> Nonconformance | None:
+    def check(cand: list[TraceStep]) -> Nonconformance | None:
         nonlocal replays
         replays += 1
         got = replay(table, N, cand)
@@ -88,7 +89,7 @@ def minimize_ops(
     def over() -> bool:
         return time.monotonic() - started > max_seconds
 
-    def fails(cand: list[Op]) -> tuple[list[Op], Nonconformance] | None:
+    def fails(cand: list[TraceStep]) -> tuple[list[TraceStep], Nonconformance] | None:
         got = check(cand)
         if got is None:
             return None
@@ -99,11 +100,11 @@ def minimize_ops(
     j = 0
     while j < len(cur) and not over():
         o = cur[j]
-        for idx, (k, v) in enumerate(o.args):
+        for k, v in list(o.inputs.items()):
             for smaller in range(0, v):
-                args = list(o.args)
-                args[idx] = (k, smaller)
-                cand = [*cur[:j], Op(o.name, tuple(args)), *cur[j + 1 :]]
+                args = dict(o.inputs)
+                args[k] = smaller
+                cand = [*cur[:j], TraceStep(o.name, args), *cur[j + 1 :]]
                 got = check(cand)
                 if got is not None:
                     cur, best, o = cand, got, cand[j]
@@ -173,7 +174,7 @@ def _hypothesis(cls: Any, prof: settings, key: bytes = b"") -> tuple[Nonconforma
 def _coverage_pass(
     table: Table,
     N: int,
-    wit: Mapping[str, Sequence[Op]],
+    wit: Mapping[str, Sequence[TraceStep]],
     cov: Coverage,
     stats: Counter[str],
     lo: int = 0,
@@ -195,7 +196,9 @@ def _coverage_pass(
     return None, ""
 
 
-def _example(table: Table, N: int, ops: Sequence[Op], cov: Coverage, stats: Counter[str]) -> None:
+def _example(
+    table: Table, N: int, ops: Sequence[TraceStep], cov: Coverage, stats: Counter[str]
+) -> None:
     """One recorded Hypothesis example, run as the state machine runs it: a fresh cache, each
     operation counted and applied, quiescence, the example counted, the cache closed."""
     h = ApiHarness(table, N, coverage=cov)
@@ -215,11 +218,11 @@ class _Recorder:
     alone, with no precondition or bundle, so what Hypothesis draws does not depend on what the
     harness does; an example that passes leaves the walk where a dry one does)."""
 
-    def __init__(self, sink: list[list[Op]]) -> None:
-        self.ops: list[Op] = []
+    def __init__(self, sink: list[list[TraceStep]]) -> None:
+        self.ops: list[TraceStep] = []
         sink.append(self.ops)
 
-    def apply(self, o: Op) -> None:
+    def apply(self, o: TraceStep) -> None:
         self.ops.append(o)
 
     def quiesce(self) -> None:

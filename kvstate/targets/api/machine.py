@@ -16,8 +16,9 @@ from typing import Any
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
+from kvstate.harness.trace import TraceStep
 from kvstate.spec.table import Table
-from kvstate.targets.api.base import Coverage, Op, op
+from kvstate.targets.api.base import Coverage, op
 from kvstate.targets.api.declare import Sizes
 from kvstate.targets.api.registry import DECLARED, DEFAULT_OPS
 from kvstate.targets.api.state import _HARNESS
@@ -30,7 +31,7 @@ def build_machine(
     ops: frozenset[str] | None = None,
     coverage: Coverage | None = None,
     stats: Counter[str] | None = None,
-    seeds: Sequence[Sequence[Op]] = (),
+    seeds: Sequence[Sequence[TraceStep]] = (),
     threads: bool = False,
     harness: Callable[..., Any] | None = None,
 ) -> type[RuleBasedStateMachine]:
@@ -49,7 +50,7 @@ def build_machine(
             super().__init__()
             self.h = ApiHarness(table, N, coverage=cov, threads=threads)
 
-        def do(self, o: Op) -> None:
+        def do(self, o: TraceStep) -> None:
             counts["(steps)"] += 1
             self.h.apply(o)
 

@@ -15,8 +15,9 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 
+from kvstate.harness.trace import TraceStep
 from kvstate.spec.phases import CKV, Req
-from kvstate.targets.api.base import NAMESPACE, OTHER_NAMESPACE, Harness, Live, Op
+from kvstate.targets.api.base import NAMESPACE, OTHER_NAMESPACE, Harness, Live
 from kvstate.targets.api.declare import OpDecl, Sizes
 from kvstate.targets.api.faults import _InjectedJobError, _jobs, _step_job
 from kvstate.targets.api.prefix import read_outside_chain
@@ -28,7 +29,7 @@ def _slot_of(h: Harness, i: int) -> int | None:
     return lv.req.slot.index if lv is not None and lv.req.slot is not None else None
 
 
-def _do_request(h: Harness, o: Op) -> int | None:
+def _do_request(h: Harness, o: TraceStep) -> int | None:
     i, life = o.arg("i"), o.arg("life")
     n = min(o.arg("n") * h.scale, len(h.tokens))  # (another geometry's block: geometry.py)
     if h.live[i] is not None:
@@ -41,7 +42,7 @@ def _do_request(h: Harness, o: Op) -> int | None:
     return None
 
 
-def _do_admit(h: Harness, o: Op) -> int | None:
+def _do_admit(h: Harness, o: TraceStep) -> int | None:
     i = o.arg("i")
     lv = h.live[i]
     back = h.done[i]
@@ -58,7 +59,7 @@ def _do_admit(h: Harness, o: Op) -> int | None:
     return _slot_of(h, o.arg("i"))
 
 
-def _do_use(h: Harness, o: Op) -> int | None:
+def _do_use(h: Harness, o: TraceStep) -> int | None:
     from kvstate.impl.errors import NotReady
 
     lv = h.live[o.arg("i")]
@@ -107,15 +108,15 @@ def _end(h: Harness, i: int, finish: bool) -> int | None:
     return r
 
 
-def _do_finish(h: Harness, o: Op) -> int | None:
+def _do_finish(h: Harness, o: TraceStep) -> int | None:
     return _end(h, o.arg("i"), True)
 
 
-def _do_abort(h: Harness, o: Op) -> int | None:
+def _do_abort(h: Harness, o: TraceStep) -> int | None:
     return _end(h, o.arg("i"), False)
 
 
-def _do_append(h: Harness, o: Op) -> int | None:
+def _do_append(h: Harness, o: TraceStep) -> int | None:
     lv = h.live[o.arg("i")]
     n0 = len(lv.req.tokens) if lv is not None else 0
     n1 = min(n0 + o.arg("k") * h.scale, len(h.tokens))
@@ -127,16 +128,16 @@ def _do_append(h: Harness, o: Op) -> int | None:
     return _slot_of(h, o.arg("i"))
 
 
-def _do_read(h: Harness, o: Op) -> int | None:
+def _do_read(h: Harness, o: TraceStep) -> int | None:
     return None  # the bytes check after the call does the reading
 
 
-def _do_read_released(h: Harness, o: Op) -> int | None:
+def _do_read_released(h: Harness, o: TraceStep) -> int | None:
     h.read_released(o.arg("i"))
     return None
 
 
-def _do_mutate(h: Harness, o: Op) -> int | None:
+def _do_mutate(h: Harness, o: TraceStep) -> int | None:
     lv = h.live[o.arg("i")]
     if lv is None:
         return None
@@ -148,7 +149,7 @@ def _do_mutate(h: Harness, o: Op) -> int | None:
     return None
 
 
-def _do_abort_in_use(h: Harness, o: Op) -> int | None:
+def _do_abort_in_use(h: Harness, o: TraceStep) -> int | None:
     i = o.arg("i")
     lv = h.live[i]
     if lv is None or lv.ctx is None or lv.req.slot is None:
@@ -176,7 +177,7 @@ def _do_abort_in_use(h: Harness, o: Op) -> int | None:
     return r
 
 
-def _do_foreign(h: Harness, o: Op) -> int | None:
+def _do_foreign(h: Harness, o: TraceStep) -> int | None:
     """A whole request over the same tokens in another namespace: no hit (namespaces share no
     block), its own bytes right, its blocks stored next to the chain's (evicting some)."""
     n, ns = o.arg("n"), o.arg("ns")
@@ -200,20 +201,20 @@ def _do_foreign(h: Harness, o: Op) -> int | None:
     return None
 
 
-def _do_tick(h: Harness, o: Op) -> int | None:
+def _do_tick(h: Harness, o: TraceStep) -> int | None:
     h.cache.tick(o.arg("t"))
     return None
 
 
-def _maint(name: str) -> Callable[[Harness, Op], int | None]:
-    def do(h: Harness, o: Op) -> int | None:
+def _maint(name: str) -> Callable[[Harness, TraceStep], int | None]:
+    def do(h: Harness, o: TraceStep) -> int | None:
         h.returned = getattr(h.cache, name)(o.arg("n"))  # (kvstate/targets/api/exhaust.py)
         return None
 
     return do
 
 
-def _do_step(h: Harness, o: Op) -> int | None:
+def _do_step(h: Harness, o: TraceStep) -> int | None:
     jobs = _jobs(h)
     if jobs:
         e, j = jobs[o.arg("k") % len(jobs)]
@@ -221,7 +222,7 @@ def _do_step(h: Harness, o: Op) -> int | None:
     return None
 
 
-def _do_drain(h: Harness, o: Op) -> int | None:
+def _do_drain(h: Harness, o: TraceStep) -> int | None:
     if h.threads:
         return None
     h.drained = []  # what the library shows after each job step: each is explained
@@ -240,7 +241,7 @@ def _entry_path(h: Harness, b: int) -> Any:
     return e
 
 
-def _do_corrupt(h: Harness, o: Op) -> int | None:
+def _do_corrupt(h: Harness, o: TraceStep) -> int | None:
     b, kind = o.arg("b"), ("truncate", "bitflip", "header")[o.arg("kind") % 3]
     e = _entry_path(h, b)
     if e is None or b in h.corrupt:
@@ -259,7 +260,7 @@ def _do_corrupt(h: Harness, o: Op) -> int | None:
     return None
 
 
-def _do_host_tail(h: Harness, o: Op) -> int | None:
+def _do_host_tail(h: Harness, o: TraceStep) -> int | None:
     """A bit flip in the host copy of a block's compressor state (host memory has no checksum):
     the restored tail no longer splices at that boundary, so a hit ending there must be cut by
     one block (the tail check), never served."""
@@ -277,7 +278,7 @@ def _do_host_tail(h: Harness, o: Op) -> int | None:
     return None
 
 
-def _do_read_error(h: Harness, o: Op) -> int | None:
+def _do_read_error(h: Harness, o: TraceStep) -> int | None:
     """The next step of the block's job fails: a load's read (an I/O error), an offload's copy
     (the job raises: the library abandons it, which cancels the offload)."""
     b = o.arg("b")
@@ -301,7 +302,7 @@ def _do_read_error(h: Harness, o: Op) -> int | None:
     return None
 
 
-def _do_short_read(h: Harness, o: Op) -> int | None:
+def _do_short_read(h: Harness, o: TraceStep) -> int | None:
     """The next disk read of the block's running load returns fewer bytes than it asked for,
     its buffer holding the whole block all the same (a reused read buffer may: only the count
     tells, the MACs cannot).  The load must fail as a damaged entry's does (the hit truncated
@@ -340,7 +341,7 @@ def _do_short_read(h: Harness, o: Op) -> int | None:
     return None
 
 
-def _do_disk_full(h: Harness, o: Op) -> int | None:
+def _do_disk_full(h: Harness, o: TraceStep) -> int | None:
     on = bool(o.arg("on"))
     if on == h.disk_full:
         return None
@@ -351,7 +352,7 @@ def _do_disk_full(h: Harness, o: Op) -> int | None:
     return None
 
 
-def _do_restart(h: Harness, o: Op) -> int | None:
+def _do_restart(h: Harness, o: TraceStep) -> int | None:
     h.cov.add("fault crash")
     try:
         h.hooks.crash()  # the process dies, the kernel drops its lock on the directory

@@ -35,7 +35,7 @@ class RefusalRequired(CallCheck):
             return  # refused in a part of the call the mapping leaves out (``foreign``'s own
             # admission: another namespace's request, outside the modelled chain)
         req = None
-        if "i" in dict(o.args):
+        if "i" in o.inputs:
             lv = h.live[o.arg("i")]
             if lv is not None and lv.req.slot is not None:
                 req = lv.req.slot.index

@@ -12,6 +12,7 @@ else is derived here: the handlers (``OPS``), the ``spec/api.py`` call that expl
 from __future__ import annotations
 
 from kvstate.calls import parse_calls
+from kvstate.harness.trace import TraceStep
 from kvstate.spec.api import API
 from kvstate.targets.api import (
     args,
@@ -33,7 +34,6 @@ from kvstate.targets.api import (
     stepwise,
     stored,
 )
-from kvstate.targets.api.base import Op
 from kvstate.targets.api.declare import OpDecl, fault_kinds, fault_ops, handlers, mapping
 
 # the modules of operations, in the order their operations are listed (reports, errors)
@@ -83,12 +83,12 @@ if _UNKNOWN:
     raise ValueError(f"API operations explained by calls spec/api.py does not have: {_UNKNOWN}")
 
 
-def parse_ops(text: str) -> list[Op]:
+def parse_ops(text: str) -> list[TraceStep]:
     """``'request(i=0, n=49, life=2); admit(i=0)'`` (or one per line, as reports print them;
     read by :func:`kvstate.calls.parse_calls`)."""
     out = []
     for name, a in parse_calls(text):
         if name not in OPS:
             raise ValueError(f"cannot parse API operation {name!r} (known: {', '.join(OPS)})")
-        out.append(Op(name, tuple(a)))
+        out.append(TraceStep(name, dict(a)))
     return out

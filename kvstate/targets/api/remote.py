@@ -44,7 +44,8 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 
-from kvstate.targets.api.base import NAMESPACE, Harness, Op, op
+from kvstate.harness.trace import TraceStep
+from kvstate.targets.api.base import NAMESPACE, Harness, op
 from kvstate.targets.api.declare import OpDecl, Sizes
 
 FLEET_KEY = b"kvstate-api-fuzz-fleet-key-0123456789"
@@ -163,7 +164,7 @@ def _store_act(h: Harness, name: str, **p: int) -> None:
     _ruled(h, remote_of(h).store_acts(h, name, **p))
 
 
-def _do_del(h: Harness, o: Op) -> int | None:
+def _do_del(h: Harness, o: TraceStep) -> int | None:
     b, whole = o.arg("b"), o.arg("kind") == 0
     e = _entry(h, b)
     if remote_of(h) is None or e is None or not _quiet(h):
@@ -175,7 +176,7 @@ def _do_del(h: Harness, o: Op) -> int | None:
     return None
 
 
-def _do_overwrite(h: Harness, o: Op) -> int | None:
+def _do_overwrite(h: Harness, o: TraceStep) -> int | None:
     b, other = o.arg("b"), o.arg("kind") == 1
     e = _entry(h, b)
     if remote_of(h) is None or e is None or not _quiet(h):
@@ -196,7 +197,7 @@ def _do_overwrite(h: Harness, o: Op) -> int | None:
     return None
 
 
-def _do_evict(h: Harness, o: Op) -> int | None:
+def _do_evict(h: Harness, o: TraceStep) -> int | None:
     if remote_of(h) is None or not h.view.disk_entries or not _quiet(h):
         return None
     r = WORLD.admin()  # type: ignore[union-attr]
@@ -224,7 +225,7 @@ def _do_evict(h: Harness, o: Op) -> int | None:
     return None
 
 
-def _do_restart(h: Harness, o: Op) -> int | None:
+def _do_restart(h: Harness, o: TraceStep) -> int | None:
     if remote_of(h) is None or not _quiet(h):
         return None
     assert WORLD is not None
@@ -237,7 +238,7 @@ def _do_restart(h: Harness, o: Op) -> int | None:
     return None
 
 
-def _do_kill(h: Harness, o: Op) -> int | None:
+def _do_kill(h: Harness, o: TraceStep) -> int | None:
     if remote_of(h) is None:
         return None
     WORLD.admin().client_kill_filter(_type="normal", skipme=True)  # type: ignore[union-attr]
@@ -245,7 +246,7 @@ def _do_kill(h: Harness, o: Op) -> int | None:
     return None
 
 
-def _do_stall(h: Harness, o: Op) -> int | None:
+def _do_stall(h: Harness, o: TraceStep) -> int | None:
     """``DEBUG SLEEP`` while the pipelines drain in another thread (the drain is this call's,
     explained job step by job step); meanwhile the cache's lock is taken here: a load's read
     of the stalled server must not hold it."""
@@ -338,7 +339,7 @@ def _store(c: Any, toks: np.ndarray) -> None:
         c.spill(1 << 10)
 
 
-def _do_peer(h: Harness, o: Op) -> int | None:
+def _do_peer(h: Harness, o: TraceStep) -> int | None:
     """Node B: a fresh cache on the server hits the chain and reads it byte for byte (and,
     ``kind=1``, first stores the chain itself: two writers of one prefix)."""
     from kvstate.testing.datacheck import verify_run
@@ -376,7 +377,7 @@ def _do_peer(h: Harness, o: Op) -> int | None:
     return None
 
 
-def _do_tenant(h: Harness, o: Op) -> int | None:
+def _do_tenant(h: Harness, o: TraceStep) -> int | None:
     """A node of another namespace (another model's bytes) stores the chain's tokens."""
     if remote_of(h) is None:
         return None
@@ -418,7 +419,9 @@ DECLS: tuple[OpDecl, ...] = (
 )
 
 
-def walks(N: int, L: int, lease_max: int, to_disk: list[Op], hit: list[Op]) -> dict[str, list[Op]]:
+def walks(
+    N: int, L: int, lease_max: int, to_disk: list[TraceStep], hit: list[TraceStep]
+) -> dict[str, list[TraceStep]]:
     """Scripted walks (kvstate/targets/api/witnesses.py): every block stored in the server, each
     store fault, then a hit that loads them back; node B's hits."""
     end = [op("finish", i=1)]

@@ -16,8 +16,9 @@ from typing import Any
 from kvstate.examples_db import saved, with_database
 from kvstate.harness.finding import Nonconformance
 from kvstate.harness.profiles import pin, show
+from kvstate.harness.trace import TraceStep
 from kvstate.spec.table import Table
-from kvstate.targets.api.base import Coverage, Op
+from kvstate.targets.api.base import Coverage
 from kvstate.targets.api.beside import _run_beside, _second_cpu
 from kvstate.targets.api.explore import (
     CI_SEED,
@@ -45,7 +46,7 @@ class RunResult:
     stats: Counter[str]
     seconds: float
     origin: str = ""
-    minimized: list[Op] | None = None
+    minimized: list[TraceStep] | None = None
     replays: int = 0
     blob: str | None = None
     seed: int | None = None

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from kvstate.harness.finding import Nonconformance
+from kvstate.harness.trace import TraceStep
 from kvstate.model.apimap import Explainer, after_restart, state_diff
 from kvstate.model.concrete import KeptMachine, Machine
 from kvstate.spec.api import API, RESTART_KEEPS
@@ -46,7 +47,7 @@ from kvstate.spec.phases import CKV, Pipe
 from kvstate.spec.state import ConcreteState
 from kvstate.spec.table import Scope, Table
 from kvstate.targets.api.accounting import accounting, drained_idle
-from kvstate.targets.api.base import _EVENTS_OF, NAMESPACE, Coverage, Live, Op, op
+from kvstate.targets.api.base import _EVENTS_OF, NAMESPACE, Coverage, Live, op
 from kvstate.targets.api.bytes import check_bytes, read_released
 from kvstate.targets.api.faults import _FULL, _install_full_disk
 from kvstate.targets.api.graphs import StaleAt, staled
@@ -111,7 +112,7 @@ class ApiHarness:
         self.call_events: list[tuple[str, int, str]] = []
         # files kvstate did not write, planted in its directory: name -> content (left alone)
         self.foreign_files: dict[str, bytes] = {}
-        self.steps: list[Op] = []
+        self.steps: list[TraceStep] = []
         self.call_override: str | None = None
         # what the library shows after each job step of the current drain (manual pipelines)
         self.drained: list[dict[str, Any]] | None = None
@@ -213,7 +214,7 @@ class ApiHarness:
         return drained_idle(self)
 
     def _check_events(
-        self, o: Op, before: ConcreteState, steps: Sequence[tuple[str, dict[str, int]]]
+        self, o: TraceStep, before: ConcreteState, steps: Sequence[tuple[str, dict[str, int]]]
     ) -> None:
         """The chain's block events of a call are those its explanation's actions emit (a
         block stored, evicted, loaded, failed to load or removed), each once, in its tier."""
@@ -260,7 +261,7 @@ class ApiHarness:
         read_released(self, i)
 
     # -- one operation ----------------------------------------------------------------------
-    def apply(self, o: Op) -> None:
+    def apply(self, o: TraceStep) -> None:
         """Perform ``o`` on the library and check it against the model (raises on a finding)."""
         from kvstate.impl.errors import KVStateError
 
@@ -402,7 +403,7 @@ class ApiHarness:
 
     def _unexplained(
         self,
-        o: Op,
+        o: TraceStep,
         call: str,
         ex: Any,
         before: ConcreteState,
@@ -420,7 +421,7 @@ class ApiHarness:
 
     def _explain_drain(
         self,
-        o: Op,
+        o: TraceStep,
         before: ConcreteState,
         obs: Mapping[str, Any],
         forbid: set[tuple[str, int]],
@@ -470,13 +471,13 @@ class ApiHarness:
                 out[("load_done", b)] = before.values["fmt"][b]
         return out
 
-    def _ticks(self, call: str, o: Op) -> int | None:
+    def _ticks(self, call: str, o: TraceStep) -> int | None:
         """The binding of the call's ticks parameters (``ApiCall.ticks`` in spec/api.py)."""
         entry = API.get(call)  # (an ``act``'s call is one action: kvstate/targets/api/single.py)
         kind = entry.ticks if entry is not None else None
         if kind == "arg":
             return o.arg("t")
-        if kind == "lifetime" and "i" in dict(o.args):
+        if kind == "lifetime" and "i" in o.inputs:
             lv = self.live[o.arg("i")] or self.ended
             if lv is not None:
                 return min(lv.req.lifetime, self.k.lease_max)
@@ -539,7 +540,7 @@ class ApiHarness:
             if s.values["ckv"][b] != CKV.LOADING:
                 self.read_error.discard(b)
 
-    def _forbid(self, o: Op) -> set[tuple[str, int]]:
+    def _forbid(self, o: TraceStep) -> set[tuple[str, int]]:
         """What the world rules out: a sound entry's load does not fail, a corrupt one's never
         completes, nothing is spilled to a full disk."""
         out: set[tuple[str, int]] = set()

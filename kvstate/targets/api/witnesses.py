@@ -5,9 +5,10 @@ every run and replayed in lockstep by the coverage pass.
 
 from __future__ import annotations
 
+from kvstate.harness.trace import TraceStep
 from kvstate.targets.api import remote
 from kvstate.targets.api.args import CASES as ARG_CASES
-from kvstate.targets.api.base import Op, op
+from kvstate.targets.api.base import op
 from kvstate.targets.api.damage import PARTS
 from kvstate.targets.api.evictrun import walks as evictrun_walks
 from kvstate.targets.api.facade import walks as facade_walks
@@ -23,7 +24,7 @@ from kvstate.targets.api.stepwise import READS
 from kvstate.targets.api.stored import FORGERIES, REFUSALS
 
 
-def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[Op]]:
+def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[TraceStep]]:
     """Scripted walks that reach what random choice rarely does (run before Hypothesis)."""
     full = N * L + 1  # the whole chain plus one token: every block can be hit
     store = [
@@ -396,7 +397,7 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[Op]]:
     return _alike(walks)
 
 
-def _alike(walks: dict[str, list[Op]]) -> dict[str, list[Op]]:
+def _alike(walks: dict[str, list[TraceStep]]) -> dict[str, list[TraceStep]]:
     """The walks, and for each declared operation ``like`` another (``OpDecl.like``), each walk
     of that other run again with it in its place."""
     out = dict(walks)
@@ -405,6 +406,6 @@ def _alike(walks: dict[str, list[Op]]) -> dict[str, list[Op]]:
             for name, w in walks.items():
                 if any(o.name == d.like for o in w):
                     out[f"{name}, {d.name} for {d.like}"] = [
-                        Op(d.name, o.args) if o.name == d.like else o for o in w
+                        TraceStep(d.name, dict(o.inputs)) if o.name == d.like else o for o in w
                     ]
     return out

@@ -1,7 +1,8 @@
 """Drives SGLang's cache stack the way its scheduler does, and checks the table after each call.
 
-An operation is a plain tuple (``("admit", i, chunk)``...) run by the standalone operations of
-``ops.py`` on a stack built by a configuration's source; each is also written as a line of
+An operation is the toolkit's :class:`~kvstate.harness.trace.TraceStep` (``admit(i=0, chunk=256)``)
+run by the standalone function of ``ops.py`` of its name on a stack built by a configuration's
+source; each is also written as a line of
 Python (``self.code``), which with those sources becomes a finding's reproducer.  After every
 operation the projected invariants are checked (``checks.py``): slot conservation per pool, no
 slot free while a request or the tree references it, the locks, and at every match the hit rule
@@ -14,28 +15,47 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvstate.harness.finding import Nonconformance
+from kvstate.harness.trace import TraceStep
+
 from . import checks
 from . import imports as sglang_import
 from .configs import Config
 from .ops import SOURCE as OPS_SOURCE
 
-Op = tuple[Any, ...]
-NAMES = ("arrive", "resend", "admit", "next_chunk", "decode", "finish", "abort", "preempt", "evict",
-         "evict_host", "poll", "cancel", "lose_file")  # fmt: skip
+# name -> its parameters, in the order the standalone function of ``ops.py`` takes them
+OPS: dict[str, tuple[str, ...]] = {
+    "arrive": ("family", "length"),
+    "resend": ("j",),
+    "admit": ("i", "chunk"),
+    "next_chunk": ("i", "chunk"),
+    "decode": ("i", "steps"),
+    "finish": ("i",),
+    "abort": ("i",),
+    "preempt": ("i",),
+    "evict": ("tokens",),
+    "evict_host": ("tokens",),
+    "poll": (),
+    "cancel": ("i",),
+    "lose_file": ("k",),
+}
+NAMES = tuple(OPS)
 
 
-class Finding(Exception):
-    def __init__(self, violations: list[checks.Violation], step: int, op: Op) -> None:
-        self.violations = violations
-        self.step = step
-        self.op = op
-        super().__init__(
-            f"step {step} {op}: " + "; ".join(f"[{v.check}] {v.message}" for v in violations)
-        )
+def op(name: str, *values: int) -> TraceStep:
+    """``name`` with its parameters given positionally, in :data:`OPS` order."""
+    return TraceStep(name, dict(zip(OPS[name], values, strict=True)))
 
-    @property
-    def kind(self) -> str:
-        return self.violations[0].check
+
+def finding(violations: list[checks.Violation], step: int, o: TraceStep) -> Nonconformance:
+    """The toolkit's finding: its kind the first check class that failed, its detail every
+    class that did (in order, once each)."""
+    kinds = tuple(dict.fromkeys(v.check for v in violations))
+    return Nonconformance(
+        kinds[0],
+        kinds,
+        f"step {step} {o.call()}: " + "; ".join(f"[{v.check}] {v.message}" for v in violations),
+    )
 
 
 @dataclass
@@ -48,33 +68,33 @@ class Stats:
     steps: int = 0
 
 
-def draw_op(rnd: Any, rng: Any, page: int, max_len: int, hicache: str = "") -> Op:
+def draw_op(rnd: Any, rng: Any, page: int, max_len: int, hicache: str = "") -> TraceStep:
     """One operation with traffic-like weights (arrivals, admissions and decode dominate)."""
     x = rnd()
     chunk = rng(1, 5) * page if rnd() < 0.3 else max_len
     if hicache == "l3" and x < 0.08:
-        return ("poll",)
+        return op("poll")
     if x < 0.15:
-        return ("arrive", rng(4), rng(page // 2 + 1, max_len // 2))
+        return op("arrive", rng(4), rng(page // 2 + 1, max_len // 2))
     if x < 0.22:
-        return ("resend", rng(8))
+        return op("resend", rng(8))
     if x < 0.47:
-        return ("admit", rng(8), chunk)
+        return op("admit", rng(8), chunk)
     if x < 0.55:
-        return ("next_chunk", rng(4), chunk)
+        return op("next_chunk", rng(4), chunk)
     if x < 0.75:
-        return ("decode", rng(8), rng(1, page + 2))
+        return op("decode", rng(8), rng(1, page + 2))
     if x < 0.87:
-        return ("finish", rng(8))
+        return op("finish", rng(8))
     if x < 0.90:
-        return ("abort", rng(8))
+        return op("abort", rng(8))
     if x < 0.94:
-        return ("preempt", rng(8))
+        return op("preempt", rng(8))
     if x < (0.955 if hicache else 1.0):
-        return ("evict", rng(1, 4) * page)
+        return op("evict", rng(1, 4) * page)
     if x < 0.97 or hicache == "l2":  # with L3 behind it, evict the host deeply: L3 serves
-        return ("evict_host", rng(1, 4 if hicache == "l2" else 32) * page)
-    return ("cancel", rng(8)) if x < 0.985 else ("lose_file", rng(16))
+        return op("evict_host", rng(1, 4 if hicache == "l2" else 32) * page)
+    return op("cancel", rng(8)) if x < 0.985 else op("lose_file", rng(16))
 
 
 class Driver:
@@ -94,7 +114,8 @@ class Driver:
         self._count_evictions()
         self.stored: list[int] = []  # finished request j -> the epoch its prefix was stored in
         self.P, self.W = config.page, config.window
-        self.at: tuple[int, Op] = (0, ("",))
+        self.at: tuple[int, TraceStep] = (0, TraceStep("", {}))
+        self.trace: list[TraceStep] = []  # the operations run so far, the failing one included
         self.st.on_match = self._on_match
         self.st.on_loaded = self._on_loaded
         self.captured = self._buffers()  # what a graph captured at startup would read
@@ -131,7 +152,7 @@ class Driver:
         """Every match, checked before the scheduler uses it (lock, allocation)."""
         out = self._hit(req, hit)
         if out:
-            raise Finding(out, *self.at)
+            raise finding(out, *self.at)
 
     def _on_loaded(self, req: Any, event: int) -> None:
         """A host load-back, where the forward would consume it: it completes (the forward
@@ -144,17 +165,18 @@ class Driver:
         deadline = time.monotonic() + 5.0
         while not self.st.tree.is_load_back_event_done(event):
             if time.monotonic() > deadline:
-                raise Finding([checks.Violation(
+                raise finding([checks.Violation(
                     "load", f"load-back event {event} of {req.rid} never completed")], *self.at)  # fmt: skip
             time.sleep(0.001)
         h = req.prefix_len
         out = self._hit(req, (h, self.st.tree.prefix_device_indices(req).clone()), resend=False)
         if out:
-            raise Finding(out, *self.at)
+            raise finding(out, *self.at)
 
     # -- the call -------------------------------------------------------------------------
-    def run_op(self, step: int, op: Op) -> None:
-        name, *args = op
+    def run_op(self, step: int, op: TraceStep) -> None:
+        name, args = op.action, list(op.inputs.values())
+        self.trace.append(op)
         self.code.append(f"{name}(st, {', '.join(map(str, args))})")
         self.stats.steps += 1
         waiting = {"admit": self.st.waiting, "next_chunk": self.st.chunked,
@@ -164,10 +186,10 @@ class Driver:
         self.at = (step, op)
         try:
             result = self.ns[name](self.st, *args)
-        except Finding:
+        except Nonconformance:
             raise
         except Exception as e:  # noqa: BLE001 - SGLang raising on an allowed call is a finding
-            raise Finding(
+            raise finding(
                 [checks.Violation("crash", f"{name} raised {type(e).__name__}: {e}")], step, op
             ) from e
         (self.stats.calls if result is not None else self.stats.idle)[name] += 1
@@ -184,7 +206,7 @@ class Driver:
         self.stats.checks["addresses"] += 1
         out += checks.moved_buffers(self.captured, self._buffers())
         if out:
-            raise Finding(out, step, op)
+            raise finding(out, step, op)
 
     # -- observations ---------------------------------------------------------------------
     def _count_evictions(self) -> None:

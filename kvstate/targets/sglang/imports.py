@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import importlib
 import importlib.machinery
-import os
 import sys
 import types
-from pathlib import Path
 from types import ModuleType
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
+from kvstate.harness import offroot
+from kvstate.harness.offroot import off_root
+
 CACHE_MODULES = (
     "sglang.srt.mem_cache.unified_radix_cache",
     "sglang.srt.mem_cache.common",
@@ -31,20 +31,6 @@ CACHE_MODULES = (
 
 class SGLangUnavailable(ImportError):
     """SGLang (or the part of it the target drives) cannot be imported here."""
-
-
-def _shadows(entry: str) -> bool:
-    try:
-        return Path(entry or os.getcwd()).resolve() == REPO_ROOT
-    except OSError:
-        return False
-
-
-def _drop_shadowing_modules() -> None:
-    for name in [n for n in sys.modules if n == "kernels" or n.startswith("kernels.")]:
-        path = getattr(sys.modules[name], "__file__", None) or ""
-        if path and Path(path).resolve().is_relative_to(REPO_ROOT):
-            del sys.modules[name]
 
 
 def _stub_torchvision() -> None:
@@ -82,22 +68,13 @@ def _missing(module: str, attr: str) -> object:
 def load(*modules: str) -> list[ModuleType]:
     """Import ``modules`` (SGLang's) with this repository off ``sys.path``; raise
     SGLangUnavailable when SGLang or one of its imports is missing."""
-    saved = list(sys.path)
-    sys.path[:] = [p for p in sys.path if not _shadows(p)]
-    _drop_shadowing_modules()
     try:
-        _stub_torchvision()
-        return [importlib.import_module(m) for m in (modules or CACHE_MODULES)]
+        with off_root():
+            _stub_torchvision()
+            return [importlib.import_module(m) for m in (modules or CACHE_MODULES)]
     except ImportError as e:
         raise SGLangUnavailable(f"SGLang is not importable here: {e}") from e
-    finally:
-        sys.path[:] = saved
 
 
 def version() -> str:
-    try:
-        from importlib.metadata import version as v
-
-        return v("sglang")
-    except Exception:  # noqa: BLE001 - not installed as a distribution
-        return "unknown"
+    return offroot.version("sglang")

@@ -12,54 +12,30 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import os
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
+from kvstate.harness import offroot
+from kvstate.harness.offroot import off_root
 
 
 class VLLMUnavailable(ImportError):
     """vLLM (or the part of it the target drives) cannot be imported here."""
 
 
-def _shadows(entry: str) -> bool:
-    try:
-        return Path(entry or os.getcwd()).resolve() == REPO_ROOT
-    except OSError:
-        return False
-
-
-def _drop_shadowing_modules() -> None:
-    for name in [n for n in sys.modules if n == "kernels" or n.startswith("kernels.")]:
-        path = getattr(sys.modules[name], "__file__", None) or ""
-        if path and Path(path).resolve().is_relative_to(REPO_ROOT):
-            del sys.modules[name]
-
-
 def load(*modules: str) -> list[ModuleType]:
     """Import ``modules`` (vLLM's) with this repository off ``sys.path``; raise VLLMUnavailable."""
-    saved = list(sys.path)
-    sys.path[:] = [p for p in sys.path if not _shadows(p)]
-    _drop_shadowing_modules()
     try:
-        return [importlib.import_module(m) for m in modules]
+        with off_root():
+            return [importlib.import_module(m) for m in modules]
     except ImportError as e:
         raise VLLMUnavailable(f"vLLM is not importable here: {e}") from e
-    finally:
-        sys.path[:] = saved
 
 
 def version() -> str:
-    try:
-        from importlib.metadata import version as v
-
-        return v("vllm")
-    except Exception:  # noqa: BLE001 - not installed as a distribution
-        return "unknown"
+    return offroot.version("vllm")
 
 
 def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

@@ -1,7 +1,7 @@
 """Runs operations on vLLM's ``Scheduler`` (through :class:`standalone.Engine`), checks after each.
 
-An operation is a plain tuple; a request argument is an index into the live requests, taken
-modulo their number, so any sequence of operations is valid and a failing one can be cut down by
+An operation is the toolkit's :class:`~kvstate.harness.trace.TraceStep`; a request argument
+(``abort``'s ``req``) is an index into the live requests, taken modulo their number, so any sequence of operations is valid and a failing one can be cut down by
 deleting steps.  As it runs, each operation is *resolved* (the request it acted on is named) and
 written as a line of the reproducer's program.
 """
@@ -14,12 +14,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvstate.harness.finding import Nonconformance
+from kvstate.harness.trace import TraceStep
 
 from . import imports
 from .configs import Config
 
-Op = tuple[Any, ...]
-
+# name -> its parameters, in the order ``standalone.Engine``'s method of that name takes them
+OPS: dict[str, tuple[str, ...]] = {
+    "arrive": ("family", "shared", "tail", "extra", "max_tokens", "priority", "ext_tokens", "mode"),
+    "step": ("seed",),
+    "abort": ("req",),
+    "reset": (),
+}
+NAMES = tuple(OPS)
 MODES = ("sync", "async", "fail", "syncfail")
 
 
@@ -33,13 +40,18 @@ class Stats:
     steps: int = 0
 
 
-def draw_op(rng: random.Random, block: int, connector: bool) -> Op:
+def op(name: str, *values: Any) -> TraceStep:
+    """``name`` with its parameters given positionally, in :data:`OPS` order."""
+    return TraceStep(name, dict(zip(OPS[name], values, strict=True)))
+
+
+def draw_op(rng: random.Random, block: int, connector: bool) -> TraceStep:
     """One operation with traffic-like weights: arrivals and steps dominate."""
     u = rng.random()
     if u < 0.30:
         shared = rng.randrange(4) * block + rng.randrange(block // 2 + 1)
         ext = rng.randrange(4) * block if connector and rng.random() < 0.6 else 0
-        return (
+        return op(
             "arrive",
             rng.randrange(3),  # family of the shared prefix
             shared,
@@ -51,10 +63,10 @@ def draw_op(rng: random.Random, block: int, connector: bool) -> Op:
             MODES[rng.randrange(len(MODES))],
         )
     if u < 0.88:
-        return ("step", rng.randrange(1 << 16))
+        return op("step", rng.randrange(1 << 16))
     if u < 0.97:
-        return ("abort", rng.randrange(64))
-    return ("reset",)
+        return op("abort", rng.randrange(64))
+    return op("reset")
 
 
 class Driver:
@@ -71,7 +83,7 @@ class Driver:
         self.engine = sa.Engine(sched, self.layout["hash_block"])
         self.block = self.layout["sched_block"]
         self.stats = stats or Stats()
-        self.trace: list[Op] = []
+        self.trace: list[TraceStep] = []  # the operations run so far, resolved
         self.code: list[str] = [
             "layout = layout_of(make_manager)",
             f"sched = make_scheduler(layout, {config.num_blocks}, **{config.kwargs()!r})",
@@ -81,10 +93,10 @@ class Driver:
     def live(self) -> list[str]:
         return [r for r in self.engine.sched.requests if r not in self.engine.gone]
 
-    def run_op(self, i: int, op: Op) -> None:
+    def run_op(self, i: int, op: TraceStep) -> None:
         """Perform ``op``, then every check; raise a :class:`Nonconformance` on a finding."""
         e = self.engine
-        name = op[0]
+        name = op.action
         self.stats.ops[name] += 1
         self.stats.steps += 1
         per = self.stats.per_config.setdefault(self.config.label, Counter())
@@ -99,7 +111,7 @@ class Driver:
             f = Nonconformance(
                 "crash",
                 (type(exc).__name__,),
-                f"step {i} {op}: {type(exc).__name__}: {exc}",
+                f"step {i} {op.call()}: {type(exc).__name__}: {exc}",
             )
             f.trace = []
             raise f from exc
@@ -117,28 +129,29 @@ class Driver:
             raise Nonconformance(
                 kinds[0],
                 kinds,
-                f"step {i} {resolved}: " + "; ".join(f"[{c}] {m}" for c, m in found),
+                f"step {i} {resolved.call()}: " + "; ".join(f"[{c}] {m}" for c, m in found),
             )
 
-    def _apply(self, op: Op) -> Op:
+    def _apply(self, op: TraceStep) -> TraceStep:
         e = self.engine
-        name = op[0]
+        name, args = op.action, tuple(op.inputs.values())
         if name == "arrive":
-            rid = e.arrive(*op[1:])
-            self.code.append(f"engine.arrive{tuple(op[1:])!r}  # {rid}")
+            rid = e.arrive(*args)
+            self.code.append(f"engine.arrive{args!r}  # {rid}")
             return op
         if name == "step":
-            self.code.append(f"engine.step({op[1]})")
-            e.step(op[1])
+            self.code.append(f"engine.step({args[0]})")
+            e.step(args[0])
             return op
         if name == "abort":
             live = self.live()
             if not live:
-                return ("abort", "")
-            rid = op[1] if isinstance(op[1], str) else live[op[1] % len(live)]
+                return TraceStep("abort", {"req": ""})
+            req = args[0]
+            rid = req if isinstance(req, str) else live[req % len(live)]
             self.code.append(f"engine.abort({rid!r})")
             e.abort(rid)
-            return ("abort", rid)
+            return TraceStep("abort", {"req": rid})
         if name == "reset":
             self.code.append("engine.reset()")
             e.reset()
