@@ -57,17 +57,21 @@ def shrink(
     simpler: Callable[[T], Iterable[T]] = lambda item: (),
     rewrites: Sequence[Callable[[list[T]], list[T]]] = (),
     over: Callable[[], bool] = lambda: False,
+    rounds: int | None = None,
 ) -> tuple[list[T], R, bool]:
     """Every target's minimizer: :func:`ddmin`, then each item replaced by the first of
     ``simpler(item)`` (smaller arguments, smallest first) that still fails, then each whole-list
     ``rewrites`` (canonical names, say), repeated while the second and third phases change
     something (a removal alone leaves a 1-minimal list: another :func:`ddmin` finds nothing).
 
-    ``fails`` and ``result`` as for :func:`ddmin`.  Returns the smallest kept list, its result,
-    and whether the search ended at its fixpoint (False: ``over()`` stopped it first).
+    ``fails`` and ``result`` as for :func:`ddmin`.  ``rounds``: at most that many rounds (a
+    target whose replays are slow stops after one).  Returns the smallest kept list, its result,
+    and whether the search ended at its fixpoint (False: ``over()`` or ``rounds`` stopped it).
     """
     cur, res = list(items), result
-    while not over():
+    done = 0
+    while not over() and (rounds is None or done < rounds):
+        done += 1
         cur, res, _ = ddmin(cur, fails, res, over=over)
         changed = False
         j = 0

@@ -98,3 +98,15 @@ def test_the_report_lines_are_the_toolkits() -> None:
         "  reproduce: cmd",
     ]
     assert seed_text(None, 255, "ci") == "255 (pinned; profile ci: the same examples every run)"
+
+
+def test_shrink_stops_after_its_rounds() -> None:
+    """One round: ddmin and one pass of simpler values, no second ddmin after the lowering."""
+
+    def fails(cand: list[int]) -> tuple[list[int], None] | None:
+        return (cand, None) if sum(cand) >= 4 else None
+
+    got, _, complete = shrink([2, 9, 2], fails, None, simpler=lambda x: range(x), rounds=1)
+    assert got == [4] and complete is False
+    got, _, complete = shrink([2, 9, 2], fails, None, simpler=lambda x: range(x))
+    assert got == [4] and complete

@@ -70,7 +70,7 @@ def minimize_ops(
     table: Table, N: int, failure: Nonconformance, *, max_seconds: float = 60.0
 ) -> tuple[list[TraceStep], Nonconformance, int]:
     """The toolkit's minimizer (:func:`kvstate.harness.ddmin.shrink`: delta debugging over
-    operations, then smaller arguments, to a fixpoint), each candidate replayed on a fresh cache
+    operations, then smaller arguments, one round), each candidate replayed on a fresh cache
     and kept only if it fails the same way (:meth:`Nonconformance.same_as`), cut after its
     failing operation."""
     started = time.monotonic()
@@ -92,7 +92,9 @@ def minimize_ops(
             for smaller in range(0, v):
                 yield TraceStep(o.name, {**o.inputs, k: smaller})
 
-    cur, best, _ = shrink(list(failure.trace), fails, failure, simpler=simpler, over=over)
+    # one round: a replay here is a whole cache and model, and a finding's trace is short
+    # after one (the block target runs to a fixpoint)
+    cur, best, _ = shrink(list(failure.trace), fails, failure, simpler=simpler, over=over, rounds=1)
     return cur, best, replays
 
 
