@@ -408,7 +408,7 @@ def api_outcome(args: Any, table: Table, n: int, res: Any, commands: Mapping[str
     f = res.finding
     if f is None:
         return o
-    ops = list(res.minimized or getattr(f, "api_trace", []))
+    ops = list(res.minimized or f.trace)
     o.kind, o.detail, o.message, o.origin = f.kind, tuple(f.detail), str(f), res.origin
     o.trace, o.commands = [op.render() for op in ops], dict(commands)
     o.location = spec_location(table, f.kind, f.detail)

@@ -87,208 +87,55 @@ def tokens_of(family, start, stop):
     return [(family * 7919 + i * 104729) % 50000 for i in range(start, stop)]
 
 
+def admit(kvm, req, n, external):
+    """The scheduler's admission of ``req``: its prefix hit, ``n`` new tokens (lookahead 2 for
+    EAGLE), ``external`` tokens a KV connector loads."""
+    blocks, hit = kvm.get_computed_blocks(req)[:2]
+    kw(
+        kvm.allocate_slots,
+        req,
+        n,
+        num_new_computed_tokens=hit,
+        new_computed_blocks=blocks,
+        num_lookahead_tokens=2,
+        num_external_computed_tokens=external,
+        full_sequence_must_fit=True,
+    )
+    req.status = RequestStatus.RUNNING
+    return hit
+
+
+def decode(kvm, req, n, computed, outputs):
+    """One decode step of ``req``: ``n`` slots (lookahead 2), then its new output tokens."""
+    kvm.new_step_starts()
+    kw(kvm.allocate_slots, req, n, num_lookahead_tokens=2)
+    req.num_computed_tokens = computed
+    req.append_output_token_ids(outputs)
+
+
+PROMPT = tokens_of(1, 0, 48) + tokens_of(12, 48, 59)  # 59 tokens: 3 full blocks and a part
+
 kvm = make_manager(16, use_eagle=True)
-r0 = make_request(HASH_BLOCK, "r0", tokens_of(1, 0, 48) + tokens_of(12, 48, 59))
-blocks, hit = kvm.get_computed_blocks(r0)[:2]  # hit == 0
-new = kw(
-    kvm.allocate_slots,
-    r0,
-    27,
-    num_new_computed_tokens=hit,
-    new_computed_blocks=blocks,
-    num_lookahead_tokens=2,
-    num_external_computed_tokens=32,
-    full_sequence_must_fit=True,
-)  # admitted
-r0.status = RequestStatus.RUNNING
+r0 = make_request(HASH_BLOCK, "r0", PROMPT)
+admit(kvm, r0, 27, external=32)  # hit 0
 r0.num_computed_tokens = 59
 r0.append_output_token_ids([59])
 kvm.free(r0)
-s1 = make_request(
-    HASH_BLOCK,
-    "s1",
-    [
-        7919,
-        12648,
-        17377,
-        22106,
-        26835,
-        31564,
-        36293,
-        41022,
-        45751,
-        480,
-        5209,
-        9938,
-        14667,
-        19396,
-        24125,
-        28854,
-        33583,
-        38312,
-        43041,
-        47770,
-        2499,
-        7228,
-        11957,
-        16686,
-        21415,
-        26144,
-        30873,
-        35602,
-        40331,
-        45060,
-        49789,
-        4518,
-        9247,
-        13976,
-        18705,
-        23434,
-        28163,
-        32892,
-        37621,
-        42350,
-        47079,
-        1808,
-        6537,
-        11266,
-        15995,
-        20724,
-        25453,
-        30182,
-        22020,
-        26749,
-        31478,
-        36207,
-        40936,
-        45665,
-        394,
-        5123,
-        9852,
-        14581,
-        19310,
-    ],
-)
-blocks, hit = kvm.get_computed_blocks(s1)[:2]  # hit == 32
-new = kw(
-    kvm.allocate_slots,
-    s1,
-    27,
-    num_new_computed_tokens=hit,
-    new_computed_blocks=blocks,
-    num_lookahead_tokens=2,
-    num_external_computed_tokens=0,
-    full_sequence_must_fit=True,
-)  # admitted
-s1.status = RequestStatus.RUNNING
+s1 = make_request(HASH_BLOCK, "s1", PROMPT)
+admit(kvm, s1, 27, external=0)  # hit 32
 s1.num_computed_tokens = 59
 s1.append_output_token_ids([31090])
-kvm.new_step_starts()
-new = kw(kvm.allocate_slots, s1, 3, num_lookahead_tokens=2)  # ok
-s1.num_computed_tokens = 62
-s1.append_output_token_ids([31091, 31092, 31093])
-kvm.new_step_starts()
-new = kw(kvm.allocate_slots, s1, 2, num_lookahead_tokens=2)  # ok
-s1.num_computed_tokens = 63
-s1.append_output_token_ids([31094])
-kvm.new_step_starts()
-new = kw(kvm.allocate_slots, s1, 3, num_lookahead_tokens=2)  # ok
-s1.num_computed_tokens = 66
-s1.append_output_token_ids([31095, 31096, 31097])
-s2 = make_request(
-    HASH_BLOCK,
-    "s2",
-    [
-        7919,
-        12648,
-        17377,
-        22106,
-        26835,
-        31564,
-        36293,
-        41022,
-        45751,
-        480,
-        5209,
-        9938,
-        14667,
-        19396,
-        24125,
-        28854,
-        33583,
-        38312,
-        43041,
-        47770,
-        2499,
-        7228,
-        11957,
-        16686,
-        21415,
-        26144,
-        30873,
-        35602,
-        40331,
-        45060,
-        49789,
-        4518,
-        9247,
-        13976,
-        18705,
-        23434,
-        28163,
-        32892,
-        37621,
-        42350,
-        47079,
-        1808,
-        6537,
-        11266,
-        15995,
-        20724,
-        25453,
-        30182,
-        22020,
-        26749,
-        31478,
-        36207,
-        40936,
-        45665,
-        394,
-        5123,
-        9852,
-        14581,
-        19310,
-    ],
-)
-blocks, hit = kvm.get_computed_blocks(s2)[:2]  # hit == 32
-new = kw(
-    kvm.allocate_slots,
-    s2,
-    27,
-    num_new_computed_tokens=hit,
-    new_computed_blocks=blocks,
-    num_lookahead_tokens=2,
-    num_external_computed_tokens=0,
-    full_sequence_must_fit=True,
-)  # admitted
-s2.status = RequestStatus.RUNNING
+decode(kvm, s1, 3, 62, [31091, 31092, 31093])
+decode(kvm, s1, 2, 63, [31094])
+decode(kvm, s1, 3, 66, [31095, 31096, 31097])
+s2 = make_request(HASH_BLOCK, "s2", PROMPT)
+admit(kvm, s2, 27, external=0)  # hit 32
 s2.num_computed_tokens = 59
 s2.append_output_token_ids([31121])
 kvm.free(s1)
 s1.status = RequestStatus.PREEMPTED
 s1.num_computed_tokens = 0
-blocks, hit = kvm.get_computed_blocks(s1)[:2]  # hit == 48
-new = kw(
-    kvm.allocate_slots,
-    s1,
-    3,
-    num_new_computed_tokens=hit,
-    new_computed_blocks=blocks,
-    num_lookahead_tokens=2,
-    num_external_computed_tokens=16,
-    full_sequence_must_fit=True,
-)  # admitted
-s1.status = RequestStatus.RUNNING
+admit(kvm, s1, 3, external=16)  # hit 48: re-admitted after preemption
 s1.num_computed_tokens = 67
 s1.append_output_token_ids([31098])
 

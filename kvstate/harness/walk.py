@@ -5,9 +5,9 @@ An engine target (vLLM's ``KVCacheManager``, vLLM's ``Scheduler``, SGLang's cach
 fresh system and raises :class:`Nonconformance` when a check fails, how a step is drawn, and
 what its report and reproducer add.  This module does the rest the same way for each: one
 Hypothesis state machine per configuration (its share of the profile's examples, the pinned
-ci seed), the first finding cut down by :func:`ddmin` on fresh drivers, its reproducer
-written, the report printed and printed (``kvstate fuzz``'s command line around it:
-:mod:`kvstate.targets.engine`).
+ci seed), the first finding cut down by the toolkit's minimizer
+(:func:`~kvstate.harness.ddmin.shrink`) on fresh drivers, its reproducer written, the report
+printed (``kvstate fuzz``'s command line around it: :mod:`kvstate.targets.engine`).
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .ddmin import ddmin
+from .ddmin import shrink
 from .finding import Nonconformance, find_in
 from .profiles import SIZES, for_target, pin, seed_only, show
-from .report import finding_lines
+from .report import field_lines, finding_lines
 from .trace import TraceStep
 
 
@@ -143,7 +143,7 @@ class Report:
                 f, how, self.trace, start=e.fresh, unit="operation", replayable=e.parse is not None
             ),
             f"  seed:      {self.seed_text()}",
-            *[f"  {k + ':':<10} {v}" for k, v in (commands or {}).items()],
+            *field_lines(commands or {}),
             "",
             f"# ---- standalone reproducer (needs only {e.product}) ----",
             self.reproducer,
@@ -185,7 +185,7 @@ def minimize(
         f, d = replay(engine, config, cand, hook)
         return (list(d.trace), None) if f is not None and f.same_as(original) else None
 
-    return ddmin(original.trace, fails, None)[0], replays
+    return shrink(original.trace, fails, None)[0], replays
 
 
 def _machine(engine: Engine, config: Any, hook: Any, stats: Any, sink: dict[str, Any]) -> type:

@@ -5,7 +5,7 @@ temporary directory, without persistence (``--save '' --appendonly no``), with a
 The fuzz drives the store's faults through the server itself, and a restart without persistence
 is a real one (the process killed and started again on the same socket), so the fuzz starts its
 own server unless it is pointed at one (``--remote URL``).  ``tests/impl/redis_server.py`` is the
-tests' fixture over the same command line.
+tests' fixture over this class.
 """
 
 from __future__ import annotations

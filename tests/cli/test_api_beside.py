@@ -42,7 +42,7 @@ def _same_report(a: RunResult, b: RunResult) -> None:
     assert (fa is None) == (fb is None), (fa, fb)
     if fa is not None and fb is not None:
         assert (fa.kind, fa.detail, str(fa)) == (fb.kind, fb.detail, str(fb))
-        assert fa.api_trace == fb.api_trace  # type: ignore[attr-defined]
+        assert fa.trace == fb.trace
     assert (a.origin, a.blob, a.found_len) == (b.origin, b.blob, b.found_len)
     assert a.coverage.counts == b.coverage.counts
     assert a.stats == b.stats

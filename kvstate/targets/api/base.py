@@ -30,6 +30,31 @@ def op(name: str, **args: int) -> TraceStep:
     return TraceStep(name, dict(args))
 
 
+@dataclass(frozen=True)
+class Chain:
+    """The scripted walks' common start: request 0 stores the whole chain (``N * L + 1`` tokens:
+    every block can be hit) and its lease runs out (``store``); then every block offloaded to
+    the host (``to_host``); then, the host tier holding two blocks, those spilled and the rest
+    offloaded and spilled (``to_disk``: every block on disk)."""
+
+    full: int
+    finished: list[TraceStep]  # stored and finished, the lease not yet run out
+    store: list[TraceStep]
+    to_host: list[TraceStep]
+    to_disk: list[TraceStep]
+
+
+def chain(N: int, L: int, lease_max: int) -> Chain:
+    """:class:`Chain` for a pool of ``N`` blocks of ``L`` tokens."""
+    full = N * L + 1
+    finished = [op("request", i=0, n=full, life=1), op("admit", i=0), op("use", i=0)]
+    finished.append(op("finish", i=0))
+    store = [*finished, op("tick", t=lease_max)]
+    to_host = [*store, op("offload", n=N), op("drain")]
+    to_disk = [*to_host, op("spill", n=N), op("offload", n=N), op("drain"), op("spill", n=N)]
+    return Chain(full, finished, store, to_host, to_disk)
+
+
 @dataclass
 class Live:
     """A request the harness (the "engine") holds."""

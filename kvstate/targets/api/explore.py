@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from hypothesis import settings
 
 from kvstate.examples_db import run_machine
-from kvstate.harness.ddmin import ddmin
+from kvstate.harness.ddmin import shrink
 from kvstate.harness.finding import Nonconformance
 from kvstate.harness.profiles import NAMES, SIZES
 from kvstate.harness.trace import TraceStep
@@ -66,50 +66,35 @@ def replay(
     return None
 
 
-def _same(a: Nonconformance, b: Nonconformance) -> bool:
-    return a.kind == b.kind and (not b.detail or b.detail[0] in a.detail)
-
-
 def minimize_ops(
     table: Table, N: int, failure: Nonconformance, *, max_seconds: float = 60.0
 ) -> tuple[list[TraceStep], Nonconformance, int]:
-    """Delta debugging over operations (the toolkit's :func:`kvstate.harness.ddmin.ddmin`;
-    fresh replays, kept only if they fail the same way), then smaller arguments."""
-    cur: list[TraceStep] = list(getattr(failure, "api_trace", []))
-    best = failure
+    """The toolkit's minimizer (:func:`kvstate.harness.ddmin.shrink`: delta debugging over
+    operations, then smaller arguments, one round), each candidate replayed on a fresh cache
+    and kept only if it fails the same way (:meth:`Nonconformance.same_as`), cut after its
+    failing operation."""
     started = time.monotonic()
     replays = 0
-
-    def check(cand: list[TraceStep]) -> Nonconformance | None:
-        nonlocal replays
-        replays += 1
-        got = replay(table, N, cand)
-        return got if got is not None and _same(got, failure) else None
 
     def over() -> bool:
         return time.monotonic() - started > max_seconds
 
     def fails(cand: list[TraceStep]) -> tuple[list[TraceStep], Nonconformance] | None:
-        got = check(cand)
-        if got is None:
+        nonlocal replays
+        replays += 1
+        got = replay(table, N, cand)
+        if got is None or not got.same_as(failure):
             return None
-        return cand[: len(getattr(got, "api_trace", cand))] or cand, got  # cut after its failure
+        return cand[: len(got.trace)] or cand, got  # cut after its failure
 
-    cur, best, _ = ddmin(cur, fails, best, over=over)
-    # smaller arguments
-    j = 0
-    while j < len(cur) and not over():
-        o = cur[j]
-        for k, v in list(o.inputs.items()):
+    def simpler(o: TraceStep) -> Iterator[TraceStep]:
+        for k, v in o.inputs.items():
             for smaller in range(0, v):
-                args = dict(o.inputs)
-                args[k] = smaller
-                cand = [*cur[:j], TraceStep(o.name, args), *cur[j + 1 :]]
-                got = check(cand)
-                if got is not None:
-                    cur, best, o = cand, got, cand[j]
-                    break
-        j += 1
+                yield TraceStep(o.name, {**o.inputs, k: smaller})
+
+    # one round: a replay here is a whole cache and model, and a finding's trace is short
+    # after one (the block target runs to a fixpoint)
+    cur, best, _ = shrink(list(failure.trace), fails, failure, simpler=simpler, over=over, rounds=1)
     return cur, best, replays
 
 
@@ -128,7 +113,6 @@ def _vacuity(table: Table, N: int, cov: Coverage) -> Nonconformance | None:
         [gaps[0].split(" (")[0]],
         "the run checked nothing on its essential paths: " + "; ".join(gaps),
     )
-    f.api_trace = []  # type: ignore[attr-defined]
     return f
 
 

@@ -33,7 +33,7 @@ from kvstate.spec.phases import CKV
 from kvstate.spec.state import ConcreteState
 from kvstate.spec.table import ParamKind, Scope
 from kvstate.targets.api.args import _SKIP, SAME, _hit_run, run_case
-from kvstate.targets.api.base import CallCheck, op
+from kvstate.targets.api.base import CallCheck, chain, op
 from kvstate.targets.api.declare import OpDecl
 
 Step = tuple[str, dict[str, int]]
@@ -490,13 +490,8 @@ def do_refuse_facade(h: Any, o: Any) -> int | None:
 
 def walks(N: int, L: int, lease_max: int) -> dict[str, list[Any]]:
     """Witness: every case of :data:`CASES` on an empty cache and beside a stored chain."""
-    full = N * L + 1
-    store = [
-        op("request", i=0, n=full, life=1),
-        op("admit", i=0),
-        op("use", i=0),
-        op("finish", i=0),
-    ]
+    c = chain(N, L, lease_max)
+    full, store = c.full, c.finished
     hit = [op("request", i=1, n=full, life=lease_max), op("admit", i=1), op("use", i=1)]
     every = [op("refuse_facade", k=k) for k in range(len(CASES))]
     # hits that end exactly at a block boundary: one block (the block right after it not

@@ -79,16 +79,10 @@ class NewModel(CallCheck):
 
 def walks(N: int, L: int, lease_max: int) -> dict[str, list[Any]]:
     """Witness: on the other geometry, a chain stored, taken to disk, restored and hit."""
-    from kvstate.targets.api.base import op
+    from kvstate.targets.api.base import chain, op
 
-    full = N * L + 1
-    store = [
-        op("request", i=0, n=full, life=1),
-        op("admit", i=0),
-        op("use", i=0),
-        op("finish", i=0),
-        op("tick", t=lease_max),
-    ]
+    c = chain(N, L, lease_max)
+    full, store = c.full, c.store
     return {
         "another geometry: a chain stored, spilled, restored and hit": [
             op("geometry", k=1),

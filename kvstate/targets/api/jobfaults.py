@@ -26,7 +26,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from kvstate.spec.state import ConcreteState
-from kvstate.targets.api.base import CallCheck, op
+from kvstate.targets.api.base import CallCheck, chain, op
 from kvstate.targets.api.declare import OpDecl
 from kvstate.targets.api.faults import _InjectedJobError, _jobs
 
@@ -97,16 +97,8 @@ class UnverifiedTail(CallCheck):
 
 def walks(N: int, L: int, lease_max: int) -> dict[str, list[Any]]:
     """Witnesses: each kind of job raising at each step of a disk recovery and a host one."""
-    full = N * L + 1
-    store = [
-        op("request", i=0, n=full, life=1),
-        op("admit", i=0),
-        op("use", i=0),
-        op("finish", i=0),
-        op("tick", t=lease_max),
-    ]
-    to_host = [*store, op("offload", n=N), op("drain")]
-    to_disk = [*to_host, op("spill", n=N), op("offload", n=N), op("drain"), op("spill", n=N)]
+    c = chain(N, L, lease_max)
+    full, to_host, to_disk = c.full, c.to_host, c.to_disk
     out = {}
     for where, base in (("disk", to_disk), ("host", to_host)):
         for w, kind in enumerate(KINDS):

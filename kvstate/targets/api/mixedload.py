@@ -29,7 +29,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from kvstate.spec.phases import CKV
-from kvstate.targets.api.base import op
+from kvstate.targets.api.base import chain, op
 from kvstate.targets.api.damage import PARTS
 from kvstate.targets.api.declare import OpDecl
 from kvstate.targets.api.faults import _jobs, _step_job
@@ -143,16 +143,8 @@ def do_step_stale(h: Any, o: Any) -> int | None:
 def walks(N: int, L: int, lease_max: int) -> dict[str, list[Any]]:
     """Witnesses: each stored form damaged under a recovery driven both ways; a hit's loads,
     ended, then run again under new jobs while the old ones are stepped."""
-    full = N * L + 1
-    store = [
-        op("request", i=0, n=full, life=1),
-        op("admit", i=0),
-        op("use", i=0),
-        op("finish", i=0),
-        op("tick", t=lease_max),
-    ]
-    to_host = [*store, op("offload", n=N), op("drain")]
-    to_disk = [*to_host, op("spill", n=N), op("offload", n=N), op("drain"), op("spill", n=N)]
+    c = chain(N, L, lease_max)
+    full, store, to_host, to_disk = c.full, c.store, c.to_host, c.to_disk
     # N - 1 blocks: each comes back from disk with its window (Geometry.swa_kept_blocks)
     short = [
         op("request", i=0, n=(N - 1) * L + 1, life=1),

@@ -16,6 +16,7 @@ from typing import Any
 from kvstate.examples_db import saved, with_database
 from kvstate.harness.finding import Nonconformance
 from kvstate.harness.profiles import pin, show
+from kvstate.harness.report import field_lines, finding_lines, seed_text
 from kvstate.harness.trace import TraceStep
 from kvstate.spec.table import Table
 from kvstate.targets.api.base import Coverage
@@ -177,14 +178,14 @@ def run_api(
         origin,
         blob=blob,
         seed=seed,
-        found_len=len(getattr(found, "api_trace", [])),
+        found_len=len(found.trace) if found is not None else 0,
         shared=shared,
     )
     if found is None and coverage_pass and reproduce is None:
         res.finding = _vacuity(table, N, cov)
         res.origin = "" if res.finding is None else "the run's own counters, at its end"
     if found is not None and minimize:
-        out(f"  minimizing the {len(found.api_trace)}-operation failing trace (fresh replays)...")  # type: ignore[attr-defined]
+        out(f"  minimizing the {len(found.trace)}-operation failing trace (fresh replays)...")
         res.minimized, res.finding, res.replays = minimize_ops(
             table, N, found, max_seconds=minimize_seconds
         )
@@ -385,24 +386,19 @@ def _run_api_cli(args: Any, table: Table) -> int:
         emit(args, api_outcome(args, table, N, res, {}))
         return 0
     f = res.finding
-    trace = res.minimized or list(getattr(f, "api_trace", []))
-    before = res.found_len
+    trace = res.minimized or list(f.trace)
+    f.origin = res.origin
     print(f"\nkvstate fuzz: FAILED after {res.seconds:.1f} s")
-    print(
-        f"  found by:  {res.origin}; minimized {before} -> {len(trace)} operations "
-        f"({res.replays} fresh replays)"
-    )
-    print(f"  failure:   {f.signature}")
-    print("             " + str(f).replace("\n", "\n             "))
-    print("  trace (from a fresh cache, one operation per line; replayable with --replay):")
-    for k, o in enumerate(trace, 1):
-        print(f"    {k:>3}. {o.render()}")
-    print(
-        f"  seed:      {f'{show(CI_SEED)} (pinned; profile ci: the same examples every run)' if res.seed is None else res.seed}"
-    )
-    print(
-        f"  blob:      {res.blob or 'none (the deterministic coverage pass found it)' if 'coverage' in res.origin else res.blob or 'none'}"
-    )
+    how = f"minimized {res.found_len} -> {len(trace)} operations ({res.replays} fresh replays)"
+    fields = {
+        "seed": seed_text(res.seed, CI_SEED, args.profile),
+        "blob": res.blob
+        or (
+            "none (the deterministic coverage pass found it)"
+            if "coverage" in res.origin
+            else "none"
+        ),
+    }
     rerun = [*base, "--profile", args.profile] + (
         [] if res.seed is None else ["--seed", str(res.seed)]
     )
@@ -410,14 +406,14 @@ def _run_api_cli(args: Any, table: Table) -> int:
         rerun.append("--no-coverage")
     if getattr(args, "example_db", None) is not None:
         rerun += ["--example-db", args.example_db]
-    print(f"  rerun:     {shlex.join(rerun)}")
-    if res.blob:
-        print(f"  reproduce: {shlex.join([*rerun, '--reproduce', res.blob])}")
     commands = {"rerun": shlex.join(rerun)}
     if res.blob:
         commands["reproduce"] = shlex.join([*rerun, "--reproduce", res.blob])
     commands["replay"] = shlex.join([*base, "--replay", "; ".join(o.render() for o in trace)])
-    print(f"  replay:    {commands['replay']}")
+    lines = finding_lines(
+        f, how, trace, start="a fresh cache", unit="operation", empty="found at the run's end"
+    )
+    print("\n".join(lines + field_lines(fields | commands)))
     print("\n".join(summary_lines(res)))
     emit(args, api_outcome(args, table, N, res, commands))
     return 1

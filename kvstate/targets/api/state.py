@@ -250,7 +250,7 @@ class ApiHarness:
     # -- findings ---------------------------------------------------------------------------
     def fail(self, kind: str, detail: Sequence[str], message: str) -> Nonconformance:
         exc = Nonconformance(kind, detail, message)
-        exc.api_trace = list(self.steps)  # type: ignore[attr-defined]
+        exc.trace = list(self.steps)
         return exc
 
     # -- bytes (kvstate/targets/api/bytes.py) --------------------------------------------------------

@@ -8,7 +8,7 @@ from __future__ import annotations
 from kvstate.harness.trace import TraceStep
 from kvstate.targets.api import remote
 from kvstate.targets.api.args import CASES as ARG_CASES
-from kvstate.targets.api.base import op
+from kvstate.targets.api.base import chain, op
 from kvstate.targets.api.damage import PARTS
 from kvstate.targets.api.evictrun import walks as evictrun_walks
 from kvstate.targets.api.facade import walks as facade_walks
@@ -26,17 +26,8 @@ from kvstate.targets.api.stored import FORGERIES, REFUSALS
 
 def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[TraceStep]]:
     """Scripted walks that reach what random choice rarely does (run before Hypothesis)."""
-    full = N * L + 1  # the whole chain plus one token: every block can be hit
-    store = [
-        op("request", i=0, n=full, life=1),
-        op("admit", i=0),
-        op("use", i=0),
-        op("finish", i=0),
-        op("tick", t=lease_max),
-    ]
-    to_host = [*store, op("offload", n=N), op("drain")]
-    # the host tier holds two blocks: spill them, then offload the rest (every block on disk)
-    to_disk = [*to_host, op("spill", n=N), op("offload", n=N), op("drain"), op("spill", n=N)]
+    c = chain(N, L, lease_max)
+    full, store, to_host, to_disk = c.full, c.store, c.to_host, c.to_disk
     hit = [
         op("request", i=1, n=full, life=1),
         op("admit", i=1),

@@ -47,7 +47,7 @@ from kvstate.fuzz_report import Outcome, block_states, emit, itf, spec_location
 from kvstate.harness.coverage import summary
 from kvstate.harness.finding import Nonconformance, find_in
 from kvstate.harness.profiles import pin, seed_only, show
-from kvstate.harness.report import finding_lines
+from kvstate.harness.report import field_lines, finding_lines, seed_text
 from kvstate.harness.trace import Step
 from kvstate.model.concrete import Machine
 from kvstate.proofs.witnesses import reach_traces
@@ -210,39 +210,28 @@ def _report(
     if mini.reproduced and not mini.complete:
         how += "; budget spent before a fixpoint"
     failure = mini.failure
-    print("\n".join(finding_lines(failure, how, mini.steps)))
-    if seed is None:
-        print(
-            f"  seed:      {show(CI_SEED)} (pinned; profile {args.profile}: the same examples"
-            " every run)"
-        )
-    else:
-        print(f"  seed:      {seed}")
+    fields = {"seed": seed_text(seed, CI_SEED, args.profile)}
     if args.reproduce is not None:
-        print(f"  blob:      {args.reproduce} (given: the one example it encodes, rerun)")
+        fields["blob"] = f"{args.reproduce} (given: the one example it encodes, rerun)"
     elif blob is not None:
-        print(f"  blob:      @reproduce_failure({blob.group(1)!r}, b{blob.group(2)!r})")
+        fields["blob"] = f"@reproduce_failure({blob.group(1)!r}, b{blob.group(2)!r})"
     elif hypothesis_found:
-        print("  blob:      (Hypothesis printed none)")
+        fields["blob"] = "(Hypothesis printed none)"
     elif args.replay is None:
-        print("  blob:      none (the deterministic coverage pass found it; every run repeats it)")
-    if args.replay is None:
-        print(f"  rerun:     {_command(args, run=True)}")
-    if blob is not None and args.reproduce is None:
-        print(f"  reproduce: {_command(args, run=True, extra=['--reproduce', blob.group(2)])}")
+        fields["blob"] = "none (the deterministic coverage pass found it; every run repeats it)"
     trace = "; ".join(s.call() for s in mini.steps)
-    print(f"  replay:    {_command(args, run=False, extra=['--replay', trace])}")
+    commands: dict[str, str] = {}
+    if args.replay is None:
+        commands["rerun"] = _command(args, run=True)
+    if blob is not None and args.reproduce is None:
+        commands["reproduce"] = _command(args, run=True, extra=["--reproduce", blob.group(2)])
+    commands["replay"] = _command(args, run=False, extra=["--replay", trace])
+    print("\n".join(finding_lines(failure, how, mini.steps) + field_lines(fields | commands)))
     table, n = cls.table, args.pool or cls.table.geometry.model_blocks
     outcome.kind, outcome.detail = failure.kind, failure.detail
     outcome.message, outcome.origin = str(failure), failure.origin
     outcome.trace = [s.call() for s in mini.steps]
-    outcome.commands = {"replay": _command(args, run=False, extra=["--replay", trace])}
-    if args.replay is None:
-        outcome.commands["rerun"] = _command(args, run=True)
-    if blob is not None and args.reproduce is None:
-        outcome.commands["reproduce"] = _command(
-            args, run=True, extra=["--reproduce", blob.group(2)]
-        )
+    outcome.commands = commands
     last = next((s.action for s in reversed(mini.steps) if not s.refused), "")
     outcome.location = spec_location(table, failure.kind, failure.detail, last)
     outcome.states = lambda: itf(

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine
 
-from kvstate.harness.ddmin import ddmin
+from kvstate.harness.ddmin import shrink
 from kvstate.harness.finding import Nonconformance
 from kvstate.harness.profiles import pin, seed_only
 from kvstate.harness.trace import Step, TraceStep
@@ -144,8 +145,8 @@ def minimize(
 ) -> Minimized:
     """Shrink ``failure.trace`` to a short trace that fails *the same way*.
 
-    Delta debugging over the steps (remove chunks, halving down to single steps), then lower
-    each parameter (and rename blocks/requests to 0, 1, ...), repeated to a fixpoint.  Every
+    The toolkit's minimizer (:func:`kvstate.harness.ddmin.shrink`): delta debugging over the
+    steps, then each parameter lowered, then blocks/requests renamed 0, 1, ..., to a fixpoint.  Every
     candidate is replayed from Init on a fresh target and model (:func:`replay_trace`: no
     state carries over between replays) and kept only if it raises a :class:`Nonconformance`
     that is :meth:`~Nonconformance.same_as` the original (same kind; same refused action and
@@ -174,60 +175,25 @@ def minimize(
         return Minimized(
             failure.trace, failure, len(original), replays, 0.0, reproduced=False, complete=False
         )
-    cur, exc, taken = first
-    complete = False
-    while not over():
-        changed = False
-        # 1. delta debugging over the steps (the toolkit's)
-        (cur, (exc, taken)), removed = _dd(cur, (exc, taken), check, over)
-        changed = changed or removed
-        # 2. simpler parameters, one at a time, then canonical block / request names
-        j = 0
-        while j < len(cur) and not over():
-            name, params = cur[j]
-            for q in _inputs(table.action(name)):
-                if q.name not in params:
-                    continue
-                for v in _simpler(machine, q.kind, params[q.name]):
-                    cand = list(cur)
-                    cand[j] = (name, {**params, q.name: v})
-                    r = check(cand)
-                    if r is not None:
-                        cur, exc, taken = r
-                        changed = True
-                        break
-                    if over():
-                        break
-                if j >= len(cur) or over():
-                    break
-                params = cur[j][1]
-            j += 1
-        for kind in (ParamKind.BLOCK, ParamKind.REQ):
-            cand = _relabel(cur, table, kind)
-            if cand != cur and not over():
-                r = check(cand)
-                if r is not None:
-                    cur, exc, taken = r
-                    changed = True
-        if not changed:
-            complete = not over()
-            break
-    exc.origin = failure.origin
-    return Minimized(taken, exc, len(original), replays, time.monotonic() - started, True, complete)
 
-
-def _dd(
-    cur: list[Step],
-    got: tuple[Nonconformance, list[TraceStep]],
-    check: Any,
-    over: Any,
-) -> tuple[tuple[list[Step], tuple[Nonconformance, list[TraceStep]]], bool]:
     def fails(cand: list[Step]) -> tuple[list[Step], tuple[Nonconformance, list[TraceStep]]] | None:
         r = check(cand)
         return None if r is None else (r[0], (r[1], r[2]))
 
-    kept, res, removed = ddmin(cur, fails, got, over=over)
-    return (kept, res), removed
+    def simpler(step: Step) -> Iterator[Step]:
+        """Each input parameter lowered, one at a time, smallest value first."""
+        name, params = step
+        for q in _inputs(table.action(name)):
+            if q.name in params:
+                for v in _simpler(machine, q.kind, params[q.name]):
+                    yield (name, {**params, q.name: v})
+
+    canonical = [partial(_relabel, table=table, kind=k) for k in (ParamKind.BLOCK, ParamKind.REQ)]
+    cur, (exc, taken), complete = shrink(
+        first[0], fails, (first[1], first[2]), simpler=simpler, rewrites=canonical, over=over
+    )
+    exc.origin = failure.origin
+    return Minimized(taken, exc, len(original), replays, time.monotonic() - started, True, complete)
 
 
 def run_conformance(
