@@ -53,7 +53,7 @@ def run(args: argparse.Namespace, target: Target) -> int:
             return 0
         # the baseline gets a generous limit whatever ``--timeout`` says: it is the unmutated
         # sources, and a loaded machine must not turn it into a false "the test fails"
-        runner = Runner(target, args.profile, max(args.timeout or 0.0, 120.0), args.jobs)
+        runner = Runner(target, args.profile, max(args.timeout or 0.0, 900.0), args.jobs)
         pool = ServerPool() if remote_on(args, target) else None
         try:
             # the unmutated baselines, traced: the killing tests must pass on them; they set the
