@@ -1,6 +1,7 @@
 """Planted bugs of the remote tier's classes the fuzz closes with ``--remote``: the configuration's
 limits and refusals (kvstate/targets/api/remoteargs.py), a node over an explicit ``ChunkStore``,
-and a write the server refuses (kvstate/targets/api/remotefull.py).  Each is an exact edit of
+a write the server refuses (kvstate/targets/api/remotefull.py), and node B adopting node A's
+entries (kvstate/targets/api/remote.py).  Each is an exact edit of
 ``impl/``'s sources; ``tests/cli/test_api_remote.py`` plants each in a staged copy of the
 package and runs ``kvstate fuzz --target kvstate-api --remote --profile ci`` on it: every one
 must be caught.  (They are not the remote tier's unit tests' bugs, ``remote_bugs.py``: those
@@ -13,6 +14,7 @@ name                                  what the planted code does
 ``remote_timeout_limit_off_by_one``   a ``timeout`` of 3600 s, which the docs allow, is refused
 ``remote_store_argument_ignored``     ``RemoteConfig(store=...)`` connects to ``url`` instead
 ``remote_refused_write_escapes``      a ``SET`` the server refuses (OOM) escapes as the client's error
+``remote_every_header_refused``       a node opening on the store refuses every header (length cap 0)
 ====================================  ==================================================================
 """
 
@@ -63,5 +65,12 @@ REMOTE_CLASS_BUGS: tuple[Seeded, ...] = (
                 '        except OSError as exc:\n            raise self._fail("SET", exc) from exc',
             ),
         ),
+    ),
+    Seeded(
+        "remote_every_header_refused",
+        "integrity",
+        "a node that finds nothing in a shared store",
+        "a node opening on the store refuses every header (length cap 0)",
+        (Edit(_REMOTE, "MAX_HEADER: Final = 1 << 20", "MAX_HEADER: Final = 0 << 20"),),
     ),
 )

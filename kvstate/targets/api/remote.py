@@ -375,6 +375,7 @@ def peer(h: Harness, kind: int, **cfg: Any) -> None:
     toks = np.array(h.tokens[: h.N * h.L + 1], dtype=np.int64)
     c = _node(h, **cfg)
     try:
+        _adopted(h, c)
         if kind == 1:
             _store(c, toks)
             h.cov.add("remote: second writer stores")
@@ -400,6 +401,27 @@ def peer(h: Harness, kind: int, **cfg: Any) -> None:
     if hit:
         h.cov.add("remote: cross-node hits")
         h.cov.add("remote: cross-node restores", len(loaded))
+
+
+def _adopted(h: Harness, c: Any) -> None:
+    """Node B, opened on the server, adopted every entry of node A's chain whose header the
+    server holds: an entry is read at its header when a node opens (``RemoteTier.scan``), and
+    a header that is there, whole and authentic (nothing here writes a header but the tier)
+    must not be refused.  A node that adopts nothing never hits, and a hit is not required of
+    node B otherwise."""
+    r = WORLD.admin()  # type: ignore[union-attr]
+    held = {str(e.path) for e in c.inspect().disk_entries.values()}
+    want = {
+        str(e.path) for b in range(h.N) if (e := _entry(h, b)) is not None and r.exists(str(e.path))
+    }
+    if want - held:
+        raise h.fail(
+            "remote-adopt",
+            ["peer"],
+            f"node B, opened on the server, did not adopt node A's entries {sorted(want - held)} "
+            "whose headers the server holds",
+        )
+    h.cov.add("remote: entries adopted by node B", len(want))
 
 
 def _do_tenant(h: Harness, o: TraceStep) -> int | None:
