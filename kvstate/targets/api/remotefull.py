@@ -22,7 +22,7 @@ from kvstate.targets.api.declare import OpDecl
 
 def do_remote_full(h: Any, o: Any) -> int | None:
     """``remote_full(n)``: ``spill(n)`` while the server refuses every write."""
-    from kvstate.impl.errors import DiskWriteError
+    from kvstate.impl.errors import DiskWriteError, KVStateError
     from kvstate.targets.api.remote import WORLD, remote_of
 
     if remote_of(h) is None or WORLD is None or h.threads:
@@ -37,6 +37,13 @@ def do_remote_full(h: Any, o: Any) -> int | None:
     except DiskWriteError:
         h.cov.add("fault remote_full")
         raise  # (the harness checks that nothing changed)
+    except KVStateError as exc:  # documented, but not the refused write's error
+        raise h.fail(
+            "refused-write",
+            ["remote_full"],
+            f"{o.render()}: the server refused every write and spill raised "
+            f"{type(exc).__name__}: {exc} (a refused write raises DiskWriteError)",
+        ) from exc
     finally:
         r.config_set("maxmemory", limit)
         r.config_set("maxmemory-policy", policy)
