@@ -8,7 +8,6 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-import kvstate.impl_mutants as package
 from kvstate.impl_mutants.mutants import enumerate_mutants, mutated_source, picked
 from kvstate.impl_mutants.reach import is_reached, reached_lines
 from kvstate.impl_mutants.report import report
@@ -90,7 +89,8 @@ def verify(args: argparse.Namespace, target: Target) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m kvstate.impl_mutants", description=(package.__doc__ or "").split("\n\n")[0]
+        prog="python -m kvstate.impl_mutants",
+        description="Generated mutants of impl/, killed (or not) by the API fuzz alone.",
     )
     sub = ap.add_subparsers(dest="cmd", required=True)
     for name in ("run", "report", "list", "verify", "migrate-triage"):

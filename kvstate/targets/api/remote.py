@@ -470,10 +470,8 @@ def walks(
     N: int, L: int, lease_max: int, to_disk: list[TraceStep], hit: list[TraceStep]
 ) -> dict[str, list[TraceStep]]:
     """Scripted walks (kvstate/targets/api/witnesses.py): every block stored in the server, each
-    store fault, then a hit that loads them back; node B's hits; the configuration's refusals
-    and limits (kvstate/targets/api/remoteargs.py); a spill the server refuses
-    (kvstate/targets/api/remotefull.py)."""
-    from kvstate.targets.api import remoteargs, remotefull
+    store fault, then a hit that loads them back; node B's hits (also over an explicit
+    ``ChunkStore``: kvstate/targets/api/remoteargs.py)."""
 
     end = [op("finish", i=1)]
     then = lambda *fault: [*to_disk, *fault, *hit, *end]  # noqa: E731
@@ -496,6 +494,4 @@ def walks(
         "remote: two writers, then a hit": [*to_disk, op("peer", kind=1), *hit, *end],
         "remote: another tenant's entries": [*to_disk, op("tenant"), op("peer", kind=0)],
         "remote: a node over an explicit ChunkStore": [*to_disk, op("peer_store")],
-        **remoteargs.walks(),
-        **remotefull.walks(N, to_disk, hit),
     }

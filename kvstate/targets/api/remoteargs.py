@@ -135,7 +135,7 @@ DECLS: tuple[OpDecl, ...] = (
 
 
 def walks() -> dict[str, list[Any]]:
-    """Scripted (kvstate/targets/api/remote.py's walks): every case, once."""
+    """Scripted (kvstate/targets/api/witnesses.py, in a run with a remote tier): every case."""
     from kvstate.targets.api.base import op
 
     return {"remote: every RemoteConfig refusal and limit": [

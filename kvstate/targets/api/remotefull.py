@@ -73,9 +73,9 @@ DECLS: tuple[OpDecl, ...] = (
 
 
 def walks(N: int, to_disk: list[Any], hit: list[Any]) -> dict[str, list[Any]]:
-    """Scripted (kvstate/targets/api/remote.py's walks): the blocks on the host spilled while
-    the server refuses writes, then the walk to the store (its last four steps: spill, offload,
-    drain, spill) and a hit as usual."""
+    """Scripted (kvstate/targets/api/witnesses.py, in a run with a remote tier): the blocks on
+    the host spilled while the server refuses writes, then the walk to the store (its last four
+    steps: spill, offload, drain, spill) and a hit as usual."""
     from kvstate.targets.api.base import op
 
     to_host, rest = to_disk[:-4], to_disk[-4:]
