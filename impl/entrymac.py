@@ -89,10 +89,6 @@ class Encoded:
     chunks: list[list[Any]]  # per load chunk: [unit lo, unit hi, byte lo, byte hi, MAC hex]
     swa_section: list[Any] | None  # [byte lo, byte hi, MAC hex] or None
 
-    @property
-    def payload_bytes(self) -> int:
-        return sum(len(p) for p in self.parts)
-
 
 def encode(
     macs: EntryMacs,

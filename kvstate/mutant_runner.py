@@ -28,11 +28,11 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, NamedTuple
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,21 @@ class Target:
     prepare: str = ""  # ``module:function()`` run once in the parent (must not import package)
     exclude: tuple[str, ...] = ()  # file names (relative to folder) never mutated
     context: tuple[Path, ...] = ()  # other folders the verdicts depend on (besides folder)
+    remote: str = ""  # a second killing test (the remote tier's walk), where the lines it runs
+    both: str = ""  # ``killer``, then ``remote`` where it found nothing
+
+
+class Job(NamedTuple):
+    """One mutant's run: ``source`` is the text of ``rel`` (relative to the folder), imported
+    in its place; ``killer`` and ``timeout`` replace the target's and the runner's where set,
+    and ``env`` is added to the child's environment."""
+
+    key: str
+    rel: str
+    source: str
+    killer: str = ""
+    timeout: float = 0.0
+    env: Mapping[str, str] = {}
 
 
 @dataclass
@@ -122,6 +137,7 @@ def _child(
     profile: str,
     wfd: int,
     lines_to: Path | None = None,
+    killer: str = "",
 ) -> None:
     """In the forked child: the mutant in place, the killing test, one JSON line to ``wfd``.
     ``lines_to``: also record which lines of the package ran (coverage.py), as JSON there."""
@@ -142,7 +158,7 @@ def _child(
         cov.start()
     t0 = time.monotonic()
     try:
-        out = dict(_call(target.killer)(profile))
+        out = dict(_call(killer or target.killer)(profile))
     except BaseException as exc:  # noqa: BLE001 - the mutant broke an import or the harness itself
         out = {
             "killed": True,
@@ -171,6 +187,7 @@ class _Running:
     rfd: int
     log: Path
     started: float
+    timeout: float
 
 
 def _read(rfd: int) -> str:
@@ -215,7 +232,7 @@ class Runner:
             parts.pop()
         return ".".join([self.target.package, *parts])
 
-    def _start(self, key: str, rel: str, source: str, lines_to: Path | None = None) -> _Running:
+    def _start(self, job: Job, lines_to: Path | None = None) -> _Running:
         rfd, wfd = os.pipe()
         fcntl.fcntl(rfd, fcntl.F_SETFL, os.O_NONBLOCK)
         log = self.logs / f"{len(os.listdir(self.logs))}.log"
@@ -230,14 +247,18 @@ class Runner:
                 fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
                 os.dup2(fd, 1)
                 os.dup2(fd, 2)
-                mod = self.module_name(rel)
-                _child(self.target, self.staged, mod, source, self.profile, wfd, lines_to)
+                os.environ.update(job.env)
+                mod = self.module_name(job.rel)
+                _child(
+                    self.target, self.staged, mod, job.source, self.profile, wfd, lines_to,
+                    job.killer,
+                )  # fmt: skip
             except BaseException:  # noqa: BLE001
                 code = 3
             finally:
                 os._exit(code)
         os.close(wfd)
-        return _Running(key, pid, rfd, log, time.monotonic())
+        return _Running(job.key, pid, rfd, log, time.monotonic(), job.timeout or self.timeout)
 
     def _finish(self, r: _Running, exited: bool) -> Outcome:
         """The child has exited (not yet reaped) or timed out: its group killed, it reaped."""
@@ -249,7 +270,7 @@ class Runner:
         _, status = os.waitpid(r.pid, 0)
         if not exited:
             os.close(r.rfd)
-            return Outcome("timeout", None, wall, "timeout", f"no verdict after {self.timeout:g} s")
+            return Outcome("timeout", None, wall, "timeout", f"no verdict after {r.timeout:g} s")
         text = _read(r.rfd)
         os.close(r.rfd)
         try:
@@ -268,14 +289,17 @@ class Runner:
             out,
         )
 
-    def reached(self) -> tuple[Outcome, dict[str, list[int]]]:
-        """The unmutated package under the killing test, traced: its outcome and the lines of
-        each file (relative to the folder) that ran."""
+    def reached(
+        self, killer: str = "", env: Mapping[str, str] | None = None
+    ) -> tuple[Outcome, dict[str, list[int]]]:
+        """The unmutated package under the killing test (``killer``: another one), traced: its
+        outcome and the lines of each file (relative to the folder) that ran."""
         lines_to = self.logs / "reached.json"
+        lines_to.unlink(missing_ok=True)
         init = (self.target.folder / "__init__.py").read_text()
-        r = self._start("baseline", "__init__.py", init, lines_to)
+        r = self._start(Job("baseline", "__init__.py", init, killer, 0.0, env or {}), lines_to)
         while os.waitid(os.P_PID, r.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
-            if time.monotonic() - r.started > self.timeout:
+            if time.monotonic() - r.started > r.timeout:
                 return self._finish(r, False), {}
             time.sleep(0.05)
         out = self._finish(r, True)
@@ -283,11 +307,11 @@ class Runner:
 
     def run(
         self,
-        work: Iterable[tuple[str, str, str]],
+        work: Iterable[Job | tuple[str, str, str]],
         done: Callable[[str, Outcome], None],
     ) -> None:
-        """Runs ``(key, file relative to the folder, mutated source)`` items; ``done`` is
-        called in this process, in completion order."""
+        """Runs :class:`Job` items (or ``(key, file relative to the folder, mutated source)``);
+        ``done`` is called in this process, in completion order, before the next is taken."""
         pending = iter(work)
         running: dict[int, _Running] = {}
         exhausted = False
@@ -298,13 +322,13 @@ class Runner:
                     if nxt is None:
                         exhausted = True
                         break
-                    r = self._start(*nxt)
+                    r = self._start(Job(*nxt))
                     running[r.pid] = r
                 time.sleep(0.01)
                 for pid, r in list(running.items()):
                     # exited, left unreaped so that its process group can still be killed
                     exited = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-                    if exited is not None or time.monotonic() - r.started > self.timeout:
+                    if exited is not None or time.monotonic() - r.started > r.timeout:
                         del running[pid]
                         done(r.key, self._finish(r, exited is not None))
         finally:

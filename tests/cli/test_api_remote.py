@@ -1,7 +1,8 @@
 """The API target over a remote tier (``kvstate fuzz --target kvstate-api --remote``): its ci
 run passes on a real redis-server and drives every store fault through the server, its checks
 derive remote load outcomes from the remote table, and each planted bug of the remote path
-(kvstate/testing/remote_bugs.py) is caught by the fuzz, with the time it took.
+(kvstate/testing/remote_bugs.py, remote_class_bugs.py) is caught by the fuzz, with the time it
+took.
 
 The server is started by the run itself (a Unix socket in a temporary directory, no
 persistence); under CI (``CI=true``) a missing ``redis-server`` is a failure, elsewhere a skip
@@ -23,6 +24,7 @@ from kvstate.targets.api import FAULT_OPS
 from kvstate.targets.api.registry import DEFAULT_OPS, REMOTE_ONLY, drawn_ops
 from kvstate.testing.redisserver import ServerMissing, executable
 from kvstate.testing.remote_bugs import REMOTE_BUGS
+from kvstate.testing.remote_class_bugs import REMOTE_CLASS_BUGS
 
 TABLE = default_table()
 N = 4
@@ -60,11 +62,13 @@ def test_ci_run_with_a_remote_tier(server_exe: str) -> None:
     c = res.coverage.counts
     for kind in ("remote_del_chunk", "remote_del_entry", "remote_overwrite_garbage",
                  "remote_overwrite_other_writer", "remote_evict", "remote_restart",
-                 "remote_kill", "remote_stall", "remote_tenant"):  # fmt: skip
+                 "remote_kill", "remote_stall", "remote_tenant", "remote_full"):  # fmt: skip
         assert c[f"fault {kind}"] > 0, (kind, dict(c))
     assert c["remote: cross-node hits"] > 0 and c["remote: rload_done"] > 0, dict(c)
     assert c["remote: rload_chunk"] >= c["remote: rload_done"] > 0
     assert c["loads failed"] > 0 and c["reads checked"] > 0
+    assert c["remote: nodes over an explicit ChunkStore"] > 0
+    assert c["check: documented refusals of each entry point"] > 0
 
 
 def test_the_cli_runs_against_a_given_server(server_exe: str) -> None:
@@ -98,13 +102,13 @@ print(json.dumps({"killed": f is not None, "kind": f.signature if f else "",
 """
 
 
-@pytest.mark.parametrize("bug", [b.name for b in REMOTE_BUGS])
+@pytest.mark.parametrize("bug", [b.name for b in (*REMOTE_BUGS, *REMOTE_CLASS_BUGS)])
 def test_the_planted_bug_is_caught_by_the_fuzz(server_exe: str, bug: str) -> None:
     """The bug planted in a staged copy of the package (its edits, as the remote tier's own
     tests plant it), the fuzz's ci run in a fresh interpreter on it: a finding."""
     from kvstate.api_mutants import PACKAGES, stage
 
-    planted = next(b for b in REMOTE_BUGS if b.name == bug)
+    planted = next(b for b in (*REMOTE_BUGS, *REMOTE_CLASS_BUGS) if b.name == bug)
     root = stage()
     try:
         for e in planted.edits:

@@ -30,6 +30,8 @@ from kvstate.targets.api import (
     prefix,
     refusedwrites,
     remote,
+    remoteargs,
+    remotefull,
     single,
     stepwise,
     stored,
@@ -56,6 +58,8 @@ MODULES = (
     facade,
     handed,
     remote,
+    remoteargs,
+    remotefull,
 )
 
 DECLARED: tuple[OpDecl, ...] = tuple(d for m in MODULES for d in m.DECLS)
@@ -64,7 +68,7 @@ MAPPING = mapping(DECLARED)  # name -> the spec/api.py call that explains it
 FAULT_KINDS = fault_kinds(DECLARED)  # the fault kinds injected ("fault KIND" counters)
 FAULT_OPS = fault_ops(DECLARED)  # fault kind -> the operations that inject it
 # drawn only by a run with a remote tier (kvstate/targets/api/remote.py); the others by default
-REMOTE_ONLY = frozenset(d.name for d in remote.DECLS)
+REMOTE_ONLY = frozenset(d.name for m in (remote, remoteargs, remotefull) for d in m.DECLS)
 DEFAULT_OPS = frozenset(OPS) - REMOTE_ONLY
 
 

@@ -218,11 +218,31 @@ def _do_evict(h: Harness, o: TraceStep) -> int | None:
     for b in range(h.N):
         e = _entry(h, b)
         if e is not None:
-            header, chunks = _names(h, e)
-            if r.exists(header, *chunks) != 1 + len(chunks):
-                h.cov.add("remote: entries evicted")
-                _store_act(h, "remote_evict_chunk", b=b)
+            _evicted(h, r, b, e)
     return None
+
+
+def _evicted(h: Harness, r: Any, b: int, e: Any) -> None:
+    """What the server's eviction took of block ``b``'s entry, as the table's store action.
+
+    A load reads the entry's data chunks, and its window section only where the load needs
+    the window; the header was read when the entry was adopted.  So a data chunk gone is the
+    table's ``remote_evict_chunk`` (the load fails); the header alone gone changes nothing
+    this node reads (a fresh node no longer finds the entry); the window section alone gone
+    fails only a load that reads it, which the table cannot tell apart, so the harness takes
+    the entry's first data chunk as well: the eviction is then one every load of it meets."""
+    header, chunks = _names(h, e)
+    data, window = chunks[: len(e.chunks)], chunks[len(e.chunks) :]
+    gone_data = r.exists(*data) != len(data) if data else False
+    gone_window = bool(window) and r.exists(*window) != len(window)
+    if not gone_data and not gone_window:
+        if not r.exists(header):
+            h.cov.add("remote: headers evicted alone")
+        return
+    if not gone_data and data:
+        r.delete(data[0])
+    h.cov.add("remote: entries evicted")
+    _store_act(h, "remote_evict_chunk", b=b)
 
 
 def _do_restart(h: Harness, o: TraceStep) -> int | None:
@@ -342,18 +362,25 @@ def _store(c: Any, toks: np.ndarray) -> None:
 def _do_peer(h: Harness, o: TraceStep) -> int | None:
     """Node B: a fresh cache on the server hits the chain and reads it byte for byte (and,
     ``kind=1``, first stores the chain itself: two writers of one prefix)."""
-    from kvstate.testing.datacheck import verify_run
-
     if remote_of(h) is None:
         return None
+    peer(h, o.arg("kind"))
+    return None
+
+
+def peer(h: Harness, kind: int, **cfg: Any) -> None:
+    """:func:`_do_peer`, node B's ``RemoteConfig`` fields replaced by ``cfg``."""
+    from kvstate.testing.datacheck import verify_run
+
     toks = np.array(h.tokens[: h.N * h.L + 1], dtype=np.int64)
-    c = _node(h)
+    c = _node(h, **cfg)
     try:
-        if o.arg("kind") == 1:
+        _adopted(h, c)
+        if kind == 1:
             _store(c, toks)
             h.cov.add("remote: second writer stores")
             c.close()
-            c = _node(h)
+            c = _node(h, **cfg)
         loaded: list[Any] = []
         c.events.subscribe(lambda ev: loaded.append(ev) if ev.kind.value == "loaded" else None)
         a = c.admit(c.request(toks, namespace=NAMESPACE))
@@ -374,7 +401,27 @@ def _do_peer(h: Harness, o: TraceStep) -> int | None:
     if hit:
         h.cov.add("remote: cross-node hits")
         h.cov.add("remote: cross-node restores", len(loaded))
-    return None
+
+
+def _adopted(h: Harness, c: Any) -> None:
+    """Node B, opened on the server, adopted every entry of node A's chain whose header the
+    server holds: an entry is read at its header when a node opens (``RemoteTier.scan``), and
+    a header that is there, whole and authentic (nothing here writes a header but the tier)
+    must not be refused.  A node that adopts nothing never hits, and a hit is not required of
+    node B otherwise."""
+    r = WORLD.admin()  # type: ignore[union-attr]
+    held = {str(e.path) for e in c.inspect().disk_entries.values()}
+    want = {
+        str(e.path) for b in range(h.N) if (e := _entry(h, b)) is not None and r.exists(str(e.path))
+    }
+    if want - held:
+        raise h.fail(
+            "remote-adopt",
+            ["peer"],
+            f"node B, opened on the server, did not adopt node A's entries {sorted(want - held)} "
+            "whose headers the server holds",
+        )
+    h.cov.add("remote: entries adopted by node B", len(want))
 
 
 def _do_tenant(h: Harness, o: TraceStep) -> int | None:
@@ -423,7 +470,9 @@ def walks(
     N: int, L: int, lease_max: int, to_disk: list[TraceStep], hit: list[TraceStep]
 ) -> dict[str, list[TraceStep]]:
     """Scripted walks (kvstate/targets/api/witnesses.py): every block stored in the server, each
-    store fault, then a hit that loads them back; node B's hits."""
+    store fault, then a hit that loads them back; node B's hits (also over an explicit
+    ``ChunkStore``: kvstate/targets/api/remoteargs.py)."""
+
     end = [op("finish", i=1)]
     then = lambda *fault: [*to_disk, *fault, *hit, *end]  # noqa: E731
     return {
@@ -444,4 +493,5 @@ def walks(
         "remote: a cross-node hit": [*to_disk, op("peer", kind=0)],
         "remote: two writers, then a hit": [*to_disk, op("peer", kind=1), *hit, *end],
         "remote: another tenant's entries": [*to_disk, op("tenant"), op("peer", kind=0)],
+        "remote: a node over an explicit ChunkStore": [*to_disk, op("peer_store")],
     }

@@ -6,7 +6,7 @@ every run and replayed in lockstep by the coverage pass.
 from __future__ import annotations
 
 from kvstate.harness.trace import TraceStep
-from kvstate.targets.api import remote
+from kvstate.targets.api import remote, remoteargs, remotefull
 from kvstate.targets.api.args import CASES as ARG_CASES
 from kvstate.targets.api.base import chain, op
 from kvstate.targets.api.damage import PARTS
@@ -384,7 +384,12 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[TraceStep]]:
         **handed_walks(N, L, lease_max),  # kvstate/targets/api/handed.py
     }
     if remote.WORLD is not None:  # a run with a remote tier meets the store's faults first
-        walks = {**remote.walks(N, L, lease_max, to_disk, hit), **walks}
+        walks = {
+            **remote.walks(N, L, lease_max, to_disk, hit),
+            **remoteargs.walks(),
+            **remotefull.walks(N, to_disk, hit),
+            **walks,
+        }
     return _alike(walks)
 
 

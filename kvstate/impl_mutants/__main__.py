@@ -1,0 +1,5 @@
+import sys
+
+from kvstate.impl_mutants.cli import main
+
+sys.exit(main())
