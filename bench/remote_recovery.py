@@ -18,8 +18,10 @@ decode, offload and spill loop) on a cache whose offloaded blocks live in the se
 
 Stall: a small-geometry cache on the same server starts a remote load; ``DEBUG SLEEP 5``
 stalls the server; meanwhile requests that do not need the server (new prompts computed from
-scratch: admit, use, finish) run one after the other.  Their latencies during the stall against
-the same requests' without it: the delay, worst and median (goal: under 100 ms).
+scratch: admit, use, finish) run one after the other.  The same requests run for as long just
+before and just after the stall (the unstalled distribution, in the same run, bracketing the
+machine's load); the delay at each percentile (median, p90, max) is the stalled latency minus
+the unstalled one (goal: under 100 ms).
 
     .venv/bin/python bench/remote_recovery.py [--lengths 64K 1M] [--repeats 3] [--remote URL]
 
@@ -101,11 +103,12 @@ def raw_get(client: Any, names: list[str], batch: int) -> tuple[float, int]:
 
 
 class Spent:
-    """Seconds the I/O workers spent (summed over them) in the store's ``MGET`` and in the
-    chunks' MAC checks: wrappers on the remote tier's instance (plain Python, not compiled)."""
+    """Seconds the I/O workers spent (summed over them) in the store's reads (``read_into``:
+    one pipeline of ``GET`` s a load) and in the chunks' MAC checks: wrappers on the remote
+    tier's instances (plain Python, not compiled)."""
 
     def __init__(self, tier: Any) -> None:
-        self.tier, self.s = tier, {"mget": 0.0, "mac": 0.0}
+        self.tier, self.s = tier, {"get": 0.0, "mac": 0.0}
 
     def _wrap(self, obj: Any, name: str, key: str) -> None:
         f = getattr(obj, name)
@@ -120,12 +123,12 @@ class Spent:
         setattr(obj, name, call)
 
     def __enter__(self) -> Spent:
-        self._wrap(self.tier, "_get", "mget")
+        self._wrap(self.tier.store, "read_into", "get")
         self._wrap(self.tier.macs, "verify", "mac")
         return self
 
     def __exit__(self, *exc: object) -> None:
-        del self.tier._get, self.tier.macs.verify
+        del self.tier.store.read_into, self.tier.macs.verify
 
 
 def recover(p: RemotePrefix, spent: dict[str, list[float]]) -> float:
@@ -175,7 +178,7 @@ def bench_recovery(n: int, url: str, args: argparse.Namespace, client: Any) -> N
         print(
             f"| {B.fmt_length(n)} | {nbytes / 2**30:.2f} GiB | {mmm(raw)} | {mmm(ours)} | "
             f"**{mmm(ratio)}** | {mmm([nbytes / GB / r for r in raw])} | "
-            f"{mmm([nbytes / GB / r for r in ours])} | {mmm(spent['mget'])} | "
+            f"{mmm([nbytes / GB / r for r in ours])} | {mmm(spent['get'])} | "
             f"{mmm(spent['mac'])} | {setup:.0f} s |",
             flush=True,
         )
@@ -183,6 +186,12 @@ def bench_recovery(n: int, url: str, args: argparse.Namespace, client: Any) -> N
         p.close()
         for k in client.scan_iter(match=f"kvb:{n}:*", count=1000):
             client.delete(k)
+
+
+def pct(xs: list[float], q: float) -> float:
+    """The ``q`` quantile of ``xs`` (nearest rank; 1.0: the maximum)."""
+    ys = sorted(xs)
+    return ys[min(len(ys) - 1, max(0, round(q * len(ys) + 0.5) - 1))]
 
 
 def bench_stall(url: str, client: Any, seconds: float, ops: int) -> None:
@@ -218,32 +227,41 @@ def bench_stall(url: str, client: Any, seconds: float, ops: int) -> None:
         b.tick(g.lease_max)  # (untimed) an engine's clock: the request's lease runs out
         return dt
 
+    def window(secs: float, seed: int) -> list[float]:
+        """Latencies of the requests run one after the other for ``secs`` (at most ``ops``)."""
+        t0, out = time.perf_counter(), []
+        while time.perf_counter() - t0 < secs and len(out) < ops:
+            out.append(one(seed + len(out)))
+        return out
+
     try:
-        base = [one(1000 + s) for s in range(ops)]
+        span = seconds - 0.5  # (the stall's length, less the wait before its first request)
+        window(1.0, 500)  # (warm-up: first admissions build the cache's structures)
+        before = window(span, 1000)
         sleeper = threading.Thread(target=lambda: client.execute_command("DEBUG", "SLEEP", seconds))
         sleeper.start()
         time.sleep(0.1)
         waiting = b.admit(b.request(toks))  # its loads wait on the stalled server
-        t0 = time.perf_counter()
-        during = []
-        s = 0
-        while time.perf_counter() - t0 < seconds - 0.5 and len(during) < ops:
-            during.append(one(2000 + s))
-            s += 1
+        during = window(span, 2000)
         sleeper.join()
+        after = window(span, 3000)
         waiting.wait(60)
         with b.use(waiting) as run:
             hit = run.hit_tokens
-        med = statistics.median(base)
-        delays = [d - med for d in during]
+        base = before + after
+        qs = (("median", 0.5), ("p90", 0.9), ("max", 1.0))
+        row = [(q, pct(during, f), pct(base, f)) for q, f in qs]
         print(
-            f"stall {seconds:.0f} s (DEBUG SLEEP): {len(during)} requests that do not need the "
-            f"server (admit, use, finish of a new prompt) ran during it: latency median "
-            f"{statistics.median(during) * 1e3:.1f} ms, worst {max(during) * 1e3:.1f} ms; "
-            f"without the stall median {med * 1e3:.1f} ms, worst {max(base) * 1e3:.1f} ms; "
-            f"delay (latency minus the unstalled median) worst {max(delays) * 1e3:.1f} ms, "
-            f"median {statistics.median(delays) * 1e3:.1f} ms (goal < 100 ms); the request "
-            f"waiting on the server: hit {hit} of {4 * L} tokens after the stall"
+            f"stall {seconds:.0f} s (DEBUG SLEEP) while a {4 * L}-token remote load waits on it; "
+            f"requests that do not need the server (admit, use, finish of a new prompt, one "
+            f"after the other): {len(during)} during the stall, {len(base)} without it "
+            f"({len(before)} just before, {len(after)} just after; load "
+            f"{os.getloadavg()[0]:.1f}).  Latency ms during / without, and the delay (during "
+            f"minus without, at the same percentile; goal < 100 ms): "
+            + "; ".join(
+                f"{q} {d * 1e3:.1f} / {w * 1e3:.1f}, delay {(d - w) * 1e3:+.1f}" for q, d, w in row
+            )
+            + f".  The waiting request hit {hit} of {4 * L} tokens after the stall"
             + ("" if hit else f" ({waiting.explanation})".replace("\n", "; ")),
             flush=True,
         )
@@ -277,13 +295,13 @@ def main() -> int:
         if not args.skip_recovery:
             print(
                 "| length | chunk bytes | raw GET GB/s | kvstate GB/s | ratio | raw s | "
-                "kvstate s | MGET s (workers) | MAC s (workers) | build |"
+                "kvstate s | GET s (workers) | MAC s (workers) | build |"
             )
             print("|---|---|---|---|---|---|---|---|---|---|")
             for n in (B.parse_length(x) for x in args.lengths):
                 bench_recovery(n, url, args, client)
         if args.stall > 0:
-            bench_stall(url, client, args.stall, 40)
+            bench_stall(url, client, args.stall, 200)
     finally:
         if server is not None:
             server.close()
