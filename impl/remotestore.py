@@ -13,6 +13,7 @@ truncated and recomputed) or a failed write (the block stays on host).
 
 from __future__ import annotations
 
+import secrets
 import socket
 from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
@@ -194,10 +195,19 @@ class RedisStore:
         try:
             if conn._sock is None:
                 conn.connect()
-            if conn.can_read():  # (a reply nobody read: never trust this connection's framing)
-                raise ConnectionError("unread data on a pooled connection")
-            conn.send_packed_command(conn.pack_commands([("GET", n) for n in names]), False)
+            # an ECHO of a fresh token first: a reply nobody read on this connection (whenever
+            # it arrives) comes before the token's and fails the call, never passes for a value
+            token = secrets.token_hex(8).encode()
+            cmds = [("ECHO", token), *(("GET", n) for n in names)]
+            conn.send_packed_command(conn.pack_commands(cmds), False)
             replies = _Replies(conn._sock)
+            if replies.line() != b"$%d" % len(token):
+                raise ConnectionError("a reply out of step on a pooled connection")
+            echo = bytearray(len(token))
+            replies.into(memoryview(echo))
+            replies.end()
+            if echo != token:
+                raise ConnectionError("a reply out of step on a pooled connection")
             sizes, error = [], b""
             for lo, hi in spans:
                 head = replies.line()
@@ -218,7 +228,9 @@ class RedisStore:
                 else:
                     raise ConnectionError(f"unexpected reply {head[:_LINE_MAX]!r}")
             clean = True
-        except (ValueError, *self._errors) as exc:
+        except ValueError as exc:  # (a length that is not a number)
+            raise self._fail("GET", exc) from exc
+        except self._errors as exc:
             raise self._fail("GET", exc) from exc
         finally:
             if not clean:  # (its framing is lost: never back to the pool as it is)
