@@ -13,6 +13,10 @@ Recovery, per prefix length (one run, side by side, ``--repeats`` times each):
    ``admit`` to ``use`` returning; then, untimed, the request finishes and the prefix goes back
    to the server (a load forgets the remote copy locally: it is stored again).
 
+Beside the rates: the I/O workers' seconds in the store's reads and in the MAC checks (summed
+over the workers), and this process's CPU seconds (user+sys) over each timed interval: on a
+shared machine a recovery that needs more CPU than it gets is CPU-bound, whatever its overlap.
+
 The prefix is built through the public API by :class:`disk_recovery.Prefix` (the disk bench's
 decode, offload and spill loop) on a cache whose offloaded blocks live in the server.
 
@@ -167,9 +171,16 @@ def bench_recovery(n: int, url: str, args: argparse.Namespace, client: Any) -> N
         raw, ours, ratio = [], [], []
         spent: dict[str, list[float]] = {}
         nbytes = 0
+        cpu_raw: list[float] = []
+        cpu_ours: list[float] = []
         for _ in range(args.repeats):
+            c0 = os.times()
             dt_raw, nbytes = raw_get(client, names, args.batch)
+            c1 = os.times()
             dt = recover(p, spent)
+            c2 = os.times()
+            cpu_raw.append(c1.user + c1.system - c0.user - c0.system)
+            cpu_ours.append(c2.user + c2.system - c1.user - c1.system)
             raw.append(nbytes / dt_raw / GB)
             ours.append(nbytes / dt / GB)
             ratio.append(dt_raw / dt)
@@ -179,7 +190,7 @@ def bench_recovery(n: int, url: str, args: argparse.Namespace, client: Any) -> N
             f"| {B.fmt_length(n)} | {nbytes / 2**30:.2f} GiB | {mmm(raw)} | {mmm(ours)} | "
             f"**{mmm(ratio)}** | {mmm([nbytes / GB / r for r in raw])} | "
             f"{mmm([nbytes / GB / r for r in ours])} | {mmm(spent['get'])} | "
-            f"{mmm(spent['mac'])} | {setup:.0f} s |",
+            f"{mmm(spent['mac'])} | {mmm(cpu_ours)} / {mmm(cpu_raw)} | {setup:.0f} s |",
             flush=True,
         )
     finally:
@@ -289,15 +300,19 @@ def main() -> int:
     server = None if args.remote else RedisServer(maxmemory=args.maxmemory)
     url = args.remote or server.url  # type: ignore[union-attr]
     client = redis.Redis.from_url(url, socket_timeout=600)
+    from redis.utils import HIREDIS_AVAILABLE
+
+    parser = "hiredis" if HIREDIS_AVAILABLE else "redis-py's own"
     print(f"# remote recovery vs a raw pipelined GET, server {url}; compiled: "
-          f"{', '.join(native_modules()) or 'none (pure)'}; load {os.getloadavg()[0]:.1f}")  # fmt: skip
+          f"{', '.join(native_modules()) or 'none (pure)'}; the raw read's reply parser: "
+          f"{parser}; load {' '.join(f'{x:.1f}' for x in os.getloadavg())}")  # fmt: skip
     try:
         if not args.skip_recovery:
             print(
                 "| length | chunk bytes | raw GET GB/s | kvstate GB/s | ratio | raw s | "
-                "kvstate s | GET s (workers) | MAC s (workers) | build |"
+                "kvstate s | GET s (workers) | MAC s (workers) | CPU s kvstate / raw | build |"
             )
-            print("|---|---|---|---|---|---|---|---|---|---|")
+            print("|---|---|---|---|---|---|---|---|---|---|---|")
             for n in (B.parse_length(x) for x in args.lengths):
                 bench_recovery(n, url, args, client)
         if args.stall > 0:
