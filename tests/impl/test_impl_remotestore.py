@@ -6,6 +6,8 @@ load through a store without ``read_into`` (the ``mget`` fallback) serving the s
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -134,3 +136,27 @@ def test_a_store_without_read_into_serves_the_same_bytes(redis_server: RedisServ
         check_run(run, toks)
     assert inner.mgets >= BLOCKS
     b.close()
+
+
+def test_a_stalled_server_fails_the_read_after_the_timeout(redis_server: RedisServer) -> None:  # noqa: F811
+    s = RedisStore(redis_server.url, timeout=0.5, max_connections=4)
+    s.put([("s:a", b"x" * 100_000)], None)
+    sleeper = threading.Thread(
+        target=lambda: redis_server.client().execute_command("DEBUG", "SLEEP", 2)
+    )
+    sleeper.start()
+    time.sleep(0.2)
+    buf = bytearray(100_000)
+    t = time.monotonic()
+    with pytest.raises(StoreUnavailable):
+        s.read_into(["s:a"], memoryview(buf), [(0, 100_000)])
+    took = time.monotonic() - t
+    sleeper.join()
+    assert took < 1.5, f"the read waited {took:.2f} s on a stalled server (timeout 0.5 s)"
+    assert s.read_into(["s:a"], memoryview(buf), [(0, 100_000)]) == [100_000]
+    assert buf == b"x" * 100_000
+    # the pooled connections keep Python's timeout for the client's other calls
+    for conn in s.client.connection_pool._available_connections:
+        if conn._sock is not None:
+            assert conn._sock.gettimeout() == 0.5
+    s.close()
