@@ -8,7 +8,11 @@ Recovery, per prefix length (one run, side by side, ``--repeats`` times each):
    connection, ``--batch`` commands a round trip, in the order the recovery loads them): the
    server's and the socket's own rate on exactly these bytes (the reference the ratio divides
    by; the entries' headers and window sections are not in it);
-2. **kvstate**: a new request over the prefix is admitted with recovery on and used (threaded
+2. **store read alone**: the same chunks read by the remote tier's own store read
+   (``RedisStore.read_into``: one pipeline of ``GET`` s a block, received into a buffer) on
+   ``io_cap`` threads, and nothing else (no MAC, no landing, no job): what the store and the
+   socket give the tier's reads, beside what the whole recovery makes of it;
+3. **kvstate**: a new request over the prefix is admitted with recovery on and used (threaded
    pipelines, ``io_cap`` remote loads in flight, each chunk's MAC verified), timed from
    ``admit`` to ``use`` returning; then, untimed, the request finishes and the prefix goes back
    to the server (a load forgets the remote copy locally: it is stored again).  One untimed
@@ -77,17 +81,20 @@ class RemotePrefix(DR.Prefix):
             writer=testdata.DeterministicWriter(),
         )
 
-    def names(self) -> list[str]:
-        """The load chunks' keys, in the order the recovery loads them (chain order)."""
+    def blocks(self) -> list[list[str]]:
+        """Each block's load chunks' keys, in the order the recovery loads them (chain order)."""
         view = self.cache.inspect()
         chain = self.cache.chain(self.tokens[: self.n])
-        out: list[str] = []
+        out: list[list[str]] = []
         for rid in view.resolve(chain):
             e = view.disk_entries.get(rid)
             if e is None:
                 raise RuntimeError("a block of the prefix is not in the server")
-            out += [view.disk.chunk_name(e, k) for k in range(len(e.chunks))]
+            out.append([view.disk.chunk_name(e, k) for k in range(len(e.chunks))])
         return out
+
+    def names(self) -> list[str]:
+        return [n for b in self.blocks() for n in b]
 
     def push_back(self) -> None:
         self._to_disk(self.nb)
@@ -106,6 +113,36 @@ def raw_get(client: Any, names: list[str], batch: int) -> tuple[float, int]:
                 raise RuntimeError("a chunk vanished from the server")
             got += len(v)
     return time.perf_counter() - t0, got
+
+
+def store_read(url: str, blocks: list[list[str]], sizes: dict[str, int], threads: int) -> float:
+    """Seconds for ``threads`` threads (the I/O pipeline's ``io_cap``) to read every block's
+    chunks with the remote tier's own store read (``RedisStore.read_into``: one pipeline a
+    block, received into a buffer), and nothing else: no MAC, no landing, no job."""
+    from kvstate.impl.remotestore import RedisStore
+
+    store = RedisStore(url, timeout=600.0, max_connections=threads)
+    biggest = max((sum(sizes[n] for n in b) for b in blocks), default=0)
+
+    def work(mine: list[list[str]]) -> None:
+        buf = memoryview(bytearray(biggest))
+        for names in mine:
+            spans, lo = [], 0
+            for n in names:
+                spans.append((lo, lo + sizes[n]))
+                lo += sizes[n]
+            if -1 in store.read_into(names, buf, spans):
+                raise RuntimeError("a chunk vanished from the server")
+
+    ths = [threading.Thread(target=work, args=(blocks[i::threads],)) for i in range(threads)]
+    t0 = time.perf_counter()
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join()
+    dt = time.perf_counter() - t0
+    store.close()
+    return dt
 
 
 class Spent:
@@ -179,7 +216,10 @@ def bench_recovery(n: int, url: str, args: argparse.Namespace, client: Any) -> N
             recover(p, {})
             p.push_back()
             names = p.names()
+        store_s: list[float] = []
         for _ in range(args.repeats):
+            sizes = {n: int(client.strlen(n)) for n in names}
+            store_s.append(store_read(p.url, p.blocks(), sizes, p.g.io_cap))
             c0 = os.times()
             dt_raw, nbytes = raw_get(client, names, args.batch)
             c1 = os.times()
@@ -193,7 +233,8 @@ def bench_recovery(n: int, url: str, args: argparse.Namespace, client: Any) -> N
             p.push_back()
             names = p.names()
         print(
-            f"| {B.fmt_length(n)} | {nbytes / 2**30:.2f} GiB | {mmm(raw)} | {mmm(ours)} | "
+            f"| {B.fmt_length(n)} | {nbytes / 2**30:.2f} GiB | {mmm(raw)} | "
+            f"{mmm([nbytes / GB / t for t in store_s])} | {mmm(ours)} | "
             f"**{mmm(ratio)}** | {mmm([nbytes / GB / r for r in raw])} | "
             f"{mmm([nbytes / GB / r for r in ours])} | {mmm(spent['get'])} | "
             f"{mmm(spent['mac'])} | {mmm(cpu_ours)} / {mmm(cpu_raw)} | {setup:.0f} s |",
@@ -325,14 +366,15 @@ def main() -> int:
     try:
         if not args.skip_recovery:
             print(
-                "| length | chunk bytes | raw GET GB/s | kvstate GB/s | ratio | raw s | "
+                "| length | chunk bytes | raw GET GB/s | store read alone GB/s | kvstate GB/s | "
+                "ratio | raw s | "
                 "kvstate s | GET s (workers) | MAC s (workers) | CPU s kvstate / raw | build |"
             )
-            print("|---|---|---|---|---|---|---|---|---|---|---|")
+            print("|---|---|---|---|---|---|---|---|---|---|---|---|")
             for n in (B.parse_length(x) for x in args.lengths):
                 bench_recovery(n, url, args, client)
         if args.stall > 0:
-            bench_stall(url, client, args.stall, 200)
+            bench_stall(url, client, args.stall, 2000)
     finally:
         if server is not None:
             server.close()

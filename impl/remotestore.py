@@ -179,6 +179,8 @@ class RedisStore:
         ``buf[lo:hi]`` of its span; returns each value's size (:data:`MISSING` where the store
         holds none).  A value of another size is not placed (the caller fails its chunk).  A
         cluster reads through :meth:`mget` and copies."""
+        if any(not 0 <= lo <= hi <= len(buf) for lo, hi in spans):
+            raise ValueError("read_into: a span outside the buffer")
         if self.cluster:
             sizes = []
             for (lo, hi), v in zip(spans, self.mget(names), strict=True):
