@@ -128,7 +128,8 @@ class RemoteConfig:
 class RemoteTier(DiskTier):
     """The disk tier's surface over a shared store (see the module's docstring).  A
     :class:`DiskTier` by type, because the compiled parts take one; every method they call is
-    overridden here but ``prepare`` (the encoding and MACs, shared; ``stage`` is this tier's),
+    overridden here but ``prepare`` (the encoding and MACs, shared; ``stage`` is this tier's)
+    and ``give_back`` (a load's read buffer back to the pool ``block_buffer`` hands out, shared),
     and no directory is opened."""
 
     entry_format = FORMAT
