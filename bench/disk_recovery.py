@@ -436,7 +436,8 @@ def bench(n: int, args: argparse.Namespace, shm: str | None) -> dict[str, Any]:
             loads.append(os.getloadavg()[0])
             print(  # as it goes: a long run that is stopped still shows what it measured
                 f"  [{B.fmt_length(n)} repeat {rep + 1}: kvstate {ours[-1]:.2f} GB/s, raw "
-                f"{raw[-1]:.2f} GB/s (O_DIRECT {raw_direct[-1] if raw_direct else float('nan'):.2f}), ratio {ours[-1] / raw[-1]:.2f}; process CPU (user+sys) "
+                f"{raw[-1]:.2f} GB/s (O_DIRECT {raw_direct[-1] if raw_direct else float('nan'):.2f}), ratio {ours[-1] / raw[-1]:.2f} "
+                f"(to O_DIRECT {ours[-1] / raw_direct[-1] if raw_direct else float('nan'):.2f}); process CPU (user+sys) "
                 f"kvstate {cpu_ours[-1]:.2f} s, raw {cpu_raw[-1]:.2f} s; MACs {mac_s[-1]:.2f} "
                 f"thread-s, {mac_after[-1] * 1e3:.0f} ms of them after the last read; use "
                 f"returned {after[-1] * 1e3:.0f} ms after the last read; the kernel wrote "
@@ -510,7 +511,7 @@ def main() -> None:
     build = "compiled" if "cache" in compiled else "pure Python"
     hdr = (
         f"{'prefix':>7} {'GiB':>5} {'kvstate GB/s':>16} {'raw GB/s':>16} {'raw O_DIRECT':>16} "
-        f"{'ratio (paired)':>16} "
+        f"{'ratio (paired)':>16} {'to O_DIRECT':>16} "
         f"{'CPU s kvstate/raw':>18} {'after I/O ms':>13} {'load 1-min':>11}  {'cache drop':<20} build"
     )
     mac = getattr(D, "MAC_NAME", None) or (
@@ -526,12 +527,18 @@ def main() -> None:
     for r in rows:
         ours, raw = r["ours"], r["raw"]
         ratio = [a / b for a, b in zip(ours, raw, strict=True)]
+        direct = r["raw_direct"]
+        to_direct = (
+            mmm([a / b for a, b in zip(ours, direct, strict=True)])
+            if len(direct) == len(ours)
+            else "-"
+        )
         cpu = f"{statistics.median(r['cpu_ours']):.2f}/{statistics.median(r['cpu_raw']):.2f}"
         load = f"{min(r['loads']):.1f}-{max(r['loads']):.1f}"
         tail = f"{statistics.median(r['after']) * 1e3:.0f}/{statistics.median(r['mac_after']) * 1e3:.0f}"
         print(
             f"{B.fmt_length(r['n']):>7} {r['bytes'] / 2**30:>5.2f} {mmm(ours):>16} "
-            f"{mmm(raw):>16} {mmm(r['raw_direct']) if r['raw_direct'] else '-':>16} {mmm(ratio):>16} {cpu:>18} {tail:>13} {load:>11}  "
+            f"{mmm(raw):>16} {mmm(r['raw_direct']) if r['raw_direct'] else '-':>16} {mmm(ratio):>16} {to_direct:>16} {cpu:>18} {tail:>13} {load:>11}  "
             f"{'+'.join(r['methods']) or 'NOT DROPPED':<20} {build}"
         )
     print(

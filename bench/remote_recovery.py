@@ -8,18 +8,30 @@ Recovery, per prefix length (one run, side by side, ``--repeats`` times each):
    connection, ``--batch`` commands a round trip, in the order the recovery loads them): the
    server's and the socket's own rate on exactly these bytes (the reference the ratio divides
    by; the entries' headers and window sections are not in it);
-2. **kvstate**: a new request over the prefix is admitted with recovery on and used (threaded
+2. **store read alone**: the same chunks read by the remote tier's own store read
+   (``RedisStore.read_into``: one pipeline of ``GET`` s a block, received into a buffer) on
+   ``io_cap`` threads, and nothing else (no MAC, no landing, no job): what the store and the
+   socket give the tier's reads, beside what the whole recovery makes of it;
+3. **kvstate**: a new request over the prefix is admitted with recovery on and used (threaded
    pipelines, ``io_cap`` remote loads in flight, each chunk's MAC verified), timed from
    ``admit`` to ``use`` returning; then, untimed, the request finishes and the prefix goes back
-   to the server (a load forgets the remote copy locally: it is stored again).
+   to the server (a load forgets the remote copy locally: it is stored again).  One untimed
+   recovery (``--warmup``) runs first: the tier tensors are sparse mappings (a device's memory
+   is allocated up front), and the first recovery faults in the pages the prefix lands in.
+
+Beside the rates: the I/O workers' seconds in the store's reads and in the MAC checks (summed
+over the workers), and this process's CPU seconds (user+sys) over each timed interval: on a
+shared machine a recovery that needs more CPU than it gets is CPU-bound, whatever its overlap.
 
 The prefix is built through the public API by :class:`disk_recovery.Prefix` (the disk bench's
 decode, offload and spill loop) on a cache whose offloaded blocks live in the server.
 
 Stall: a small-geometry cache on the same server starts a remote load; ``DEBUG SLEEP 5``
 stalls the server; meanwhile requests that do not need the server (new prompts computed from
-scratch: admit, use, finish) run one after the other.  Their latencies during the stall against
-the same requests' without it: the delay, worst and median (goal: under 100 ms).
+scratch: admit, use, finish) run one after the other.  The same requests run for as long just
+before and just after the stall (the unstalled distribution, in the same run, bracketing the
+machine's load); the delay at each percentile (median, p90, max) is the stalled latency minus
+the unstalled one (goal: under 100 ms).
 
     .venv/bin/python bench/remote_recovery.py [--lengths 64K 1M] [--repeats 3] [--remote URL]
 
@@ -69,17 +81,20 @@ class RemotePrefix(DR.Prefix):
             writer=testdata.DeterministicWriter(),
         )
 
-    def names(self) -> list[str]:
-        """The load chunks' keys, in the order the recovery loads them (chain order)."""
+    def blocks(self) -> list[list[str]]:
+        """Each block's load chunks' keys, in the order the recovery loads them (chain order)."""
         view = self.cache.inspect()
         chain = self.cache.chain(self.tokens[: self.n])
-        out: list[str] = []
+        out: list[list[str]] = []
         for rid in view.resolve(chain):
             e = view.disk_entries.get(rid)
             if e is None:
                 raise RuntimeError("a block of the prefix is not in the server")
-            out += [view.disk.chunk_name(e, k) for k in range(len(e.chunks))]
+            out.append([view.disk.chunk_name(e, k) for k in range(len(e.chunks))])
         return out
+
+    def names(self) -> list[str]:
+        return [n for b in self.blocks() for n in b]
 
     def push_back(self) -> None:
         self._to_disk(self.nb)
@@ -100,12 +115,43 @@ def raw_get(client: Any, names: list[str], batch: int) -> tuple[float, int]:
     return time.perf_counter() - t0, got
 
 
+def store_read(url: str, blocks: list[list[str]], sizes: dict[str, int], threads: int) -> float:
+    """Seconds for ``threads`` threads (the I/O pipeline's ``io_cap``) to read every block's
+    chunks with the remote tier's own store read (``RedisStore.read_into``: one pipeline a
+    block, received into a buffer), and nothing else: no MAC, no landing, no job."""
+    from kvstate.impl.remotestore import RedisStore
+
+    store = RedisStore(url, timeout=600.0, max_connections=threads)
+    biggest = max((sum(sizes[n] for n in b) for b in blocks), default=0)
+
+    def work(mine: list[list[str]]) -> None:
+        buf = memoryview(bytearray(biggest))
+        for names in mine:
+            spans, lo = [], 0
+            for n in names:
+                spans.append((lo, lo + sizes[n]))
+                lo += sizes[n]
+            if -1 in store.read_into(names, buf, spans):
+                raise RuntimeError("a chunk vanished from the server")
+
+    ths = [threading.Thread(target=work, args=(blocks[i::threads],)) for i in range(threads)]
+    t0 = time.perf_counter()
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join()
+    dt = time.perf_counter() - t0
+    store.close()
+    return dt
+
+
 class Spent:
-    """Seconds the I/O workers spent (summed over them) in the store's ``MGET`` and in the
-    chunks' MAC checks: wrappers on the remote tier's instance (plain Python, not compiled)."""
+    """Seconds the I/O workers spent (summed over them) in the store's reads (``read_into``:
+    one pipeline of ``GET`` s a load) and in the chunks' MAC checks: wrappers on the remote
+    tier's instances (plain Python, not compiled)."""
 
     def __init__(self, tier: Any) -> None:
-        self.tier, self.s = tier, {"mget": 0.0, "mac": 0.0}
+        self.tier, self.s = tier, {"get": 0.0, "mac": 0.0}
 
     def _wrap(self, obj: Any, name: str, key: str) -> None:
         f = getattr(obj, name)
@@ -120,12 +166,12 @@ class Spent:
         setattr(obj, name, call)
 
     def __enter__(self) -> Spent:
-        self._wrap(self.tier, "_get", "mget")
+        self._wrap(self.tier.store, "read_into", "get")
         self._wrap(self.tier.macs, "verify", "mac")
         return self
 
     def __exit__(self, *exc: object) -> None:
-        del self.tier._get, self.tier.macs.verify
+        del self.tier.store.read_into, self.tier.macs.verify
 
 
 def recover(p: RemotePrefix, spent: dict[str, list[float]]) -> float:
@@ -164,25 +210,46 @@ def bench_recovery(n: int, url: str, args: argparse.Namespace, client: Any) -> N
         raw, ours, ratio = [], [], []
         spent: dict[str, list[float]] = {}
         nbytes = 0
+        cpu_raw: list[float] = []
+        cpu_ours: list[float] = []
+        for _ in range(args.warmup):  # (untimed: faults in the tier pages the prefix lands in)
+            recover(p, {})
+            p.push_back()
+            names = p.names()
+        store_s: list[float] = []
         for _ in range(args.repeats):
+            sizes = {n: int(client.strlen(n)) for n in names}
+            store_s.append(store_read(p.url, p.blocks(), sizes, p.g.io_cap))
+            c0 = os.times()
             dt_raw, nbytes = raw_get(client, names, args.batch)
+            c1 = os.times()
             dt = recover(p, spent)
+            c2 = os.times()
+            cpu_raw.append(c1.user + c1.system - c0.user - c0.system)
+            cpu_ours.append(c2.user + c2.system - c1.user - c1.system)
             raw.append(nbytes / dt_raw / GB)
             ours.append(nbytes / dt / GB)
             ratio.append(dt_raw / dt)
             p.push_back()
             names = p.names()
         print(
-            f"| {B.fmt_length(n)} | {nbytes / 2**30:.2f} GiB | {mmm(raw)} | {mmm(ours)} | "
+            f"| {B.fmt_length(n)} | {nbytes / 2**30:.2f} GiB | {mmm(raw)} | "
+            f"{mmm([nbytes / GB / t for t in store_s])} | {mmm(ours)} | "
             f"**{mmm(ratio)}** | {mmm([nbytes / GB / r for r in raw])} | "
-            f"{mmm([nbytes / GB / r for r in ours])} | {mmm(spent['mget'])} | "
-            f"{mmm(spent['mac'])} | {setup:.0f} s |",
+            f"{mmm([nbytes / GB / r for r in ours])} | {mmm(spent['get'])} | "
+            f"{mmm(spent['mac'])} | {mmm(cpu_ours)} / {mmm(cpu_raw)} | {setup:.0f} s |",
             flush=True,
         )
     finally:
         p.close()
         for k in client.scan_iter(match=f"kvb:{n}:*", count=1000):
             client.delete(k)
+
+
+def pct(xs: list[float], q: float) -> float:
+    """The ``q`` quantile of ``xs`` (nearest rank; 1.0: the maximum)."""
+    ys = sorted(xs)
+    return ys[min(len(ys) - 1, max(0, round(q * len(ys) + 0.5) - 1))]
 
 
 def bench_stall(url: str, client: Any, seconds: float, ops: int) -> None:
@@ -218,32 +285,41 @@ def bench_stall(url: str, client: Any, seconds: float, ops: int) -> None:
         b.tick(g.lease_max)  # (untimed) an engine's clock: the request's lease runs out
         return dt
 
+    def window(secs: float, seed: int) -> list[float]:
+        """Latencies of the requests run one after the other for ``secs`` (at most ``ops``)."""
+        t0, out = time.perf_counter(), []
+        while time.perf_counter() - t0 < secs and len(out) < ops:
+            out.append(one(seed + len(out)))
+        return out
+
     try:
-        base = [one(1000 + s) for s in range(ops)]
+        span = seconds - 0.5  # (the stall's length, less the wait before its first request)
+        window(1.0, 500)  # (warm-up: first admissions build the cache's structures)
+        before = window(span, 1000)
         sleeper = threading.Thread(target=lambda: client.execute_command("DEBUG", "SLEEP", seconds))
         sleeper.start()
         time.sleep(0.1)
         waiting = b.admit(b.request(toks))  # its loads wait on the stalled server
-        t0 = time.perf_counter()
-        during = []
-        s = 0
-        while time.perf_counter() - t0 < seconds - 0.5 and len(during) < ops:
-            during.append(one(2000 + s))
-            s += 1
+        during = window(span, 2000)
         sleeper.join()
+        after = window(span, 3000)
         waiting.wait(60)
         with b.use(waiting) as run:
             hit = run.hit_tokens
-        med = statistics.median(base)
-        delays = [d - med for d in during]
+        base = before + after
+        qs = (("median", 0.5), ("p90", 0.9), ("max", 1.0))
+        row = [(q, pct(during, f), pct(base, f)) for q, f in qs]
         print(
-            f"stall {seconds:.0f} s (DEBUG SLEEP): {len(during)} requests that do not need the "
-            f"server (admit, use, finish of a new prompt) ran during it: latency median "
-            f"{statistics.median(during) * 1e3:.1f} ms, worst {max(during) * 1e3:.1f} ms; "
-            f"without the stall median {med * 1e3:.1f} ms, worst {max(base) * 1e3:.1f} ms; "
-            f"delay (latency minus the unstalled median) worst {max(delays) * 1e3:.1f} ms, "
-            f"median {statistics.median(delays) * 1e3:.1f} ms (goal < 100 ms); the request "
-            f"waiting on the server: hit {hit} of {4 * L} tokens after the stall"
+            f"stall {seconds:.0f} s (DEBUG SLEEP) while a {4 * L}-token remote load waits on it; "
+            f"requests that do not need the server (admit, use, finish of a new prompt, one "
+            f"after the other): {len(during)} during the stall, {len(base)} without it "
+            f"({len(before)} just before, {len(after)} just after; load "
+            f"{os.getloadavg()[0]:.1f}).  Latency ms during / without, and the delay (during "
+            f"minus without, at the same percentile; goal < 100 ms): "
+            + "; ".join(
+                f"{q} {d * 1e3:.1f} / {w * 1e3:.1f}, delay {(d - w) * 1e3:+.1f}" for q, d, w in row
+            )
+            + f".  The waiting request hit {hit} of {4 * L} tokens after the stall"
             + ("" if hit else f" ({waiting.explanation})".replace("\n", "; ")),
             flush=True,
         )
@@ -258,6 +334,13 @@ def main() -> int:
     ap.add_argument("--lengths", nargs="+", default=["64K", "1M"])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--batch", type=int, default=64, help="GETs a round trip of the raw read")
+    ap.add_argument(
+        "--warmup",
+        type=int,
+        default=1,
+        help="untimed recoveries before the timed ones (the first one faults in the pages of "
+        "the tier tensors, sparse mappings here, that the prefix lands in)",
+    )
     ap.add_argument("--remote", default=None, metavar="URL", help="an existing server")
     ap.add_argument("--maxmemory", default="12gb")
     ap.add_argument("--dir", default="/tmp")
@@ -265,25 +348,33 @@ def main() -> int:
     ap.add_argument("--skip-recovery", action="store_true")
     args = ap.parse_args()
     import redis
+    import torch
+
+    torch.set_num_threads(1)  # (as the disk bench: the landing copies are small, the CPUs shared)
 
     from kvstate.testing.redisserver import RedisServer
 
     server = None if args.remote else RedisServer(maxmemory=args.maxmemory)
     url = args.remote or server.url  # type: ignore[union-attr]
     client = redis.Redis.from_url(url, socket_timeout=600)
+    from redis.utils import HIREDIS_AVAILABLE
+
+    parser = "hiredis" if HIREDIS_AVAILABLE else "redis-py's own"
     print(f"# remote recovery vs a raw pipelined GET, server {url}; compiled: "
-          f"{', '.join(native_modules()) or 'none (pure)'}; load {os.getloadavg()[0]:.1f}")  # fmt: skip
+          f"{', '.join(native_modules()) or 'none (pure)'}; the raw read's reply parser: "
+          f"{parser}; load {' '.join(f'{x:.1f}' for x in os.getloadavg())}")  # fmt: skip
     try:
         if not args.skip_recovery:
             print(
-                "| length | chunk bytes | raw GET GB/s | kvstate GB/s | ratio | raw s | "
-                "kvstate s | MGET s (workers) | MAC s (workers) | build |"
+                "| length | chunk bytes | raw GET GB/s | store read alone GB/s | kvstate GB/s | "
+                "ratio | raw s | "
+                "kvstate s | GET s (workers) | MAC s (workers) | CPU s kvstate / raw | build |"
             )
-            print("|---|---|---|---|---|---|---|---|---|---|")
+            print("|---|---|---|---|---|---|---|---|---|---|---|---|")
             for n in (B.parse_length(x) for x in args.lengths):
                 bench_recovery(n, url, args, client)
         if args.stall > 0:
-            bench_stall(url, client, args.stall, 40)
+            bench_stall(url, client, args.stall, 2000)
     finally:
         if server is not None:
             server.close()

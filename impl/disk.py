@@ -495,13 +495,8 @@ class DiskTier:
             if sec is None:
                 raise CorruptEntry(f"{entry.path.name}: the entry has no window")
             hi = sec[1]
-        want = hi + 3 * DIRECT_ALIGN  # the aligned window around [0, hi), and its alignment
-        try:
-            base = self._spare.pop()
-        except IndexError:
-            base = torch.empty(0, dtype=torch.uint8)
-        if base.numel() < want:
-            base = torch.empty(want, dtype=torch.uint8)
+        # the aligned window around [0, hi), and its alignment
+        base = self.block_buffer(hi + 3 * DIRECT_ALIGN)
         data = self._read_payload(entry, 0, hi, base)
         view = data.numpy().data
         try:
@@ -528,6 +523,19 @@ class DiskTier:
             raise CorruptEntry(
                 f"{entry.path.name}: MAC (keyed checksum) mismatch in bytes [{lo}, {hi})"
             )
+
+    def block_buffer(self, n: int) -> torch.Tensor:
+        """A buffer of at least ``n`` bytes for one load's read (both tiers'): a finished
+        load's (:meth:`give_back`), else a fresh one, uninitialised: a fresh one per block
+        faulted in new pages on every block, a zeroed one paid a memset of bytes about to be
+        overwritten."""
+        try:
+            base = self._spare.pop()
+        except IndexError:
+            base = torch.empty(0, dtype=torch.uint8)
+        if base.numel() < n:
+            base = torch.empty(n, dtype=torch.uint8)
+        return base
 
     def give_back(self, base: torch.Tensor) -> None:
         """A :meth:`read_block` buffer nothing reads any more, for the next block's read."""

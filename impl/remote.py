@@ -44,7 +44,7 @@ from .disk import DiskTier
 from .diskheader import MAC_BYTES, DiskEntry, parse_header, text
 from .entrymac import KEY_ID_BYTES, Contexts, Encoded, EntryMacs
 from .errors import CorruptEntry, DiskWriteError, InvalidArgument, StorageError
-from .remotestore import ChunkStore, RedisStore, StoreUnavailable
+from .remotestore import MISSING, ChunkStore, RedisStore, StoreUnavailable
 
 FORMAT: Final = 1
 MAGIC: Final = b"KVSREM\x00\x01"
@@ -128,7 +128,8 @@ class RemoteConfig:
 class RemoteTier(DiskTier):
     """The disk tier's surface over a shared store (see the module's docstring).  A
     :class:`DiskTier` by type, because the compiled parts take one; every method they call is
-    overridden here but ``prepare`` (the encoding and MACs, shared; ``stage`` is this tier's),
+    overridden here but ``prepare`` (the encoding and MACs, shared; ``stage`` is this tier's)
+    and ``give_back`` (a load's read buffer back to the pool ``block_buffer`` hands out, shared),
     and no directory is opened."""
 
     entry_format = FORMAT
@@ -154,6 +155,7 @@ class RemoteTier(DiskTier):
         self.foreign: list[tuple[Path, str]] = []
         self.orphans: list[tuple[Path, str]] = []  # (the disk tier's: never any here)
         self.direct = False
+        self._spare: list[torch.Tensor] = []  # read buffers of finished loads (block_buffer)
         self.store = config.connect()
 
     def _binding(self) -> tuple[str, str]:
@@ -223,12 +225,20 @@ class RemoteTier(DiskTier):
     def unlinking(self) -> int:
         return 0
 
-    def give_back(self, base: torch.Tensor) -> None:
-        """No read buffer to keep (the disk tier's surface)."""
-
     # ---- reading ------------------------------------------------------------------------
-    def _verified(self, entry: DiskEntry, index: int, value: bytes | None) -> torch.Tensor:
-        """The chunk's bytes if present, whole and authentic; else CorruptEntry."""
+    def _span(self, entry: DiskEntry, index: int) -> tuple[int, int]:
+        """Where chunk ``index`` (-1: the SWA section) lies in the entry's payload."""
+        if index < 0:
+            sec = entry.swa_section
+            if sec is None:
+                raise CorruptEntry(f"{entry.path}: the entry has no window")
+            return sec[0], sec[1]
+        return entry.chunks[index][2], entry.chunks[index][3]
+
+    def _verified(self, entry: DiskEntry, index: int, got: torch.Tensor | None) -> torch.Tensor:
+        """``got`` (the chunk's bytes as read, a view of the load's buffer; None: not in the
+        store) if whole and authentic; else CorruptEntry.  The MAC runs over the buffer itself:
+        what lands is what was checked."""
         if index < 0:
             sec = entry.swa_section
             if sec is None:
@@ -236,41 +246,71 @@ class RemoteTier(DiskTier):
             lo, hi, mac = sec
         else:
             _, _, lo, hi, mac = entry.chunks[index]
+        value = None if got is None else got.numpy().data
         if value is None:
             raise CorruptEntry(f"{entry.path}: chunk {index} is gone from the store")
         if len(value) != hi - lo:
             raise CorruptEntry(f"{entry.path}: chunk {index} is {len(value)} bytes, not {hi - lo}")
         if not self.macs.verify(entry.key, entry.nonce, index, lo, hi, mac, value):
             raise CorruptEntry(f"{entry.path}: MAC (keyed checksum) mismatch in chunk {index}")
-        return torch.frombuffer(bytearray(value), dtype=torch.uint8)
+        return got  # type: ignore[return-value]
 
-    def _get(self, names: list[str]) -> list[bytes | None]:
+    def _read(
+        self, entry: DiskEntry, idx: list[int], base: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Chunks ``idx`` of ``entry`` in one pipelined read, each received into its payload
+        span of one buffer (``base``, else a fresh one) and authenticated there: (the buffer,
+        each chunk's view of it).  CorruptEntry if any is gone, of another size, or fails its
+        MAC, or when the store does not answer."""
+        spans = [self._span(entry, k) for k in idx]
+        end = max((hi for _, hi in spans), default=0)
+        if base is None or base.numel() < end:
+            base = torch.empty(end, dtype=torch.uint8)
+        names = [self.chunk_name(entry, k) for k in idx]
+        view = base.numpy().data
         try:
-            return self.store.mget(names)
+            read_into = getattr(self.store, "read_into", None)
+            if read_into is not None:
+                sizes = read_into(names, view, spans)
+            else:  # (a store without it: its values copied into the buffer)
+                sizes = []
+                for (lo, hi), v in zip(spans, self.store.mget(names), strict=True):
+                    if v is not None and len(v) == hi - lo:
+                        view[lo:hi] = v
+                    sizes.append(MISSING if v is None else len(v))
         except StoreUnavailable as exc:
             raise CorruptEntry(str(exc)) from exc
+        finally:
+            view.release()
+        out = []
+        for k, (lo, hi), size in zip(idx, spans, sizes, strict=True):
+            if size != MISSING and size != hi - lo:
+                raise CorruptEntry(f"{entry.path}: chunk {k} is {size} bytes, not {hi - lo}")
+            out.append(self._verified(entry, k, None if size == MISSING else base[lo:hi]))
+        return base, out
 
     def read_block(
         self, entry: DiskEntry, with_swa: bool
     ) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor | None]:
-        """Every chunk (and, ``with_swa``, the window's section) in one pipelined read, each
-        authenticated before anything is returned; CorruptEntry if any is gone or fails."""
-        n = len(entry.chunks)
-        idx = [*range(n), *([-1] if with_swa else [])]
+        """Every chunk (and, ``with_swa``, the window's section) in one pipelined read into one
+        buffer (the disk tier's :meth:`~DiskTier.block_buffer`, given back once the load
+        ends), each authenticated before anything is returned; CorruptEntry if any is gone or
+        fails."""
         if with_swa and entry.swa_section is None:
             raise CorruptEntry(f"{entry.path}: the entry has no window")
-        values = self._get([self.chunk_name(entry, k) for k in idx])
-        out = [self._verified(entry, k, v) for k, v in zip(idx, values, strict=True)]
+        idx = [*range(len(entry.chunks)), *([-1] if with_swa else [])]
+        end = max((self._span(entry, k)[1] for k in idx), default=0)
+        base, out = self._read(entry, idx, self.block_buffer(end))
         swa = out.pop() if with_swa else None
-        return torch.empty(0, dtype=torch.uint8), out, swa
+        return base, out, swa
 
     def read_chunk(self, entry: DiskEntry, k: int, scratch: bool = False) -> torch.Tensor:
         if not 0 <= k < len(entry.chunks):
             raise CorruptEntry(f"{entry.path}: no chunk {k}")
-        return self._verified(entry, k, self._get([self.chunk_name(entry, k)])[0])
+        return self._read(entry, [k])[1][0]
 
     def read_swa(self, entry: DiskEntry) -> torch.Tensor:
-        return self._verified(entry, -1, self._get([self.chunk_name(entry, -1)])[0])
+        return self._read(entry, [-1])[1][0]
 
     # ---- headers ------------------------------------------------------------------------
     def _remote_entry(self, header: dict[str, Any], key: bytes, name: str) -> DiskEntry:

@@ -1,7 +1,8 @@
 """The store interface a remote tier keeps its entries in, and its Redis implementation.
 
 Small on purpose (get, pipelined multi-get, pipelined put, delete, scan by pattern), so that an
-object store can follow.  A store trusts nothing and promises nothing: a value may vanish (another
+object store can follow; a store may also read values straight into a caller's buffer
+(:meth:`RedisStore.read_into`: what a load uses where the store has it).  A store trusts nothing and promises nothing: a value may vanish (another
 node's ``DEL``, ``maxmemory`` eviction, a TTL, a restart without persistence) or change (another
 writer) between any two calls; :mod:`kvstate.impl.remote` authenticates everything it reads.
 
@@ -12,6 +13,8 @@ truncated and recomputed) or a failed write (the block stays on host).
 
 from __future__ import annotations
 
+import secrets
+import socket
 from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
@@ -20,6 +23,10 @@ from .errors import StorageError
 
 class StoreUnavailable(StorageError):
     """The store did not answer, or answered with an error."""
+
+
+MISSING = -1  # read_into's size of a value the store does not hold
+_LINE_MAX = 64  # a reply's header line (``$<length>``, an error's text is cut at this)
 
 
 class ChunkStore(Protocol):
@@ -36,12 +43,75 @@ class ChunkStore(Protocol):
     def close(self) -> None: ...
 
 
+class _Replies:
+    """Pipelined ``GET`` replies off one socket (RESP): each value received straight into its
+    place in the caller's buffer (``recv_into``, the GIL released while the kernel copies: one
+    copy, kernel to buffer, where a client library's parser copies each value into a buffer
+    of its own and then into a ``bytes`` object), the framing through a small buffer."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.buf = bytearray(1 << 16)
+        self.view = memoryview(self.buf)
+        self.lo = self.hi = 0
+
+    def _more(self) -> None:
+        if self.lo == self.hi:
+            self.lo = self.hi = 0
+        elif self.hi == len(self.buf):
+            n = self.hi - self.lo
+            self.buf[:n] = self.view[self.lo : self.hi]
+            self.lo, self.hi = 0, n
+        got = self.sock.recv_into(self.view[self.hi :])
+        if not got:
+            raise ConnectionError("the server closed the connection")
+        self.hi += got
+
+    def line(self) -> bytes:
+        while True:
+            i = self.buf.find(b"\r\n", self.lo, self.hi)
+            if i >= 0:
+                out = bytes(self.view[self.lo : i])
+                self.lo = i + 2
+                return out
+            if self.hi - self.lo > 1 << 12:
+                raise ConnectionError("a reply line without its end")
+            self._more()
+
+    def into(self, dst: memoryview) -> None:
+        n = min(len(dst), self.hi - self.lo)
+        dst[:n] = self.view[self.lo : self.lo + n]
+        self.lo += n
+        while n < len(dst):
+            got = self.sock.recv_into(dst[n:])
+            if not got:
+                raise ConnectionError("the server closed the connection")
+            n += got
+
+    def skip(self, n: int) -> None:
+        """Drop ``n`` bytes (a value of another size than its span's)."""
+        while n:
+            if self.lo == self.hi:
+                self._more()
+            k = min(n, self.hi - self.lo)
+            self.lo += k
+            n -= k
+
+    def end(self) -> None:
+        """A value's ``\\r\\n``."""
+        while self.hi - self.lo < 2:
+            self._more()
+        if self.view[self.lo : self.lo + 2] != b"\r\n":
+            raise ConnectionError("a value without its end")
+        self.lo += 2
+
+
 class RedisStore:
     """A Redis server (or Redis Cluster) through the ``redis`` client's connection pool.
 
-    ``url``: ``redis://host:port/db``, ``rediss://...`` or ``unix:///path/to/socket``.  Reads of
-    an entry's chunks are one pipelined ``MGET`` (one round trip; the entry's keys share one hash
-    tag, so one cluster slot); writes are one pipeline, chunks before the header that names them.
+    ``url``: ``redis://host:port/db``, ``rediss://...`` or ``unix:///path/to/socket``.  A load's
+    reads are one pipeline of ``GET`` s received straight into its buffer (:meth:`read_into`;
+    one round trip; an entry's keys share one hash tag, so one cluster slot); writes are one pipeline, chunks before the header that names them.
     ``timeout`` bounds every call (connect and socket): a stalled server fails the call after it,
     never later."""
 
@@ -66,10 +136,11 @@ class RedisStore:
 
                 self.client: Any = RedisCluster.from_url(url, **opts)
             else:
-                self.client = redis.Redis.from_url(url, **opts)
+                self.client = redis.Redis.from_url(url, protocol=2, **opts)
         except (ValueError, *self._errors) as exc:
             raise StoreUnavailable(f"remote store {url!r}: {exc}") from exc
         self.url = url
+        self.cluster = cluster
 
     def _fail(self, what: str, exc: BaseException) -> StoreUnavailable:
         err = StoreUnavailable(f"remote store {self.url}: {what}: {type(exc).__name__}: {exc}")
@@ -100,6 +171,78 @@ class RedisStore:
         except self._errors as exc:
             raise self._fail("MGET", exc) from exc
         return [None if v is None else bytes(v) for v in got]
+
+    def read_into(
+        self, names: Sequence[str], buf: memoryview, spans: Sequence[tuple[int, int]]
+    ) -> list[int]:
+        """``GET`` each name (one pipeline, one connection of the pool, one round trip) into
+        ``buf[lo:hi]`` of its span; returns each value's size (:data:`MISSING` where the store
+        holds none).  A value of another size is not placed (the caller fails its chunk).  A
+        cluster reads through :meth:`mget` and copies."""
+        if any(not 0 <= lo <= hi <= len(buf) for lo, hi in spans):
+            raise ValueError("read_into: a span outside the buffer")
+        if self.cluster:
+            sizes = []
+            for (lo, hi), v in zip(spans, self.mget(names), strict=True):
+                if v is not None and len(v) == hi - lo:
+                    buf[lo:hi] = v
+                sizes.append(MISSING if v is None else len(v))
+            return sizes
+        pool = self.client.connection_pool
+        try:
+            conn = pool.get_connection()
+        except self._errors as exc:
+            raise self._fail("GET", exc) from exc
+        clean = False
+        try:
+            if conn._sock is None:
+                conn.connect()
+            # an ECHO of a fresh token first: a reply nobody read on this connection (whenever
+            # it arrives) comes before the token's and fails the call, never passes for a value
+            token = secrets.token_hex(8).encode()
+            cmds = [("ECHO", token), *(("GET", n) for n in names)]
+            conn.send_packed_command(conn.pack_commands(cmds), False)
+            replies = _Replies(conn._sock)
+            if replies.line() != b"$%d" % len(token):
+                raise ConnectionError("a reply out of step on a pooled connection")
+            echo = bytearray(len(token))
+            replies.into(memoryview(echo))
+            replies.end()
+            if echo != token:
+                raise ConnectionError("a reply out of step on a pooled connection")
+            sizes, error = [], b""
+            for lo, hi in spans:
+                head = replies.line()
+                kind = head[:1]
+                if kind == b"$" and head[1:] != b"-1":
+                    n = int(head[1:])
+                    if n == hi - lo:
+                        replies.into(buf[lo:hi])
+                    else:
+                        replies.skip(n)
+                    replies.end()
+                    sizes.append(n)
+                elif kind in (b"$", b"_"):  # RESP2's and RESP3's nil: no such value
+                    sizes.append(MISSING)
+                elif kind == b"-":
+                    error = error or head[1:_LINE_MAX]
+                    sizes.append(MISSING)
+                else:
+                    raise ConnectionError(f"unexpected reply {head[:_LINE_MAX]!r}")
+            clean = True
+        except ValueError as exc:  # (a length that is not a number)
+            raise self._fail("GET", exc) from exc
+        except self._errors as exc:
+            raise self._fail("GET", exc) from exc
+        finally:
+            if not clean:  # (its framing is lost: never back to the pool as it is)
+                conn.disconnect()
+            pool.release(conn)
+        if error:
+            raise StoreUnavailable(
+                f"remote store {self.url}: GET: {error.decode(errors='replace')}"
+            )
+        return sizes
 
     def put(self, items: Sequence[tuple[str, Any]], ttl: int | None) -> None:
         try:
