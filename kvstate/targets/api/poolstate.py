@@ -5,7 +5,8 @@ the blocks hold with the pool's *own* size, so a pool built one page short (or o
 balances and is never noticed: the cache then runs out earlier than its arguments promise, or
 hands out a page that is not there.  :func:`sizes` compares each pool's capacity with the
 arguments the cache was opened with (``device_blocks`` slots, ``host_blocks`` host slots,
-``swa_blocks`` blocks' worth of SWA pages, the documented meaning of each argument).
+``swa_blocks`` blocks' worth of SWA pages, the documented meaning of each argument), and the
+memory plan ``memory_limit`` is checked against with the bytes the tiers then allocate.
 
 The device slots carry a *claim* (``impl/storage.py``): a record prefers the slot it last held,
 so a block evicted and stored again keeps its device address (a captured CUDA graph stays
@@ -26,6 +27,8 @@ the end of every threaded schedule:
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from kvstate.targets.api.base import Harness
 
@@ -62,7 +65,29 @@ def sizes(h: Harness) -> list[str]:
             f"SWA pages: pool of {t.swa_pool.n - t.swa_pool.first}, opened with "
             f"swa_blocks={swa} ({want} pages)"
         )
+    if _PLANNED.get(id(h.cache)) is not h.cache:  # once per cache: its tiers never grow
+        _PLANNED.clear()
+        _PLANNED[id(h.cache)] = h.cache
+        out.extend(planned(h))
     return out
+
+
+_PLANNED: dict[int, Any] = {}  # the cache whose memory plan was compared
+
+
+def planned(h: Harness) -> list[str]:
+    """The memory plan (``planned_bytes``: what ``memory_limit`` is checked against before
+    anything is allocated) against the bytes the tiers hold, device and host."""
+    from kvstate.impl.tiers import planned_bytes
+
+    v = h.view
+    t = v.tiers
+    dev = sum(g.device_data.nbytes for g in t.groups)
+    host = sum(g.host_data.nbytes for g in t.groups)
+    plan = planned_bytes(v.geometry, t.slots.n, t.host_slots.n, None, t.swa_blocks)
+    if plan != (dev, host):
+        return [f"memory plan {plan} (device, host bytes) != the tiers' tensors ({dev}, {host})"]
+    return []
 
 
 def claims(h: Harness) -> list[str]:
