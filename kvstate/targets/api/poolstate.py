@@ -32,19 +32,19 @@ from typing import Any
 
 from kvstate.targets.api.base import Harness
 
-_SIZES: dict[int, tuple[int, int, int]] = {}  # id(cache) -> the arguments it was opened with
+# the last cache whose opening arguments were read, and them: one entry, the cache itself (an
+# ``id`` alone may be a later example's cache at a freed one's address, opened otherwise)
+_OPENED: list[Any] = [None, (0, 0, 0)]
 
 
 def _opened(h: Harness) -> tuple[int, int, int]:
-    """``device_blocks``, ``host_blocks``, ``swa_blocks`` of the harness's cache (kept per
-    cache: the arguments are those of the cache's last opening, ``pools``/``geometry``)."""
-    got = _SIZES.get(id(h.cache))
-    if got is None or len(_SIZES) > 64:
-        _SIZES.clear()
+    """``device_blocks``, ``host_blocks``, ``swa_blocks`` of the harness's cache (those of its
+    last opening, ``pools``/``geometry``)."""
+    if _OPENED[0] is not h.cache:
         kw = h.open_kwargs()
-        got = (int(kw["device_blocks"]), int(kw["host_blocks"]), int(kw["swa_blocks"]))
-        _SIZES[id(h.cache)] = got
-    return got
+        sizes = (int(kw["device_blocks"]), int(kw["host_blocks"]), int(kw["swa_blocks"]))
+        _OPENED[:] = [h.cache, sizes]
+    return _OPENED[1]
 
 
 def sizes(h: Harness) -> list[str]:
@@ -65,14 +65,13 @@ def sizes(h: Harness) -> list[str]:
             f"SWA pages: pool of {t.swa_pool.n - t.swa_pool.first}, opened with "
             f"swa_blocks={swa} ({want} pages)"
         )
-    if _PLANNED.get(id(h.cache)) is not h.cache:  # once per cache: its tiers never grow
-        _PLANNED.clear()
-        _PLANNED[id(h.cache)] = h.cache
+    if _PLANNED[0] is not h.cache:  # once per cache: its tiers never grow
+        _PLANNED[0] = h.cache
         out.extend(planned(h))
     return out
 
 
-_PLANNED: dict[int, Any] = {}  # the cache whose memory plan was compared
+_PLANNED: list[Any] = [None]  # the cache whose memory plan was compared last
 
 
 def planned(h: Harness) -> list[str]:
