@@ -117,7 +117,7 @@ class _MetaView(ReadOnly):
 
 
 _GROUP_READS = frozenset(
-    {"host_index", "build", "dev_index", "make_pages", "free_pages", "map", "decode"}
+    {"host_index", "build", "dev_index", "make_pages", "free_pages", "free_slots", "map", "decode"}
 )
 _DISK_READS = frozenset(
     {"read_header", "stem", "new_path", "header_mac", "header_name", "chunk_name", "parse"}

@@ -30,6 +30,11 @@ class SlotPool:
     def free(self) -> int:
         return len(self._unclaimed) + len(self._claimed)
 
+    def free_slots(self) -> tuple[list[int], list[int]]:
+        """The free slots in the order ``take`` hands them out: the unclaimed ones, then the
+        claimed ones (copies; read by the inspection view)."""
+        return list(self._unclaimed), list(self._claimed)
+
     def claim_free(self, rid: int) -> int:
         """Reserve a preferred slot for a new record without taking it (-1 when none spare)."""
         if not self._unclaimed:

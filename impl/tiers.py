@@ -65,7 +65,8 @@ def planned_bytes(
     per_slot += ncsa * (g.csa_tail_rows * 2 * g.head_dim * 4 + g.csa_tail_rows * 8)
     swa = len(g.layers) * L * g.entry_bytes
     swa_blocks = swa_pool_blocks(g, device_slots, max_requests, swa_blocks)
-    dev = device_slots * per_slot + swa_blocks * swa
+    null_page = len(g.layers) * g.swa_block_tokens * g.entry_bytes  # the SWA pool's page 0
+    dev = device_slots * per_slot + swa_blocks * swa + null_page
     return dev, host_slots * (per_slot + swa)
 
 

@@ -123,9 +123,24 @@ def test_planned_device_bytes_shrink_on_long_prefixes() -> None:
     dev_1, _ = planned_bytes(d, slots, 1, 1)  # fewer requests: fewer windows
     assert dev_1 == dev - 255 * swa
     per_slot = host - swa  # a host slot keeps one block's pages of every group
-    assert dev == slots * per_slot + d.swa_pool_blocks(slots, d.max_requests) * swa
+    null_page = len(d.layers) * d.swa_block_tokens * d.entry_bytes  # the SWA pool's page 0
+    assert dev == slots * per_slot + d.swa_pool_blocks(slots, d.max_requests) * swa + null_page
     before = slots * (per_slot + swa)  # one block's SWA pages per slot
     assert before - dev > 21 * 2**30  # a 1M-token prefix: 31.5 GiB down to 9.7 GiB
+
+
+@pytest.mark.parametrize("swa_blocks", [None, 1, 5])
+def test_planned_bytes_are_the_bytes_the_tiers_allocate(swa_blocks: int | None) -> None:
+    """The memory plan (checked against ``memory_limit`` before anything is allocated) is
+    what the tiers then allocate, the SWA pool's reserved null page included."""
+    c = make(device_blocks=6, host_blocks=2, swa_blocks=swa_blocks)
+    try:
+        t = c.inspect().tiers
+        dev = sum(g.device_data.nbytes for g in t.groups)
+        host = sum(g.host_data.nbytes for g in t.groups)
+        assert planned_bytes(G, 6, 2, None, t.swa_blocks) == (dev, host)
+    finally:
+        c.close()
 
 
 def test_store_keeps_end_window_and_checkpoints(cache: HeterogeneousKVCache) -> None:

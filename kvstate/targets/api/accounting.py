@@ -7,6 +7,7 @@ import os
 
 from kvstate.spec.phases import CKV, Indexer, Pipe, Swa
 from kvstate.targets.api.base import Harness
+from kvstate.targets.api.poolstate import pool_state
 
 
 def accounting(h: Harness) -> list[str]:
@@ -75,6 +76,7 @@ def accounting(h: Harness) -> list[str]:
         gone = [r for r in core.tombstones if r not in idx]
         if gone:
             out.append(f"tombstones {gone} are not records of the index")
+        out.extend(pool_state(h))  # sizes and device-slot claims (targets/api/poolstate.py)
         refs = sum(m.ref[r] for r in live)
         pins = sum(len(s.rids) for s in core.slots)
         if not refs == pins == core.pinned_blocks:

@@ -58,7 +58,7 @@ class HandRows(CallCheck):
     """The engine's side of ``HandedRows``: the acting request's rows handed before a call
     that may store, forgotten after it."""
 
-    _STORES = ("use", "finish", "append")
+    _STORES = ("use", "finish", "append", "foreign")
 
     def __init__(self) -> None:
         self.handing: Any = None
@@ -71,10 +71,11 @@ class HandRows(CallCheck):
 
     def before(self, h: Any, o: Any) -> None:
         w = self._writer(h) if o.name in self._STORES else None
-        lv = h.live[o.arg("i")] if w is not None else None
-        if w is None or lv is None:
+        # ``foreign``: a whole request over the harness's first ``n`` tokens (another namespace)
+        lv = h.live[o.arg("i")] if w is not None and o.name != "foreign" else None
+        if w is None or (lv is None and o.name != "foreign"):
             return
-        n = len(lv.req.tokens)
+        n = o.arg("n") if lv is None else len(lv.req.tokens)
         if o.name == "append":
             n = min(n + o.arg("k") * h.scale, len(h.tokens))
         self.handing = w.handing()
