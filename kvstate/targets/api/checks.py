@@ -31,12 +31,14 @@ def make_checks(h: Any) -> list[CallCheck]:
     from kvstate.targets.api.orders import OrderHook
     from kvstate.targets.api.prefixreads import PrefixReads
     from kvstate.targets.api.ready import Readiness
+    from kvstate.targets.api.recoveryhit import RecoveryHit
     from kvstate.targets.api.refusals import RefusalRequired
     from kvstate.targets.api.remote import checks as remote_checks
     from kvstate.targets.api.single import ActCheck
     from kvstate.targets.api.stats import StatsCheck
     from kvstate.targets.api.stored import StoredForms
     from kvstate.targets.api.window import AppendWindows
+    from kvstate.targets.api.writerfails import FinishStores
 
     return [
         NewModel(),  # first: the others see the derived table's model
@@ -45,6 +47,7 @@ def make_checks(h: Any) -> list[CallCheck]:
         Events(h),
         WindowPolicy(),
         Readiness(),
+        RecoveryHit(),
         RefusalRequired(),
         MaintCount(),
         AppendWindows(),
@@ -60,4 +63,5 @@ def make_checks(h: Any) -> list[CallCheck]:
         GuardReads(),
         InspectionReads(),
         HandRows(),
+        FinishStores(),
     ]

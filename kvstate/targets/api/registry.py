@@ -33,6 +33,7 @@ from kvstate.targets.api import (
     single,
     stepwise,
     stored,
+    writerfails,
 )
 from kvstate.targets.api.declare import OpDecl, fault_kinds, fault_ops, handlers, mapping
 
@@ -56,6 +57,7 @@ MODULES = (
     facade,
     handed,
     remote,
+    writerfails,
 )
 
 DECLARED: tuple[OpDecl, ...] = tuple(d for m in MODULES for d in m.DECLS)

@@ -22,6 +22,7 @@ from kvstate.targets.api.registry import DECLARED
 from kvstate.targets.api.single import walks as single_walks
 from kvstate.targets.api.stepwise import READS
 from kvstate.targets.api.stored import FORGERIES, REFUSALS
+from kvstate.targets.api.writerfails import walks as writer_fails_walks
 
 
 def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[TraceStep]]:
@@ -391,6 +392,7 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[TraceStep]]:
         **evictrun_walks(N, L, lease_max),  # kvstate/targets/api/evictrun.py
         **facade_walks(N, L, lease_max),  # kvstate/targets/api/facade.py
         **handed_walks(N, L, lease_max),  # kvstate/targets/api/handed.py
+        **writer_fails_walks(N, L, lease_max),  # kvstate/targets/api/writerfails.py
     }
     if remote.WORLD is not None:  # a run with a remote tier meets the store's faults first
         walks = {**remote.walks(N, L, lease_max, to_disk, hit), **walks}

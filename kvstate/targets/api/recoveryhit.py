@@ -1,0 +1,195 @@
+"""Which hit an admission that starts a recovery picks: the longest its recovery can serve.
+
+The table explains an admission by ``admit touch* match pin (validate | RECOVER* FINALIZE?)``
+(``spec/api.py``) with *any* hit the guards allow, so refinement alone accepts an admission
+whose recovery aims short (a projection that forgets a pipeline's last block, a search that
+stops a block early) or long (a hit the recovery can never validate: it is cut at ``use``,
+which the table explains too).  The harness already checks an admission validated at once
+against the model's longest valid hit (``ApiHarness._check_longest``); this check covers the
+other branch, an admission that pinned a hit and started recovery steps.
+
+The model is run on from the state just before ``match`` with a hit ``h``: ``match``, ``pin``,
+then the recovery's and the pipelines' actions (``spec/api.py``'s ``RECOVER`` and ``JOB``
+macros, read here, never restated) as the world allows them (a sound entry's load completes, a
+corrupt one's fails: the harness's ``_forbid``), room made only where nothing else can run;
+``h`` is *served* if ``validate`` then holds.
+
+* **too short**: a whole-block hit longer than the one chosen (up to the request's longest) is
+  served, and no block of it is one whose stored bytes the harness damaged (the library cannot
+  know the damage before it reads it; the model does not see it);
+* **too long**: where the world broke nothing (no damage, no armed fault, no damaged tail), the
+  chosen hit itself is served.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from kvstate.spec.api import MACROS
+from kvstate.spec.state import ConcreteState
+from kvstate.targets.api.base import CallCheck
+
+Step = tuple[str, dict[str, int]]
+
+
+def _expand(name: str, seen: frozenset[str] = frozenset()) -> set[str]:
+    """The action names a ``spec/api.py`` macro stands for (its macros expanded)."""
+    out: set[str] = set()
+    for t in MACROS[name].replace("(", " ").replace(")", " ").replace("|", " ").split():
+        t = t.rstrip("*?+")
+        if t.isupper() and t in MACROS and t not in seen:
+            out |= _expand(t, seen | {name})
+        elif t.isidentifier() and not t.isupper():
+            out.add(t)
+    return out
+
+
+ROOM = frozenset(_expand("ROOM"))
+# what may run between an admission's pin and its finalization: its recovery steps and the
+# pipelines' job steps (their follow-ups included)
+RECOVERY = frozenset(_expand("RECOVER") | _expand("JOB")) - ROOM
+
+
+def served(
+    m: Any, s: ConcreteState, r: int, forbid: set[tuple[str, Any]], trail: list[Step] | None = None
+) -> bool:
+    """Whether ``validate`` of request ``r`` holds once the recovery and the pipelines have run
+    on from ``s`` (room made only where nothing else is enabled); the actions run go to
+    ``trail``."""
+    for _ in range(300):
+        if m.is_enabled(s, "validate", {"r": r}):
+            return True
+        nxt = None
+        for n, p in m.enabled(s):
+            if (n, p.get("b")) in forbid:
+                continue
+            if n in RECOVERY:
+                nxt = (n, p)
+                break
+            if nxt is None and n in ROOM:
+                nxt = (n, p)
+        if nxt is None:
+            return False
+        s = m.step(s, *nxt)
+        if trail is not None:
+            trail.append(nxt)
+    return False
+
+
+Plan = list[tuple[int, str, bool, int, str]]
+
+
+def model_plan(m: Any, table: Any, s: ConcreteState, trail: Sequence[Step], blocks: int) -> Plan:
+    """The recovery plan of the first ``blocks`` blocks as the model's run ``trail`` from ``s``
+    (the state the admission pinned its hit in) carries it out: each recovery transition the
+    recovery fires itself (``Table.recovery.fired``), on the pipeline it starts, and for each
+    job already running at ``s``, the transition that ends it (a wait); each with the cache
+    state its pipeline restores.  Sorted: the blocks' plans interleave in a run."""
+    rec = table.recovery
+    if rec is None:
+        return []
+    out: Plan = []
+    running = {(b, k): s.values[v][b] != 0 for b in range(blocks) for k, v in enumerate(rec.pipes)}
+    for n, p in trail:
+        nxt = m.step(s, n, p)
+        b = p.get("b")
+        if n in rec.transitions and b is not None and b < blocks:
+            for k, v in enumerate(rec.pipes):
+                old, new = s.values[v][b], nxt.values[v][b]
+                if old == new:
+                    continue
+                pipe = new if new != 0 else old
+                if n in rec.fired:
+                    out.append((b, n, False, int(pipe), rec.restores[pipe]))
+                elif new == 0 and running[(b, k)]:
+                    out.append((b, n, True, int(old), rec.restores[old]))
+                running[(b, k)] = False
+        s = nxt
+    return sorted(out)
+
+
+class RecoveryHit(CallCheck):
+    def __init__(self) -> None:
+        self.forbid: set[tuple[str, Any]] = set()
+
+    def before(self, h: Any, o: Any) -> None:
+        self.forbid = h._forbid(o) if o.name == "admit" else set()
+
+    def after(
+        self, h: Any, o: Any, before: ConcreteState, steps: Sequence[Step], end: ConcreteState
+    ) -> None:
+        names = [n for n, _ in steps]
+        if o.name != "admit" or "match" not in names or "pin" not in names or "validate" in names:
+            return
+        m, L = h.machine, h.L
+        s = before
+        for n, p in steps:
+            if n == "match":
+                break
+            s = m.step(s, n, p)
+        r, chosen = next((p["r"], p["h"]) for n, p in steps if n == "match")
+        lv = next(
+            (
+                x
+                for x in h.live
+                if x is not None and x.req.slot is not None and x.req.slot.index == r
+            ),
+            None,
+        )
+        if lv is None:
+            return
+        h_max = max(len(lv.req.tokens) - 1, 0)
+        broken = set(h.corrupt) | h.read_error | h.tail_damaged
+
+        def serves(hit: int) -> bool:
+            t = s
+            for n, p in (("match", {"r": r, "h": hit}), ("pin", {"r": r})):
+                if not m.is_enabled(t, n, p):
+                    return False
+                t = m.step(t, n, p)
+            return served(m, t, r, self.forbid)
+
+        for hit in range(h_max - h_max % L, chosen, -L):
+            if broken & set(range(hit // L)):
+                continue
+            if serves(hit):
+                raise h.fail(
+                    "short-hit",
+                    ["admit-recovery"],
+                    f"{o.render()} chose a hit of {chosen} tokens and started its recovery, but "
+                    f"the model's recovery serves {hit}",
+                )
+        h.cov.add("check: a recovering admission's hit against the longest served")
+        if broken:
+            return
+        if chosen and not serves(chosen):
+            raise h.fail(
+                "long-hit",
+                ["admit-recovery"],
+                f"{o.render()} chose a hit of {chosen} tokens that no run of its recovery "
+                "validates (nothing was damaged)",
+            )
+        # the plan the admission shows (``Admission.recovery``) against the model's run of it
+        at = next(i for i, (n, _) in enumerate(steps) if n == "pin") + 1
+        t = before
+        for n, p in steps[:at]:
+            t = m.step(t, n, p)
+        trail = list(steps[at:])
+        if not served(m, end, r, self.forbid, trail):
+            return
+        adm = lv.req.admission
+        if adm is None:
+            return
+        got = sorted(
+            (x.block, x.action, bool(x.wait), int(x.pipeline), x.state) for x in adm.recovery.steps
+        )
+        want = model_plan(m, h.table, t, trail, -(-chosen // L))
+        h.cov.add("check: a recovery plan against the model's run of it")
+        if got != want:
+            raise h.fail(
+                "recovery-plan",
+                ["admit-recovery"],
+                f"{o.render()}: the admission's recovery plan {got} is not the model's run of "
+                f"it {want}",
+            )
