@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kvstate.spec.api import MACROS
+from kvstate.spec.phases import Req
 from kvstate.spec.state import ConcreteState
 from kvstate.targets.api.base import CallCheck
 
@@ -109,6 +110,33 @@ def model_plan(m: Any, table: Any, s: ConcreteState, trail: Sequence[Step], bloc
     return sorted(out)
 
 
+# an admission's public ``state`` for each request phase the model ends an ``admit`` in
+_STATE = {Req.PINNED: "pending", Req.VALIDATED: "validated", Req.RECOMPUTE: "downgraded"}
+
+
+def check_admission(h: Any, o: Any, r: int, lv: Any, end: ConcreteState) -> None:
+    """The public fields of the request's admission (and, in use, of its run) against the
+    model's request after the call: the hit it holds, and the phase its ``state`` names."""
+    adm = lv.req.admission
+    if adm is None:
+        return
+    phase, hit = Req(end.values["phase"][r]), end.values["hit"][r]
+    want = _STATE.get(phase) if o.name == "admit" else None
+    bad = []
+    if want is not None and adm.state != want:
+        bad.append(f"state {adm.state!r} where the model's request is {phase.name}")
+    if phase != Req.RECOMPUTE and adm.state != "downgraded" and adm.hit_tokens != hit:
+        bad.append(f"hit_tokens {adm.hit_tokens} where the model's hit is {hit}")
+    if adm.state == "downgraded" and adm.hit_tokens != 0:
+        bad.append(f"a downgraded admission's hit_tokens {adm.hit_tokens}")
+    run = lv.run if o.name == "use" else None
+    if run is not None and run.hit_tokens != (0 if phase == Req.RECOMPUTE else hit):
+        bad.append(f"the run's hit_tokens {run.hit_tokens} where the model's hit is {hit}")
+    h.cov.add("check: an admission's public fields against the model")
+    if bad:
+        raise h.fail("admission-fields", [o.name], f"{o.render()}: " + "; ".join(bad))
+
+
 class RecoveryHit(CallCheck):
     def __init__(self) -> None:
         self.forbid: set[tuple[str, Any]] = set()
@@ -119,7 +147,23 @@ class RecoveryHit(CallCheck):
     def after(
         self, h: Any, o: Any, before: ConcreteState, steps: Sequence[Step], end: ConcreteState
     ) -> None:
+        if o.name == "use" and h.live[o.arg("i")] is not None:
+            lv = h.live[o.arg("i")]
+            if lv.req.slot is not None:
+                check_admission(h, o, lv.req.slot.index, lv, end)
         names = [n for n, _ in steps]
+        if o.name == "admit" and "match" in names:
+            r = next(p["r"] for n, p in steps if n == "match")
+            lv = next(
+                (
+                    x
+                    for x in h.live
+                    if x is not None and x.req.slot is not None and x.req.slot.index == r
+                ),
+                None,
+            )
+            if lv is not None:
+                check_admission(h, o, r, lv, end)
         if o.name != "admit" or "match" not in names or "pin" not in names or "validate" in names:
             return
         m, L = h.machine, h.L
@@ -184,6 +228,7 @@ class RecoveryHit(CallCheck):
         got = sorted(
             (x.block, x.action, bool(x.wait), int(x.pipeline), x.state) for x in adm.recovery.steps
         )
+        self.started(h, o, steps, adm)
         want = model_plan(m, h.table, t, trail, -(-chosen // L))
         h.cov.add("check: a recovery plan against the model's run of it")
         if got != want:
@@ -193,3 +238,28 @@ class RecoveryHit(CallCheck):
                 f"{o.render()}: the admission's recovery plan {got} is not the model's run of "
                 f"it {want}",
             )
+
+    def started(self, h: Any, o: Any, steps: Sequence[Step], adm: Any) -> None:
+        """Each step of the plan the recovery fires itself was fired by the admission (its
+        explanation holds it), or waits where the library documents it waits: a load past
+        the I/O cap queued, a rebuild until its block's load lands; a load that found no
+        device room ends the plan (the admission is truncated at use)."""
+        rec = h.table.recovery
+        fired = {(p.get("b"), n) for n, p in steps if n in rec.fired}
+        queued, rebuild = set(h.view.io_waiting), set(h.view.want_rebuild)
+        for x in adm.recovery.steps:
+            if x.wait or (x.block, x.action) in fired:
+                continue
+            if x.action == "load_start":
+                if x.rid in queued:
+                    continue
+                break  # no device room: the rest of the plan is not started
+            if x.action == "rebuild_start" and x.rid in rebuild:
+                continue
+            raise h.fail(
+                "recovery-plan",
+                ["admit-recovery"],
+                f"{o.render()}: the plan's {x.action} of block {x.block} was neither fired nor "
+                "left waiting",
+            )
+        h.cov.add("check: a recovery plan's steps started")
