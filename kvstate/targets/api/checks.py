@@ -29,6 +29,7 @@ def make_checks(h: Any) -> list[CallCheck]:
     from kvstate.targets.api.jobfaults import UnverifiedTail
     from kvstate.targets.api.memo import WindowPolicy
     from kvstate.targets.api.orders import OrderHook
+    from kvstate.targets.api.pincap import CappedModel
     from kvstate.targets.api.prefixreads import PrefixReads
     from kvstate.targets.api.ready import Readiness
     from kvstate.targets.api.recoveryhit import RecoveryHit
@@ -42,6 +43,7 @@ def make_checks(h: Any) -> list[CallCheck]:
 
     return [
         NewModel(),  # first: the others see the derived table's model
+        CappedModel(),  # (likewise)
         OrderHook(h),
         GraphRows(),
         Events(h),

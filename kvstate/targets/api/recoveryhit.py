@@ -114,7 +114,15 @@ def model_plan(m: Any, table: Any, s: ConcreteState, trail: Sequence[Step], bloc
 _STATE = {Req.PINNED: "pending", Req.VALIDATED: "validated", Req.RECOMPUTE: "downgraded"}
 
 
-def check_admission(h: Any, o: Any, r: int, lv: Any, end: ConcreteState) -> None:
+def check_admission(
+    h: Any,
+    o: Any,
+    r: int,
+    lv: Any,
+    end: ConcreteState,
+    before: ConcreteState | None = None,
+    steps: Sequence[Step] = (),
+) -> None:
     """The public fields of the request's admission (and, in use, of its run) against the
     model's request after the call: the hit it holds, and the phase its ``state`` names."""
     adm = lv.req.admission
@@ -133,6 +141,32 @@ def check_admission(h: Any, o: Any, r: int, lv: Any, end: ConcreteState) -> None
     if run is not None and run.hit_tokens != (0 if phase == Req.RECOMPUTE else hit):
         bad.append(f"the run's hit_tokens {run.hit_tokens} where the model's hit is {hit}")
     h.cov.add("check: an admission's public fields against the model")
+    if o.name == "admit" and steps and [n for n, _ in steps][-1] == "downgrade":
+        # given up at the cap: its rejection names the conjuncts of ``pin`` the model finds
+        # false at the hit it tried (the explanation's longest search: the model's own
+        # explanation may match any length before ``downgrade``)
+        e = adm.explanation
+        tried = max(e.immediate.hit, e.after_recovery.hit if e.after_recovery else 0)
+        t = before
+        for n, p in steps:
+            if n == "match":
+                break
+            t = h.machine.step(t, n, p)
+        if not h.machine.is_enabled(t, "match", {"r": r, "h": tried}):
+            bad.append(f"a hit of {tried} tokens tried, which the model cannot match")
+            failed: list[str] = []
+        else:
+            t = h.machine.step(t, "match", {"r": r, "h": tried})
+            failed = h.machine.failed_conjuncts(t, "pin", {"r": r})
+        why = adm.explanation.rejection or ""
+        named = (
+            why.split(" refused: guard ", 1)[1].split(" false", 1)[0]
+            if " refused: guard " in why
+            else ""
+        )
+        if sorted(x.strip() for x in named.split(",") if x.strip()) != sorted(failed):
+            bad.append(f"rejection {why!r} where the model's pin fails {failed}")
+        h.cov.add("check: an admission given up at the cap names the model's conjuncts")
     if bad:
         raise h.fail("admission-fields", [o.name], f"{o.render()}: " + "; ".join(bad))
 
@@ -163,7 +197,7 @@ class RecoveryHit(CallCheck):
                 None,
             )
             if lv is not None:
-                check_admission(h, o, r, lv, end)
+                check_admission(h, o, r, lv, end, before, steps)
         if o.name != "admit" or "match" not in names or "pin" not in names or "validate" in names:
             return
         m, L = h.machine, h.L

@@ -26,6 +26,7 @@ from kvstate.targets.api import (
     jobfaults,
     mixedload,
     ops,
+    pincap,
     pools,
     prefix,
     refusedwrites,
@@ -58,6 +59,7 @@ MODULES = (
     handed,
     remote,
     writerfails,
+    pincap,
 )
 
 DECLARED: tuple[OpDecl, ...] = tuple(d for m in MODULES for d in m.DECLS)

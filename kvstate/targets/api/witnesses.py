@@ -17,6 +17,7 @@ from kvstate.targets.api.handed import walks as handed_walks
 from kvstate.targets.api.inputs import CASES
 from kvstate.targets.api.jobfaults import walks as job_fault_walks
 from kvstate.targets.api.mixedload import walks as mixed_walks
+from kvstate.targets.api.pincap import walks as pincap_walks
 from kvstate.targets.api.refusedwrites import WAYS
 from kvstate.targets.api.registry import DECLARED
 from kvstate.targets.api.single import walks as single_walks
@@ -393,6 +394,7 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[TraceStep]]:
         **facade_walks(N, L, lease_max),  # kvstate/targets/api/facade.py
         **handed_walks(N, L, lease_max),  # kvstate/targets/api/handed.py
         **writer_fails_walks(N, L, lease_max),  # kvstate/targets/api/writerfails.py
+        **pincap_walks(N, L, lease_max),  # kvstate/targets/api/pincap.py
     }
     if remote.WORLD is not None:  # a run with a remote tier meets the store's faults first
         walks = {**remote.walks(N, L, lease_max, to_disk, hit), **walks}
