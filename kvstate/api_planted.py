@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvstate.api_mutants_admission import PLANTED as PLANTED_ADMISSION
 from kvstate.api_mutants_blocks import PLANTED as PLANTED_BLOCKS
 from kvstate.api_mutants_disk import DISK_MUTANTS
 from kvstate.api_mutants_evict import PLANTED as PLANTED_EVICT
@@ -601,3 +602,5 @@ MUTANTS += tuple(Mutant(*m) for m in PLANTED_BLOCKS)
 MUTANTS += tuple(Mutant(*m) for m in PLANTED_EVICT)
 # the façade's and the production writer's planted bugs (kvstate/api_mutants_facade.py)
 MUTANTS += tuple(Mutant(*m) for m in PLANTED_FACADE)
+# the admission classes' planted bugs (kvstate/api_mutants_admission.py)
+MUTANTS += tuple(Mutant(*m) for m in PLANTED_ADMISSION)
