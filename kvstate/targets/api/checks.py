@@ -31,6 +31,7 @@ def make_checks(h: Any) -> list[CallCheck]:
     from kvstate.targets.api.orders import OrderHook
     from kvstate.targets.api.pincap import CappedModel
     from kvstate.targets.api.prefixreads import PrefixReads
+    from kvstate.targets.api.queued import QueuedLoads
     from kvstate.targets.api.ready import Readiness
     from kvstate.targets.api.recoveryhit import RecoveryHit
     from kvstate.targets.api.refusals import RefusalRequired
@@ -66,4 +67,5 @@ def make_checks(h: Any) -> list[CallCheck]:
         InspectionReads(),
         HandRows(),
         FinishStores(),
+        QueuedLoads(),
     ]

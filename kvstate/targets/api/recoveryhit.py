@@ -135,8 +135,12 @@ def check_admission(
         bad.append(f"state {adm.state!r} where the model's request is {phase.name}")
     if phase != Req.RECOMPUTE and adm.state != "downgraded" and adm.hit_tokens != hit:
         bad.append(f"hit_tokens {adm.hit_tokens} where the model's hit is {hit}")
-    if adm.state == "downgraded" and adm.hit_tokens != 0:
-        bad.append(f"a downgraded admission's hit_tokens {adm.hit_tokens}")
+    if adm.state == "downgraded" and (adm.hit_tokens != 0 or hit != 0):
+        bad.append(
+            f"a downgraded admission (hit_tokens {adm.hit_tokens}) where the model's hit is {hit}"
+        )
+    if o.name == "use" and adm.state == "pending":
+        bad.append("still pending once in use")
     run = lv.run if o.name == "use" else None
     if run is not None and run.hit_tokens != (0 if phase == Req.RECOMPUTE else hit):
         bad.append(f"the run's hit_tokens {run.hit_tokens} where the model's hit is {hit}")
@@ -265,6 +269,19 @@ class RecoveryHit(CallCheck):
         self.started(h, o, steps, adm)
         want = model_plan(m, h.table, t, trail, -(-chosen // L))
         h.cov.add("check: a recovery plan against the model's run of it")
+        groups = {
+            k: sorted((x.block, x.action) for x in v) for k, v in adm.recovery.by_state().items()
+        }
+        states = {x[4] for x in want}
+        if got == want and groups != {
+            k: sorted((b, a) for b, a, _, _, s in want if s == k) for k in states
+        }:
+            raise h.fail(
+                "recovery-plan",
+                ["admit-recovery"],
+                f"{o.render()}: the plan's steps by the state they restore {groups} are not "
+                "its steps' own states",
+            )
         if got != want:
             raise h.fail(
                 "recovery-plan",
