@@ -19,6 +19,7 @@ from kvstate.targets.api.base import CallCheck
 def make_checks(h: Any) -> list[CallCheck]:
     """The checks one harness runs (each keeps its own state for the example)."""
     from kvstate.targets.api.args import MaintCount
+    from kvstate.targets.api.defaults import DefaultForms
     from kvstate.targets.api.delivery import Delivery
     from kvstate.targets.api.exhaust import Counts
     from kvstate.targets.api.facade import GuardReads, InspectionReads
@@ -68,4 +69,5 @@ def make_checks(h: Any) -> list[CallCheck]:
         HandRows(),
         FinishStores(),
         QueuedLoads(),
+        DefaultForms(),
     ]
