@@ -2,7 +2,9 @@
 :mod:`kvstate.api_planted`, which adds them to its list): which hit a recovering admission
 picks and the plan it shows (kvstate/targets/api/recoveryhit.py), a writer failing partway
 through ``finish`` and a ``finish`` that stores too little (kvstate/targets/api/writerfails.py),
-and the admission cap (kvstate/targets/api/pincap.py).  Each is (name, bug class, path, old
+the admission cap (kvstate/targets/api/pincap.py), queued loads nobody waits for
+(kvstate/targets/api/queued.py) and the maintenance calls' defaults
+(kvstate/targets/api/defaults.py).  Each is (name, bug class, path, old
 text, new text), as :class:`kvstate.api_planted.Mutant` takes them.
 """
 
@@ -44,5 +46,19 @@ PLANTED: tuple[tuple[str, str, str, str, str], ...] = (
         "impl/cache.py",
         '            adm = Admission(req, h_max, 0, "downgraded", expl, seq=req.admissions)',
         '            adm = Admission(req, h_max, got.immediate.hit, "downgraded", expl, seq=req.admissions)',
+    ),
+    (
+        "queued_loads_kept_for_nobody",
+        "readiness: a scan of pending loads that never runs",
+        "impl/requests.py",
+        "            if self.recovery.io_waiting:  # queued loads nobody is waiting for any more",
+        "            if not self.recovery.io_waiting:  # queued loads nobody is waiting for any more",
+    ),
+    (
+        "spill_default_spills_nothing",
+        "a default of a maintenance call",
+        "impl/cache.py",
+        "    def spill(self, n: Checked[Any, int] = 1) -> int:",
+        "    def spill(self, n: Checked[Any, int] = 0) -> int:",
     ),
 )
