@@ -2,9 +2,8 @@
 :mod:`kvstate.api_planted`, which adds them to its list): which hit a recovering admission
 picks and the plan it shows (kvstate/targets/api/recoveryhit.py), a writer failing partway
 through ``finish`` and a ``finish`` that stores too little (kvstate/targets/api/writerfails.py),
-the admission cap (kvstate/targets/api/pincap.py), queued loads nobody waits for
-(kvstate/targets/api/queued.py) and the maintenance calls' defaults
-(kvstate/targets/api/defaults.py).  Each is (name, bug class, path, old
+the admission cap (kvstate/targets/api/pincap.py) and queued loads nobody waits for
+(kvstate/targets/api/queued.py).  Each is (name, bug class, path, old
 text, new text), as :class:`kvstate.api_planted.Mutant` takes them.
 """
 
@@ -53,12 +52,5 @@ PLANTED: tuple[tuple[str, str, str, str, str], ...] = (
         "impl/requests.py",
         "            if self.recovery.io_waiting:  # queued loads nobody is waiting for any more",
         "            if not self.recovery.io_waiting:  # queued loads nobody is waiting for any more",
-    ),
-    (
-        "spill_default_spills_nothing",
-        "a default of a maintenance call",
-        "impl/cache.py",
-        "    def spill(self, n: Checked[Any, int] = 1) -> int:",
-        "    def spill(self, n: Checked[Any, int] = 0) -> int:",
     ),
 )
