@@ -103,5 +103,6 @@ def walks(N: int, L: int, lease_max: int) -> dict[str, list[Any]]:
     }
 
 
-# an example's first operation, scripted by its witnesses only (the random walk is unchanged)
+# an example's first operation, scripted by its witnesses (not a rule; the warm-up may start an
+# example with one of them)
 DECLS = (OpDecl("pincap", do_pincap, "read", rule=False),)

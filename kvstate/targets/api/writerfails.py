@@ -131,7 +131,7 @@ DECLS: tuple[OpDecl, ...] = (
         "finish_writer_failed",
         lambda s: {"i": s.slot, "k": st.integers(0, 6)},
         faults=("writer",),
-        rule=False,  # scripted (walks below): the random walk stays the one it was
+        rule=False,  # scripted (walks below; the warm-up may start an example with one)
     ),
 )
 
