@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvstate.api_mutants_admission import PLANTED as PLANTED_ADMISSION
 from kvstate.api_mutants_blocks import PLANTED as PLANTED_BLOCKS
 from kvstate.api_mutants_claims import PLANTED as PLANTED_CLAIMS
 from kvstate.api_mutants_disk import DISK_MUTANTS
@@ -604,3 +605,5 @@ MUTANTS += tuple(Mutant(*m) for m in PLANTED_EVICT)
 MUTANTS += tuple(Mutant(*m) for m in PLANTED_FACADE)
 # device-slot claims, pool sizes, the record purge (kvstate/api_mutants_claims.py)
 MUTANTS += tuple(Mutant(*m) for m in PLANTED_CLAIMS)
+# the admission classes' planted bugs (kvstate/api_mutants_admission.py)
+MUTANTS += tuple(Mutant(*m) for m in PLANTED_ADMISSION)

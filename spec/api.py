@@ -74,6 +74,14 @@ API: dict[str, ApiCall] = {
     "finish": ApiCall(
         ("STORE* release",), "store the request's new full blocks, drop the pins", "lifetime"
     ),
+    # finish whose writer raised partway (WriterFailed): the blocks before the failing one
+    # stored, the failing one's and the run's later ones' allocations given back, the pins
+    # released all the same
+    "finish_writer_failed": ApiCall(
+        ("STORE* (ROOM* allocate discard)* release",),
+        "finish whose writer raised partway: what was stored stays, the rest is given back",
+        "lifetime",
+    ),
     "abort": ApiCall(("abort",), "drop the pins and the hit at any point"),
     "append": ApiCall(
         ("(STORE | slide)*",), "decode: store completed blocks, slide the window", "lifetime"

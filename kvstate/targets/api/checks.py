@@ -19,6 +19,7 @@ from kvstate.targets.api.base import CallCheck
 def make_checks(h: Any) -> list[CallCheck]:
     """The checks one harness runs (each keeps its own state for the example)."""
     from kvstate.targets.api.args import MaintCount
+    from kvstate.targets.api.defaults import DefaultForms
     from kvstate.targets.api.delivery import Delivery
     from kvstate.targets.api.exhaust import Counts
     from kvstate.targets.api.facade import GuardReads, InspectionReads
@@ -29,22 +30,28 @@ def make_checks(h: Any) -> list[CallCheck]:
     from kvstate.targets.api.jobfaults import UnverifiedTail
     from kvstate.targets.api.memo import WindowPolicy
     from kvstate.targets.api.orders import OrderHook
+    from kvstate.targets.api.pincap import CappedModel
     from kvstate.targets.api.prefixreads import PrefixReads
+    from kvstate.targets.api.queued import QueuedLoads
     from kvstate.targets.api.ready import Readiness
+    from kvstate.targets.api.recoveryhit import RecoveryHit
     from kvstate.targets.api.refusals import RefusalRequired
     from kvstate.targets.api.remote import checks as remote_checks
     from kvstate.targets.api.single import ActCheck
     from kvstate.targets.api.stats import StatsCheck
     from kvstate.targets.api.stored import StoredForms
     from kvstate.targets.api.window import AppendWindows
+    from kvstate.targets.api.writerfails import FinishStores
 
     return [
         NewModel(),  # first: the others see the derived table's model
+        CappedModel(),  # (likewise)
         OrderHook(h),
         GraphRows(),
         Events(h),
         WindowPolicy(),
         Readiness(),
+        RecoveryHit(),
         RefusalRequired(),
         MaintCount(),
         AppendWindows(),
@@ -60,4 +67,7 @@ def make_checks(h: Any) -> list[CallCheck]:
         GuardReads(),
         InspectionReads(),
         HandRows(),
+        FinishStores(),
+        QueuedLoads(),
+        DefaultForms(),
     ]

@@ -26,6 +26,7 @@ from kvstate.targets.api import (
     jobfaults,
     mixedload,
     ops,
+    pincap,
     pools,
     prefix,
     refusedwrites,
@@ -35,6 +36,7 @@ from kvstate.targets.api import (
     single,
     stepwise,
     stored,
+    writerfails,
 )
 from kvstate.targets.api.declare import OpDecl, fault_kinds, fault_ops, handlers, mapping
 
@@ -60,6 +62,8 @@ MODULES = (
     remote,
     remoteargs,
     remotefull,
+    writerfails,
+    pincap,
 )
 
 DECLARED: tuple[OpDecl, ...] = tuple(d for m in MODULES for d in m.DECLS)

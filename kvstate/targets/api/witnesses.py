@@ -18,11 +18,13 @@ from kvstate.targets.api.inputs import CASES
 from kvstate.targets.api.jobfaults import walks as job_fault_walks
 from kvstate.targets.api.mixedload import walks as mixed_walks
 from kvstate.targets.api.records import walks as records_walks
+from kvstate.targets.api.pincap import walks as pincap_walks
 from kvstate.targets.api.refusedwrites import WAYS
 from kvstate.targets.api.registry import DECLARED
 from kvstate.targets.api.single import walks as single_walks
 from kvstate.targets.api.stepwise import READS
 from kvstate.targets.api.stored import FORGERIES, REFUSALS
+from kvstate.targets.api.writerfails import walks as writer_fails_walks
 
 
 def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[TraceStep]]:
@@ -384,6 +386,8 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[TraceStep]]:
         **facade_walks(N, L, lease_max),  # kvstate/targets/api/facade.py
         **handed_walks(N, L, lease_max),  # kvstate/targets/api/handed.py
         **records_walks(N, L, lease_max),  # kvstate/targets/api/records.py
+        **writer_fails_walks(N, L, lease_max),  # kvstate/targets/api/writerfails.py
+        **pincap_walks(N, L, lease_max),  # kvstate/targets/api/pincap.py
     }
     if remote.WORLD is not None:  # a run with a remote tier meets the store's faults first
         walks = {
