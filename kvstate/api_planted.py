@@ -15,6 +15,7 @@ from kvstate.api_mutants_blocks import PLANTED as PLANTED_BLOCKS
 from kvstate.api_mutants_disk import DISK_MUTANTS
 from kvstate.api_mutants_evict import PLANTED as PLANTED_EVICT
 from kvstate.api_mutants_facade import PLANTED as PLANTED_FACADE
+from kvstate.api_mutants_forms import PLANTED as PLANTED_FORMS
 from kvstate.api_mutants_recovery import RECOVERY_MUTANTS
 
 
@@ -601,3 +602,4 @@ MUTANTS += tuple(Mutant(*m) for m in PLANTED_BLOCKS)
 MUTANTS += tuple(Mutant(*m) for m in PLANTED_EVICT)
 # the façade's and the production writer's planted bugs (kvstate/api_mutants_facade.py)
 MUTANTS += tuple(Mutant(*m) for m in PLANTED_FACADE)
+MUTANTS += tuple(Mutant(*m) for m in PLANTED_FORMS)

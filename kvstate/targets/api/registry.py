@@ -19,6 +19,7 @@ from kvstate.targets.api import (
     damage,
     exhaust,
     facade,
+    forms,
     geometry,
     graphs,
     handed,
@@ -56,6 +57,7 @@ MODULES = (
     facade,
     handed,
     remote,
+    forms,
 )
 
 DECLARED: tuple[OpDecl, ...] = tuple(d for m in MODULES for d in m.DECLS)
