@@ -33,6 +33,7 @@ def make_checks(h: Any) -> list[CallCheck]:
     from kvstate.targets.api.ready import Readiness
     from kvstate.targets.api.refusals import RefusalRequired
     from kvstate.targets.api.remote import checks as remote_checks
+    from kvstate.targets.api.signatures import PublishedSignatures
     from kvstate.targets.api.single import ActCheck
     from kvstate.targets.api.stats import StatsCheck
     from kvstate.targets.api.stored import StoredForms
@@ -60,4 +61,5 @@ def make_checks(h: Any) -> list[CallCheck]:
         GuardReads(),
         InspectionReads(),
         HandRows(),
+        PublishedSignatures(),
     ]
