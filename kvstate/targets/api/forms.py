@@ -14,7 +14,9 @@ form: in the pure build with the shipped twins registered while it is built
 run as generated).  The walk then compares every answer with the model as in any example.  It
 also reads :func:`kvstate.impl.native_modules` against the modules' own files (the modules of
 ``native.COMPILED`` this process imported from an extension file): the public answer of which
-build runs, and the switch that decides whether the twins are registered at all.
+build runs, and the switch that decides whether the twins are registered at all; and where the
+process did not ask for the sources and the build is fresh (``native.stale()`` empty), that
+every module of ``COMPILED`` runs compiled.
 """
 
 from __future__ import annotations
@@ -44,6 +46,15 @@ def native_read(h: Any) -> None:
             ["forms"],
             f"native_modules() {got}; the modules imported from extension files: {want}",
         )
+    if not native.pure_requested() and native.extensions() and not native.stale():
+        # a fresh compiled build, not asked for the sources: every compiled module runs so
+        if got != native.COMPILED:
+            raise h.fail(
+                "native-modules",
+                ["forms"],
+                f"a fresh compiled build runs {got} compiled, not {native.COMPILED}",
+            )
+        h.cov.add("check: a fresh compiled build runs every compiled module compiled")
     h.cov.add("check: native_modules() against the modules' files")
 
 
