@@ -27,6 +27,7 @@ def make_checks(h: Any) -> list[CallCheck]:
     from kvstate.targets.api.handed import HandRows
     from kvstate.targets.api.handout import Events, GraphRows
     from kvstate.targets.api.jobfaults import UnverifiedTail
+    from kvstate.targets.api.lrureads import RecencyReads
     from kvstate.targets.api.memo import WindowPolicy
     from kvstate.targets.api.orders import OrderHook
     from kvstate.targets.api.prefixreads import PrefixReads
@@ -62,4 +63,5 @@ def make_checks(h: Any) -> list[CallCheck]:
         InspectionReads(),
         HandRows(),
         PublishedSignatures(),
+        RecencyReads(),  # after OrderHook: it reads the orders that hook walked
     ]
