@@ -72,6 +72,10 @@ def do_forms(h: Any, o: Any) -> int | None:
         h._open()
     for c in h.checks:  # a new cache, as after a restart (its events subscribed again)
         c.restart(h)
+    if not asked:  # every cache asks for its guards' sources (none kept across the registry)
+        raise h.fail(
+            "twins-recording", ["forms"], "a cache was built and define was asked for nothing"
+        )
     answered = sum(key in twins for key in asked)
     form = "the twins" if twins else "the generated sources"
     h.cov.add(f"check: examples on the build's other form ({form})")
