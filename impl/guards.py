@@ -11,7 +11,6 @@ is a source edit that passes that conjunct's name at the one call site where the
 from __future__ import annotations
 
 from collections.abc import Iterable
-from types import SimpleNamespace
 from typing import Any
 
 from kvstate.spec.table import Action, Table
@@ -21,28 +20,21 @@ from .fastforms import FastGuards, fast_guards
 
 
 class Guards:
-    def __init__(self, table: Table, k: Any = None, mapped: frozenset[str] = frozenset()) -> None:
+    def __init__(self, table: Table, k: Any, mapped: frozenset[str] = frozenset()) -> None:
         self._actions: dict[str, Action] = {a.name: a for a in table.actions}
-        # (name, callable) pairs per action, looked up once: this runs on every transition
-        self._conj: dict[str, tuple[tuple[str, Any], ...]] = {
-            a.name: tuple((c.name, c.fn) for c in a.guard) for a in table.actions
-        }
-        # the same conjuncts compiled from their Z3 terms (kvstate.spec.compile; the fused and
-        # direct forms: .fastforms) for views whose
-        # acting request is r = 0, which is how the implementation lays its views out; they
+        # each action's conjuncts compiled from their Z3 terms (kvstate.spec.compile: every
+        # action, a conjunct that did not translate kept as the table's callable; the fused and
+        # direct forms: .fastforms) for views whose acting request is r = 0, which is how the
+        # implementation lays out every view it asks about (requests.py ``_ACTING``); they
         # take the parameters as a dict.  ``_fused`` is each action's whole guard in one
         # function: the accept path costs one call, and only a refusal names its conjuncts.
-        self._fast: dict[str, tuple[tuple[str, Any], ...]] = {}
-        self._fused: dict[str, Any] = {}
-        self._fused_direct: dict[str, Any] = {}
-        self._compiled: FastGuards | None = None
-        self.locality: dict[str, str] = {}  # what each compiled guard reads (.fastforms)
-        if k is not None:
-            self._compiled = compiled = fast_guards(table, k, mapped)
-            self._fast = dict(compiled.compiled.conjuncts)
-            self._fused = dict(compiled.fused)
-            self._fused_direct = dict(compiled.fused_direct)
-            self.locality = dict(compiled.locality)
+        self._compiled: FastGuards = fast_guards(table, k, mapped)
+        compiled = self._compiled
+        self._fast: dict[str, tuple[tuple[str, Any], ...]] = dict(compiled.compiled.conjuncts)
+        self._fused: dict[str, Any] = dict(compiled.fused)
+        self._fused_direct: dict[str, Any] = dict(compiled.fused_direct)
+        # what each compiled guard reads (.fastforms)
+        self.locality: dict[str, str] = dict(compiled.locality)
 
     def accept_tests(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """Each action's whole guard as one function, ``(view, params) -> bool``, for the acting
@@ -54,13 +46,13 @@ class Guards:
     def fused_without(self, action: str, skip: frozenset[str]) -> Any:
         """``action``'s guard without the conjuncts in ``skip``, as one accept test for
         record-indexed / slot / gathered states (None if one did not compile)."""
-        if self._compiled is None or action not in self._compiled.compiled.conjuncts:
+        if action not in self._compiled.compiled.conjuncts:
             return None
         return self._compiled.fused_without(action, skip)
 
     @property
-    def fast(self) -> FastGuards | None:
-        """The fused forms (None: the table's guards did not translate)."""
+    def fast(self) -> FastGuards:
+        """The compiled and fused forms of the table's guards."""
         return self._compiled
 
     def run_test(self, action: str) -> Any:
@@ -69,7 +61,7 @@ class Guards:
         where one check up front would not equal a check per block (see
         :meth:`~kvstate.impl.fastforms.FastGuards.fused_run`)."""
         a = self._actions.get(action)
-        if self._compiled is None or a is None:
+        if a is None:
             return None
         return self._compiled.fused_run(action, frozenset(a.modifies))
 
@@ -78,12 +70,12 @@ class Guards:
         a run of blocks, ``fn(state, rids) -> int`` (position of the first record where one
         is, -1: none) on the record-indexed state; None where they did not compile to one
         such test (see :meth:`~kvstate.impl.fastforms.FastGuards.enabled_run`)."""
-        if self._compiled is None or not all(a in self._actions for a, _ in parts):
+        if not all(a in self._actions for a, _ in parts):
             return None
         return self._compiled.enabled_run(parts)
 
     def locality_without(self, action: str, skip: frozenset[str]) -> str | None:
-        if self._compiled is None or action not in self._compiled.compiled.conjuncts:
+        if action not in self._compiled.compiled.conjuncts:
             return None
         return self._compiled.locality_without(action, skip)
 
@@ -93,30 +85,22 @@ class Guards:
     def failed(
         self, action: str, view: Any, params: dict[str, int], skip: Iterable[str] = ()
     ) -> list[str]:
-        if params.get("r", 0) == 0 and action in self._fast:
-            # a direct view (no projected columns) is read by the direct forms: live lists
-            # through the chain's record ids, no columns gathered
-            direct = getattr(view, "_direct", False)
-            if not skip:
-                whole = (self._fused_direct if direct else self._fused).get(action)
-                if whole is not None and whole(view, params):
-                    return []
-            elif self._compiled is not None:
-                skipped = skip if isinstance(skip, frozenset) else frozenset(skip)
-                rest = self._compiled.fused_without(action, skipped, direct)
-                if rest is not None and rest(view, params):
-                    return []
-            conj = self._fast[action]
-            if skip:
-                skipped = frozenset(skip)
-                return [name for name, fn in conj if name not in skipped and not fn(view, params)]
-            return [name for name, fn in conj if not fn(view, params)]
-        interpreted = self._conj.get(action)
-        if interpreted is None:
+        conj = self._fast.get(action)
+        if conj is None:
             raise Refused(action, (), "the table has no such action")
-        p = SimpleNamespace(**params)
-        skipped = frozenset(skip)
-        return [name for name, fn in interpreted if name not in skipped and not fn(view, p)]
+        # a direct view (no projected columns) is read by the direct forms: live lists
+        # through the chain's record ids, no columns gathered
+        direct = getattr(view, "_direct", False)
+        if not skip:
+            whole = (self._fused_direct if direct else self._fused).get(action)
+            if whole is not None and whole(view, params):
+                return []
+            return [name for name, fn in conj if not fn(view, params)]
+        skipped = skip if isinstance(skip, frozenset) else frozenset(skip)
+        rest = self._compiled.fused_without(action, skipped, direct)
+        if rest is not None and rest(view, params):
+            return []
+        return [name for name, fn in conj if name not in skipped and not fn(view, params)]
 
     def check(
         self,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from kvstate.spec.compile import set_define_hook
@@ -55,15 +55,35 @@ def register_twins(twins: Mapping[str, Callable[..., Any]]) -> None:
 
 
 @contextmanager
-def suspend_twins() -> Iterator[None]:
-    """Every source ``define`` is asked for while the block runs is run as generated (a test of
-    the generated sources themselves; tracebacks into a twin show ``impl/_aot.py``)."""
+def using_twins(twins: Mapping[str, Callable[..., Any]]) -> Iterator[None]:
+    """The registry is exactly ``twins`` while the block runs, and as before after it: the
+    build's other form of the generated sources, for a cache built inside the block (the API
+    fuzz builds some examples' caches on it, so that both forms answer under the model's
+    eye in either build: kvstate/targets/api/forms.py)."""
     kept = dict(_TWINS)
     _TWINS.clear()
+    _TWINS.update(twins)
+    set_define_hook(_lookup)  # (the spec's memo of built functions is not served across it)
     try:
         yield
     finally:
+        _TWINS.clear()
         _TWINS.update(kept)
+        set_define_hook(_lookup)
+
+
+def suspend_twins() -> AbstractContextManager[None]:
+    """Every source ``define`` is asked for while the block runs is run as generated (a test of
+    the generated sources themselves; tracebacks into a twin show ``impl/_aot.py``)."""
+    return using_twins({})
+
+
+def shipped_twins() -> dict[str, Callable[..., Any]]:
+    """The twins ``impl/_aot.py`` holds (the compiled build registers them at import; the
+    pure build runs its sources unless a block of :func:`using_twins` asks for them)."""
+    from . import _aot
+
+    return dict(_aot.TWINS)
 
 
 @contextmanager

@@ -17,6 +17,7 @@ from kvstate.api_mutants_claims import PLANTED as PLANTED_CLAIMS
 from kvstate.api_mutants_disk import DISK_MUTANTS
 from kvstate.api_mutants_evict import PLANTED as PLANTED_EVICT
 from kvstate.api_mutants_facade import PLANTED as PLANTED_FACADE
+from kvstate.api_mutants_forms import PLANTED as PLANTED_FORMS
 from kvstate.api_mutants_recovery import RECOVERY_MUTANTS
 
 
@@ -607,3 +608,4 @@ MUTANTS += tuple(Mutant(*m) for m in PLANTED_FACADE)
 MUTANTS += tuple(Mutant(*m) for m in PLANTED_CLAIMS)
 # the admission classes' planted bugs (kvstate/api_mutants_admission.py)
 MUTANTS += tuple(Mutant(*m) for m in PLANTED_ADMISSION)
+MUTANTS += tuple(Mutant(*m) for m in PLANTED_FORMS)

@@ -514,8 +514,9 @@ _MEMO_SIZE = 32
 def memo(kind: str, args: tuple[Any, ...], build: Callable[..., Any]) -> Any:
     """Compiling costs ~0.1 s and every cache object (the fuzzer makes one per example) asks
     again for the same table: results are kept per (kind, identity of the table objects, k).
-    The key holds the arguments themselves, so an id is never reused while it is cached."""
-    key = (kind, *(id(a) for a in args[:-1]), args[-1])
+    The key holds the arguments themselves, so an id is never reused while it is cached, and
+    the hook's epoch: what was built while another hook answered is not served after it."""
+    key = (kind, _HOOK_EPOCH, *(id(a) for a in args[:-1]), args[-1])
     hit = _MEMO.get(key)
     if hit is not None and all(x is y for x, y in zip(hit[0], args[:-1], strict=True)):
         return hit[1]
@@ -531,14 +532,17 @@ _DEFINED = itertools.count()
 # in for it, or None.  An implementation installs it (``kvstate.impl.twins``: its compiled twins
 # of the sources its default tables generate, and the recording ``kvstate/buildtools/aotgen.py`` emits)
 _HOOK: Callable[[str, str, tuple[str, ...]], Callable[..., Any] | None] | None = None
+_HOOK_EPOCH = 0  # moved by every set_define_hook: part of memo()'s key
 
 
 def set_define_hook(
     hook: Callable[[str, str, tuple[str, ...]], Callable[..., Any] | None] | None,
 ) -> None:
-    """Install (None: remove) the one hook :func:`define` asks first."""
-    global _HOOK
+    """Install (None: remove) the one hook :func:`define` asks first; installing it again
+    says its answers changed (functions :func:`memo` kept are built afresh)."""
+    global _HOOK, _HOOK_EPOCH
     _HOOK = hook
+    _HOOK_EPOCH += 1
 
 
 def define(name: str, src: str, env: dict[str, Any] | None = None) -> Callable[..., Any]:

@@ -97,3 +97,24 @@ def test_a_deployments_caps_and_pools_do_not_change_the_generated_sources() -> N
         )
         pin = [src for name, src, _env in asked.values() if name == "guard_pin_pin_cap"]
         assert pin and all("v.k.pin_cap" in s for s in pin)
+
+
+def test_the_registry_asked_is_the_one_that_answers_after_a_build() -> None:
+    """A table's functions built once are kept (``kvstate.spec.compile.memo``); a block of
+    ``using_twins`` (the API fuzz's other form, ``suspend_twins`` in the generated sources'
+    tests) must still get the form it asks for, not the one built before it."""
+    from kvstate.spec import default_table
+
+    table = default_table()
+    shipped = T.shipped_twins()
+    twin_fns = set(shipped.values())
+
+    def twins_of(guards: C.CompiledGuards) -> set[bool]:
+        return {fn in twin_fns for conj in guards.conjuncts.values() for _, fn in conj}
+
+    with T.using_twins({}):
+        assert twins_of(C.compile_guards(table, table.consts)) == {False}
+    with T.using_twins(shipped):
+        assert twins_of(C.compile_guards(table, table.consts)) == {True}
+    with T.suspend_twins():
+        assert twins_of(C.compile_guards(table, table.consts)) == {False}

@@ -28,6 +28,7 @@ def make_checks(h: Any) -> list[CallCheck]:
     from kvstate.targets.api.handed import HandRows
     from kvstate.targets.api.handout import Events, GraphRows
     from kvstate.targets.api.jobfaults import UnverifiedTail
+    from kvstate.targets.api.lrureads import RecencyReads
     from kvstate.targets.api.memo import WindowPolicy
     from kvstate.targets.api.orders import OrderHook
     from kvstate.targets.api.pincap import CappedModel
@@ -37,6 +38,7 @@ def make_checks(h: Any) -> list[CallCheck]:
     from kvstate.targets.api.recoveryhit import RecoveryHit
     from kvstate.targets.api.refusals import RefusalRequired
     from kvstate.targets.api.remote import checks as remote_checks
+    from kvstate.targets.api.signatures import PublishedSignatures
     from kvstate.targets.api.single import ActCheck
     from kvstate.targets.api.stats import StatsCheck
     from kvstate.targets.api.stored import StoredForms
@@ -70,4 +72,6 @@ def make_checks(h: Any) -> list[CallCheck]:
         FinishStores(),
         QueuedLoads(),
         DefaultForms(),
+        PublishedSignatures(),
+        RecencyReads(),  # after OrderHook: it reads the orders that hook walked
     ]

@@ -87,6 +87,8 @@ def build_machine(
         def warm_up(self: Any, w: int, k: int, g: int) -> None:
             if "pools" in allowed and k:
                 self.do(op("pools", k=k))
+            if "forms" in allowed and g == 1:  # kvstate/targets/api/forms.py
+                self.do(op("forms"))
             if "geometry" in allowed and g == 3:  # kvstate/targets/api/geometry.py
                 self.do(op("geometry", k=1))
             for o in seed_list[w] if w >= 0 else []:

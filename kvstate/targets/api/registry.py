@@ -19,6 +19,7 @@ from kvstate.targets.api import (
     damage,
     exhaust,
     facade,
+    forms,
     geometry,
     graphs,
     handed,
@@ -64,6 +65,7 @@ MODULES = (
     remotefull,
     writerfails,
     pincap,
+    forms,
 )
 
 DECLARED: tuple[OpDecl, ...] = tuple(d for m in MODULES for d in m.DECLS)
