@@ -97,6 +97,26 @@ def test_a_hit_naming_other_slots_is_an_L3_finding(monkeypatch: pytest.MonkeyPat
     assert _fuzz(SWA_RUST).finding.kind == "L3"
 
 
+def test_a_tombstone_recovery_that_leaks_is_a_tombstone_finding(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # recovering an SWA tombstone swaps the node's full slots for the inserting request's; the
+    # broken recovery forgets to free the old ones (the Python core's SWA component)
+    from sglang.srt.mem_cache.unified_cache.components.swa import SWAComponent
+
+    orig = SWAComponent._recover_from_incoming
+
+    def leaky(self, *, cache_actions, **k):  # type: ignore[no-untyped-def]
+        n = len(cache_actions)
+        orig(self, cache_actions=cache_actions, **k)
+        cache_actions[n:] = [
+            a for a in cache_actions[n:] if type(a).__name__ != "FreeDeviceKVFullOnly"
+        ]
+
+    monkeypatch.setattr(SWAComponent, "_recover_from_incoming", leaky)
+    assert _fuzz().finding.kind == "tombstone"
+
+
 def test_an_unaligned_hit_is_an_L1_finding(monkeypatch: pytest.MonkeyPatch) -> None:
     match, path = UnifiedRadixCache.match_prefix, UnifiedRadixCache.prefix_device_indices
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 from kvstate.harness.finding import Nonconformance
@@ -97,6 +98,24 @@ def draw_op(rnd: Any, rng: Any, page: int, max_len: int, hicache: str = "") -> T
     return op("cancel", rng(8)) if x < 0.985 else op("lose_file", rng(16))
 
 
+def _uncached_sizes() -> Any:
+    """The scheduler leak check's ``_get_total_uncached_sizes`` of a release before 0.5.22
+    (its module moved), or None."""
+    import importlib
+
+    for name in ("sglang.srt.managers.scheduler_components.invariant_checker",
+                 "sglang.srt.managers.scheduler_runtime_checker_mixin"):  # fmt: skip
+        try:
+            mod = importlib.import_module(name)
+        except ImportError:
+            continue
+        for cls in vars(mod).values():
+            fn = getattr(cls, "_get_total_uncached_sizes", None)
+            if isinstance(cls, type) and cls.__module__ == name and fn is not None:
+                return fn
+    return None
+
+
 class Driver:
     """One stack, its requests, and what the checks need to remember between calls."""
 
@@ -112,6 +131,8 @@ class Driver:
         self.code: list[str] = ["st = Stack()"]
         self.epoch = 0  # bumped by every eviction that freed something (full or SWA)
         self._count_evictions()
+        self.recovered: list[tuple[int, int]] = []  # SWA tombstone ranges this call recovered
+        self._observe_recoveries()
         self.stored: list[int] = []  # finished request j -> the epoch its prefix was stored in
         self.P, self.W = config.page, config.window
         self.at: tuple[int, TraceStep] = (0, TraceStep("", {}))
@@ -168,8 +189,8 @@ class Driver:
                 raise finding([checks.Violation(
                     "load", f"load-back event {event} of {req.rid} never completed")], *self.at)  # fmt: skip
             time.sleep(0.001)
-        h = req.prefix_len
-        out = self._hit(req, (h, self.st.tree.prefix_device_indices(req).clone()), resend=False)
+        h = self.ns["prefix_len"](req)
+        out = self._hit(req, (h, self.ns["prefix_indices"](self.st.tree, req).clone()), resend=False)
         if out:
             raise finding(out, *self.at)
 
@@ -184,6 +205,7 @@ class Driver:
         waiting = bool(waiting)
         swa_gone = self._swa_evicted()
         self.at = (step, op)
+        self.recovered = []
         try:
             result = self.ns[name](self.st, *args)
         except Nonconformance:
@@ -202,6 +224,7 @@ class Driver:
             self.stats.paths["L3 prefetch loaded"] += 1
         if name == "finish" and result is not None:
             self.stored.append(self.epoch)
+        out += self._tombstone()
         out += self._conservation() + self._freed_referenced() + self._locks()
         self.stats.checks["addresses"] += 1
         out += checks.moved_buffers(self.captured, self._buffers())
@@ -238,10 +261,50 @@ class Driver:
 
             tree._free_values = freed
 
+    def _observe_recoveries(self) -> None:
+        """Every insert (a checkpoint's, a release's) asks SGLang to report the ranges its SWA
+        component adopted: a tombstoned SWA node inside the request's window recovered from
+        the inserting request's slots (``InsertParams.track_adopted_ranges``, 0.5.22 on; a
+        flag that only records, in both tree cores)."""
+        tree = self.st.tree
+        inner = tree.insert
+        swa = self.ns["ComponentType"].SWA
+
+        def observed(params: Any) -> Any:
+            if hasattr(params, "track_adopted_ranges"):
+                params.track_adopted_ranges = True
+            result = inner(params)
+            got = (getattr(result, "adopted_ranges", None) or {}).get(swa)
+            if got:
+                self.recovered += [(int(a), int(b)) for a, b in got]
+            return result
+
+        tree.insert = observed
+
+    def _tombstone(self) -> list[checks.Violation]:
+        """A call that recovered an SWA tombstone: the recovery swaps the node's full slots for
+        the request's and frees the old ones, so right after it every pool must still
+        conserve its slots and none be both free and referenced (a leak or a double free on
+        recovery, the class of sgl-project/sglang#27586)."""
+        if not self.recovered:
+            return []
+        self.stats.paths["SWA tombstone recovered"] += 1
+        self.stats.checks["tombstone"] += 1
+        found = self._conservation(count=False) + self._freed_referenced(count=False)
+        if not found:
+            return []
+        return [checks.Violation(
+            "tombstone", f"after recovering SWA tombstone range(s) {self.recovered[:4]}: "
+            + "; ".join(v.message for v in found))]  # fmt: skip
+
     def _swa_evicted(self) -> int:
         """Tokens whose SWA slots the running requests have given back (out of the window)."""
         swa = self.ns["ComponentType"].SWA
-        return sum(r.kv.get_evicted_seqlen(swa) for r in self._live() if r.kv.holds_kv)
+        return sum(
+            r.kv.get_evicted_seqlen(swa) if hasattr(r.kv, "get_evicted_seqlen")
+            else r.kv.swa_evicted_seqlen  # before 0.5.21: the SWA cursor alone
+            for r in self._live() if r.kv.holds_kv
+        )  # fmt: skip
 
     def _live(self) -> list[Any]:
         return [r for r, _ in self.st.running + self.st.chunked]
@@ -283,37 +346,60 @@ class Driver:
                     f"tokens with nothing evicted since it was stored (expected {want_h})"))  # fmt: skip
         return out
 
-    def _conservation(self) -> list[checks.Violation]:
+    def _conservation(self, count: bool = True) -> list[checks.Violation]:
+        a, t = self.st.alloc, self.st.tree
+        private = self._private()
+        if private is None:
+            self.stats.paths["conservation not checkable (no private-token terms)"] += 1
+            return []
+        self.stats.checks["conservation"] += 2 if count else 0
+        return checks.conservation(
+            "full", a.full_available_size(), t.full_evictable_size(), t.full_protected_size(),
+            private[0], a.size_full,
+        ) + checks.conservation(
+            "swa", a.swa_available_size(), t.swa_evictable_size(), t.swa_protected_size(),
+            private[1], a.size_swa,
+        )  # fmt: skip
+
+    def _private(self) -> tuple[int, int] | None:
+        """The running requests' own tokens per pool (full, SWA), by the scheduler's own terms:
+        0.5.22 on ``kv_private_tokens``/``kv_private_swa_tokens``; before it, its leak check's
+        ``_get_total_uncached_sizes`` (each release's own formula), asked with the live
+        requests as its batch."""
         try:
             from sglang.srt.managers.scheduler_components.pool_stats_observer import (
                 kv_private_swa_tokens,
                 kv_private_tokens,
             )
-        except ImportError:  # a release before the scheduler stated its private-token terms
-            self.stats.paths["conservation not checkable (no private-token terms)"] += 1
-            return []
-
-        a, t = self.st.alloc, self.st.tree
+        except ImportError:
+            uncached = _uncached_sizes()
+            if uncached is None:
+                return None
+            live = self._live()
+            batch = SimpleNamespace(reqs=live, is_empty=lambda: not live)
+            me = SimpleNamespace(
+                is_hybrid_swa=True, page_size=self.P, tree_cache=self.st.tree,
+                last_batch=batch, running_batch=None, get_last_batch=lambda: batch,
+                get_running_batch=lambda: None, get_chunked_req=lambda: None,
+            )  # fmt: skip
+            full, swa = uncached(me)
+            return int(full), int(swa)
         held = [r.kv for r in self._live() if r.kv.holds_kv]
-        self.stats.checks["conservation"] += 2
-        return checks.conservation(
-            "full", a.full_available_size(), t.full_evictable_size(), t.full_protected_size(),
-            sum(kv_private_tokens(kv, self.P) for kv in held), a.size_full,
-        ) + checks.conservation(
-            "swa", a.swa_available_size(), t.swa_evictable_size(), t.swa_protected_size(),
-            sum(kv_private_swa_tokens(kv, self.P) for kv in held), a.size_swa,
-        )  # fmt: skip
+        return (
+            sum(kv_private_tokens(kv, self.P) for kv in held),
+            sum(kv_private_swa_tokens(kv, self.P) for kv in held),
+        )
 
     def _free_pages(self, sub: Any) -> list[int]:
         if hasattr(sub, "get_all_free_pages"):
             return [int(x) for x in sub.get_all_free_pages().tolist()]
-        free = [int(x) for x in sub.free_pages.tolist() + sub.release_pages.tolist()]
-        return [x // self.P for x in free] if self.P > 1 else free
+        # before get_all_free_pages (0.5.21): the same census, both lists of page ids
+        return [int(x) for x in sub.free_pages.tolist() + sub.release_pages.tolist()]
 
-    def _freed_referenced(self) -> list[checks.Violation]:
+    def _freed_referenced(self, count: bool = True) -> list[checks.Violation]:
         """No page is free while a running request's row or the tree names it, and none is
         on a free list twice."""
-        self.stats.checks["freed-referenced"] += 1
+        self.stats.checks["freed-referenced"] += 1 if count else 0
         out = []
         st, a = self.st, self.st.alloc
         full_free = self._free_pages(a.full_attn_allocator)

@@ -45,6 +45,63 @@ from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 MODEL = SimpleNamespace(vocab_size=50000, is_encoder_decoder=False)
 
 
+# The request's fields moved between releases (chosen by what the Req has):
+def prefix_len(req):
+    # 0.5.22 on: Req.prefix_len; before it, the length of the matched device indices
+    return req.prefix_len if hasattr(req, "prefix_len") else len(req.prefix_indices)
+
+
+def prefix_indices(tree, req):
+    # 0.5.22 on: the tree resolves the request's device prefix; before it, Req.prefix_indices
+    if hasattr(tree, "prefix_device_indices"):
+        return tree.prefix_device_indices(req)
+    return req.prefix_indices
+
+
+def set_extend(req, end):
+    # 0.5.22 on: Req.extend_end; 0.5.16 to 0.5.21: Req.set_extend_range(start, end)
+    if hasattr(req, "set_extend_range"):
+        req.set_extend_range(prefix_len(req), end)
+    else:
+        req.extend_end = end
+
+
+def extend_end(req):
+    return req.extend_range.end if hasattr(req, "set_extend_range") else req.extend_end
+
+
+def lock_node(tree, node):
+    # 0.5.22 on: tree.lock returns a TreeLock; before it, inc_lock_ref's receipt
+    if hasattr(tree, "lock"):
+        return tree.lock(node)
+    return node, tree.inc_lock_ref(node).to_dec_params()
+
+
+def unlock_node(tree, lock):
+    if hasattr(tree, "unlock"):
+        return tree.unlock(lock)
+    node, receipt = lock
+    tree.dec_lock_ref(node, receipt)
+
+
+def keep_lock(req, lock):
+    # the admitted request holds its lock until release_kv_cache: 0.5.22 on as Req.lock, before
+    # it as Req.lock_receipt (released on Req.last_node)
+    req.lock = lock
+    if isinstance(lock, tuple):
+        req.last_node, req.lock_receipt = lock
+
+
+def add_loaded(req, loaded):
+    # init_load_back's device part: 0.5.22 on a token count added to Req.prefix_len; before
+    # it, the loaded device indices, appended to Req.prefix_indices
+    if isinstance(loaded, torch.Tensor):
+        req.prefix_indices = torch.cat([req.prefix_indices, loaded])
+        return len(loaded)
+    req.prefix_len += loaded
+    return loaded
+
+
 def tokens_of(family, n):
     # prompts of one family share their prefix, as real traffic does
     return [(family * 7919 + i * 104729) % 49999 + 1 for i in range(n)]
@@ -95,8 +152,8 @@ class Stack:
         batch = ScheduleBatch.init_new([req], self.r2t, self.alloc, self.tree, MODEL, False,
                                        SpeculativeAlgorithm.NONE)
         batch.prepare_for_extend()
-        self.write_markers(req, req.prefix_len, req.extend_end)
-        if req.extend_end < len(req.full_untruncated_fill_ids):
+        self.write_markers(req, prefix_len(req), extend_end(req))
+        if extend_end(req) < len(req.full_untruncated_fill_ids):
             checkpoint_kv_cache(req, self.tree)  # a chunk: publish it
             self.chunked.append((req, batch))
         else:
@@ -105,7 +162,7 @@ class Stack:
             self.running.append((req, batch))
 
     def chunk_end(self, req, chunk, start=None):
-        start = req.prefix_len if start is None else start
+        start = prefix_len(req) if start is None else start
         fill = len(req.full_untruncated_fill_ids)
         if fill - start <= chunk:
             return fill
@@ -133,7 +190,7 @@ def prefetch(st, req):
     # for the rest of the prompt
     req.init_next_round_input(st.tree, cow_mamba=False)
     node, tree = req.last_host_node, st.tree
-    matched = req.prefix_len + req.host_hit_length
+    matched = prefix_len(req) + req.host_hit_length
     if tree.is_backuped(node) or tree.is_root(node):
         end = req._compute_max_prefix_len(len(req.full_untruncated_fill_ids))
         tree.prefetch_from_storage(
@@ -237,17 +294,19 @@ def load_back(st, req, lock):
     best = req.best_match_node
     pin = st.tree.inc_host_lock_ref(best).to_dec_params()
     try:
-        loaded, last = st.tree.init_load_back(InitLoadBackParams(
+        got = st.tree.init_load_back(InitLoadBackParams(
             best_match_node=best, host_hit_length=req.host_hit_length, req=req))
     finally:
         st.tree.dec_host_lock_ref(best, pin)
-    req.host_loaded_length, req.last_node = loaded, last
-    req.prefix_len += loaded
-    if st.tree.load_back_is_cache_owned():
-        req.kv.cache_protected_len = req.prefix_len  # the loaded slots are the tree's
+    loaded, last = got if got is not None else (0, req.last_node)  # None: nothing loaded
+    req.last_node = last
+    req.host_loaded_length = loaded = add_loaded(req, loaded)
+    owned = getattr(st.tree, "load_back_is_cache_owned", lambda: True)  # always, before 0.5.22
+    if owned():
+        req.kv.cache_protected_len = prefix_len(req)  # the loaded slots are the tree's
     if loaded:
-        new = st.tree.lock(last)
-        st.tree.unlock(lock)
+        new = lock_node(st.tree, last)
+        unlock_node(st.tree, lock)
         lock = new
     event = st.tree.ready_to_load_host_cache()
     if loaded and st.on_loaded is not None:
@@ -265,23 +324,23 @@ def admit(st, i, chunk):
             return None
         req.storage_hit_length, _ = st.tree.pop_prefetch_loaded_span(req.cache_request_handle)
     req.init_next_round_input(st.tree)  # match_kv_cache
-    hit = (req.prefix_len, st.tree.prefix_device_indices(req).clone())
+    hit = (prefix_len(req), prefix_indices(st.tree, req).clone())
     if st.on_match is not None:
         st.on_match(req, hit)  # an observer (kvstate's checks) sees the hit before it is used
     load = st.hicache and req.needs_host_load_back()
-    end = st.chunk_end(req, chunk, req.prefix_len + (req.host_hit_length if load else 0))
-    if end <= req.prefix_len:
+    end = st.chunk_end(req, chunk, prefix_len(req) + (req.host_hit_length if load else 0))
+    if end <= prefix_len(req):
         return None
-    lock = st.tree.lock(req.last_node)  # locked first: its prefix is no longer evictable
-    if not st.has_room(end - req.prefix_len):  # the host hit's load-back takes device slots too
-        st.tree.unlock(lock)  # the adder leaves it waiting
+    lock = lock_node(st.tree, req.last_node)  # locked first: its prefix is not evictable
+    if not st.has_room(end - prefix_len(req)):  # the host hit's load-back takes device slots too
+        unlock_node(st.tree, lock)  # the adder leaves it waiting
         return None
     if load:
         lock = load_back(st, req, lock)
         end = max(end, st.chunk_end(req, chunk))  # a load short of the promise recomputes
     st.waiting.remove(req)
-    req.extend_end = end
-    req.lock = lock
+    set_extend(req, end)
+    keep_lock(req, lock)
     st.extend(req)
     return req, hit
 
@@ -292,10 +351,10 @@ def next_chunk(st, i, chunk):
     req, _ = st.chunked[i % len(st.chunked)]
     req.init_next_round_input()  # a continuing chunk: no new match, no new lock
     end = st.chunk_end(req, chunk)
-    if end <= req.prefix_len or not st.has_room(end - req.prefix_len):
+    if end <= prefix_len(req) or not st.has_room(end - prefix_len(req)):
         return None
     st.chunked = [c for c in st.chunked if c[0] is not req]
-    req.extend_end = end
+    set_extend(req, end)
     st.extend(req)
     return req
 
