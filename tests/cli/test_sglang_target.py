@@ -224,3 +224,46 @@ def test_sglang_raising_on_an_allowed_call_is_a_crash_finding(
 
     monkeypatch.setattr(UnifiedRadixCache, "evict", boom)
     assert _fuzz().finding.kind == "crash"
+
+
+# DeepSeek-V4 with L3 storage: a prefix stored, dropped from device and host, asked again; its
+# pages come back from file storage with every pool (compressed KV, indexer sidecar, SWA)
+L3_DSV4 = Config("deepseek-v4", "rust", 256, 128, 256 * 10, 2048, hicache="l3")
+DSV4_DROP_PREFETCH = [op("arrive", 1, 900), op("poll"), op("admit", 0, 2048), op("decode", 0, 3),
+                      op("finish", 0), op("poll"), op("evict", 2560), op("evict_host", 8000),
+                      op("drop_sidecar", 0), op("resend", 0), op("poll"),
+                      op("admit", 0, 2048)]  # fmt: skip
+
+
+def test_a_prefetch_missing_its_indexer_sidecar_is_not_served() -> None:
+    f, d = ENGINE.replay(L3_DSV4, DSV4_DROP_PREFETCH[:8] + DSV4_DROP_PREFETCH[9:])
+    assert f is None, f  # the control: the whole prefix comes back from L3, sidecar and all
+    assert d.stats.paths["L3 prefetch loaded"] == 1 and d.stats.checks["sidecar"] == 1
+    f, d = ENGINE.replay(L3_DSV4, DSV4_DROP_PREFETCH)
+    assert f is None, f  # one indexer file lost: SGLang serves none of it from L3
+    assert d.stats.calls["drop_sidecar"] == 1 and d.stats.paths["L3 prefetch loaded"] == 0
+
+
+def test_a_partial_prefetch_without_its_sidecar_is_a_sidecar_finding(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the file backend takes a lost indexer page for a present one, in its census and its read:
+    # the prefetch stops partway for the sidecar yet the compressed KV is served
+    from sglang.srt.mem_cache.hicache_storage import HiCacheFile
+
+    census, read = HiCacheFile._collect_existing_component_keys, HiCacheFile._read_page
+
+    def present(self, keys, pool_transfers=None):  # type: ignore[no-untyped-def]
+        out = census(self, keys, pool_transfers)
+        for t in pool_transfers or []:
+            if "indexer" in str(t.name):
+                out |= {f"{self._get_component_key(k, t.name)}.bin" for k in keys}
+        return out
+
+    def read_ok(self, pool, key, host_pool, offset):  # type: ignore[no-untyped-def]
+        return read(self, pool, key, host_pool, offset) or "indexer" in str(pool)
+
+    monkeypatch.setattr(HiCacheFile, "_collect_existing_component_keys", present)
+    monkeypatch.setattr(HiCacheFile, "_read_page", read_ok)
+    f, _ = ENGINE.replay(L3_DSV4, DSV4_DROP_PREFETCH)
+    assert f is not None and f.kind == "sidecar", f

@@ -39,6 +39,7 @@ OPS: dict[str, tuple[str, ...]] = {
     "poll": (),
     "cancel": ("i",),
     "lose_file": ("k",),
+    "drop_sidecar": ("k",),
 }
 NAMES = tuple(OPS)
 
@@ -95,7 +96,9 @@ def draw_op(rnd: Any, rng: Any, page: int, max_len: int, hicache: str = "") -> T
         return op("evict", rng(1, 4) * page)
     if x < 0.97 or hicache == "l2":  # with L3 behind it, evict the host deeply: L3 serves
         return op("evict_host", rng(1, 4 if hicache == "l2" else 32) * page)
-    return op("cancel", rng(8)) if x < 0.985 else op("lose_file", rng(16))
+    if x < 0.985:
+        return op("cancel", rng(8))
+    return op("lose_file", rng(16)) if x < 0.993 else op("drop_sidecar", rng(16))
 
 
 def _uncached_sizes() -> Any:
@@ -132,6 +135,7 @@ class Driver:
         self.epoch = 0  # bumped by every eviction that freed something (full or SWA)
         self._count_evictions()
         self.recovered: list[tuple[int, int]] = []  # SWA tombstone ranges this call recovered
+        self.ready: dict[str, list[bool]] = {}  # the last hit's pages, per state: markers present
         self._observe_recoveries()
         self.stored: list[int] = []  # finished request j -> the epoch its prefix was stored in
         self.P, self.W = config.page, config.window
@@ -190,9 +194,28 @@ class Driver:
                     "load", f"load-back event {event} of {req.rid} never completed")], *self.at)  # fmt: skip
             time.sleep(0.001)
         h = self.ns["prefix_len"](req)
-        out = self._hit(req, (h, self.ns["prefix_indices"](self.st.tree, req).clone()), resend=False)
+        out = self._hit(
+            req, (h, self.ns["prefix_indices"](self.st.tree, req).clone()), resend=False
+        )
+        if getattr(req, "storage_hit_length", 0) and "indexer" in self.ready:
+            out = self._sidecar(req) + out
         if out:
             raise finding(out, *self.at)
+
+    def _sidecar(self, req: Any) -> list[checks.Violation]:
+        """A prefix served (partly) from L3 storage: every page holding its compressed KV
+        holds its indexer pages too.  A prefetch that stops partway must stop for every pool
+        at the same page; pages whose compressed KV arrived without the indexer sidecar are
+        the partial-prefetch class."""
+        self.stats.paths["L3 prefetch checked for its sidecar"] += 1
+        self.stats.checks["sidecar"] += 1
+        ckv, idx = self.ready["ckv"], self.ready["indexer"]
+        bad = [p for p, (c, i) in enumerate(zip(ckv, idx, strict=True)) if c and not i]
+        if not bad:
+            return []
+        return [checks.Violation(
+            "sidecar", f"{req.rid}: pages {bad[:5]} served from L3 storage hold their compressed "
+            "KV without their indexer pages")]  # fmt: skip
 
     # -- the call -------------------------------------------------------------------------
     def run_op(self, step: int, op: TraceStep) -> None:
@@ -238,7 +261,8 @@ class Driver:
         bumps the epoch when it freed anything.  (Comparing cached totals before and after an
         operation misses an eviction inside an admission that also inserts more.)"""
         tree = self.st.tree
-        inner = tree._evict
+        where = "_evict" if hasattr(tree, "_evict") else "evict"  # before 0.5.19: evict itself
+        inner = getattr(tree, where)
 
         def observed(*a: Any, **k: Any) -> Any:
             result = inner(*a, **k)
@@ -247,7 +271,7 @@ class Driver:
                 self.stats.paths["eviction"] += 1
             return result
 
-        tree._evict = observed
+        setattr(tree, where, observed)
         if self.st.hicache:
             # with HiCache a device eviction leaves a backed-up prefix on the host: only a host
             # value freed (host eviction, or a device eviction of a prefix not backed up) loses it
@@ -331,6 +355,7 @@ class Driver:
                 pages.append(bool((at > 0).all()) and bool((read(at) == want).all()))
             ready[name] = pages
             self.stats.checks["L3"] += 1
+        self.ready = ready
         out = checks.hit_violations(self.P, self.W, h, ready, self.config.max_len)
         j = getattr(req, "resend_of", None) if resend else None
         if j is not None and j < len(self.stored) and self.stored[j] == self.epoch:
@@ -414,7 +439,7 @@ class Driver:
             if not r.kv.holds_kv:
                 continue
             n = r.kv.kv_allocated_len
-            row = st.r2t.req_to_token[r.kv.req_pool_idx, :n].long()
+            row = st.r2t.req_to_token[self.ns["pool_idx"](r), :n].long()
             bad = sorted({int(x) // self.P for x in row.tolist()} & full_set)
             if bad:
                 out.append(

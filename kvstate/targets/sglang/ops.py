@@ -70,6 +70,16 @@ def extend_end(req):
     return req.extend_range.end if hasattr(req, "set_extend_range") else req.extend_end
 
 
+def pool_idx(req):
+    # the request's row of req_to_token: on Req.kv from 0.5.19, on the Req before it
+    return req.kv.req_pool_idx if hasattr(req.kv, "req_pool_idx") else req.req_pool_idx
+
+
+def owned_kv_len(req):
+    # what a finished request stores: its committed KV (Req.owned_kv_len from 0.5.21)
+    return req.owned_kv_len() if hasattr(req, "owned_kv_len") else req.kv.kv_committed_len
+
+
 def lock_node(tree, node):
     # 0.5.22 on: tree.lock returns a TreeLock; before it, inc_lock_ref's receipt
     if hasattr(tree, "lock"):
@@ -135,7 +145,7 @@ class Stack:
 
     def write_markers(self, req, lo, hi):
         # the forward pass: every state of positions [lo, hi) now holds that prefix
-        locs = self.r2t.req_to_token[req.kv.req_pool_idx, lo:hi].to(torch.int64)
+        locs = self.r2t.req_to_token[pool_idx(req), lo:hi].to(torch.int64)
         vals = torch.tensor(markers(self.fill(req)[:hi])[lo:hi], dtype=torch.int64)
         for space, _read, write in self.states.values():
             write(locs if space == "full" else self.swa_of(locs), vals)
@@ -245,6 +255,28 @@ def lose_file(st, k):
             f.truncate(os.path.getsize(path) // 2)
     else:
         os.remove(path)
+    return path
+
+
+def drop_sidecar(st, k):
+    # a fault: one L3 file of an indexer pool (DeepSeek-V4's sidecar of the compressed KV) is
+    # lost while the compressed KV's own files stay: a prefetch of that prefix stops partway
+    # for the sidecar only (k picks the file; nothing to drop without an indexer pool)
+    import os
+    if not st.storage:
+        return None
+    import time
+    deadline = time.monotonic() + 5.0
+    while st.tree.ongoing_backup and time.monotonic() < deadline:
+        tick(st)
+        time.sleep(0.002)
+    root = os.environ["SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"]
+    files = sorted(os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs
+                   if "indexer" in f)
+    if not files:
+        return None
+    path = files[k % len(files)]
+    os.remove(path)
     return path
 
 
@@ -380,7 +412,7 @@ def finish(st, i):
         return None
     req, _ = st.running.pop(i % len(st.running))
     req.finished_reason = FINISH_LENGTH(length=len(req.output_ids))
-    stored = req.owned_kv_len()
+    stored = owned_kv_len(req)
     release_kv_cache(req, st.tree, checkpoint=True)
     st.finished.append(st.fill(req)[:stored])
     return req
