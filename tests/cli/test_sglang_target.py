@@ -50,12 +50,16 @@ def test_ci_profile_exercises_every_configuration_and_check() -> None:
     assert r.ok, r.render()
     assert set(r.stats.configs) == {c.label for c in ALL}
     for c in CHECK_CLASSES:
-        if c != "crash":  # a class that fires only when SGLang raises
+        # crash fires only when SGLang raises; sidecar needs a DeepSeek-V4 prefix served from
+        # L3 storage, which the ci walks do not reach: its own tests below
+        if c not in ("crash", "sidecar"):
             assert r.stats.checks[c] > 0, c
     for name in NAMES:
-        if name != "lose_file":  # a fault that needs a file written first: its own test below
+        # faults that need a storage file written first: their own tests below
+        if name not in ("lose_file", "drop_sidecar"):
             assert r.stats.calls[name] > 0, name
-    for path in ("hit", "miss", "eviction", "decode freed out-of-window SWA"):
+    for path in ("hit", "miss", "eviction", "decode freed out-of-window SWA",
+                 "SWA tombstone recovered"):  # fmt: skip
         assert r.stats.paths[path] > 0, path
 
 
@@ -69,7 +73,8 @@ def _fuzz(configs: tuple[Config, ...] = SWA) -> Any:
 def test_a_leaking_free_is_a_conservation_finding(monkeypatch: pytest.MonkeyPatch) -> None:
     # the paged full/SWA allocator forgets the pages handed back to it
     monkeypatch.setattr(PagedTokenToKVPoolAllocator, "free_segment", lambda self, i, **k: None)
-    assert _fuzz().finding.kind == "conservation"
+    # (where the first slots it loses are a recovered tombstone's, tombstone is reported first)
+    assert "conservation" in _fuzz().finding.kinds
 
 
 def test_a_page_both_held_and_free_is_found(monkeypatch: pytest.MonkeyPatch) -> None:

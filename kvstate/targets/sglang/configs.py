@@ -105,9 +105,10 @@ def make_stack():
     set_global_server_args_for_scheduler(server_args())
     r2t = ReqToTokenPool(size=MAX_REQS, max_context_len=MAX_LEN, device="cpu",
                          enable_memory_saver=False)
-    kv = SWAKVPool(size=POOL, size_swa=POOL, page_size=PAGE, dtype=torch.bfloat16, head_num=1,
-                   head_dim=8, swa_attention_layer_ids=[0], full_attention_layer_ids=[1],
-                   device="cpu")
+    kv = SWAKVPool(**accepted(  # enable_kvcache_transpose: required before 0.5.15
+        SWAKVPool.__init__, size=POOL, size_swa=POOL, page_size=PAGE, dtype=torch.bfloat16,
+        head_num=1, head_dim=8, swa_attention_layer_ids=[0], full_attention_layer_ids=[1],
+        device="cpu", enable_kvcache_transpose=False))
     alloc = SWATokenToKVPoolAllocator(**accepted(  # req_to_token_pool: 0.5.20 on
         SWATokenToKVPoolAllocator.__init__, size=POOL, size_swa=POOL, page_size=PAGE,
         dtype=torch.bfloat16, device="cpu", kvcache=kv, need_sort=False, req_to_token_pool=r2t))
@@ -161,7 +162,8 @@ def make_stack():
         c128_state_dtype=torch.float32, qk_nope_head_dim=448, qk_rope_head_dim=64,
         indexer_head_dim=128, layer_num=len(RATIOS), device="cpu", enable_memory_saver=False,
         compression_ratios=RATIOS, sliding_window=WINDOW, start_layer=0,
-        end_layer=len(RATIOS), full_size=POOL))  # full_size: 0.5.21 on
+        end_layer=len(RATIOS), full_size=POOL,  # full_size: 0.5.21 on
+        state_dtype=torch.float32))  # one state dtype before 0.5.14
     alloc = SWATokenToKVPoolAllocator(**accepted(
         SWATokenToKVPoolAllocator.__init__, size=POOL, size_swa=POOL, page_size=PAGE,
         dtype=torch.float8_e4m3fn, device="cpu", kvcache=kv, need_sort=False,

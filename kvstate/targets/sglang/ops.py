@@ -70,14 +70,20 @@ def extend_end(req):
     return req.extend_range.end if hasattr(req, "set_extend_range") else req.extend_end
 
 
+def kv_of(req):
+    # the request's KV bookkeeping: Req.kv (ReqKvInfo) from 0.5.16, fields of the Req before it
+    return getattr(req, "kv", req)
+
+
 def pool_idx(req):
     # the request's row of req_to_token: on Req.kv from 0.5.19, on the Req before it
-    return req.kv.req_pool_idx if hasattr(req.kv, "req_pool_idx") else req.req_pool_idx
+    kv = kv_of(req)
+    return kv.req_pool_idx if hasattr(kv, "req_pool_idx") else req.req_pool_idx
 
 
 def owned_kv_len(req):
     # what a finished request stores: its committed KV (Req.owned_kv_len from 0.5.21)
-    return req.owned_kv_len() if hasattr(req, "owned_kv_len") else req.kv.kv_committed_len
+    return req.owned_kv_len() if hasattr(req, "owned_kv_len") else kv_of(req).kv_committed_len
 
 
 def lock_node(tree, node):
@@ -335,7 +341,7 @@ def load_back(st, req, lock):
     req.host_loaded_length = loaded = add_loaded(req, loaded)
     owned = getattr(st.tree, "load_back_is_cache_owned", lambda: True)  # always, before 0.5.22
     if owned():
-        req.kv.cache_protected_len = prefix_len(req)  # the loaded slots are the tree's
+        kv_of(req).cache_protected_len = prefix_len(req)  # the loaded slots are the tree's
     if loaded:
         new = lock_node(st.tree, last)
         unlock_node(st.tree, lock)
