@@ -74,7 +74,7 @@ def test_a_leaking_free_is_a_conservation_finding(monkeypatch: pytest.MonkeyPatc
     # the paged full/SWA allocator forgets the pages handed back to it
     monkeypatch.setattr(PagedTokenToKVPoolAllocator, "free_segment", lambda self, i, **k: None)
     # (where the first slots it loses are a recovered tombstone's, tombstone is reported first)
-    assert "conservation" in _fuzz().finding.kinds
+    assert "conservation" in _fuzz().finding.detail
 
 
 def test_a_page_both_held_and_free_is_found(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -21,6 +21,7 @@ from array import array
 from types import SimpleNamespace
 
 import torch
+from sglang.srt.managers import schedule_batch as _schedule_batch
 from sglang.srt.managers.schedule_batch import FINISH_LENGTH, Req, ScheduleBatch
 from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InitLoadBackParams
 import inspect
@@ -59,15 +60,20 @@ def prefix_indices(tree, req):
 
 
 def set_extend(req, end):
-    # 0.5.22 on: Req.extend_end; 0.5.16 to 0.5.21: Req.set_extend_range(start, end)
+    # 0.5.22 on: Req.extend_end; 0.5.15 to 0.5.21: Req.set_extend_range(start, end); 0.5.13
+    # and 0.5.14: Req.fill_len and Req.extend_input_len
     if hasattr(req, "set_extend_range"):
         req.set_extend_range(prefix_len(req), end)
+    elif hasattr(req, "fill_len"):
+        req.fill_len, req.extend_input_len = end, end - prefix_len(req)
     else:
         req.extend_end = end
 
 
 def extend_end(req):
-    return req.extend_range.end if hasattr(req, "set_extend_range") else req.extend_end
+    if hasattr(req, "set_extend_range"):
+        return req.extend_range.end
+    return req.fill_len if hasattr(req, "fill_len") else req.extend_end
 
 
 def kv_of(req):
@@ -83,7 +89,10 @@ def pool_idx(req):
 
 def owned_kv_len(req):
     # what a finished request stores: its committed KV (Req.owned_kv_len from 0.5.21)
-    return req.owned_kv_len() if hasattr(req, "owned_kv_len") else kv_of(req).kv_committed_len
+    if hasattr(req, "owned_kv_len"):
+        return req.owned_kv_len()
+    kv = kv_of(req)  # its committed KV on ReqKvInfo from 0.5.19, on the Req before it
+    return kv.kv_committed_len if hasattr(kv, "kv_committed_len") else req.kv_committed_len
 
 
 def lock_node(tree, node):
@@ -187,7 +196,9 @@ class Stack:
 
 def arrive(st, family, length, tokens=None):
     toks = tokens if tokens is not None else tokens_of(family, length)
-    req = Req(rid=f"r{st.n}", origin_input_text="", origin_input_ids=array("q", toks),
+    # token ids as an array("q") from 0.5.13 (a list before it: it appends output_ids lists)
+    ids = array("q", toks) if hasattr(_schedule_batch, "array") else list(toks)
+    req = Req(rid=f"r{st.n}", origin_input_text="", origin_input_ids=ids,
               sampling_params=SamplingParams(temperature=0, max_new_tokens=1 << 20))
     st.n += 1
     queue(st, req)
