@@ -27,10 +27,8 @@ SGLang is optional: without it the bench prints why and exits 0 (``tools/install
 from __future__ import annotations
 
 import argparse
-import gc
 import logging
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -38,8 +36,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import impl_bench as B  # noqa: E402
+import side_by_side as V  # noqa: E402  (takes the repository root off sys.path)
 import torch  # noqa: E402
-import vs_vllm as V  # noqa: E402  (its sys.path cleanup, Side, Tokens, KVSide, ratios)
 
 from kvstate.impl import native_modules  # noqa: E402
 
@@ -85,74 +83,6 @@ class SGSide:
         self.ns["close"](self.st)
 
 
-def run_length(n: int, args: argparse.Namespace) -> V.Result:
-    res = V.Result(n)
-    sides: list[Any] = []
-    try:
-        sides.append(V.KVSide(n, args))
-        sides += [SGSide(core, n, args.clock) for core in args.cores]
-        fams = args.families or max(4, 256 // (n // 256))
-        for s in sides:
-            for _ in range(args.warmup):
-                s.family(None)
-        for rnd in range(args.rounds):
-            acc = {s.name: V.Side() for s in sides}
-            k = rnd % len(sides)
-            for s in sides[k:] + sides[:k]:
-                gc.collect()
-                for _ in range(fams):
-                    s.family(acc[s.name])
-            res.rounds.append(acc)
-    except Exception as exc:  # noqa: BLE001 - report the row, go on with the next
-        res.error = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
-    finally:
-        for s in sides:
-            s.close()
-        gc.collect()
-    return res
-
-
-def report(results: list[V.Result], names: list[str]) -> None:
-    print("\nkvstate's cycles/s over SGLang's, paired per round: median (min-max) over rounds")
-    hdr = f"{'prefix':>7} | " + " | ".join(f"{'vs ' + n:>24}" for n in names)
-    hdr += " | " + " | ".join(f"{'incl. request, vs ' + n:>32}" for n in names)
-    print(hdr + "\n" + "-" * len(hdr))
-    for r in results:
-        if r.error is not None:
-            print(f"{B.fmt_length(r.length):>7} | FAILED: {r.error}")
-            continue
-        c1 = [V.mmm([V.ratio(rd["kvstate"], rd[n], "cycle") for rd in r.rounds]) for n in names]
-        c2 = [
-            V.mmm([V.ratio(rd["kvstate"], rd[n], "request+cycle") for rd in r.rounds])
-            for n in names
-        ]
-        print(
-            f"{B.fmt_length(r.length):>7} | "
-            + " | ".join(f"{c:>24}" for c in c1)
-            + " | "
-            + " | ".join(f"{c:>32}" for c in c2)
-        )
-    print("\nhit and miss cycles apart: median us per cycle; x = kvstate's speed over the side's")
-    hdr = f"{'prefix':>7} {'side':>13} {'hit us':>9} {'miss us':>9} {'req() us':>9} {'hit x':>7} {'miss x':>7}"
-    print(hdr + "\n" + "-" * len(hdr))
-    med = statistics.median
-    for r in results:
-        if r.error is not None:
-            continue
-        for n in ["kvstate", *names]:
-            hit = med([1e6 * rd[n].hit_s / rd[n].hits for rd in r.rounds])
-            miss = med([1e6 * rd[n].miss_s / rd[n].misses for rd in r.rounds])
-            req = med([1e6 * rd[n].request_s / rd[n].cycles for rd in r.rounds])
-            hx = mx = ""
-            if n != "kvstate":
-                hx = f"{med([V.ratio(rd['kvstate'], rd[n], 'hit') for rd in r.rounds]):.2f}"
-                mx = f"{med([V.ratio(rd['kvstate'], rd[n], 'miss') for rd in r.rounds]):.2f}"
-            print(
-                f"{B.fmt_length(r.length):>7} {n:>13} {hit:>9.1f} {miss:>9.1f} {req:>9.1f} "
-                f"{hx:>7} {mx:>7}"
-            )
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lengths", nargs="+", default=["1K", "4K", "16K", "64K"])
@@ -185,9 +115,12 @@ def main() -> None:
     t0 = time.perf_counter()
     results = []
     for s in args.lengths:
-        results.append(run_length(B.parse_length(s), args))
+        n = B.parse_length(s)
+        results.append(
+            V.run_length(n, lambda m: [SGSide(core, m, args.clock) for core in args.cores], args)
+        )
         print(f"  [{s}: done, {time.perf_counter() - t0:.0f} s so far]", flush=True)
-    report(results, [f"SGLang {c}" for c in args.cores])
+    V.report(results, [f"SGLang {c}" for c in args.cores], "SGLang")
     print(f"\nwall time {time.perf_counter() - t0:.0f} s")
 
 

@@ -44,7 +44,7 @@ RULES_BY_CLASS = {
     "L3.disk_loaded": ("load",),
 }
 INVARIANT_PROJECTION = {
-    "refcount": ("conservation", "freed-referenced"),
+    "refcount": ("conservation", "freed-referenced", "tombstone"),
     "ghost_counters": ("conservation",),
     "toctou": ("freed-referenced", "L3"),
     "hit_soundness": ("L1", "L3"),
@@ -64,8 +64,8 @@ INVARIANTS_NOT_PROJECTED = {
     "domains": "typing of the spec's own phase variables",
     "mechanism_truth": "relates the spec's own mechanism variables to its ghost truth",
 }
-CHECK_CLASSES = ("conservation", "freed-referenced", "L1", "L3", "locks", "completeness",
-                 "addresses", "load", "crash")  # fmt: skip
+CHECK_CLASSES = ("conservation", "freed-referenced", "tombstone", "L1", "L3", "sidecar",
+                 "locks", "completeness", "addresses", "load", "crash")  # fmt: skip
 
 
 def projected_rules() -> tuple[Rule, ...]:

@@ -17,15 +17,73 @@ PRELUDE = """\
 import os
 os.environ["SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND"] = {core!r}
 {switches}
+import importlib
+import inspect
 import torch
 from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
 from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
-from sglang.srt.mem_cache.allocator.swa import SWATokenToKVPoolAllocator
 from sglang.srt.mem_cache.cache_init_params import CacheInitParams
-from sglang.srt.mem_cache.unified_cache.components.base import ComponentType
 from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
+
+def first(name, *modules):
+    # the cache modules moved and were renamed between releases: the first module that has it
+    for m in modules:
+        try:
+            return getattr(importlib.import_module("sglang.srt.mem_cache." + m), name)
+        except (ImportError, AttributeError):
+            continue
+    raise ImportError(name + " is in none of sglang.srt.mem_cache." + ", ".join(modules))
+
+
+def accepted(fn, **kw):
+    # the keyword arguments this release's fn takes (its signature grew between releases)
+    params = inspect.signature(fn).parameters
+    return {{k: v for k, v in kw.items() if k in params}}
+
+
+class _OnCpu:
+    # a Triton kernel's launch, kernel[grid](*args), run as plain torch on a CPU
+    def __init__(self, run):
+        self.run = run
+
+    def __getitem__(self, grid):
+        return self.run
+
+
+def _extend_on_cpu(prefix_lens, seq_lens, last_loc, free_pages, out, _pow2, page):
+    _paged.alloc_extend_naive(prefix_lens, seq_lens, last_loc, free_pages, out, page, "cpu")
+
+
+def _decode_on_cpu(seq_lens, last_loc, free_pages, out, _pow2, page):
+    # a request whose next token starts a page takes the next free page, in batch order
+    need = (seq_lens - 1) % page == 0
+    rank = torch.cumsum(need.to(torch.int64), 0) - need.to(torch.int64)
+    start = free_pages[rank.clamp(max=max(len(free_pages) - 1, 0))] * page
+    out.copy_(torch.where(need, start, last_loc + 1) if len(free_pages) else last_loc + 1)
+
+
+# Before 0.5.22 the paged allocator launches its Triton kernels unconditionally (0.5.22 added
+# the CPU path, alloc_extend_naive/alloc_decode_naive): on a CPU the launch is stood in for by
+# SGLang's own alloc_extend_naive, present in every release, and the same page walk for decode.
+_paged = first("alloc_extend_naive", "allocator.paged", "allocator")
+_paged = importlib.import_module(_paged.__module__)
+if not hasattr(_paged, "alloc_decode_naive"):
+    _paged.alloc_extend_kernel = _OnCpu(_extend_on_cpu)
+    _paged.alloc_decode_kernel = _OnCpu(_decode_on_cpu)
+
+SWATokenToKVPoolAllocator = first("SWATokenToKVPoolAllocator", "allocator.swa", "swa_memory_pool")
+ComponentType = first("ComponentType", "unified_cache.components.base",
+                      "unified_cache.component_type", "unified_cache_components.tree_component")
+
 PAGE, WINDOW, POOL, MAX_REQS, MAX_LEN = {page}, {window}, {pool}, 6, {max_len}
+
+
+def server_args(**more):
+    # a CPU server's arguments: the attention backend SGLang's CPU deployments name, so that
+    # the cache's index writes take their CPU path (before 0.5.22 they otherwise launch Triton)
+    return ServerArgs(model_path="dummy", page_size=PAGE, attention_backend="torch_native",
+                      **more)
 
 
 def tree_params(r2t, alloc):
@@ -44,15 +102,16 @@ from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool
 
 
 def make_stack():
-    set_global_server_args_for_scheduler(ServerArgs(model_path="dummy", page_size=PAGE))
+    set_global_server_args_for_scheduler(server_args())
     r2t = ReqToTokenPool(size=MAX_REQS, max_context_len=MAX_LEN, device="cpu",
                          enable_memory_saver=False)
-    kv = SWAKVPool(size=POOL, size_swa=POOL, page_size=PAGE, dtype=torch.bfloat16, head_num=1,
-                   head_dim=8, swa_attention_layer_ids=[0], full_attention_layer_ids=[1],
-                   device="cpu")
-    alloc = SWATokenToKVPoolAllocator(size=POOL, size_swa=POOL, page_size=PAGE,
-                                      dtype=torch.bfloat16, device="cpu", kvcache=kv,
-                                      need_sort=False, req_to_token_pool=r2t)
+    kv = SWAKVPool(**accepted(  # enable_kvcache_transpose: required before 0.5.15
+        SWAKVPool.__init__, size=POOL, size_swa=POOL, page_size=PAGE, dtype=torch.bfloat16,
+        head_num=1, head_dim=8, swa_attention_layer_ids=[0], full_attention_layer_ids=[1],
+        device="cpu", enable_kvcache_transpose=False))
+    alloc = SWATokenToKVPoolAllocator(**accepted(  # req_to_token_pool: 0.5.20 on
+        SWATokenToKVPoolAllocator.__init__, size=POOL, size_swa=POOL, page_size=PAGE,
+        dtype=torch.bfloat16, device="cpu", kvcache=kv, need_sort=False, req_to_token_pool=r2t))
     return r2t, kv, alloc, make_tree(r2t, alloc)
 
 
@@ -73,18 +132,27 @@ def states(kv):
 """
 
 DSV4 = """\
+from sglang.srt.mem_cache import deepseek_v4_memory_pool as _dsv4
 from sglang.srt.mem_cache.deepseek_v4_memory_pool import DeepSeekV4TokenToKVPool
-from sglang.srt.mem_cache.deepseek_v4_memory_pool import resolve_compress_state_ring_size
+
+
+def resolve_compress_state_ring_size(ratio):
+    # 0.5.21 on: the ring under the published spec config; before it, the same ring without
+    # speculative decoding
+    if hasattr(_dsv4, "resolve_compress_state_ring_size"):
+        return _dsv4.resolve_compress_state_ring_size(ratio)
+    return _dsv4.get_compress_state_ring_size(ratio, False)
+
 
 RATIOS = [4, 128, 4, 128]  # CSA and HCA layers alternate
 
 
 def make_stack():
-    set_global_server_args_for_scheduler(ServerArgs(model_path="dummy", page_size=PAGE))
+    set_global_server_args_for_scheduler(server_args())
     r2t = ReqToTokenPool(size=MAX_REQS, max_context_len=MAX_LEN, device="cpu",
                          enable_memory_saver=False)
-    kv = DeepSeekV4TokenToKVPool(
-        max_num_reqs=MAX_REQS, swa_size=POOL, c4_size=POOL // 4, c128_size=POOL // 128,
+    kv = DeepSeekV4TokenToKVPool(**accepted(
+        DeepSeekV4TokenToKVPool.__init__, max_num_reqs=MAX_REQS, swa_size=POOL, c4_size=POOL // 4, c128_size=POOL // 128,
         # sized as SGLang's pool configurator sizes the non-unified (fp8) pool: the ratio-4
         # compressor-state ring is addressed per SWA page (swa_tokens // page * ring), the
         # ratio-128 state per request slot
@@ -94,10 +162,12 @@ def make_stack():
         c128_state_dtype=torch.float32, qk_nope_head_dim=448, qk_rope_head_dim=64,
         indexer_head_dim=128, layer_num=len(RATIOS), device="cpu", enable_memory_saver=False,
         compression_ratios=RATIOS, sliding_window=WINDOW, start_layer=0,
-        end_layer=len(RATIOS), full_size=POOL)
-    alloc = SWATokenToKVPoolAllocator(size=POOL, size_swa=POOL, page_size=PAGE,
-                                      dtype=torch.float8_e4m3fn, device="cpu", kvcache=kv,
-                                      need_sort=False, req_to_token_pool=r2t)
+        end_layer=len(RATIOS), full_size=POOL,  # full_size: 0.5.21 on
+        state_dtype=torch.float32))  # one state dtype before 0.5.14
+    alloc = SWATokenToKVPoolAllocator(**accepted(
+        SWATokenToKVPoolAllocator.__init__, size=POOL, size_swa=POOL, page_size=PAGE,
+        dtype=torch.float8_e4m3fn, device="cpu", kvcache=kv, need_sort=False,
+        req_to_token_pool=r2t))
     return r2t, kv, alloc, make_tree(r2t, alloc)
 
 
@@ -130,7 +200,13 @@ HICACHE = """\
 import sglang.srt.mem_cache.memory_pool_host as _host_legacy
 import sglang.srt.mem_cache.pool_host.common as _host_common
 import sglang.srt.mem_cache.pool_host.mha as _host_mha
-from sglang.srt.mem_cache.pool_host.base import HostKVCache, host_memory_budget_scope
+import contextlib
+import sglang.srt.mem_cache.pool_host.base as _host_base
+from sglang.srt.mem_cache.pool_host.base import HostKVCache
+
+# 0.5.21 on: the host pool is booked against a budget scope (else this machine's free RAM)
+host_memory_budget_scope = getattr(_host_base, "host_memory_budget_scope",
+                                   lambda size: contextlib.nullcontext())
 
 HOST_RATIO = {ratio}
 
@@ -150,7 +226,7 @@ _make_device_stack = make_stack
 def make_stack():
     # as the scheduler does with --enable-hierarchical-cache: the device stack, then init_hicache
     r2t, kv, alloc, tree = _make_device_stack()
-{storage_setup}    args = ServerArgs(model_path="dummy", page_size=PAGE, hicache_ratio=HOST_RATIO,
+{storage_setup}    args = server_args(hicache_ratio=HOST_RATIO,
                       hicache_io_backend="direct", hicache_mem_layout="layer_first",
                       hicache_write_policy="write_through"{storage})
     set_global_server_args_for_scheduler(args)

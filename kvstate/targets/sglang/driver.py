@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 from kvstate.harness.finding import Nonconformance
@@ -38,6 +39,7 @@ OPS: dict[str, tuple[str, ...]] = {
     "poll": (),
     "cancel": ("i",),
     "lose_file": ("k",),
+    "drop_sidecar": ("k",),
 }
 NAMES = tuple(OPS)
 
@@ -94,7 +96,32 @@ def draw_op(rnd: Any, rng: Any, page: int, max_len: int, hicache: str = "") -> T
         return op("evict", rng(1, 4) * page)
     if x < 0.97 or hicache == "l2":  # with L3 behind it, evict the host deeply: L3 serves
         return op("evict_host", rng(1, 4 if hicache == "l2" else 32) * page)
-    return op("cancel", rng(8)) if x < 0.985 else op("lose_file", rng(16))
+    if x < 0.985:
+        return op("cancel", rng(8))
+    return op("lose_file", rng(16)) if x < 0.993 else op("drop_sidecar", rng(16))
+
+
+def _holds(kv: Any) -> bool:
+    """The request holds KV slots (``ReqKvInfo.holds_kv`` from 0.5.19; before it, allocated)."""
+    return bool(kv.holds_kv) if hasattr(kv, "holds_kv") else kv.kv_allocated_len > 0
+
+
+def _uncached_sizes() -> Any:
+    """The scheduler leak check's ``_get_total_uncached_sizes`` of a release before 0.5.22
+    (its module moved), or None."""
+    import importlib
+
+    for name in ("sglang.srt.managers.scheduler_components.invariant_checker",
+                 "sglang.srt.managers.scheduler_runtime_checker_mixin"):  # fmt: skip
+        try:
+            mod = importlib.import_module(name)
+        except ImportError:
+            continue
+        for cls in vars(mod).values():
+            fn = getattr(cls, "_get_total_uncached_sizes", None)
+            if isinstance(cls, type) and cls.__module__ == name and fn is not None:
+                return fn
+    return None
 
 
 class Driver:
@@ -112,6 +139,9 @@ class Driver:
         self.code: list[str] = ["st = Stack()"]
         self.epoch = 0  # bumped by every eviction that freed something (full or SWA)
         self._count_evictions()
+        self.recovered: list[tuple[int, int]] = []  # SWA tombstone ranges this call recovered
+        self.ready: dict[str, list[bool]] = {}  # the last hit's pages, per state: markers present
+        self._observe_recoveries()
         self.stored: list[int] = []  # finished request j -> the epoch its prefix was stored in
         self.P, self.W = config.page, config.window
         self.at: tuple[int, TraceStep] = (0, TraceStep("", {}))
@@ -168,10 +198,29 @@ class Driver:
                 raise finding([checks.Violation(
                     "load", f"load-back event {event} of {req.rid} never completed")], *self.at)  # fmt: skip
             time.sleep(0.001)
-        h = req.prefix_len
-        out = self._hit(req, (h, self.st.tree.prefix_device_indices(req).clone()), resend=False)
+        h = self.ns["prefix_len"](req)
+        out = self._hit(
+            req, (h, self.ns["prefix_indices"](self.st.tree, req).clone()), resend=False
+        )
+        if getattr(req, "storage_hit_length", 0) and "indexer" in self.ready:
+            out = self._sidecar(req) + out
         if out:
             raise finding(out, *self.at)
+
+    def _sidecar(self, req: Any) -> list[checks.Violation]:
+        """A prefix served (partly) from L3 storage: every page holding its compressed KV
+        holds its indexer pages too.  A prefetch that stops partway must stop for every pool
+        at the same page; pages whose compressed KV arrived without the indexer sidecar are
+        the partial-prefetch class."""
+        self.stats.paths["L3 prefetch checked for its sidecar"] += 1
+        self.stats.checks["sidecar"] += 1
+        ckv, idx = self.ready["ckv"], self.ready["indexer"]
+        bad = [p for p, (c, i) in enumerate(zip(ckv, idx, strict=True)) if c and not i]
+        if not bad:
+            return []
+        return [checks.Violation(
+            "sidecar", f"{req.rid}: pages {bad[:5]} served from L3 storage hold their compressed "
+            "KV without their indexer pages")]  # fmt: skip
 
     # -- the call -------------------------------------------------------------------------
     def run_op(self, step: int, op: TraceStep) -> None:
@@ -184,6 +233,7 @@ class Driver:
         waiting = bool(waiting)
         swa_gone = self._swa_evicted()
         self.at = (step, op)
+        self.recovered = []
         try:
             result = self.ns[name](self.st, *args)
         except Nonconformance:
@@ -202,6 +252,7 @@ class Driver:
             self.stats.paths["L3 prefetch loaded"] += 1
         if name == "finish" and result is not None:
             self.stored.append(self.epoch)
+        out += self._tombstone()
         out += self._conservation() + self._freed_referenced() + self._locks()
         self.stats.checks["addresses"] += 1
         out += checks.moved_buffers(self.captured, self._buffers())
@@ -215,7 +266,8 @@ class Driver:
         bumps the epoch when it freed anything.  (Comparing cached totals before and after an
         operation misses an eviction inside an admission that also inserts more.)"""
         tree = self.st.tree
-        inner = tree._evict
+        where = "_evict" if hasattr(tree, "_evict") else "evict"  # before 0.5.19: evict itself
+        inner = getattr(tree, where)
 
         def observed(*a: Any, **k: Any) -> Any:
             result = inner(*a, **k)
@@ -224,7 +276,7 @@ class Driver:
                 self.stats.paths["eviction"] += 1
             return result
 
-        tree._evict = observed
+        setattr(tree, where, observed)
         if self.st.hicache:
             # with HiCache a device eviction leaves a backed-up prefix on the host: only a host
             # value freed (host eviction, or a device eviction of a prefix not backed up) loses it
@@ -238,10 +290,59 @@ class Driver:
 
             tree._free_values = freed
 
+    def _observe_recoveries(self) -> None:
+        """Every insert (a checkpoint's, a release's) asks SGLang to report the ranges its SWA
+        component adopted: a tombstoned SWA node inside the request's window recovered from
+        the inserting request's slots (``InsertParams.track_adopted_ranges``, 0.5.22 on; a
+        flag that only records, in both tree cores)."""
+        tree = self.st.tree
+        inner = tree.insert
+        swa = self.ns["ComponentType"].SWA
+
+        def observed(params: Any) -> Any:
+            if hasattr(params, "track_adopted_ranges"):
+                params.track_adopted_ranges = True
+            result = inner(params)
+            got = (getattr(result, "adopted_ranges", None) or {}).get(swa)
+            if got:
+                self.recovered += [(int(a), int(b)) for a, b in got]
+            return result
+
+        tree.insert = observed
+
+    def _tombstone(self) -> list[checks.Violation]:
+        """A call that recovered an SWA tombstone: the recovery swaps the node's full slots for
+        the request's and frees the old ones, so right after it the full pool must conserve
+        its slots.  The class names a recovery's own error: the pool off by exactly the
+        recovered tokens (short: the old slots leaked; over: freed twice, the class of
+        sgl-project/sglang#27586); any other imbalance is left to ``conservation``."""
+        if not self.recovered:
+            return []
+        self.stats.paths["SWA tombstone recovered"] += 1
+        self.stats.checks["tombstone"] += 1
+        private = self._private()
+        if private is None:
+            return []
+        a, t = self.st.alloc, self.st.tree
+        held = a.full_available_size() + t.full_evictable_size() + t.full_protected_size()
+        off = a.size_full - held - private[0]
+        tokens = sum(end - start for start, end in self.recovered)
+        if off == 0 or abs(off) != tokens:
+            return []
+        what = "leaked" if off > 0 else "freed twice"
+        return [checks.Violation(
+            "tombstone", f"recovering SWA tombstone range(s) {self.recovered[:4]} ({tokens} "
+            f"tokens): the full pool is {abs(off)} slots {'short' if off > 0 else 'over'}, "
+            f"the node's old full slots {what}")]  # fmt: skip
+
     def _swa_evicted(self) -> int:
         """Tokens whose SWA slots the running requests have given back (out of the window)."""
         swa = self.ns["ComponentType"].SWA
-        return sum(r.kv.get_evicted_seqlen(swa) for r in self._live() if r.kv.holds_kv)
+        return sum(
+            kv.get_evicted_seqlen(swa) if hasattr(kv, "get_evicted_seqlen")
+            else kv.swa_evicted_seqlen  # before 0.5.21: the SWA cursor alone
+            for kv in map(self.ns["kv_of"], self._live()) if _holds(kv)
+        )  # fmt: skip
 
     def _live(self) -> list[Any]:
         return [r for r, _ in self.st.running + self.st.chunked]
@@ -268,6 +369,7 @@ class Driver:
                 pages.append(bool((at > 0).all()) and bool((read(at) == want).all()))
             ready[name] = pages
             self.stats.checks["L3"] += 1
+        self.ready = ready
         out = checks.hit_violations(self.P, self.W, h, ready, self.config.max_len)
         j = getattr(req, "resend_of", None) if resend else None
         if j is not None and j < len(self.stored) and self.stored[j] == self.epoch:
@@ -284,31 +386,54 @@ class Driver:
         return out
 
     def _conservation(self) -> list[checks.Violation]:
+        a, t = self.st.alloc, self.st.tree
+        private = self._private()
+        if private is None:
+            self.stats.paths["conservation not checkable (no private-token terms)"] += 1
+            return []
+        self.stats.checks["conservation"] += 2
+        return checks.conservation(
+            "full", a.full_available_size(), t.full_evictable_size(), t.full_protected_size(),
+            private[0], a.size_full,
+        ) + checks.conservation(
+            "swa", a.swa_available_size(), t.swa_evictable_size(), t.swa_protected_size(),
+            private[1], a.size_swa,
+        )  # fmt: skip
+
+    def _private(self) -> tuple[int, int] | None:
+        """The running requests' own tokens per pool (full, SWA), by the scheduler's own terms:
+        0.5.22 on ``kv_private_tokens``/``kv_private_swa_tokens``; before it, its leak check's
+        ``_get_total_uncached_sizes`` (each release's own formula), asked with the live
+        requests as its batch."""
         try:
             from sglang.srt.managers.scheduler_components.pool_stats_observer import (
                 kv_private_swa_tokens,
                 kv_private_tokens,
             )
-        except ImportError:  # a release before the scheduler stated its private-token terms
-            self.stats.paths["conservation not checkable (no private-token terms)"] += 1
-            return []
-
-        a, t = self.st.alloc, self.st.tree
-        held = [r.kv for r in self._live() if r.kv.holds_kv]
-        self.stats.checks["conservation"] += 2
-        return checks.conservation(
-            "full", a.full_available_size(), t.full_evictable_size(), t.full_protected_size(),
-            sum(kv_private_tokens(kv, self.P) for kv in held), a.size_full,
-        ) + checks.conservation(
-            "swa", a.swa_available_size(), t.swa_evictable_size(), t.swa_protected_size(),
-            sum(kv_private_swa_tokens(kv, self.P) for kv in held), a.size_swa,
-        )  # fmt: skip
+        except ImportError:
+            uncached = _uncached_sizes()
+            if uncached is None:
+                return None
+            live = self._live()
+            batch = SimpleNamespace(reqs=live, is_empty=lambda: not live)
+            me = SimpleNamespace(
+                is_hybrid_swa=True, page_size=self.P, tree_cache=self.st.tree,
+                last_batch=batch, running_batch=None, get_last_batch=lambda: batch,
+                get_running_batch=lambda: None, get_chunked_req=lambda: None,
+            )  # fmt: skip
+            full, swa = uncached(me)
+            return int(full), int(swa)
+        held = [kv for kv in map(self.ns["kv_of"], self._live()) if _holds(kv)]
+        return (
+            sum(kv_private_tokens(kv, self.P) for kv in held),
+            sum(kv_private_swa_tokens(kv, self.P) for kv in held),
+        )
 
     def _free_pages(self, sub: Any) -> list[int]:
         if hasattr(sub, "get_all_free_pages"):
             return [int(x) for x in sub.get_all_free_pages().tolist()]
-        free = [int(x) for x in sub.free_pages.tolist() + sub.release_pages.tolist()]
-        return [x // self.P for x in free] if self.P > 1 else free
+        # before get_all_free_pages (0.5.21): the same census, both lists of page ids
+        return [int(x) for x in sub.free_pages.tolist() + sub.release_pages.tolist()]
 
     def _freed_referenced(self) -> list[checks.Violation]:
         """No page is free while a running request's row or the tree names it, and none is
@@ -325,10 +450,11 @@ class Driver:
                     "freed-referenced", f"{pool} free list holds pages {dup} twice"))  # fmt: skip
         full_set, swa_set = set(full_free), set(swa_free)
         for r in self._live():
-            if not r.kv.holds_kv:
+            kv = self.ns["kv_of"](r)
+            if not _holds(kv):
                 continue
-            n = r.kv.kv_allocated_len
-            row = st.r2t.req_to_token[r.kv.req_pool_idx, :n].long()
+            n = kv.kv_allocated_len
+            row = st.r2t.req_to_token[self.ns["pool_idx"](r), :n].long()
             bad = sorted({int(x) // self.P for x in row.tolist()} & full_set)
             if bad:
                 out.append(

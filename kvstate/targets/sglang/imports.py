@@ -17,6 +17,7 @@ import importlib
 import importlib.machinery
 import sys
 import types
+from pathlib import Path
 from types import ModuleType
 
 from kvstate.harness import offroot
@@ -47,6 +48,7 @@ def _stub_torchvision() -> None:
         mod.__path__ = []  # a package: its submodules resolve to the stubs above
         mod.__getattr__ = lambda attr, _n=name: _missing(_n, attr)  # type: ignore[attr-defined]
         sys.modules[name] = mod
+    _unregistered_image_processors()
 
 
 class _Anything(type):
@@ -63,6 +65,42 @@ def _missing(module: str, attr: str) -> object:
     if attr.startswith("__"):
         raise AttributeError(attr)
     return _Anything(attr, (), {"__module__": module})
+
+
+def _unregistered_image_processors() -> None:
+    """Where transformers (before 5.25) made ``AutoImageProcessor`` a placeholder that raises
+    without torchvision, SGLang's multimodal configs fail at import when they register their
+    image processors with it (``sglang.srt.configs.utils.register_image_processor``).  That
+    module is loaded first, on its own, with the registration skipped when it raises: the
+    cache never uses an image processor."""
+    import transformers
+
+    name = "sglang.srt.configs.utils"
+    if name in sys.modules:
+        return
+    try:
+        transformers.AutoImageProcessor.register  # noqa: B018 - the placeholder raises here
+        return
+    except ImportError:
+        pass
+    import sglang.srt
+
+    path = Path(sglang.srt.__path__[0]) / "configs" / "utils.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        return
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    register = mod.register_image_processor
+
+    def tolerant(config: object, processor: object) -> None:
+        try:
+            register(config, processor)
+        except ImportError:  # no torchvision: this multimodal processor is not registered
+            pass
+
+    mod.register_image_processor = tolerant
+    sys.modules[name] = mod
 
 
 def load(*modules: str) -> list[ModuleType]:

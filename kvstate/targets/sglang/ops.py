@@ -21,6 +21,7 @@ from array import array
 from types import SimpleNamespace
 
 import torch
+from sglang.srt.managers import schedule_batch as _schedule_batch
 from sglang.srt.managers.schedule_batch import FINISH_LENGTH, Req, ScheduleBatch
 from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InitLoadBackParams
 import inspect
@@ -43,6 +44,87 @@ from sglang.srt.sampling.sampling_params import SamplingParams
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
 MODEL = SimpleNamespace(vocab_size=50000, is_encoder_decoder=False)
+
+
+# The request's fields moved between releases (chosen by what the Req has):
+def prefix_len(req):
+    # 0.5.22 on: Req.prefix_len; before it, the length of the matched device indices
+    return req.prefix_len if hasattr(req, "prefix_len") else len(req.prefix_indices)
+
+
+def prefix_indices(tree, req):
+    # 0.5.22 on: the tree resolves the request's device prefix; before it, Req.prefix_indices
+    if hasattr(tree, "prefix_device_indices"):
+        return tree.prefix_device_indices(req)
+    return req.prefix_indices
+
+
+def set_extend(req, end):
+    # 0.5.22 on: Req.extend_end; 0.5.15 to 0.5.21: Req.set_extend_range(start, end); 0.5.13
+    # and 0.5.14: Req.fill_len and Req.extend_input_len
+    if hasattr(req, "set_extend_range"):
+        req.set_extend_range(prefix_len(req), end)
+    elif hasattr(req, "fill_len"):
+        req.fill_len, req.extend_input_len = end, end - prefix_len(req)
+    else:
+        req.extend_end = end
+
+
+def extend_end(req):
+    if hasattr(req, "set_extend_range"):
+        return req.extend_range.end
+    return req.fill_len if hasattr(req, "fill_len") else req.extend_end
+
+
+def kv_of(req):
+    # the request's KV bookkeeping: Req.kv (ReqKvInfo) from 0.5.16, fields of the Req before it
+    return getattr(req, "kv", req)
+
+
+def pool_idx(req):
+    # the request's row of req_to_token: on Req.kv from 0.5.19, on the Req before it
+    kv = kv_of(req)
+    return kv.req_pool_idx if hasattr(kv, "req_pool_idx") else req.req_pool_idx
+
+
+def owned_kv_len(req):
+    # what a finished request stores: its committed KV (Req.owned_kv_len from 0.5.21)
+    if hasattr(req, "owned_kv_len"):
+        return req.owned_kv_len()
+    kv = kv_of(req)  # its committed KV on ReqKvInfo from 0.5.19, on the Req before it
+    return kv.kv_committed_len if hasattr(kv, "kv_committed_len") else req.kv_committed_len
+
+
+def lock_node(tree, node):
+    # 0.5.22 on: tree.lock returns a TreeLock; before it, inc_lock_ref's receipt
+    if hasattr(tree, "lock"):
+        return tree.lock(node)
+    return node, tree.inc_lock_ref(node).to_dec_params()
+
+
+def unlock_node(tree, lock):
+    if hasattr(tree, "unlock"):
+        return tree.unlock(lock)
+    node, receipt = lock
+    tree.dec_lock_ref(node, receipt)
+
+
+def keep_lock(req, lock):
+    # the admitted request holds its lock until release_kv_cache: 0.5.22 on as Req.lock, before
+    # it as Req.lock_receipt (released on Req.last_node)
+    req.lock = lock
+    if isinstance(lock, tuple):
+        req.last_node, req.lock_receipt = lock
+
+
+def add_loaded(req, loaded):
+    # init_load_back's device part: 0.5.22 on a token count added to Req.prefix_len; before
+    # it, the loaded device indices, appended to Req.prefix_indices
+    if isinstance(loaded, torch.Tensor):
+        req.prefix_indices = torch.cat([req.prefix_indices, loaded])
+        return len(loaded)
+    req.prefix_len += loaded
+    return loaded
 
 
 def tokens_of(family, n):
@@ -78,7 +160,7 @@ class Stack:
 
     def write_markers(self, req, lo, hi):
         # the forward pass: every state of positions [lo, hi) now holds that prefix
-        locs = self.r2t.req_to_token[req.kv.req_pool_idx, lo:hi].to(torch.int64)
+        locs = self.r2t.req_to_token[pool_idx(req), lo:hi].to(torch.int64)
         vals = torch.tensor(markers(self.fill(req)[:hi])[lo:hi], dtype=torch.int64)
         for space, _read, write in self.states.values():
             write(locs if space == "full" else self.swa_of(locs), vals)
@@ -95,8 +177,8 @@ class Stack:
         batch = ScheduleBatch.init_new([req], self.r2t, self.alloc, self.tree, MODEL, False,
                                        SpeculativeAlgorithm.NONE)
         batch.prepare_for_extend()
-        self.write_markers(req, req.prefix_len, req.extend_end)
-        if req.extend_end < len(req.full_untruncated_fill_ids):
+        self.write_markers(req, prefix_len(req), extend_end(req))
+        if extend_end(req) < len(req.full_untruncated_fill_ids):
             checkpoint_kv_cache(req, self.tree)  # a chunk: publish it
             self.chunked.append((req, batch))
         else:
@@ -105,7 +187,7 @@ class Stack:
             self.running.append((req, batch))
 
     def chunk_end(self, req, chunk, start=None):
-        start = req.prefix_len if start is None else start
+        start = prefix_len(req) if start is None else start
         fill = len(req.full_untruncated_fill_ids)
         if fill - start <= chunk:
             return fill
@@ -114,7 +196,9 @@ class Stack:
 
 def arrive(st, family, length, tokens=None):
     toks = tokens if tokens is not None else tokens_of(family, length)
-    req = Req(rid=f"r{st.n}", origin_input_text="", origin_input_ids=array("q", toks),
+    # token ids as an array("q") from 0.5.13 (a list before it: it appends output_ids lists)
+    ids = array("q", toks) if hasattr(_schedule_batch, "array") else list(toks)
+    req = Req(rid=f"r{st.n}", origin_input_text="", origin_input_ids=ids,
               sampling_params=SamplingParams(temperature=0, max_new_tokens=1 << 20))
     st.n += 1
     queue(st, req)
@@ -133,7 +217,7 @@ def prefetch(st, req):
     # for the rest of the prompt
     req.init_next_round_input(st.tree, cow_mamba=False)
     node, tree = req.last_host_node, st.tree
-    matched = req.prefix_len + req.host_hit_length
+    matched = prefix_len(req) + req.host_hit_length
     if tree.is_backuped(node) or tree.is_root(node):
         end = req._compute_max_prefix_len(len(req.full_untruncated_fill_ids))
         tree.prefetch_from_storage(
@@ -191,6 +275,28 @@ def lose_file(st, k):
     return path
 
 
+def drop_sidecar(st, k):
+    # a fault: one L3 file of an indexer pool (DeepSeek-V4's sidecar of the compressed KV) is
+    # lost while the compressed KV's own files stay: a prefetch of that prefix stops partway
+    # for the sidecar only (k picks the file; nothing to drop without an indexer pool)
+    import os
+    if not st.storage:
+        return None
+    import time
+    deadline = time.monotonic() + 5.0
+    while st.tree.ongoing_backup and time.monotonic() < deadline:
+        tick(st)
+        time.sleep(0.002)
+    root = os.environ["SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"]
+    files = sorted(os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs
+                   if "indexer" in f)
+    if not files:
+        return None
+    path = files[k % len(files)]
+    os.remove(path)
+    return path
+
+
 def close(st):
     # the end of a stack: stop HiCache's storage threads (a server stops them at exit)
     if st.storage:
@@ -237,17 +343,19 @@ def load_back(st, req, lock):
     best = req.best_match_node
     pin = st.tree.inc_host_lock_ref(best).to_dec_params()
     try:
-        loaded, last = st.tree.init_load_back(InitLoadBackParams(
+        got = st.tree.init_load_back(InitLoadBackParams(
             best_match_node=best, host_hit_length=req.host_hit_length, req=req))
     finally:
         st.tree.dec_host_lock_ref(best, pin)
-    req.host_loaded_length, req.last_node = loaded, last
-    req.prefix_len += loaded
-    if st.tree.load_back_is_cache_owned():
-        req.kv.cache_protected_len = req.prefix_len  # the loaded slots are the tree's
+    loaded, last = got if got is not None else (0, req.last_node)  # None: nothing loaded
+    req.last_node = last
+    req.host_loaded_length = loaded = add_loaded(req, loaded)
+    owned = getattr(st.tree, "load_back_is_cache_owned", lambda: True)  # always, before 0.5.22
+    if owned():
+        kv_of(req).cache_protected_len = prefix_len(req)  # the loaded slots are the tree's
     if loaded:
-        new = st.tree.lock(last)
-        st.tree.unlock(lock)
+        new = lock_node(st.tree, last)
+        unlock_node(st.tree, lock)
         lock = new
     event = st.tree.ready_to_load_host_cache()
     if loaded and st.on_loaded is not None:
@@ -265,23 +373,23 @@ def admit(st, i, chunk):
             return None
         req.storage_hit_length, _ = st.tree.pop_prefetch_loaded_span(req.cache_request_handle)
     req.init_next_round_input(st.tree)  # match_kv_cache
-    hit = (req.prefix_len, st.tree.prefix_device_indices(req).clone())
+    hit = (prefix_len(req), prefix_indices(st.tree, req).clone())
     if st.on_match is not None:
         st.on_match(req, hit)  # an observer (kvstate's checks) sees the hit before it is used
     load = st.hicache and req.needs_host_load_back()
-    end = st.chunk_end(req, chunk, req.prefix_len + (req.host_hit_length if load else 0))
-    if end <= req.prefix_len:
+    end = st.chunk_end(req, chunk, prefix_len(req) + (req.host_hit_length if load else 0))
+    if end <= prefix_len(req):
         return None
-    lock = st.tree.lock(req.last_node)  # locked first: its prefix is no longer evictable
-    if not st.has_room(end - req.prefix_len):  # the host hit's load-back takes device slots too
-        st.tree.unlock(lock)  # the adder leaves it waiting
+    lock = lock_node(st.tree, req.last_node)  # locked first: its prefix is not evictable
+    if not st.has_room(end - prefix_len(req)):  # the host hit's load-back takes device slots too
+        unlock_node(st.tree, lock)  # the adder leaves it waiting
         return None
     if load:
         lock = load_back(st, req, lock)
         end = max(end, st.chunk_end(req, chunk))  # a load short of the promise recomputes
     st.waiting.remove(req)
-    req.extend_end = end
-    req.lock = lock
+    set_extend(req, end)
+    keep_lock(req, lock)
     st.extend(req)
     return req, hit
 
@@ -292,10 +400,10 @@ def next_chunk(st, i, chunk):
     req, _ = st.chunked[i % len(st.chunked)]
     req.init_next_round_input()  # a continuing chunk: no new match, no new lock
     end = st.chunk_end(req, chunk)
-    if end <= req.prefix_len or not st.has_room(end - req.prefix_len):
+    if end <= prefix_len(req) or not st.has_room(end - prefix_len(req)):
         return None
     st.chunked = [c for c in st.chunked if c[0] is not req]
-    req.extend_end = end
+    set_extend(req, end)
     st.extend(req)
     return req
 
@@ -321,7 +429,7 @@ def finish(st, i):
         return None
     req, _ = st.running.pop(i % len(st.running))
     req.finished_reason = FINISH_LENGTH(length=len(req.output_ids))
-    stored = req.owned_kv_len()
+    stored = owned_kv_len(req)
     release_kv_cache(req, st.tree, checkpoint=True)
     st.finished.append(st.fill(req)[:stored])
     return req
