@@ -17,8 +17,8 @@ from kvstate.targets.api.handed import walks as handed_walks
 from kvstate.targets.api.inputs import CASES
 from kvstate.targets.api.jobfaults import walks as job_fault_walks
 from kvstate.targets.api.mixedload import walks as mixed_walks
-from kvstate.targets.api.records import walks as records_walks
 from kvstate.targets.api.pincap import walks as pincap_walks
+from kvstate.targets.api.records import walks as records_walks
 from kvstate.targets.api.refusedwrites import WAYS
 from kvstate.targets.api.registry import DECLARED
 from kvstate.targets.api.single import walks as single_walks
