@@ -604,14 +604,18 @@ class RequestPath:
             try:
                 self._store_checked(req)
             except BaseException:
-                requests.release_locked(s)
-                req.admission = None  # released: see Request.admission
+                # the blocks stored before the failure are used like any others: the same
+                # recency order as a finish that stored everything (``used_locked``)
+                self._release_used(req, s)
                 raise
+        self._release_used(req, s)
+
+    def _release_used(self, req: Request, s: Slot) -> None:
         rids = self.store.resolve(req.chain)
         if rids != s.rids:  # else releasing the pins moves exactly these blocks, likewise
             self.store.used_locked(rids)
-        requests.release_locked(s)
-        req.admission = None
+        self.req_table.release_locked(s)
+        req.admission = None  # released: see Request.admission
 
     def abort(self, request: Checked[Any, Request]) -> None:
         """Abort at any point; in-flight loads finish in their pipelines (nothing is reused

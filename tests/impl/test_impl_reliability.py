@@ -354,3 +354,45 @@ def test_append_and_finish_before_use_are_refused_and_change_nothing(
     assert state(cache) == before
     with cache.use(adm) as run:
         assert run.hit_tokens == 2 * L
+
+
+class CountingWriter(DeterministicWriter):
+    """Raises at its ``k``-th ``rows`` call (a call per group and block)."""
+
+    def __init__(self, k: int) -> None:
+        super().__init__()
+        self.k, self.calls = k, 0
+
+    def rows(self, *a: Any, **kw: Any) -> torch.Tensor:
+        self.calls += 1
+        if self.calls == self.k:
+            raise RuntimeError("engine kernel failed")
+        return super().rows(*a, **kw)
+
+
+def test_writer_error_in_finish_keeps_the_recency_order() -> None:
+    """The blocks a failed finish stored before the failure are used like a finish's: the
+    deepest least recently (``BlockStore.used_locked``), so eviction takes them tail first."""
+    probe = CountingWriter(10**9)
+    c = make(writer=probe)
+    try:
+        toks = harness_tokens(3 * L + 1)
+        with c.use(c.admit(c.request(toks))):
+            pass
+        per_block = probe.calls // 3
+    finally:
+        c.close()
+    w = CountingWriter(2 * per_block + 1)  # the third block's first call fails
+    c = make(writer=w)
+    try:
+        req = c.request(toks)
+        with pytest.raises(WriterFailed):
+            with c.use(c.admit(req)):
+                pass
+        view = c.inspect()
+        rids = [r for r in view.resolve(req.chain) if r in view.lru]
+        assert len(rids) >= 2, (rids, probe.calls, view.lru)
+        shown = [r for r in view.lru if r in rids]
+        assert shown == rids[::-1], (shown, rids)
+    finally:
+        c.close()
