@@ -307,10 +307,11 @@ class BlockStore:
         checks ``slide``'s guard once it is committed), so its pages would go back at once."""
         m = self.meta
         slot = self.take_slot(rid, m.addr[rid])
+        claimant = self.tiers.slots.displaced
         try:
             pages = self.take_swa() if window else []
         except OutOfCapacity:
-            self.tiers.slots.release(slot)
+            self.tiers.slots.untake(slot, claimant)
             raise
         self._allocated(rid, slot, tuple(pages), fmt)
         self.tombstones.pop(rid, None)

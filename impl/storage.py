@@ -23,6 +23,7 @@ class SlotPool:
         # bytearray's through generic item calls (a store run sets one per page it takes)
         self.busy: list[bool] = [False] * n
         self.claim = [0] * n  # rid that prefers this slot (0: none)
+        self.displaced = 0  # the claim the last ``take`` replaced (for ``untake``)
         self._unclaimed: OrderedDict[int, None] = OrderedDict((s, None) for s in range(n))
         self._claimed: OrderedDict[int, None] = OrderedDict()
 
@@ -58,8 +59,17 @@ class SlotPool:
         else:
             return -1
         self.busy[slot] = True
+        self.displaced = self.claim[slot]
         self.claim[slot] = rid
         return slot
+
+    def untake(self, slot: int, claimant: int) -> None:
+        """Give back a slot :meth:`take` just handed out, claimed again by ``claimant`` (the
+        ``displaced`` it read): an allocation that failed after its slot leaves the claims as
+        they were, so no slot stays claimed by a record whose address is elsewhere."""
+        self.busy[slot] = False
+        self.claim[slot] = claimant
+        (self._claimed if claimant else self._unclaimed)[slot] = None
 
     def release(self, slot: int) -> None:
         if not 0 <= slot < self.n:

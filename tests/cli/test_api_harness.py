@@ -508,3 +508,14 @@ def test_a_foreign_request_whose_hit_waits_on_disk_loads_leaves_no_job_behind() 
     --seed 2``)."""
     trace = "foreign(n=65, ns=0); tick(t=4); offload(n=4); drain(); spill(n=4); foreign(n=65, ns=0)"
     assert replay(TABLE, N, parse_ops(trace)) is None
+
+
+def test_a_store_that_runs_out_of_swa_pages_leaves_no_claim_behind() -> None:
+    """A store run whose block got its device slot but no SWA pages gave the slot back still
+    claimed by the failed record, whose address was elsewhere (``BlockStore.fx_allocate``;
+    found by the pool-state check, ``kvstate fuzz --target kvstate-api --remote --profile ci``)."""
+    trace = (
+        "request(i=0, n=48, life=1); admit(i=0); use(i=0); request(i=1, n=49, life=1); "
+        "finish(i=0); admit(i=1); foreign(n=32, ns=0)"
+    )
+    assert replay(TABLE, N, parse_ops(trace)) is None

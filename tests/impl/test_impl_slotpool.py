@@ -32,3 +32,19 @@ def test_claimed_slot_taken_only_when_no_unclaimed_is_left() -> None:
     assert p.claim[0] == 8 and p.free_slots() == ([], [1])
     p.unclaim(1, 6)
     assert p.free_slots() == ([1], [])
+
+
+def test_untake_restores_the_claim_take_replaced() -> None:
+    """An allocation that fails after its slot (no SWA pages) gives the slot back as it was:
+    claimed again by the record it was taken from, not by the record that failed."""
+    p = SlotPool(2)
+    assert p.take(5) == 0 and p.take(6) == 1
+    p.release(0)
+    assert p.take(8) == 0 and p.displaced == 5  # taken from 5's claim
+    p.untake(0, p.displaced)
+    assert p.claim[0] == 5 and p.free_slots() == ([], [0]) and not p.busy[0]
+    p.release(1)
+    p.unclaim(1, 6)
+    assert p.take(9) == 1 and p.displaced == 0
+    p.untake(1, 0)
+    assert p.claim[1] == 0 and p.free_slots() == ([1], [0])
