@@ -65,6 +65,9 @@ class World:
     url: str
     server: Any = None
     stalls: bool = True  # DEBUG is enabled (a server the run started)
+    node: Any = None  # node B's process (kvstate/targets/api/twonode.py), once started
+    node_env: Mapping[str, str] | None = None  # its environment and folder (None: this one's)
+    node_cwd: str | None = None
 
     def admin(self) -> Any:
         import redis
@@ -77,20 +80,30 @@ _EXAMPLES = itertools.count()
 
 
 @contextmanager
-def remote_world(url: str | None = None) -> Iterator[World]:
+def remote_world(
+    url: str | None = None,
+    *,
+    node_env: Mapping[str, str] | None = None,
+    node_cwd: str | None = None,
+) -> Iterator[World]:
     """The remote tier's server for the harnesses made meanwhile: ``url``, or a server started
-    here (raises :class:`~kvstate.testing.redisserver.ServerMissing` without one)."""
+    here (raises :class:`~kvstate.testing.redisserver.ServerMissing` without one).  Node B's
+    process (kvstate/targets/api/twonode.py) runs in ``node_env`` and ``node_cwd`` (None: this
+    process's), and is stopped with the world."""
     global WORLD
     from kvstate.testing.redisserver import RedisServer
 
     server = RedisServer() if url is None else None
     world = World(url or server.url, server, stalls=server is not None)
+    world.node_env, world.node_cwd = node_env, node_cwd
     world.admin().ping()
     WORLD = world
     try:
         yield world
     finally:
         WORLD = None
+        if world.node is not None:
+            world.node.close()
         if server is not None:
             server.close()
 

@@ -217,6 +217,10 @@ def summary_lines(res: RunResult) -> list[str]:
             + "; wrong bytes 0, "
             f"leaked or stuck blocks 0 ({c['quiescence checks']} quiescence checks)"
         )
+    from kvstate.targets.api.twonode import summary_line
+
+    if summary_line(c):  # kvstate/targets/api/twonode.py: node B in its own process
+        lines.append(summary_line(c))
     checks = {k[7:]: v for k, v in sorted(c.items()) if k.startswith("check: ")}
     if checks:  # kvstate/targets/api/checks.py
         lines.append("  checked: " + ", ".join(f"{k} {v}" for k, v in checks.items()))
