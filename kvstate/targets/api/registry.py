@@ -83,11 +83,11 @@ DEFAULT_OPS = frozenset(OPS) - REMOTE_ONLY
 def drawn_ops() -> frozenset[str]:
     """The operations a run draws: the default ones; in a run with a remote tier
     (``remote.WORLD``), the core operations but those on the disk tier's files, the variants,
-    and the remote ones."""
+    and the remote ones (node B's drawn one with ``--nodes 2``: kvstate/targets/api/twonode.py)."""
     if remote.WORLD is None:
         return DEFAULT_OPS
     core = frozenset(d.name for m in (ops, prefix) for d in m.DECLS) - remote.DISK_ONLY
-    return core | REMOTE_ONLY
+    return core | (REMOTE_ONLY - (frozenset() if remote.WORLD.nodes > 1 else twonode.FUZZ))
 
 
 _UNKNOWN = {d.name: d.call for d in DECLARED if d.call not in API}

@@ -65,6 +65,7 @@ class World:
     url: str
     server: Any = None
     stalls: bool = True  # DEBUG is enabled (a server the run started)
+    nodes: int = 1  # 2: node B's operations drawn too (--nodes 2), not only scripted
     node: Any = None  # node B's process (kvstate/targets/api/twonode.py), once started
     node_env: Mapping[str, str] | None = None  # its environment and folder (None: this one's)
     node_cwd: str | None = None
@@ -83,19 +84,20 @@ _EXAMPLES = itertools.count()
 def remote_world(
     url: str | None = None,
     *,
+    nodes: int = 1,
     node_env: Mapping[str, str] | None = None,
     node_cwd: str | None = None,
 ) -> Iterator[World]:
     """The remote tier's server for the harnesses made meanwhile: ``url``, or a server started
     here (raises :class:`~kvstate.testing.redisserver.ServerMissing` without one).  Node B's
     process (kvstate/targets/api/twonode.py) runs in ``node_env`` and ``node_cwd`` (None: this
-    process's), and is stopped with the world."""
+    process's), and is stopped with the world; ``nodes=2`` draws its operations too."""
     global WORLD
     from kvstate.testing.redisserver import RedisServer
 
     server = RedisServer() if url is None else None
     world = World(url or server.url, server, stalls=server is not None)
-    world.node_env, world.node_cwd = node_env, node_cwd
+    world.nodes, world.node_env, world.node_cwd = nodes, node_env, node_cwd
     world.admin().ping()
     WORLD = world
     try:

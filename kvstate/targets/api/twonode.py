@@ -18,6 +18,9 @@ writes reaches B only through the server.  The operations, drawn in a run with a
   pipelines reach a sleeping server together, where the run started the server); B then
   reopens and hits the prefix.
 
+The three run in the scripted walks of every run with a remote tier (:func:`walks`);
+``--nodes 2`` (the fuzz mode) also draws ``node_b_fuzz``, one of them with drawn arguments.
+
 Each of B's answers is judged here, not in B: the bytes it read (:class:`Replayed`) by
 :func:`~kvstate.testing.datacheck.verify_run` against the deterministic writer's content; its
 hit by what the store held (a hit only over entries B adopted, and none past a block of A's
@@ -282,17 +285,38 @@ def _do_store(h: Harness, o: TraceStep) -> int | None:
     return None
 
 
+def _do_fuzz(h: Harness, o: TraceStep) -> int | None:
+    """``--nodes 2``'s drawn operation: one of the three above (``which``), its arguments drawn
+    with it; the store is explained as A's ``spill``."""
+    which = o.arg("which")
+    if which == 0:
+        return _do_node_b(h, o)
+    if which == 1:
+        return _do_race(h, o)
+    h.call_override = "spill"
+    return _do_store(h, o)
+
+
 def _race_args(s: Sizes) -> Mapping[str, Any]:
     return {"b": s.block, "kind": st.integers(0, len(KINDS) - 1), "when": st.integers(0, 2)}
 
 
-# the operations of this module, each declared once (kvstate/targets/api/declare.py); drawn only
-# when the run has a remote tier (registry.REMOTE_ONLY)
+# the operations of this module, each declared once (kvstate/targets/api/declare.py), all of them
+# only in a run with a remote tier (registry.REMOTE_ONLY): the three in the scripted walks (never
+# drawn: node B's start and each of its caches cost the ci walk), and ``node_b_fuzz``, drawn
+# where the run has two nodes (``--nodes 2``: :data:`FUZZ`)
 DECLS: tuple[OpDecl, ...] = (
-    OpDecl("node_b", _do_node_b, "fault"),
-    OpDecl("node_b_race", _do_race, "fault", _race_args),
-    OpDecl("node_b_store", _do_store, "spill", lambda s: {"n": st.integers(0, s.N)}),
+    OpDecl("node_b", _do_node_b, "fault", rule=False),
+    OpDecl("node_b_race", _do_race, "fault", _race_args, rule=False),
+    OpDecl("node_b_store", _do_store, "spill", lambda s: {"n": st.integers(0, s.N)}, rule=False),
+    OpDecl(
+        "node_b_fuzz",
+        _do_fuzz,
+        "fault",
+        lambda s: {**_race_args(s), "which": st.integers(0, 2), "n": st.integers(0, s.N)},
+    ),
 )
+FUZZ = frozenset({"node_b_fuzz"})  # drawn only with --nodes 2 (registry.drawn_ops)
 
 
 def walks(
