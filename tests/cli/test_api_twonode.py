@@ -45,7 +45,7 @@ def _two_node_walks() -> dict[str, list]:
 
     ws = witnesses(N, TABLE.consts.L, TABLE.consts.lease_max)
     out = {k: v for k, v in ws.items() if k.startswith("two nodes:")}
-    assert len(out) >= 5, sorted(ws)
+    assert len(out) >= 6, sorted(ws)
     return out
 
 
@@ -80,8 +80,26 @@ def test_the_two_node_witnesses_pass_with_node_b_in_its_own_process(server_exe: 
     assert c["node B: loads failed"] >= 1  # the chunk deleted before B read it
     assert c["node B: loads paused before its read, the store changed"] == 2
     assert c["node B: loads paused after its read, the store changed"] == 1
+    assert c["node B: reads racing a change on a stalled server"] == 1
     assert c["node B: stores at once with node A"] == 2 and c["node B: blocks stored"] > 0
-    assert c["node B: reads checked"] == c["node B: quiescence checks"] >= 6
+    assert c["node B: reads checked"] == c["node B: quiescence checks"] >= 7
+
+
+def test_nodes_2_draws_node_b_and_prints_its_figures(
+    server_exe: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--remote --nodes 2``: node B's operation drawn by Hypothesis (not only scripted), the
+    run's figures of node B printed; ``--nodes 2`` without ``--remote`` is refused."""
+    from kvstate.cli import main
+
+    rc = main(["fuzz", "--target", "kvstate-api", "--remote", "--nodes", "2",
+               "--profile", "ci", "--examples", "3", "--no-coverage"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "node_b_fuzz " in out and "two nodes (node B in its own process): cross-node hits" in out
+    assert "wrong bytes 0" in out and "leaked blocks in node B 0" in out
+    assert main(["fuzz", "--target", "kvstate-api", "--nodes", "2"]) == 2
+    assert "--nodes 2 needs --remote" in capsys.readouterr().err
 
 
 def _staged_with(bug: str) -> Path:

@@ -7,8 +7,8 @@ writes reaches B only through the server.  The operations, drawn in a run with a
 
 * ``node_b``: B opens on the server (it must adopt every entry of A's chain whose header the
   server holds), hits the chain and loads it back: a cross-node hit;
-* ``node_b_race(b, kind, when)``: B's load in flight when A's entry of block ``b`` changes in
-  the store: a data chunk deleted (``kind`` 0), another writer's authentic bytes (1), an
+* ``node_b_race(b, kind, when)``: B's load in flight when A's entry of block ``b`` (the
+  ``b``-th of those the store holds sound) changes in the store: a data chunk deleted (``kind`` 0), another writer's authentic bytes (1), an
   eviction under ``maxmemory`` (2), garbage (3) (each the remote table's store action, as the
   faults of remote.py); ``when`` 0: B paused at its first remote read before it reaches the
   server, 1: after that read was authenticated and before any chunk lands (the block it read
@@ -202,7 +202,11 @@ def _do_race(h: Harness, o: TraceStep) -> int | None:
     """B's load in flight while A's entry of block ``b`` changes (see the module's docstring)."""
     if remote.remote_of(h) is None or h.threads or not remote._quiet(h):
         return None
-    b, kind, when = o.arg("b"), o.arg("kind"), o.arg("when")
+    kind, when = o.arg("kind"), o.arg("when")
+    # the ``b``-th of A's blocks whose entry the store still holds sound (a drawn block without
+    # one would change nothing B reads)
+    sound = [x for x in range(h.N) if remote._entry(h, x) is not None and x not in h.corrupt]
+    b = sound[o.arg("b") % len(sound)] if sound else o.arg("b")
     w = remote.WORLD
     assert w is not None
     if when == 2 and not w.stalls:
@@ -324,8 +328,9 @@ def walks(
 ) -> dict[str, list[TraceStep]]:
     """Scripted (kvstate/targets/api/witnesses.py, in a run with a remote tier): a cross-node
     hit; B's load paused before its read while A's chunk is deleted, and while another writer's
-    bytes replace it; paused after its read while the chunk it read is deleted; A and B
-    storing the prefix at once (twice: the host tier holds two blocks), then A's hit."""
+    bytes replace it; paused after its read while the chunk it read is deleted; its read racing
+    a DEL on a stalled server; A and B storing the prefix at once (twice: the host tier holds
+    two blocks), then A's hit."""
     end = [op("finish", i=1)]
     last = N - 1
     return {
@@ -343,6 +348,10 @@ def walks(
         "two nodes: the chunk node B has read deleted before it lands": [
             *to_disk,
             op("node_b_race", b=0, kind=0, when=1),
+        ],
+        "two nodes: node B's read and a DEL race on a stalled server": [
+            *to_disk,
+            op("node_b_race", b=1, kind=0, when=2),
         ],
         "two nodes: both store the prefix at once": [
             *to_host,
