@@ -34,6 +34,7 @@ import os
 import threading
 import time
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 import numpy as np
@@ -114,23 +115,35 @@ def _tokens(h: Harness) -> np.ndarray:
     return np.array(h.tokens[: h.N * h.L + 1], dtype=np.int64)
 
 
-def _bound(h: Harness, adopted: Mapping[str, str], exempt: set[int]) -> int:
+def _bound(
+    h: Harness,
+    adopted: Mapping[str, str],
+    exempt: AbstractSet[int],
+    broken: AbstractSet[int] = frozenset(),
+) -> int:
     """The most blocks B may hit: none past a block of which it adopted no entry, nor past one
-    whose entry, as B adopted it (A's own, same nonce), the world ruled broken before B read
-    it (``exempt``: blocks B read before the change)."""
+    whose entry, as B adopted it, was broken before B read it: A's own (same nonce) that the
+    world ruled broken, or one A does not hold that the race broke (``broken``); ``exempt``:
+    blocks B read before the change."""
     for b in range(h.N):
         key = h.chain.keys[b].hex()
         if key not in adopted:
             return b
         e = remote._entry(h, b)
         mine = e is not None and adopted[key] == e.nonce.hex()
-        if mine and h.corrupt.get(b) == "remote" and b not in exempt:
+        ruled = mine and h.corrupt.get(b) == "remote" or b in broken
+        if ruled and b not in exempt:
             return b
     return h.N
 
 
 def _judge(
-    h: Harness, n: Any, res: dict[str, Any], adopted: Mapping[str, str], exempt: set[int]
+    h: Harness,
+    n: Any,
+    res: dict[str, Any],
+    adopted: Mapping[str, str],
+    exempt: AbstractSet[int],
+    broken: AbstractSet[int] = frozenset(),
 ) -> None:
     """Node B's answer to ``use``: its hit within what the store held, its bytes the writer's,
     B at rest afterwards."""
@@ -138,13 +151,13 @@ def _judge(
     from kvstate.testing.node import Replayed
 
     who = f"node B (pid {n.proc.pid})"
-    hit, most = res["hit_tokens"], _bound(h, adopted, exempt) * h.L
+    hit, most = res["hit_tokens"], _bound(h, adopted, exempt, broken) * h.L
     wrong = verify_run(Replayed(h.cache, hit, res["blocks"], res["reads"]), _tokens(h))
     h.cov.add("node B: reads checked")
     over = (
         f"{who} hit {hit} tokens, past a block whose entry it could not load whole and "
         f"authentic: at most {most} (blocks ruled broken before its read: "
-        f"{sorted(b for b, k in h.corrupt.items() if k == 'remote' and b not in exempt)})"
+        f"{sorted({b for b, k in h.corrupt.items() if k == 'remote'} | broken - exempt)})"
     )
     if wrong:
         raise h.fail(
@@ -181,11 +194,17 @@ def _do_node_b(h: Harness, o: TraceStep) -> int | None:
     return None
 
 
-def _damage(h: Harness, b: int, kind: int) -> set[int]:
-    """A's entry of block ``b`` changed in the store (KINDS[kind]); the blocks whose entries the
-    world then rules broken (A's lockstep learns it through the remote table's store action)."""
-    before = {x for x, k in h.corrupt.items() if k == "remote"}
+def _damage(h: Harness, b: int, kind: int, adopted: Mapping[str, str]) -> tuple[set[int], set[int]]:
+    """The entry of block ``b`` that B adopted changed in the store (KINDS[kind]): (the blocks
+    whose entries of A's the world then rules broken: A's lockstep learns it through the remote
+    table's store action; the blocks whose entry, one A does not hold, was broken here)."""
+    key = h.chain.keys[b]
+    nonce = adopted.get(key.hex())
     e = remote._entry(h, b)
+    if kind != 2 and nonce is not None and (e is None or e.nonce.hex() != nonce):
+        _break_other(h, key, nonce, kind, adopted)
+        return set(), {b}
+    before = {x for x, k in h.corrupt.items() if k == "remote"}
     if kind == 0 and e is not None:
         _, chunks = remote._names(h, e)
         remote.WORLD.admin().delete(chunks[0])  # type: ignore[union-attr]  # (a data chunk)
@@ -195,7 +214,31 @@ def _damage(h: Harness, b: int, kind: int) -> set[int]:
         remote._do_overwrite(h, op("remote_overwrite", b=b, kind=int(kind == 1)))
     elif kind == 2:
         remote._do_evict(h, op("remote_evict"))
-    return {x for x, k in h.corrupt.items() if k == "remote"} - before
+    return {x for x, k in h.corrupt.items() if k == "remote"} - before, set()
+
+
+def _break_other(h: Harness, key: bytes, nonce: str, kind: int, adopted: Mapping[str, str]) -> None:
+    """An entry A does not hold (another writer's, or one A has forgotten) broken at its first
+    data chunk: deleted, another entry's authentic chunk, or garbage."""
+    r = remote.WORLD.admin()  # type: ignore[union-attr]
+    base = h.view.disk.header_name(key)[:-2]  # (the header's name without ":h")
+    name = f"{base}:{nonce}:0"
+    if kind == 0:
+        r.delete(name)
+        h.cov.add("fault remote_del_chunk")
+        return
+    size = max(len(r.get(name) or b""), 1)
+    value = np.random.default_rng(len(h.steps)).bytes(size)
+    if kind == 1:
+        donors = [
+            f"{h.view.disk.header_name(bytes.fromhex(k))[:-2]}:{v}:0"
+            for k, v in adopted.items()
+            if k != key.hex()
+        ]
+        got = r.get(donors[0]) if donors else None
+        value = bytes(got[:size]).ljust(size, b"\0") if got else value
+    r.set(name, value)
+    h.cov.add(f"fault remote_overwrite_{'other_writer' if kind == 1 else 'garbage'}")
 
 
 def _do_race(h: Harness, o: TraceStep) -> int | None:
@@ -203,15 +246,16 @@ def _do_race(h: Harness, o: TraceStep) -> int | None:
     if remote.remote_of(h) is None or h.threads or not remote._quiet(h):
         return None
     kind, when = o.arg("kind"), o.arg("when")
-    # the ``b``-th of A's blocks whose entry the store still holds sound (a drawn block without
-    # one would change nothing B reads)
-    sound = [x for x in range(h.N) if remote._entry(h, x) is not None and x not in h.corrupt]
-    b = sound[o.arg("b") % len(sound)] if sound else o.arg("b")
     w = remote.WORLD
     assert w is not None
     if when == 2 and not w.stalls:
         when = 0  # (a server the run did not start: no DEBUG)
     n, adopted = _open(h)
+    # the ``b``-th of the blocks whose entry B adopted and the world has not ruled broken (a
+    # drawn block without one would change nothing B reads)
+    sound = [x for x in range(h.N) if h.chain.keys[x].hex() in adopted and x not in h.corrupt]
+    b = sound[o.arg("b") % len(sound)] if sound else o.arg("b")
+    broken: set[int] = set()
     try:
         if when < 2:
             n.send("use", _tokens(h), NAMESPACE, ("before", "after")[when])
@@ -222,12 +266,13 @@ def _do_race(h: Harness, o: TraceStep) -> int | None:
             else:
                 if kind_ != "paused":
                     raise h.fail("node-b", ["pause"], f"node B answered {kind_!r} at its read")
+                h.cov.add("node B: loads paused at a read")
                 blocks = {k.hex(): x for x, k in enumerate(h.chain.keys)}
                 read = blocks.get(value[1]) if when == 1 else None
                 target = b if read is None else read
-                changed = _damage(h, target, kind)
+                changed, broken = _damage(h, target, kind, adopted)
                 exempt = {target} if when == 1 else set()
-                if changed:
+                if changed or broken:
                     h.cov.add(f"node B: loads paused {WHEN[when]}, the store changed")
                 n.send("resume")
                 res = _recv(h, n, "ok")
@@ -239,12 +284,13 @@ def _do_race(h: Harness, o: TraceStep) -> int | None:
             time.sleep(0.03)  # the server has the command: it sleeps
             n.send("use", _tokens(h), NAMESPACE, None)
             time.sleep(0.05)  # B's first read waits on the sleeping server
-            exempt = _damage(h, b, kind)  # (either order may win: B may read it whole)
+            changed, broken = _damage(h, b, kind, adopted)
+            exempt = changed | broken  # (either order may win: B may read it whole)
             sleeper.join()
             res = _recv(h, n, "ok")
             if exempt:
                 h.cov.add("node B: reads racing a change on a stalled server")
-        _judge(h, n, res, adopted, exempt)
+        _judge(h, n, res, adopted, exempt, broken)
     finally:
         _call(h, n, "close")
     return None
@@ -369,12 +415,14 @@ def summary_line(c: Mapping[str, int]) -> str:
     """The run's figures of node B (kvstate/targets/api/run.py's summary), or ""."""
     if not c.get("node B: processes started"):
         return ""
+    changed = sum(c[f"node B: loads paused {w}, the store changed"] for w in WHEN[:2])
     return (
-        f"  two nodes (node B in its own process): cross-node hits {c['node B: cross-node hits']}, "
+        "  two nodes (node B in its own process): "
+        f"cross-node hits {c['node B: cross-node hits']}, "
         f"restores in node B {c['node B: restores']}, its loads failed "
-        f"{c['node B: loads failed']}, entries adopted {c['node B: entries adopted']}, loads "
-        f"paused while the store changed {sum(v for k, v in c.items() if k.startswith('node B: loads paused'))}, "
-        f"reads racing a change on a stalled server "
+        f"{c['node B: loads failed']}, entries adopted {c['node B: entries adopted']}, "
+        f"loads paused at a read {c['node B: loads paused at a read']} (the store changed "
+        f"meanwhile {changed}), reads racing a change on a stalled server "
         f"{c['node B: reads racing a change on a stalled server']}, stores at once "
         f"{c['node B: stores at once with node A']}; wrong bytes 0 "
         f"({c['node B: reads checked']} reads checked), leaked blocks in node B 0 "
