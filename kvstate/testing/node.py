@@ -148,12 +148,9 @@ class _Node:
     def cmd_open(self, kw: dict[str, Any], geometry: Any) -> dict[str, str]:
         from kvstate.impl.cache import HeterogeneousKVCache
         from kvstate.impl.testdata import DeterministicWriter
-        from kvstate.spec import default_table
 
         self.cmd_close()
-        table = default_table()
-        if table.geometry != geometry:
-            table = table.derive(name=f"{table.name}@node-b", geometry=geometry)
+        table = table_on(geometry)
         self.dir = tempfile.mkdtemp(prefix="kvstate-node-b-")
         self.cache = HeterogeneousKVCache(
             table=table,
@@ -254,8 +251,47 @@ class _Node:
             self.dir = ""
 
 
+_TABLES: dict[Any, Any] = {}  # geometry -> the default table on it (kept: a cache compiles it)
+
+
+def table_on(geometry: Any) -> Any:
+    from kvstate.spec import default_table
+
+    if geometry not in _TABLES:
+        table = default_table()
+        if table.geometry != geometry:
+            table = table.derive(name=f"{table.name}@node-b", geometry=geometry)
+        _TABLES[geometry] = table
+    return _TABLES[geometry]
+
+
+def warm() -> None:
+    """What the first command would import and build, done before the driver asks (the node
+    is started early: this runs while the driver works): a small cache opened and closed."""
+    import kvstate.testing.datacheck  # noqa: F401
+    from kvstate.impl.cache import HeterogeneousKVCache
+    from kvstate.impl.testdata import DeterministicWriter
+    from kvstate.spec import default_table
+
+    table = table_on(default_table().geometry)
+    with tempfile.TemporaryDirectory(prefix="kvstate-node-b-") as d:
+        HeterogeneousKVCache(
+            table=table,
+            writer=DeterministicWriter(),
+            executors="manual",
+            cache_dir=d,
+            max_requests=table.consts.R,
+            device_blocks=4,
+            swa_blocks=2,
+            host_blocks=2,
+            disk_blocks=2,
+            max_model_len=8 * table.consts.L,
+        ).close()
+
+
 def serve(conn: Connection) -> None:
     """Answer commands until ``exit`` or the driver goes away."""
+    warm()
     node = _Node(conn)
     while True:
         try:

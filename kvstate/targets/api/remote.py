@@ -70,6 +70,13 @@ class World:
     node_env: Mapping[str, str] | None = None  # its environment and folder (None: this one's)
     node_cwd: str | None = None
 
+    def start_node(self) -> None:
+        """Node B's process (kvstate/targets/api/twonode.py), started now: it imports the cache
+        while this process goes on."""
+        from kvstate.testing.node import NodeB
+
+        self.node = NodeB(self.node_env, self.node_cwd)
+
     def admin(self) -> Any:
         import redis
 
@@ -91,7 +98,8 @@ def remote_world(
     """The remote tier's server for the harnesses made meanwhile: ``url``, or a server started
     here (raises :class:`~kvstate.testing.redisserver.ServerMissing` without one).  Node B's
     process (kvstate/targets/api/twonode.py) runs in ``node_env`` and ``node_cwd`` (None: this
-    process's), and is stopped with the world; ``nodes=2`` draws its operations too."""
+    process's), started with the world and stopped with it; ``nodes=2`` draws its operations
+    too."""
     global WORLD
     from kvstate.testing.redisserver import RedisServer
 
@@ -99,6 +107,7 @@ def remote_world(
     world = World(url or server.url, server, stalls=server is not None)
     world.nodes, world.node_env, world.node_cwd = nodes, node_env, node_cwd
     world.admin().ping()
+    world.start_node()
     WORLD = world
     try:
         yield world
