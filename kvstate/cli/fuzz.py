@@ -164,6 +164,15 @@ def add_parser(sub: Any) -> None:
         "in a temporary directory), its faults driven through the server, two nodes sharing it",
     )
     fz.add_argument(
+        "--nodes",
+        type=int,
+        choices=[1, 2],
+        default=1,
+        help="--remote: 2 also draws node B's operations at random (a second cache in its own "
+        "process on the same server: cross-node hits, its loads racing changes of the store, "
+        "both nodes storing one prefix at once); its scripted walks run in every --remote run",
+    )
+    fz.add_argument(
         "--threads",
         action="store_true",
         help="--target kvstate-api: several engine threads and the threaded pipelines; "

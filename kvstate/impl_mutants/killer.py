@@ -136,6 +136,8 @@ def remote_fuzz(profile: str) -> dict[str, Any]:
                 minimize=False, beside=False,
             )  # fmt: skip
     finally:
+        if remote.WORLD.node is not None:  # node B's process (kvstate/targets/api/twonode.py)
+            remote.WORLD.node.close()
         remote.WORLD = None
     return _verdict(res, "remote")
 

@@ -37,6 +37,7 @@ from kvstate.targets.api import (
     single,
     stepwise,
     stored,
+    twonode,
     writerfails,
 )
 from kvstate.targets.api.declare import OpDecl, fault_kinds, fault_ops, handlers, mapping
@@ -63,6 +64,7 @@ MODULES = (
     remote,
     remoteargs,
     remotefull,
+    twonode,
     writerfails,
     pincap,
     forms,
@@ -74,18 +76,18 @@ MAPPING = mapping(DECLARED)  # name -> the spec/api.py call that explains it
 FAULT_KINDS = fault_kinds(DECLARED)  # the fault kinds injected ("fault KIND" counters)
 FAULT_OPS = fault_ops(DECLARED)  # fault kind -> the operations that inject it
 # drawn only by a run with a remote tier (kvstate/targets/api/remote.py); the others by default
-REMOTE_ONLY = frozenset(d.name for m in (remote, remoteargs, remotefull) for d in m.DECLS)
+REMOTE_ONLY = frozenset(d.name for m in (remote, remoteargs, remotefull, twonode) for d in m.DECLS)
 DEFAULT_OPS = frozenset(OPS) - REMOTE_ONLY
 
 
 def drawn_ops() -> frozenset[str]:
     """The operations a run draws: the default ones; in a run with a remote tier
     (``remote.WORLD``), the core operations but those on the disk tier's files, the variants,
-    and the remote ones."""
+    and the remote ones (node B's drawn one with ``--nodes 2``: kvstate/targets/api/twonode.py)."""
     if remote.WORLD is None:
         return DEFAULT_OPS
     core = frozenset(d.name for m in (ops, prefix) for d in m.DECLS) - remote.DISK_ONLY
-    return core | REMOTE_ONLY
+    return core | (REMOTE_ONLY - (frozenset() if remote.WORLD.nodes > 1 else twonode.FUZZ))
 
 
 _UNKNOWN = {d.name: d.call for d in DECLARED if d.call not in API}

@@ -65,6 +65,17 @@ class World:
     url: str
     server: Any = None
     stalls: bool = True  # DEBUG is enabled (a server the run started)
+    nodes: int = 1  # 2: node B's operations drawn too (--nodes 2), not only scripted
+    node: Any = None  # node B's process (kvstate/targets/api/twonode.py), once started
+    node_env: Mapping[str, str] | None = None  # its environment and folder (None: this one's)
+    node_cwd: str | None = None
+
+    def start_node(self) -> None:
+        """Node B's process (kvstate/targets/api/twonode.py), started now: it imports the cache
+        while this process goes on."""
+        from kvstate.testing.node import NodeB
+
+        self.node = NodeB(self.node_env, self.node_cwd)
 
     def admin(self) -> Any:
         import redis
@@ -77,20 +88,33 @@ _EXAMPLES = itertools.count()
 
 
 @contextmanager
-def remote_world(url: str | None = None) -> Iterator[World]:
+def remote_world(
+    url: str | None = None,
+    *,
+    nodes: int = 1,
+    node_env: Mapping[str, str] | None = None,
+    node_cwd: str | None = None,
+) -> Iterator[World]:
     """The remote tier's server for the harnesses made meanwhile: ``url``, or a server started
-    here (raises :class:`~kvstate.testing.redisserver.ServerMissing` without one)."""
+    here (raises :class:`~kvstate.testing.redisserver.ServerMissing` without one).  Node B's
+    process (kvstate/targets/api/twonode.py) runs in ``node_env`` and ``node_cwd`` (None: this
+    process's), started with the world and stopped with it; ``nodes=2`` draws its operations
+    too."""
     global WORLD
     from kvstate.testing.redisserver import RedisServer
 
     server = RedisServer() if url is None else None
     world = World(url or server.url, server, stalls=server is not None)
+    world.nodes, world.node_env, world.node_cwd = nodes, node_env, node_cwd
     world.admin().ping()
+    world.start_node()
     WORLD = world
     try:
         yield world
     finally:
         WORLD = None
+        if world.node is not None:
+            world.node.close()
         if server is not None:
             server.close()
 

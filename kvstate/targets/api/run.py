@@ -217,6 +217,10 @@ def summary_lines(res: RunResult) -> list[str]:
             + "; wrong bytes 0, "
             f"leaked or stuck blocks 0 ({c['quiescence checks']} quiescence checks)"
         )
+    from kvstate.targets.api.twonode import summary_line
+
+    if summary_line(c):  # kvstate/targets/api/twonode.py: node B in its own process
+        lines.append(summary_line(c))
     checks = {k[7:]: v for k, v in sorted(c.items()) if k.startswith("check: ")}
     if checks:  # kvstate/targets/api/checks.py
         lines.append("  checked: " + ", ".join(f"{k} {v}" for k, v in checks.items()))
@@ -240,12 +244,18 @@ def run_api_cli(args: Any, table: Table) -> int:
     :func:`kvstate.targets.api.remote.remote_world`)."""
     url = getattr(args, "remote", None)
     if url is None:
+        if getattr(args, "nodes", 1) > 1:
+            print(
+                "kvstate fuzz: error: --nodes 2 needs --remote (node B shares its server)",
+                file=sys.stderr,
+            )
+            return 2
         return _run_api_cli(args, table)
     from kvstate.targets.api.remote import remote_world
     from kvstate.testing.redisserver import ServerMissing
 
     try:
-        world = remote_world(url or None)
+        world = remote_world(url or None, nodes=getattr(args, "nodes", 1))
         world.__enter__()
     except ServerMissing as exc:
         print(f"kvstate fuzz: error: --remote without a URL: {exc}", file=sys.stderr)
@@ -285,6 +295,7 @@ def _run_api_cli(args: Any, table: Table) -> int:
     base = ["kvstate", "fuzz", "--target", "kvstate-api", "--pool", str(N)]
     if remote.WORLD is not None:
         base += ["--remote", *([args.remote] if args.remote else [])]
+        base += ["--nodes", "2"] if remote.WORLD.nodes > 1 else []
     for name in sorted(drawn - ops):
         base += ["--skip-op", name]
     if args.replay is not None:

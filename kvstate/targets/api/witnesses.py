@@ -6,7 +6,7 @@ every run and replayed in lockstep by the coverage pass.
 from __future__ import annotations
 
 from kvstate.harness.trace import TraceStep
-from kvstate.targets.api import remote, remoteargs, remotefull
+from kvstate.targets.api import remote, remoteargs, remotefull, twonode
 from kvstate.targets.api.args import CASES as ARG_CASES
 from kvstate.targets.api.base import chain, op
 from kvstate.targets.api.damage import PARTS
@@ -394,6 +394,7 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[TraceStep]]:
             **remote.walks(N, L, lease_max, to_disk, hit),
             **remoteargs.walks(),
             **remotefull.walks(N, to_disk, hit),
+            **twonode.walks(N, to_host, to_disk, hit),
             **walks,
         }
     return _alike(walks)
