@@ -148,6 +148,7 @@ class Driver:
         self.trace: list[TraceStep] = []  # the operations run so far, the failing one included
         self.st.on_match = self._on_match
         self.st.on_loaded = self._on_loaded
+        self.st.on_resume = self._on_resume
         self.captured = self._buffers()  # what a graph captured at startup would read
 
     def _buffers(self) -> dict[str, tuple[int, tuple[int, ...]]]:
@@ -174,6 +175,8 @@ class Driver:
                 walk(f"{name}.{k}", y, depth - 1)
 
         walk("kv", self.st.kv, 3)
+        if self.st.mamba is not None:
+            walk("mamba_pool", self.st.r2t.mamba_pool, 3)
         walk("req_to_token", self.st.r2t.req_to_token, 0)
         walk("full_to_swa_index_mapping", self.st.alloc.full_to_swa_index_mapping, 0)
         return out
@@ -181,8 +184,49 @@ class Driver:
     def _on_match(self, req: Any, hit: tuple[int, Any]) -> None:
         """Every match, checked before the scheduler uses it (lock, allocation)."""
         out = self._hit(req, hit)
+        if self.st.mamba is not None:
+            out += self._mamba_hit(req, hit[0])
         if out:
             raise finding(out, *self.at)
+
+    def _mamba_state(self, slot: Any) -> dict[str, int]:
+        """The marker each Mamba buffer holds at one (virtual) Mamba slot."""
+        import torch
+
+        at = self.st.r2t.translate_mamba_indices(torch.as_tensor(slot).reshape(1).long()).long()
+        return {name: int(read(at)[0]) for name, (read, _w) in self.st.mamba.items()}
+
+    def _mamba_hit(self, req: Any, h: int) -> list[checks.Violation]:
+        """A Mamba stack's hit: the cached state the match copies into the request (the
+        copy-on-write source) is the one recorded at the hit's end, in every Mamba buffer."""
+        if h == 0:
+            return []
+        self.stats.checks["mamba"] += 1
+        self.stats.paths["Mamba hit"] += 1
+        src = self.ns["kv_of"](req).mamba_cow_src_index
+        if src is None:
+            return [checks.Violation("mamba", f"{req.rid}: a hit of {h} tokens with no Mamba "
+                                     "state to copy")]  # fmt: skip
+        want = self.ns["markers"](self.st.fill(req)[:h])[h - 1]
+        got = self._mamba_state(src)
+        bad = {n: v for n, v in got.items() if v != want}
+        if not bad:
+            return []
+        return [checks.Violation(
+            "mamba", f"{req.rid}: the Mamba state of a {h}-token hit (slot {int(src)}) is not "
+            f"the prefix's: {bad} (the state at {h} is {want})")]  # fmt: skip
+
+    def _on_resume(self, req: Any, lo: int) -> None:
+        """An extend forward of a Mamba stack, after the copy-on-write and clear: the state the
+        Mamba layers start from is the prefix's (position ``lo``), or zero for none."""
+        self.stats.checks["mamba"] += 1
+        want = self.ns["markers"](self.st.fill(req)[:lo])[lo - 1] if lo else 0
+        got = self._mamba_state(self.ns["kv_of"](req).mamba_pool_idx)
+        bad = {n: v for n, v in got.items() if v != want}
+        if bad:
+            raise finding([checks.Violation(
+                "mamba", f"{req.rid}: the forward from position {lo} starts from Mamba state "
+                f"{bad}, not the prefix's ({want})")], *self.at)  # fmt: skip
 
     def _on_loaded(self, req: Any, event: int) -> None:
         """A host load-back, where the forward would consume it: it completes (the forward
@@ -372,6 +416,8 @@ class Driver:
         self.ready = ready
         out = checks.hit_violations(self.P, self.W, h, ready, self.config.max_len)
         j = getattr(req, "resend_of", None) if resend else None
+        if self.st.mamba is not None:
+            j = None  # a Mamba stack hits only where a state was recorded: not the table's rule
         if j is not None and j < len(self.stored) and self.stored[j] == self.epoch:
             self.stats.checks["completeness"] += 1
             want_h = checks.expected_complete_hit(self.P, len(req.origin_input_ids),
@@ -392,13 +438,32 @@ class Driver:
             self.stats.paths["conservation not checkable (no private-token terms)"] += 1
             return []
         self.stats.checks["conservation"] += 2
-        return checks.conservation(
+        out = checks.conservation(
             "full", a.full_available_size(), t.full_evictable_size(), t.full_protected_size(),
             private[0], a.size_full,
         ) + checks.conservation(
             "swa", a.swa_available_size(), t.swa_evictable_size(), t.swa_protected_size(),
             private[1], a.size_swa,
         )  # fmt: skip
+        if self.st.mamba is not None:
+            # the scheduler's own Mamba leak check (SchedulerInvariantChecker._check_mamba_pool):
+            # free + cached evictable + cached locked + the requests' own slots (kv_mamba_slots)
+            from sglang.srt.managers.scheduler_components.pool_stats_observer import (
+                kv_mamba_slots,
+            )
+
+            self.stats.checks["conservation"] += 1
+            r2t = self.st.r2t
+            mine = sum(kv_mamba_slots(self.ns["kv_of"](r)) for r in self._holders())
+            out += checks.conservation(
+                "mamba", r2t.mamba_allocator.available_size(), t.mamba_evictable_size(),
+                t.mamba_protected_size(), mine, r2t.mamba_pool.size)  # fmt: skip
+        return out
+
+    def _holders(self) -> list[Any]:
+        """Every request the target has not finished: running, chunked and waiting (a waiting
+        request may hold a Mamba slot between its match and its admission)."""
+        return self._live() + list(self.st.waiting)
 
     def _private(self) -> tuple[int, int] | None:
         """The running requests' own tokens per pool (full, SWA), by the scheduler's own terms:
@@ -472,6 +537,8 @@ class Driver:
                         f"request {r.rid} holds SWA pages {bad[:5]} of its window that are free",
                     )
                 )
+        if st.mamba is not None:
+            out += self._mamba_freed_referenced()
         tree_pages = {int(x) // self.P for x in st.tree.all_values_flatten().tolist()}
         bad = sorted(tree_pages & full_set)
         if bad:
@@ -480,6 +547,32 @@ class Driver:
                     "freed-referenced", f"the tree names full pages {bad[:5]} that are free"
                 )
             )
+        return out
+
+    def _mamba_freed_referenced(self) -> list[checks.Violation]:
+        """No Mamba slot is free while a request (its running slot, its tracking slots) or the
+        tree (a cached state, locked or not) holds it, and none is free twice."""
+        r2t, out = self.st.r2t, []
+        free = [int(x) for x in r2t.mamba_allocator.free_slots.tolist()]
+        if len(set(free)) != len(free):
+            dup = sorted({x for x in free if free.count(x) > 1})[:5]
+            out.append(checks.Violation("freed-referenced", f"Mamba free list holds {dup} twice"))
+        free_set = set(free)
+        for r in self._holders():
+            kv = self.ns["kv_of"](r)
+            held = [int(kv.mamba_pool_idx)] if kv.holds_mamba else []
+            if kv.mamba_ping_pong_track_buffer is not None:
+                held += [int(x) for x, empty in zip(kv.mamba_ping_pong_track_buffer.tolist(),
+                                                   kv.mamba_ping_pong_empty) if not empty]  # fmt: skip
+            bad = sorted(set(held) & free_set)
+            if bad:
+                out.append(checks.Violation(
+                    "freed-referenced", f"request {r.rid} holds Mamba slots {bad} that are free"))  # fmt: skip
+        cached = {int(x) for x in self.st.tree.all_mamba_values_flatten().tolist()}
+        bad = sorted(cached & free_set)
+        if bad:
+            out.append(checks.Violation(
+                "freed-referenced", f"the tree holds Mamba states in slots {bad[:5]} that are free"))  # fmt: skip
         return out
 
     def _locks(self) -> list[checks.Violation]:
