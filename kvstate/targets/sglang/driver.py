@@ -101,6 +101,36 @@ def draw_op(rnd: Any, rng: Any, page: int, max_len: int, hicache: str = "") -> T
     return op("lose_file", rng(16)) if x < 0.993 else op("drop_sidecar", rng(16))
 
 
+# With file storage (L3) behind the host tier, a prefix is served from L3 only after it was
+# stored, written to storage, dropped from the device and then from the host, and asked again:
+# a chain that uniform draws almost never complete in a walk.  On an L3 stack, once a request
+# has arrived, a third of the draws follow that chain, one ordinary operation at a time (so a
+# finding's trace minimizes like any other): poll (the prefetch), admit, finish (stored),
+# poll (written to storage), evict every device page, evict the host, re-send the last stored
+# prefix, poll (its prefetch from storage), admit it.
+TIER_WALK = ("poll", "admit", "finish", "poll", "evict", "evict_host", "resend", "poll", "admit")
+
+
+def draw_tier_walk(rnd: Any, d: Any) -> TraceStep | None:
+    """The next step of the L3 chain (:data:`TIER_WALK`) for driver ``d``, or None to draw
+    ordinary traffic."""
+    st = d.st
+    if d.config.hicache != "l3" or not (st.waiting or st.running or st.finished):
+        return None
+    if rnd() >= 1 / 3:
+        return None
+    name = TIER_WALK[d.tier_step % len(TIER_WALK)]
+    d.tier_step += 1
+    deep = d.config.pool * 4  # more than the device pool and the host pool (ratio 2) hold
+    if name == "resend":
+        return op("resend", max(len(st.finished) - 1, 0))
+    if name == "admit":  # the last to arrive (the re-sent request), the whole prompt
+        return op("admit", max(len(st.waiting) - 1, 0), d.config.max_len)
+    if name == "finish":
+        return op("finish", max(len(st.running) - 1, 0))
+    return op(name) if name == "poll" else op(name, deep)
+
+
 def _holds(kv: Any) -> bool:
     """The request holds KV slots (``ReqKvInfo.holds_kv`` from 0.5.19; before it, allocated)."""
     return bool(kv.holds_kv) if hasattr(kv, "holds_kv") else kv.kv_allocated_len > 0
@@ -144,6 +174,7 @@ class Driver:
         self._observe_recoveries()
         self.stored: list[int] = []  # finished request j -> the epoch its prefix was stored in
         self.P, self.W = config.page, config.window
+        self.tier_step = 0  # the L3 chain's next step (draw_tier_walk)
         self.at: tuple[int, TraceStep] = (0, TraceStep("", {}))
         self.trace: list[TraceStep] = []  # the operations run so far, the failing one included
         self.st.on_match = self._on_match
@@ -246,7 +277,7 @@ class Driver:
         out = self._hit(
             req, (h, self.ns["prefix_indices"](self.st.tree, req).clone()), resend=False
         )
-        if getattr(req, "storage_hit_length", 0) and "indexer" in self.ready:
+        if self.st.storage and "indexer" in self.ready:  # the host may hold L3's pages
             out = self._sidecar(req) + out
         if out:
             raise finding(out, *self.at)
@@ -256,7 +287,7 @@ class Driver:
         holds its indexer pages too.  A prefetch that stops partway must stop for every pool
         at the same page; pages whose compressed KV arrived without the indexer sidecar are
         the partial-prefetch class."""
-        self.stats.paths["L3 prefetch checked for its sidecar"] += 1
+        self.stats.paths["load-back checked for its sidecar (L3 stack)"] += 1
         self.stats.checks["sidecar"] += 1
         ckv, idx = self.ready["ckv"], self.ready["indexer"]
         bad = [p for p, (c, i) in enumerate(zip(ckv, idx, strict=True)) if c and not i]
@@ -563,7 +594,7 @@ class Driver:
             held = [int(kv.mamba_pool_idx)] if kv.holds_mamba else []
             if kv.mamba_ping_pong_track_buffer is not None:
                 held += [int(x) for x, empty in zip(kv.mamba_ping_pong_track_buffer.tolist(),
-                                                   kv.mamba_ping_pong_empty) if not empty]  # fmt: skip
+                                                   kv.mamba_ping_pong_empty, strict=True) if not empty]  # fmt: skip
             bad = sorted(set(held) & free_set)
             if bad:
                 out.append(checks.Violation(
