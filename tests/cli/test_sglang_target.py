@@ -318,3 +318,20 @@ def test_a_mamba_slot_never_freed_is_a_conservation_finding(
     monkeypatch.setattr(MambaSlotAllocator, "free", lambda self, idx: None)
     f = _fuzz((MAMBA,)).finding
     assert f.kind == "conservation" and "mamba pool" in str(f), f
+
+
+def test_a_mamba_slot_both_held_and_free_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sglang.srt.mem_cache.allocator.mamba import MambaSlotAllocator
+
+    def alloc(self, n):  # type: ignore[no-untyped-def]
+        before = self.free_slots
+        if n > len(before) // 2:
+            return None
+        # the slots handed out stay on the free list; as many others drop off it, so every
+        # count still adds up
+        self.free_slots = torch.cat([before[:n], before[2 * n :]])
+        return before[:n]
+
+    monkeypatch.setattr(MambaSlotAllocator, "_do_alloc", alloc)
+    f = _fuzz((MAMBA,)).finding
+    assert f.kind == "freed-referenced" and "Mamba" in str(f), f
