@@ -276,8 +276,8 @@ def test_a_partial_prefetch_without_its_sidecar_is_a_sidecar_finding(
 # FULL+SWA+Mamba.  Without the extra buffer (page 1) a checkpoint copies the running Mamba state
 # into a fresh slot the tree keeps; with it (page 4) the tree keeps the state the forward
 # tracked at a chunk-aligned position: here the decode's track boundary at 48 tokens
-MAMBA = Config("swa-mamba", "python", 1, 16, 96, 256, mamba="no_buffer", mamba_slots=12)
-MAMBA_EXTRA = Config("swa-mamba", "rust", 4, 16, 96, 256, mamba="extra_buffer", mamba_slots=20)
+MAMBA = Config("swa-mamba", "python", 1, 16, 96, 256, mamba="no_buffer")
+MAMBA_EXTRA = Config("swa-mamba", "rust", 4, 16, 96, 256, mamba="extra_buffer")
 TRACK_AND_RESEND = [op("arrive", 1, 40), op("admit", 0, 256), op("decode", 0, 10),
                     op("finish", 0), op("resend", 0), op("admit", 0, 256)]  # fmt: skip
 

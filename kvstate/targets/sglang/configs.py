@@ -213,7 +213,6 @@ from sglang.srt.environ import envs as _envs
 from sglang.srt.mem_cache.memory_pool import HybridReqToTokenPool
 
 EXTRA_BUFFER = None  # the configuration's: the "extra_buffer" radix strategy
-MAMBA_SLOTS = None  # the configuration's: the Mamba state pool (slots)
 MAMBA_CHUNK = 16  # the Mamba cache chunk and track interval (tokens)
 TREE_COMPONENTS = (ComponentType.FULL, ComponentType.SWA, ComponentType.MAMBA)
 TREE_PARAMS = {"enable_mamba_extra_buffer": EXTRA_BUFFER}
@@ -232,13 +231,18 @@ def make_stack():
     # unified-radix-cache fixtures do
     args._mamba_cache_chunk_size = MAMBA_CHUNK
     set_global_server_args_for_scheduler(args)
+    # the smallest Mamba pool SGLang's configurator lets serve MAX_REQS requests: it caps them
+    # at max_mamba_cache_size // _calculate_mamba_ratio() (3 slots a request, and the tracking
+    # slots with the extra buffer); its method reads only the published configuration
+    from sglang.srt.mem_cache.kv_cache_configurator import KVCacheConfigurator
+    mamba_slots = MAX_REQS * KVCacheConfigurator._calculate_mamba_ratio(None)
     with _envs.SGLANG_MAMBA_SSM_DTYPE.override("bfloat16"):
         shape = Mamba2StateShape.create(
             tp_world_size=1, intermediate_size=32, n_groups=1, num_heads=2, head_dim=16,
             state_size=8, conv_kernel=4)
         params = Mamba2CacheParams(shape=shape, layers=[0])
     r2t = HybridReqToTokenPool(
-        size=MAX_REQS, mamba_size=MAMBA_SLOTS, mamba_spec_state_size=MAX_REQS,
+        size=MAX_REQS, mamba_size=mamba_slots, mamba_spec_state_size=MAX_REQS,
         max_context_len=MAX_LEN, device="cpu", enable_memory_saver=False, cache_params=params,
         mamba_layer_ids=[0], enable_mamba_extra_buffer=EXTRA_BUFFER,
         speculative_num_draft_tokens=3)
@@ -340,13 +344,12 @@ class Config:
     saving: bool = False  # SWA_SAVING's switches on (else SWITCHES' defaults)
     hicache: str = ""  # "l2": HiCache's host tier (write-through), "l3": and file storage
     mamba: str = ""  # the swa-mamba layout's radix strategy: "no_buffer" or "extra_buffer"
-    mamba_slots: int = 0  # its Mamba state pool (slots)
 
     @property
     def label(self) -> str:
         return (
             f"{self.layout}/{self.core}/page{self.page}-window{self.window}/pool{self.pool}"
-            + (f"/{self.mamba.replace('_', '-')}-mamba{self.mamba_slots}" if self.mamba else "")
+            + (f"/{self.mamba.replace('_', '-')}" if self.mamba else "")
             + ("/swa-saving" if self.saving else "")
             + (f"/hicache-{self.hicache}" if self.hicache else "")
         )
@@ -360,11 +363,10 @@ class Config:
             switches="\n".join(f"os.environ[{k!r}] = {v!r}" for k, v in env.items()),
         )  # fmt: skip
         body = head + "\n" + LAYOUTS[self.layout]
-        if self.mamba:  # the Mamba state pool's slots: small, so that the tree's states evict
+        if self.mamba:
             body = body.replace(
                 "\nEXTRA_BUFFER = None", f"\nEXTRA_BUFFER = {self.mamba == 'extra_buffer'}"
             )
-            body = body.replace("\nMAMBA_SLOTS = None", f"\nMAMBA_SLOTS = {self.mamba_slots}")
         if self.hicache == "l2":
             body += "\n" + HICACHE.format(ratio=2.0, storage="", storage_setup="")
         elif self.hicache == "l3":
@@ -383,8 +385,8 @@ def _all() -> tuple[Config, ...]:
             Config("swa", core, 4, 16, 96, 256, saving=True),
         ]
         # FULL+SWA+Mamba: page 1 without the extra buffer, page 4 with it
-        out.append(Config("swa-mamba", core, 1, 16, 96, 256, mamba="no_buffer", mamba_slots=12))
-        out.append(Config("swa-mamba", core, 4, 16, 96, 256, mamba="extra_buffer", mamba_slots=20))
+        out.append(Config("swa-mamba", core, 1, 16, 96, 256, mamba="no_buffer"))
+        out.append(Config("swa-mamba", core, 4, 16, 96, 256, mamba="extra_buffer"))
     out.append(Config("deepseek-v4", "rust", 256, 128, 256 * 10, 2048, saving=True))
     out.append(Config("swa", "rust", 32, 8, 320, 512, saving=True))  # a page above the window
     for core in ("python", "rust"):  # HiCache's host tier: write-through, host eviction, load-back

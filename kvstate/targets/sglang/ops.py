@@ -374,6 +374,8 @@ def admit(st, i, chunk):
     if not st.waiting:
         return None
     tick(st)
+    if st.r2t.available_size() == 0:
+        return None  # get_new_batch_prefill: no free request row, the batch is full (no match)
     req = st.waiting[i % len(st.waiting)]
     if st.storage:  # get_new_batch_prefill: a request whose prefetch is running waits
         if not st.tree.check_prefetch_progress(req.cache_request_handle):
