@@ -593,8 +593,10 @@ class Driver:
             kv = self.ns["kv_of"](r)
             held = [int(kv.mamba_pool_idx)] if kv.holds_mamba else []
             if kv.mamba_ping_pong_track_buffer is not None:
-                held += [int(x) for x, empty in zip(kv.mamba_ping_pong_track_buffer.tolist(),
-                                                   kv.mamba_ping_pong_empty, strict=True) if not empty]  # fmt: skip
+                slots = [int(x) for x in kv.mamba_ping_pong_track_buffer.tolist()]
+                # a filled tracking slot: mamba_ping_pong_empty from 0.5.23, before it not -1
+                empty = getattr(kv, "mamba_ping_pong_empty", None) or [x == -1 for x in slots]
+                held += [x for x, e in zip(slots, empty, strict=True) if not e]
             bad = sorted(set(held) & free_set)
             if bad:
                 out.append(checks.Violation(
