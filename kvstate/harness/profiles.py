@@ -33,7 +33,7 @@ SIZES: dict[str, dict[str, tuple[int, int]]] = {
         "nightly": (20000, 120),
     },  # 50 ci examples per configuration
     "kvstate-api": {"ci": (20, 25), "dev": (150, 40), "nightly": (2000, 80)},
-    "sglang": {"ci": (102, 60), "dev": (600, 80), "nightly": (6000, 120)},  # 6 ci per config
+    "sglang": {"ci": (126, 60), "dev": (600, 80), "nightly": (6000, 120)},  # 6 ci per config
 }
 
 # Each profile derives from Hypothesis' built-in "default", not from whatever profile is loaded

@@ -50,16 +50,15 @@ def test_ci_profile_exercises_every_configuration_and_check() -> None:
     assert r.ok, r.render()
     assert set(r.stats.configs) == {c.label for c in ALL}
     for c in CHECK_CLASSES:
-        # crash fires only when SGLang raises; sidecar needs a DeepSeek-V4 prefix served from
-        # L3 storage, which the ci walks do not reach: its own tests below
-        if c not in ("crash", "sidecar"):
+        if c != "crash":  # crash fires only when SGLang raises
             assert r.stats.checks[c] > 0, c
     for name in NAMES:
         # faults that need a storage file written first: their own tests below
         if name not in ("lose_file", "drop_sidecar"):
             assert r.stats.calls[name] > 0, name
     for path in ("hit", "miss", "eviction", "decode freed out-of-window SWA",
-                 "SWA tombstone recovered"):  # fmt: skip
+                 "SWA tombstone recovered", "Mamba hit", "host load-back",
+                 "L3 prefetch loaded"):  # fmt: skip
         assert r.stats.paths[path] > 0, path
 
 
@@ -272,3 +271,67 @@ def test_a_partial_prefetch_without_its_sidecar_is_a_sidecar_finding(
     monkeypatch.setattr(HiCacheFile, "_read_page", read_ok)
     f, _ = ENGINE.replay(L3_DSV4, DSV4_DROP_PREFETCH)
     assert f is not None and f.kind == "sidecar", f
+
+
+# FULL+SWA+Mamba.  Without the extra buffer (page 1) a checkpoint copies the running Mamba state
+# into a fresh slot the tree keeps; with it (page 4) the tree keeps the state the forward
+# tracked at a chunk-aligned position: here the decode's track boundary at 48 tokens
+MAMBA = Config("swa-mamba", "python", 1, 16, 96, 256, mamba="no_buffer")
+MAMBA_EXTRA = Config("swa-mamba", "rust", 4, 16, 96, 256, mamba="extra_buffer")
+TRACK_AND_RESEND = [op("arrive", 1, 40), op("admit", 0, 256), op("decode", 0, 10),
+                    op("finish", 0), op("resend", 0), op("admit", 0, 256)]  # fmt: skip
+
+
+def test_a_tracked_mamba_state_is_hit_and_a_stale_one_is_a_mamba_finding(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from sglang.srt.mem_cache.memory_pool import HybridReqToTokenPool
+
+    f, d = ENGINE.replay(MAMBA_EXTRA, TRACK_AND_RESEND)
+    assert f is None, f  # the control: the re-sent prefix hits the state tracked at 48
+    assert d.stats.paths["Mamba hit"] == 1 and d.stats.checks["mamba"] == 3
+    # a finish donates the other ping-pong slot: the tree keeps the previous tracked state
+    keep = HybridReqToTokenPool.get_mamba_ping_pong_keep_idx
+    monkeypatch.setattr(
+        HybridReqToTokenPool,
+        "get_mamba_ping_pong_keep_idx",
+        lambda self, req: self.get_mamba_ping_pong_other_idx(keep(self, req)),
+    )
+    f, _ = ENGINE.replay(MAMBA_EXTRA, TRACK_AND_RESEND)
+    assert f is not None and f.kind == "mamba", f
+
+
+def test_a_mamba_checkpoint_that_copies_nothing_is_a_mamba_finding(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from sglang.srt.mem_cache.memory_pool import MambaPool
+
+    monkeypatch.setattr(MambaPool, "copy_from", lambda self, src, dst: None)
+    assert _fuzz((MAMBA,)).finding.kind == "mamba"
+
+
+def test_a_mamba_slot_never_freed_is_a_conservation_finding(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from sglang.srt.mem_cache.allocator.mamba import MambaSlotAllocator
+
+    monkeypatch.setattr(MambaSlotAllocator, "free", lambda self, idx: None)
+    f = _fuzz((MAMBA,)).finding
+    assert f.kind == "conservation" and "mamba pool" in str(f), f
+
+
+def test_a_mamba_slot_both_held_and_free_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sglang.srt.mem_cache.allocator.mamba import MambaSlotAllocator
+
+    def alloc(self, n):  # type: ignore[no-untyped-def]
+        before = self.free_slots
+        if n > len(before) // 2:
+            return None
+        # the slots handed out stay on the free list; as many others drop off it, so every
+        # count still adds up
+        self.free_slots = torch.cat([before[:n], before[2 * n :]])
+        return before[:n]
+
+    monkeypatch.setattr(MambaSlotAllocator, "_do_alloc", alloc)
+    f = _fuzz((MAMBA,)).finding
+    assert f.kind == "freed-referenced" and "Mamba" in str(f), f

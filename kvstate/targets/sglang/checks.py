@@ -48,7 +48,8 @@ INVARIANT_PROJECTION = {
     "ghost_counters": ("conservation",),
     "toctou": ("freed-referenced", "L3"),
     "hit_soundness": ("L1", "L3"),
-    "hit_truth": ("L3",),  # markers: the content a hit names is the prompt's own prefix
+    # markers: the content a hit names is the prompt's own prefix (a Mamba stack's state too)
+    "hit_truth": ("L3", "mamba"),
     "reading_truth": ("freed-referenced",),
     "request_hygiene": ("locks",),
     # SGLang captures its CUDA graphs once, at startup, over the pools' buffers and never
@@ -65,7 +66,7 @@ INVARIANTS_NOT_PROJECTED = {
     "mechanism_truth": "relates the spec's own mechanism variables to its ghost truth",
 }
 CHECK_CLASSES = ("conservation", "freed-referenced", "tombstone", "L1", "L3", "sidecar",
-                 "locks", "completeness", "addresses", "load", "crash")  # fmt: skip
+                 "mamba", "locks", "completeness", "addresses", "load", "crash")  # fmt: skip
 
 
 def projected_rules() -> tuple[Rule, ...]:

@@ -79,18 +79,23 @@ ComponentType = first("ComponentType", "unified_cache.components.base",
 PAGE, WINDOW, POOL, MAX_REQS, MAX_LEN = {page}, {window}, {pool}, 6, {max_len}
 
 
+SERVER_ARGS = {{}}  # a layout's own server arguments (the Mamba layout's radix strategy)
+TREE_COMPONENTS = (ComponentType.FULL, ComponentType.SWA)
+TREE_PARAMS = {{}}  # a layout's own CacheInitParams fields
+
+
 def server_args(**more):
     # a CPU server's arguments: the attention backend SGLang's CPU deployments name, so that
     # the cache's index writes take their CPU path (before 0.5.22 they otherwise launch Triton)
     return ServerArgs(model_path="dummy", page_size=PAGE, attention_backend="torch_native",
-                      **more)
+                      **SERVER_ARGS, **more)
 
 
 def tree_params(r2t, alloc):
     return CacheInitParams(
         req_to_token_pool=r2t, token_to_kv_pool_allocator=alloc, page_size=PAGE,
         disable=False, sliding_window_size=WINDOW,
-        tree_components=(ComponentType.FULL, ComponentType.SWA), eviction_policy="lru")
+        tree_components=TREE_COMPONENTS, eviction_policy="lru", **TREE_PARAMS)
 
 
 def make_tree(r2t, alloc):
@@ -105,6 +110,10 @@ def make_stack():
     set_global_server_args_for_scheduler(server_args())
     r2t = ReqToTokenPool(size=MAX_REQS, max_context_len=MAX_LEN, device="cpu",
                          enable_memory_saver=False)
+    return make_swa_stack(r2t)
+
+
+def make_swa_stack(r2t):
     kv = SWAKVPool(**accepted(  # enable_kvcache_transpose: required before 0.5.15
         SWAKVPool.__init__, size=POOL, size_swa=POOL, page_size=PAGE, dtype=torch.bfloat16,
         head_num=1, head_dim=8, swa_attention_layer_ids=[0], full_attention_layer_ids=[1],
@@ -190,7 +199,65 @@ def states(kv):
                                             PAGE))}
 """
 
-LAYOUTS = {"swa": SWA, "deepseek-v4": DSV4}
+# FULL+SWA+Mamba (a hybrid SWA/linear-attention model): SGLang's HybridReqToTokenPool with a
+# Mamba2 state pool beside the SWA KV pool, tree components FULL, SWA and MAMBA.  Two radix
+# strategies: "no_buffer" (page 1: only the running state exists; a checkpoint copies it into a
+# fresh slot, a finish donates it) and "extra_buffer" (page 4: the forward also writes the state
+# at the tracked, chunk-aligned position into a ping-pong slot, and the tree keeps only those).
+MAMBA = (
+    SWA
+    + """
+
+from sglang.srt.configs.mamba_utils import Mamba2CacheParams, Mamba2StateShape
+from sglang.srt.environ import envs as _envs
+from sglang.srt.mem_cache.memory_pool import HybridReqToTokenPool
+
+EXTRA_BUFFER = None  # the configuration's: the "extra_buffer" radix strategy
+MAMBA_CHUNK = 16  # the Mamba cache chunk and track interval (tokens)
+TREE_COMPONENTS = (ComponentType.FULL, ComponentType.SWA, ComponentType.MAMBA)
+TREE_PARAMS = {"enable_mamba_extra_buffer": EXTRA_BUFFER}
+if EXTRA_BUFFER:
+    SERVER_ARGS = {"mamba_radix_cache_strategy": "extra_buffer",
+                   "mamba_track_interval": MAMBA_CHUNK}
+if not torch.cuda.is_available():
+    # a device seam: prepare_for_decode pins its track mask before the H2D copy, and pinning
+    # needs an accelerator; on a CPU the tensor is already where the copy puts it
+    torch.Tensor.pin_memory = lambda self, *a, **k: self
+
+
+def make_stack():
+    args = server_args()
+    # a dummy model has no HF config to read mamba_chunk_size from: preset, as SGLang's own
+    # unified-radix-cache fixtures do
+    args._mamba_cache_chunk_size = MAMBA_CHUNK
+    set_global_server_args_for_scheduler(args)
+    # the smallest Mamba pool SGLang's configurator lets serve MAX_REQS requests: it caps them
+    # at max_mamba_cache_size // _calculate_mamba_ratio() (3 slots a request, and the tracking
+    # slots with the extra buffer); its method reads only the published configuration
+    from sglang.srt.mem_cache.kv_cache_configurator import KVCacheConfigurator
+    mamba_slots = MAX_REQS * KVCacheConfigurator._calculate_mamba_ratio(None)
+    with _envs.SGLANG_MAMBA_SSM_DTYPE.override("bfloat16"):
+        shape = Mamba2StateShape.create(
+            tp_world_size=1, intermediate_size=32, n_groups=1, num_heads=2, head_dim=16,
+            state_size=8, conv_kernel=4)
+        params = Mamba2CacheParams(shape=shape, layers=[0])
+    r2t = HybridReqToTokenPool(
+        size=MAX_REQS, mamba_size=mamba_slots, mamba_spec_state_size=MAX_REQS,
+        max_context_len=MAX_LEN, device="cpu", enable_memory_saver=False, cache_params=params,
+        mamba_layer_ids=[0], enable_mamba_extra_buffer=EXTRA_BUFFER,
+        speculative_num_draft_tokens=3)
+    return make_swa_stack(r2t)
+
+
+def mamba_states(r2t):
+    # name -> (read, write) of one int32 marker per Mamba slot: the SSM (temporal) state and
+    # the conv window of the Mamba layer, each slot's first bytes
+    cache = r2t.mamba_pool.mamba_cache
+    return {"ssm": slot_view(cache.temporal[0]), "conv": slot_view(cache.conv[0][0])}
+"""
+)
+
+LAYOUTS = {"swa": SWA, "deepseek-v4": DSV4, "swa-mamba": MAMBA}
 
 # HiCache's host tier (L2) on a CPU: SGLang's own four device seams stood in (no
 # cudaHostRegister, no pinned host memory, sgl_kernel's transfer_kv_direct, which has no CPU
@@ -276,11 +343,13 @@ class Config:
     max_len: int
     saving: bool = False  # SWA_SAVING's switches on (else SWITCHES' defaults)
     hicache: str = ""  # "l2": HiCache's host tier (write-through), "l3": and file storage
+    mamba: str = ""  # the swa-mamba layout's radix strategy: "no_buffer" or "extra_buffer"
 
     @property
     def label(self) -> str:
         return (
             f"{self.layout}/{self.core}/page{self.page}-window{self.window}/pool{self.pool}"
+            + (f"/{self.mamba.replace('_', '-')}" if self.mamba else "")
             + ("/swa-saving" if self.saving else "")
             + (f"/hicache-{self.hicache}" if self.hicache else "")
         )
@@ -294,6 +363,10 @@ class Config:
             switches="\n".join(f"os.environ[{k!r}] = {v!r}" for k, v in env.items()),
         )  # fmt: skip
         body = head + "\n" + LAYOUTS[self.layout]
+        if self.mamba:
+            body = body.replace(
+                "\nEXTRA_BUFFER = None", f"\nEXTRA_BUFFER = {self.mamba == 'extra_buffer'}"
+            )
         if self.hicache == "l2":
             body += "\n" + HICACHE.format(ratio=2.0, storage="", storage_setup="")
         elif self.hicache == "l3":
@@ -311,6 +384,9 @@ def _all() -> tuple[Config, ...]:
             Config("deepseek-v4", core, 256, 128, 256 * 10, 2048),
             Config("swa", core, 4, 16, 96, 256, saving=True),
         ]
+        # FULL+SWA+Mamba: page 1 without the extra buffer, page 4 with it
+        out.append(Config("swa-mamba", core, 1, 16, 96, 256, mamba="no_buffer"))
+        out.append(Config("swa-mamba", core, 4, 16, 96, 256, mamba="extra_buffer"))
     out.append(Config("deepseek-v4", "rust", 256, 128, 256 * 10, 2048, saving=True))
     out.append(Config("swa", "rust", 32, 8, 320, 512, saving=True))  # a page above the window
     for core in ("python", "rust"):  # HiCache's host tier: write-through, host eviction, load-back

@@ -101,6 +101,36 @@ def draw_op(rnd: Any, rng: Any, page: int, max_len: int, hicache: str = "") -> T
     return op("lose_file", rng(16)) if x < 0.993 else op("drop_sidecar", rng(16))
 
 
+# With file storage (L3) behind the host tier, a prefix is served from L3 only after it was
+# stored, written to storage, dropped from the device and then from the host, and asked again:
+# a chain that uniform draws almost never complete in a walk.  On an L3 stack, once a request
+# has arrived, a third of the draws follow that chain, one ordinary operation at a time (so a
+# finding's trace minimizes like any other): poll (the prefetch), admit, finish (stored),
+# poll (written to storage), evict every device page, evict the host, re-send the last stored
+# prefix, poll (its prefetch from storage), admit it.
+TIER_WALK = ("poll", "admit", "finish", "poll", "evict", "evict_host", "resend", "poll", "admit")
+
+
+def draw_tier_walk(rnd: Any, d: Any) -> TraceStep | None:
+    """The next step of the L3 chain (:data:`TIER_WALK`) for driver ``d``, or None to draw
+    ordinary traffic."""
+    st = d.st
+    if d.config.hicache != "l3" or not (st.waiting or st.running or st.finished):
+        return None
+    if rnd() >= 1 / 3:
+        return None
+    name = TIER_WALK[d.tier_step % len(TIER_WALK)]
+    d.tier_step += 1
+    deep = d.config.pool * 4  # more than the device pool and the host pool (ratio 2) hold
+    if name == "resend":
+        return op("resend", max(len(st.finished) - 1, 0))
+    if name == "admit":  # the last to arrive (the re-sent request), the whole prompt
+        return op("admit", max(len(st.waiting) - 1, 0), d.config.max_len)
+    if name == "finish":
+        return op("finish", max(len(st.running) - 1, 0))
+    return op(name) if name == "poll" else op(name, deep)
+
+
 def _holds(kv: Any) -> bool:
     """The request holds KV slots (``ReqKvInfo.holds_kv`` from 0.5.19; before it, allocated)."""
     return bool(kv.holds_kv) if hasattr(kv, "holds_kv") else kv.kv_allocated_len > 0
@@ -144,10 +174,12 @@ class Driver:
         self._observe_recoveries()
         self.stored: list[int] = []  # finished request j -> the epoch its prefix was stored in
         self.P, self.W = config.page, config.window
+        self.tier_step = 0  # the L3 chain's next step (draw_tier_walk)
         self.at: tuple[int, TraceStep] = (0, TraceStep("", {}))
         self.trace: list[TraceStep] = []  # the operations run so far, the failing one included
         self.st.on_match = self._on_match
         self.st.on_loaded = self._on_loaded
+        self.st.on_resume = self._on_resume
         self.captured = self._buffers()  # what a graph captured at startup would read
 
     def _buffers(self) -> dict[str, tuple[int, tuple[int, ...]]]:
@@ -174,6 +206,8 @@ class Driver:
                 walk(f"{name}.{k}", y, depth - 1)
 
         walk("kv", self.st.kv, 3)
+        if self.st.mamba is not None:
+            walk("mamba_pool", self.st.r2t.mamba_pool, 3)
         walk("req_to_token", self.st.r2t.req_to_token, 0)
         walk("full_to_swa_index_mapping", self.st.alloc.full_to_swa_index_mapping, 0)
         return out
@@ -181,8 +215,49 @@ class Driver:
     def _on_match(self, req: Any, hit: tuple[int, Any]) -> None:
         """Every match, checked before the scheduler uses it (lock, allocation)."""
         out = self._hit(req, hit)
+        if self.st.mamba is not None:
+            out += self._mamba_hit(req, hit[0])
         if out:
             raise finding(out, *self.at)
+
+    def _mamba_state(self, slot: Any) -> dict[str, int]:
+        """The marker each Mamba buffer holds at one (virtual) Mamba slot."""
+        import torch
+
+        at = self.st.r2t.translate_mamba_indices(torch.as_tensor(slot).reshape(1).long()).long()
+        return {name: int(read(at)[0]) for name, (read, _w) in self.st.mamba.items()}
+
+    def _mamba_hit(self, req: Any, h: int) -> list[checks.Violation]:
+        """A Mamba stack's hit: the cached state the match copies into the request (the
+        copy-on-write source) is the one recorded at the hit's end, in every Mamba buffer."""
+        if h == 0:
+            return []
+        self.stats.checks["mamba"] += 1
+        self.stats.paths["Mamba hit"] += 1
+        src = self.ns["kv_of"](req).mamba_cow_src_index
+        if src is None:
+            return [checks.Violation("mamba", f"{req.rid}: a hit of {h} tokens with no Mamba "
+                                     "state to copy")]  # fmt: skip
+        want = self.ns["markers"](self.st.fill(req)[:h])[h - 1]
+        got = self._mamba_state(src)
+        bad = {n: v for n, v in got.items() if v != want}
+        if not bad:
+            return []
+        return [checks.Violation(
+            "mamba", f"{req.rid}: the Mamba state of a {h}-token hit (slot {int(src)}) is not "
+            f"the prefix's: {bad} (the state at {h} is {want})")]  # fmt: skip
+
+    def _on_resume(self, req: Any, lo: int) -> None:
+        """An extend forward of a Mamba stack, after the copy-on-write and clear: the state the
+        Mamba layers start from is the prefix's (position ``lo``), or zero for none."""
+        self.stats.checks["mamba"] += 1
+        want = self.ns["markers"](self.st.fill(req)[:lo])[lo - 1] if lo else 0
+        got = self._mamba_state(self.ns["kv_of"](req).mamba_pool_idx)
+        bad = {n: v for n, v in got.items() if v != want}
+        if bad:
+            raise finding([checks.Violation(
+                "mamba", f"{req.rid}: the forward from position {lo} starts from Mamba state "
+                f"{bad}, not the prefix's ({want})")], *self.at)  # fmt: skip
 
     def _on_loaded(self, req: Any, event: int) -> None:
         """A host load-back, where the forward would consume it: it completes (the forward
@@ -202,7 +277,7 @@ class Driver:
         out = self._hit(
             req, (h, self.ns["prefix_indices"](self.st.tree, req).clone()), resend=False
         )
-        if getattr(req, "storage_hit_length", 0) and "indexer" in self.ready:
+        if self.st.storage and "indexer" in self.ready:  # the host may hold L3's pages
             out = self._sidecar(req) + out
         if out:
             raise finding(out, *self.at)
@@ -212,7 +287,7 @@ class Driver:
         holds its indexer pages too.  A prefetch that stops partway must stop for every pool
         at the same page; pages whose compressed KV arrived without the indexer sidecar are
         the partial-prefetch class."""
-        self.stats.paths["L3 prefetch checked for its sidecar"] += 1
+        self.stats.paths["load-back checked for its sidecar (L3 stack)"] += 1
         self.stats.checks["sidecar"] += 1
         ckv, idx = self.ready["ckv"], self.ready["indexer"]
         bad = [p for p, (c, i) in enumerate(zip(ckv, idx, strict=True)) if c and not i]
@@ -372,6 +447,8 @@ class Driver:
         self.ready = ready
         out = checks.hit_violations(self.P, self.W, h, ready, self.config.max_len)
         j = getattr(req, "resend_of", None) if resend else None
+        if self.st.mamba is not None:
+            j = None  # a Mamba stack hits only where a state was recorded: not the table's rule
         if j is not None and j < len(self.stored) and self.stored[j] == self.epoch:
             self.stats.checks["completeness"] += 1
             want_h = checks.expected_complete_hit(self.P, len(req.origin_input_ids),
@@ -392,13 +469,32 @@ class Driver:
             self.stats.paths["conservation not checkable (no private-token terms)"] += 1
             return []
         self.stats.checks["conservation"] += 2
-        return checks.conservation(
+        out = checks.conservation(
             "full", a.full_available_size(), t.full_evictable_size(), t.full_protected_size(),
             private[0], a.size_full,
         ) + checks.conservation(
             "swa", a.swa_available_size(), t.swa_evictable_size(), t.swa_protected_size(),
             private[1], a.size_swa,
         )  # fmt: skip
+        if self.st.mamba is not None:
+            # the scheduler's own Mamba leak check (SchedulerInvariantChecker._check_mamba_pool):
+            # free + cached evictable + cached locked + the requests' own slots (kv_mamba_slots)
+            from sglang.srt.managers.scheduler_components.pool_stats_observer import (
+                kv_mamba_slots,
+            )
+
+            self.stats.checks["conservation"] += 1
+            r2t = self.st.r2t
+            mine = sum(kv_mamba_slots(self.ns["kv_of"](r)) for r in self._holders())
+            out += checks.conservation(
+                "mamba", r2t.mamba_allocator.available_size(), t.mamba_evictable_size(),
+                t.mamba_protected_size(), mine, r2t.mamba_pool.size)  # fmt: skip
+        return out
+
+    def _holders(self) -> list[Any]:
+        """Every request the target has not finished: running, chunked and waiting (a waiting
+        request may hold a Mamba slot between its match and its admission)."""
+        return self._live() + list(self.st.waiting)
 
     def _private(self) -> tuple[int, int] | None:
         """The running requests' own tokens per pool (full, SWA), by the scheduler's own terms:
@@ -472,6 +568,8 @@ class Driver:
                         f"request {r.rid} holds SWA pages {bad[:5]} of its window that are free",
                     )
                 )
+        if st.mamba is not None:
+            out += self._mamba_freed_referenced()
         tree_pages = {int(x) // self.P for x in st.tree.all_values_flatten().tolist()}
         bad = sorted(tree_pages & full_set)
         if bad:
@@ -480,6 +578,34 @@ class Driver:
                     "freed-referenced", f"the tree names full pages {bad[:5]} that are free"
                 )
             )
+        return out
+
+    def _mamba_freed_referenced(self) -> list[checks.Violation]:
+        """No Mamba slot is free while a request (its running slot, its tracking slots) or the
+        tree (a cached state, locked or not) holds it, and none is free twice."""
+        r2t, out = self.st.r2t, []
+        free = [int(x) for x in r2t.mamba_allocator.free_slots.tolist()]
+        if len(set(free)) != len(free):
+            dup = sorted({x for x in free if free.count(x) > 1})[:5]
+            out.append(checks.Violation("freed-referenced", f"Mamba free list holds {dup} twice"))
+        free_set = set(free)
+        for r in self._holders():
+            kv = self.ns["kv_of"](r)
+            held = [int(kv.mamba_pool_idx)] if kv.holds_mamba else []
+            if kv.mamba_ping_pong_track_buffer is not None:
+                slots = [int(x) for x in kv.mamba_ping_pong_track_buffer.tolist()]
+                # a filled tracking slot: mamba_ping_pong_empty from 0.5.23, before it not -1
+                empty = getattr(kv, "mamba_ping_pong_empty", None) or [x == -1 for x in slots]
+                held += [x for x, e in zip(slots, empty, strict=True) if not e]
+            bad = sorted(set(held) & free_set)
+            if bad:
+                out.append(checks.Violation(
+                    "freed-referenced", f"request {r.rid} holds Mamba slots {bad} that are free"))  # fmt: skip
+        cached = {int(x) for x in self.st.tree.all_mamba_values_flatten().tolist()}
+        bad = sorted(cached & free_set)
+        if bad:
+            out.append(checks.Violation(
+                "freed-referenced", f"the tree holds Mamba states in slots {bad[:5]} that are free"))  # fmt: skip
         return out
 
     def _locks(self) -> list[checks.Violation]:

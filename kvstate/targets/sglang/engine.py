@@ -22,7 +22,7 @@ from kvstate.targets.engine import run_cli as engine_cli
 
 from . import imports as sglang_import
 from .configs import ALL, Config
-from .driver import NAMES, Driver, Stats, draw_op
+from .driver import NAMES, Driver, Stats, draw_op, draw_tier_walk
 from .ops import SOURCE as OPS_SOURCE
 
 CI_SEED = 0x5C1A06  # the derandomized ci walks follow this seed (printed in the report)
@@ -40,7 +40,8 @@ def _load() -> str:
 
 def _draw(rng: random.Random, d: Any) -> TraceStep:
     c = d.config
-    return draw_op(rng.random, rng.randrange, c.page, c.max_len, c.hicache)
+    tier = draw_tier_walk(rng.random, d)
+    return tier or draw_op(rng.random, rng.randrange, c.page, c.max_len, c.hicache)
 
 
 def _close(d: Any) -> None:

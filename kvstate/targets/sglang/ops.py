@@ -43,7 +43,9 @@ else:
 from sglang.srt.sampling.sampling_params import SamplingParams
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
-MODEL = SimpleNamespace(vocab_size=50000, is_encoder_decoder=False)
+# the model config the batch reads: a Mamba stack's model has the Mamba layout's chunk size
+MODEL = SimpleNamespace(vocab_size=50000, is_encoder_decoder=False, hf_text_config=SimpleNamespace(
+    mamba_chunk_size=globals().get("MAMBA_CHUNK", 64)))
 
 
 # The request's fields moved between releases (chosen by what the Req has):
@@ -151,6 +153,9 @@ class Stack:
         self.on_loaded = None  # of every prefix once a host load-back into it is complete
         self.hicache = getattr(self.tree, "cache_controller", None) is not None
         self.storage = self.hicache and bool(self.tree.enable_storage)
+        # a Mamba stack: its state pool's markers (name -> (read, write) per Mamba slot)
+        self.mamba = mamba_states(self.r2t) if hasattr(self.r2t, "mamba_pool") else None
+        self.on_resume = None  # of the Mamba state each forward starts from (kvstate's checks)
 
     def swa_of(self, locs):
         return self.alloc.full_to_swa_index_mapping[locs]
@@ -177,6 +182,8 @@ class Stack:
         batch = ScheduleBatch.init_new([req], self.r2t, self.alloc, self.tree, MODEL, False,
                                        SpeculativeAlgorithm.NONE)
         batch.prepare_for_extend()
+        if self.mamba is not None:
+            mamba_extend(self, batch, req)
         self.write_markers(req, prefix_len(req), extend_end(req))
         if extend_end(req) < len(req.full_untruncated_fill_ids):
             checkpoint_kv_cache(req, self.tree)  # a chunk: publish it
@@ -367,6 +374,8 @@ def admit(st, i, chunk):
     if not st.waiting:
         return None
     tick(st)
+    if st.r2t.available_size() == 0:
+        return None  # get_new_batch_prefill: no free request row, the batch is full (no match)
     req = st.waiting[i % len(st.waiting)]
     if st.storage:  # get_new_batch_prefill: a request whose prefetch is running waits
         if not st.tree.check_prefetch_progress(req.cache_request_handle):
@@ -379,10 +388,12 @@ def admit(st, i, chunk):
     load = st.hicache and req.needs_host_load_back()
     end = st.chunk_end(req, chunk, prefix_len(req) + (req.host_hit_length if load else 0))
     if end <= prefix_len(req):
+        unmatch_mamba(st, req)
         return None
     lock = lock_node(st.tree, req.last_node)  # locked first: its prefix is not evictable
     if not st.has_room(end - prefix_len(req)):  # the host hit's load-back takes device slots too
         unlock_node(st.tree, lock)  # the adder leaves it waiting
+        unmatch_mamba(st, req)
         return None
     if load:
         lock = load_back(st, req, lock)
@@ -420,7 +431,11 @@ def decode(st, i, steps):
         batch.prepare_for_decode()
         pos = int(batch.seq_lens_cpu[0]) - 1
         st.write_markers(req, pos, pos + 1)
+        if st.mamba is not None:
+            mamba_decode(st, batch, req, pos)
         req.output_ids.append((pos * 31 + len(req.output_ids)) % 49999 + 1)
+        if st.mamba is not None:
+            mamba_after_decode(st, batch, req)
     return req
 
 
@@ -457,6 +472,82 @@ def preempt(st, i):
     req.reset_for_retract()
     queue(st, req)
     return req
+
+
+def unmatch_mamba(st, req):
+    # Scheduler.get_new_batch_prefill, a request the adder did not add: the match's Mamba
+    # copy-on-write and clear are dropped and its freshly allocated Mamba slot is freed
+    if st.mamba is None:
+        return
+    kv = kv_of(req)
+    kv.mamba_cow_src_index = None
+    kv.mamba_needs_clear = False
+    if kv.holds_mamba:
+        st.r2t.mamba_allocator.free(kv.mamba_pool_idx.unsqueeze(-1))
+        kv.mamba_pool_idx = None
+
+
+def mamba_write(st, slots, value):
+    # the forward writes a Mamba state: every Mamba buffer of those slots holds that prefix
+    slots = st.r2t.translate_mamba_indices(slots.reshape(-1).to(torch.int64))
+    vals = torch.full((len(slots),), value, dtype=torch.int64)
+    for _read, write in st.mamba.values():
+        write(slots.to(torch.int64), vals)
+
+
+def mamba_extend(st, batch, req):
+    # an extend forward of a Mamba stack.  First what ModelRunner's
+    # _maybe_execute_deferred_mamba_cow_and_clear runs on the forward stream before the Mamba
+    # layers read the pool (its module imports the server's web stack, so its two pool calls
+    # are made here): the match's copy-on-write of the cached state into the request's slot,
+    # the clear of a fresh slot.  Then the forward's writes: the running state at the extend's
+    # end; with the extra buffer, the state at the tracked position (prepare_for_extend set
+    # mamba_last_track_seqlen and the ping-pong slot) into the tracking slot.
+    pool = st.r2t
+    if batch.mamba_clear_indices is not None and len(batch.mamba_clear_indices) > 0:
+        pool.mamba_pool.clear_slots(pool.translate_mamba_indices(batch.mamba_clear_indices))
+    if batch.mamba_cow_src_indices is not None and len(batch.mamba_cow_src_indices) > 0:
+        pool.copy_mamba_state(pool.translate_mamba_indices(batch.mamba_cow_src_indices),
+                              pool.translate_mamba_indices(batch.mamba_cow_dst_indices))
+    batch.mamba_clear_indices = batch.mamba_cow_src_indices = batch.mamba_cow_dst_indices = None
+    lo, hi = prefix_len(req), extend_end(req)
+    if st.on_resume is not None:
+        st.on_resume(req, lo)  # the state the Mamba layers start from: the prefix's
+    m = markers(st.fill(req)[:hi])
+    mamba_write(st, kv_of(req).mamba_pool_idx, m[hi - 1])
+    if batch.mamba_track_mask is not None and bool(batch.mamba_track_mask[0]):
+        mamba_write(st, batch.mamba_track_indices[:1], m[kv_of(req).mamba_last_track_seqlen - 1])
+
+
+def mamba_decode(st, batch, req, pos):
+    # a decode forward's Mamba writes: the running state at pos; with the extra buffer, at a
+    # track boundary (prepare_for_decode's mamba_track_mask_cpu) the tracking slot too
+    m = markers(st.fill(req)[: pos + 1])[pos]
+    mamba_write(st, kv_of(req).mamba_pool_idx, m)
+    if batch.mamba_track_mask_cpu is not None and batch.mamba_track_mask_cpu[0]:
+        mamba_write(st, batch.mamba_track_indices[:1], m)
+
+
+def mamba_after_decode(st, batch, req):
+    # the scheduler's post-forward bookkeeping (SchedulerBatchResultProcessor.
+    # _handle_finish_state_updated_req, its Mamba part, non-lazy extra buffer, results processed
+    # before the next batch: lookahead 0): at a completed track boundary the tracked slot and
+    # seqlen become the request's last tracked state, then _mamba_prefix_cache_update (SGLang's)
+    # swaps the ping-pong slot the next forward writes
+    from sglang.srt.managers.scheduler_components.batch_result_processor import (
+        SchedulerBatchResultProcessor)
+    if batch.mamba_track_mask_cpu is None:
+        return  # no_buffer: nothing is tracked
+    kv = kv_of(req)
+    lookahead = req.decode_batch_idx - batch.mamba_decode_batch_idx_cpu[0]
+    boundary = bool(batch.mamba_track_mask_cpu[0])
+    if boundary:
+        kv.mamba_last_track_idx = batch.mamba_track_buffer_indices[0]
+        kv.mamba_prev_track_seqlen = kv.mamba_last_track_seqlen
+        kv.mamba_last_track_seqlen = kv.kv_committed_len - lookahead
+        proc = object.__new__(SchedulerBatchResultProcessor)
+        object.__setattr__(proc, "tree_cache", st.tree)  # a frozen dataclass
+        proc._mamba_prefix_cache_update(req, batch, None, 0, known_boundary=True)
 
 
 def evict(st, tokens):
