@@ -37,6 +37,7 @@ from kvstate.targets.api import (
     single,
     stepwise,
     stored,
+    swaout,
     writerfails,
 )
 from kvstate.targets.api.declare import OpDecl, fault_kinds, fault_ops, handlers, mapping
@@ -66,6 +67,7 @@ MODULES = (
     writerfails,
     pincap,
     forms,
+    swaout,
 )
 
 DECLARED: tuple[OpDecl, ...] = tuple(d for m in MODULES for d in m.DECLS)

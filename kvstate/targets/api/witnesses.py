@@ -24,6 +24,7 @@ from kvstate.targets.api.registry import DECLARED
 from kvstate.targets.api.single import walks as single_walks
 from kvstate.targets.api.stepwise import READS
 from kvstate.targets.api.stored import FORGERIES, REFUSALS
+from kvstate.targets.api.swaout import walks as swaout_walks
 from kvstate.targets.api.writerfails import walks as writer_fails_walks
 
 
@@ -388,6 +389,7 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[TraceStep]]:
         **records_walks(N, L, lease_max),  # kvstate/targets/api/records.py
         **writer_fails_walks(N, L, lease_max),  # kvstate/targets/api/writerfails.py
         **pincap_walks(N, L, lease_max),  # kvstate/targets/api/pincap.py
+        **swaout_walks(N, L, lease_max),  # kvstate/targets/api/swaout.py
     }
     if remote.WORLD is not None:  # a run with a remote tier meets the store's faults first
         walks = {

@@ -1,0 +1,45 @@
+"""Planted bugs of the block-side path classes the API ci walk closes beyond the random walk.
+
+Each entry is ``(name, bug class, path, old text, new text)`` as
+:class:`kvstate.api_mutants.Mutant` takes them (:mod:`kvstate.api_planted` imports this list).
+
+* SWA pages exhausted partway through an allocation (``kvstate/targets/api/swaout.py``): the
+  harness's caches always found a free page or a window to slide, so an allocation never
+  failed after its device slot was taken, and what such a failure leaves (a slot claimed by a
+  record whose address is elsewhere, pages held by no block, a window slid that the table
+  protects) was never seen.
+"""
+
+from __future__ import annotations
+
+PLANTED: tuple[tuple[str, str, str, str, str], ...] = (
+    (
+        "swa_exhausted_slot_kept_claimed",
+        "exhaustion partway: a slot taken before the SWA pages ran out keeps its new claim",
+        "impl/blocks.py",
+        "        except OutOfCapacity:\n            self.tiers.slots.untake(slot, claimant)\n",
+        "        except OutOfCapacity:\n            self.tiers.slots.release(slot)\n",
+    ),
+    (
+        "swa_exhausted_slot_leaked",
+        "exhaustion partway: a slot taken before the SWA pages ran out is never given back",
+        "impl/blocks.py",
+        "        except OutOfCapacity:\n            self.tiers.slots.untake(slot, claimant)\n",
+        "        except OutOfCapacity:\n",
+    ),
+    (
+        "swa_untake_files_claimed_as_unclaimed",
+        "exhaustion partway: a slot given back under the wrong free list",
+        "impl/storage.py",
+        "        (self._claimed if claimant else self._unclaimed)[slot] = None\n\n    def release",
+        "        self._unclaimed[slot] = None\n\n    def release",
+    ),
+    (
+        "swa_slide_ignores_pins",
+        "exhaustion partway: a full SWA pool slides a window the table protects",
+        "impl/blocks.py",
+        '            try:\n                gate.check_block("slide", rid)\n            except Refused:\n'
+        "                continue\n            self.fx_slide(rid)\n            return True\n",
+        "            self.fx_slide(rid)\n            return True\n",
+    ),
+)
