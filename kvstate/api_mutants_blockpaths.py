@@ -8,6 +8,8 @@ Each entry is ``(name, bug class, path, old text, new text)`` as
   failed after its device slot was taken, and what such a failure leaves (a slot claimed by a
   record whose address is elsewhere, pages held by no block, a window slid that the table
   protects) was never seen.
+* A file system that refuses direct I/O (``kvstate/targets/api/directio.py``): the harness's
+  directory takes ``O_DIRECT``, so the disk tier's fallback to buffered reads never ran.
 """
 
 from __future__ import annotations
@@ -41,5 +43,26 @@ PLANTED: tuple[tuple[str, str, str, str, str], ...] = (
         '            try:\n                gate.check_block("slide", rid)\n            except Refused:\n'
         "                continue\n            self.fx_slide(rid)\n            return True\n",
         "            self.fx_slide(rid)\n            return True\n",
+    ),
+    (
+        "direct_io_refused_at_open_fails_the_load",
+        "disk faults: direct I/O refused at open fails the read instead of falling back",
+        "impl/disk.py",
+        "                if exc.errno != errno.EINVAL:\n                    raise\n",
+        "                raise\n",
+    ),
+    (
+        "direct_io_refused_at_read_not_remembered",
+        "disk faults: direct I/O refused at read time is retried direct",
+        "impl/disk.py",
+        "                    self.direct = False\n                    continue\n",
+        "                    continue\n",
+    ),
+    (
+        "direct_io_refused_at_read_fails_the_load",
+        "disk faults: direct I/O refused at read time fails the read",
+        "impl/disk.py",
+        "                if direct and exc.errno == errno.EINVAL:",
+        "                if direct and exc.errno == errno.EIO:",
     ),
 )

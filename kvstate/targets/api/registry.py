@@ -17,6 +17,7 @@ from kvstate.spec.api import API
 from kvstate.targets.api import (
     args,
     damage,
+    directio,
     exhaust,
     facade,
     forms,
@@ -68,6 +69,7 @@ MODULES = (
     pincap,
     forms,
     swaout,
+    directio,
 )
 
 DECLARED: tuple[OpDecl, ...] = tuple(d for m in MODULES for d in m.DECLS)
