@@ -10,6 +10,9 @@ Each entry is ``(name, bug class, path, old text, new text)`` as
   protects) was never seen.
 * A file system that refuses direct I/O (``kvstate/targets/api/directio.py``): the harness's
   directory takes ``O_DIRECT``, so the disk tier's fallback to buffered reads never ran.
+* Unlinks the file system refuses or finds done (``kvstate/targets/api/unlinks.py``): every
+  unlink of the harness's directory succeeded, so ``orphans`` and the reap's going on past a
+  refusal were never seen.
 """
 
 from __future__ import annotations
@@ -64,5 +67,27 @@ PLANTED: tuple[tuple[str, str, str, str, str], ...] = (
         "impl/disk.py",
         "                if direct and exc.errno == errno.EINVAL:",
         "                if direct and exc.errno == errno.EIO:",
+    ),
+    (
+        "unlink_gone_listed_as_orphan",
+        "disk faults: a file another cleaner removed first is listed as left behind",
+        "impl/diskdir.py",
+        "        except FileNotFoundError:\n            return True\n        except OSError as exc:",
+        "        except OSError as exc:",
+    ),
+    (
+        "unlink_refused_not_listed",
+        "disk faults: a file whose unlink was refused is left behind unlisted",
+        "impl/diskdir.py",
+        '            self.orphans.append((path, f"{type(exc).__name__}: {exc}"))\n',
+        "",
+    ),
+    (
+        "unlink_refusal_raised",
+        "disk faults: a refused unlink raised out of the call that let the file go",
+        "impl/diskdir.py",
+        '            self.orphans.append((path, f"{type(exc).__name__}: {exc}"))\n'
+        "            return False\n",
+        "            raise\n",
     ),
 )

@@ -39,6 +39,7 @@ from kvstate.targets.api import (
     stepwise,
     stored,
     swaout,
+    unlinks,
     writerfails,
 )
 from kvstate.targets.api.declare import OpDecl, fault_kinds, fault_ops, handlers, mapping
@@ -70,6 +71,7 @@ MODULES = (
     forms,
     swaout,
     directio,
+    unlinks,
 )
 
 DECLARED: tuple[OpDecl, ...] = tuple(d for m in MODULES for d in m.DECLS)

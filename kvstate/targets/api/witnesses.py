@@ -26,6 +26,7 @@ from kvstate.targets.api.single import walks as single_walks
 from kvstate.targets.api.stepwise import READS
 from kvstate.targets.api.stored import FORGERIES, REFUSALS
 from kvstate.targets.api.swaout import walks as swaout_walks
+from kvstate.targets.api.unlinks import walks as unlink_walks
 from kvstate.targets.api.writerfails import walks as writer_fails_walks
 
 
@@ -392,6 +393,7 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[TraceStep]]:
         **pincap_walks(N, L, lease_max),  # kvstate/targets/api/pincap.py
         **swaout_walks(N, L, lease_max),  # kvstate/targets/api/swaout.py
         **directio_walks(N, L, lease_max, to_disk, hit),  # kvstate/targets/api/directio.py
+        **unlink_walks(to_disk, hit),  # kvstate/targets/api/unlinks.py
     }
     if remote.WORLD is not None:  # a run with a remote tier meets the store's faults first
         walks = {
