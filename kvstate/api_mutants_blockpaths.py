@@ -13,6 +13,9 @@ Each entry is ``(name, bug class, path, old text, new text)`` as
 * Unlinks the file system refuses or finds done (``kvstate/targets/api/unlinks.py``): every
   unlink of the harness's directory succeeded, so ``orphans`` and the reap's going on past a
   refusal were never seen.
+* Device slots reserved past the spare ones (``kvstate/targets/api/registered.py``): the
+  harness registered only its own chain, shorter than the device, so ``claim_free`` never ran
+  out of unclaimed slots.
 """
 
 from __future__ import annotations
@@ -89,5 +92,19 @@ PLANTED: tuple[tuple[str, str, str, str, str], ...] = (
         '            self.orphans.append((path, f"{type(exc).__name__}: {exc}"))\n'
         "            return False\n",
         "            raise\n",
+    ),
+    (
+        "claim_free_past_the_spare_slots",
+        "slot claims: a reservation with no unclaimed slot left names slot 0",
+        "impl/storage.py",
+        "        if not self._unclaimed:\n            return -1\n",
+        "        if not self._unclaimed:\n            return 0\n",
+    ),
+    (
+        "register_reclaims_slot_zero",
+        "slot claims: a block registered again at slot 0 reserves another slot",
+        "impl/blocks.py",
+        "                if self.meta.addr[rid] < 0:\n                    home = self.tiers.slots.claim_free(rid)",
+        "                if self.meta.addr[rid] <= 0:\n                    home = self.tiers.slots.claim_free(rid)",
     ),
 )

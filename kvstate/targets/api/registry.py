@@ -32,6 +32,7 @@ from kvstate.targets.api import (
     pools,
     prefix,
     refusedwrites,
+    registered,
     remote,
     remoteargs,
     remotefull,
@@ -72,6 +73,7 @@ MODULES = (
     swaout,
     directio,
     unlinks,
+    registered,
 )
 
 DECLARED: tuple[OpDecl, ...] = tuple(d for m in MODULES for d in m.DECLS)

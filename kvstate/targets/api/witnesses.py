@@ -21,6 +21,7 @@ from kvstate.targets.api.mixedload import walks as mixed_walks
 from kvstate.targets.api.pincap import walks as pincap_walks
 from kvstate.targets.api.records import walks as records_walks
 from kvstate.targets.api.refusedwrites import WAYS
+from kvstate.targets.api.registered import walks as registered_walks
 from kvstate.targets.api.registry import DECLARED
 from kvstate.targets.api.single import walks as single_walks
 from kvstate.targets.api.stepwise import READS
@@ -394,6 +395,7 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[TraceStep]]:
         **swaout_walks(N, L, lease_max),  # kvstate/targets/api/swaout.py
         **directio_walks(N, L, lease_max, to_disk, hit),  # kvstate/targets/api/directio.py
         **unlink_walks(to_disk, hit),  # kvstate/targets/api/unlinks.py
+        **registered_walks(N, L, lease_max),  # kvstate/targets/api/registered.py
     }
     if remote.WORLD is not None:  # a run with a remote tier meets the store's faults first
         walks = {
