@@ -11,7 +11,8 @@ pages run out while a request pins every window that holds them:
 * a ``finish`` whose store run needs a window for its last block: the pages of the whole run
   cannot be taken at once, the blocks are allocated one by one, the last one gets its slot
   and then finds no page and no window the table lets slide; the slot goes back with its
-  former claim (``SlotPool.untake``) and the run stores the blocks before it;
+  former claim (``SlotPool.untake``) and the run stores the blocks before it (with ``k``
+  blocks' worth of pages, the run stops at block ``k``: each position of the run);
 * the same store while the pinned prefix's own window is the LRU's only page holder, after
   the request's decode slid the others (``slide_lru`` passes over blocks without pages);
 * another namespace's store (``foreign``) and a single ``allocate`` (``act``) in the same
@@ -56,33 +57,41 @@ def walks(N: int, L: int, lease_max: int) -> dict[str, list[Any]]:
 
     allocate = next(i for i, a in enumerate(actions(default_table())) if a.name == "allocate")
     full = N * L + 1
-    first = [  # block 0 stored with its window: the one block's worth of pages it holds
-        op("swa_scarce", k=1),
-        op("request", i=0, n=L + 1, life=lease_max),
-        op("admit", i=0),
-        op("use", i=0),
-        op("finish", i=0),
-    ]
-    pinned = [  # a request over the whole chain pins block 0 (its window: every page)
+
+    def first(k: int) -> list[Any]:
+        # block 0 stored with its window: one of the k blocks' worth of pages it holds
+        return [
+            op("swa_scarce", k=k),
+            op("request", i=0, n=L + 1, life=lease_max),
+            op("admit", i=0),
+            op("use", i=0),
+            op("finish", i=0),
+        ]
+
+    pinned = [  # a request over the whole chain pins block 0 (its window's pages)
         op("request", i=1, n=full, life=1),
         op("admit", i=1),
         op("use", i=1),
     ]
     return {
-        "the SWA pages run out partway through a store, every window pinned": [
-            *first,
-            *pinned,
-            op("read", i=1),
-            op("finish", i=1),
-            op("request", i=0, n=full, life=1),
-            op("admit", i=0),
-            op("drain"),
-            op("use", i=0),
-            op("read", i=0),
-            op("finish", i=0),
-        ],
+        # the store run of blocks 1.. finds pages for k - 1 of them: it stops at each position
+        **{
+            f"the SWA pages run out at block {k} of a store, every window pinned": [
+                *first(k),
+                *pinned,
+                op("read", i=1),
+                op("finish", i=1),
+                op("request", i=0, n=full, life=1),
+                op("admit", i=0),
+                op("drain"),
+                op("use", i=0),
+                op("read", i=0),
+                op("finish", i=0),
+            ]
+            for k in range(1, N)
+        },
         "the SWA pages run out for another prompt and an allocation, every window pinned": [
-            *first,
+            *first(1),
             *pinned,
             op("foreign", ns=0, n=2 * L + 1),
             op(
@@ -93,7 +102,7 @@ def walks(N: int, L: int, lease_max: int) -> dict[str, list[Any]]:
             op("foreign", ns=1, n=full),
         ],
         "the SWA pages run out after a decode slid the pinned prefix's windows": [
-            *first,
+            *first(1),
             *pinned,
             op("append", i=1, k=L),
             op("append", i=1, k=2 * L),
