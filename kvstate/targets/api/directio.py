@@ -49,6 +49,26 @@ class _RefusingOs:
         return self._real.open(path, flags, *a, **k)
 
 
+def _installed(disk: Any) -> _RefusingOs:
+    """The wrapper, installed once around the disk module's ``os`` (inside any other wrapper a
+    fault put there, e.g. ``faults``' full disk: it wraps only when its own kind is outermost)."""
+    holder: Any = disk
+    o: Any = disk.os
+    while True:
+        if isinstance(o, _RefusingOs):
+            return o
+        inner = getattr(o, "_real", None)
+        if inner is None:
+            break
+        holder, o = o, inner
+    w = _RefusingOs(o)
+    if holder is disk:
+        disk.os = w
+    else:
+        object.__setattr__(holder, "_real", w)
+    return w
+
+
 def do_direct_io(h: Any, o: Any) -> int | None:
     from kvstate.impl import disk
 
@@ -64,10 +84,7 @@ def do_direct_io(h: Any, o: Any) -> int | None:
 
         real = h.hooks.replace_disk_method("pread", refusing)
         return None
-    if not isinstance(disk.os, _RefusingOs):
-        disk.os = _RefusingOs(disk.os)  # type: ignore[assignment]
-    rs = disk.os
-    assert isinstance(rs, _RefusingOs)
+    rs = _installed(disk)
     rs.refusing = [r for r in rs.refusing if r[1]() is not None and r[1]().cache is r[2]]
     rs.refusing.append((os.fspath(h.dir), weakref.ref(h), h.cache))
     h.cov.add("fault direct I/O refused at open")
