@@ -123,6 +123,13 @@ def device(v: Any) -> Any:
         raise InvalidArgument(f"device {v!r}: only 'cpu' and 'cuda' devices are supported")
     if not torch.cuda.is_available():
         raise InvalidArgument(f"device {v!r}: CUDA is not available here")
+    return _cuda_device(v, d)  # pragma: no cover: CUDA device only (the fuzz runs on the CPU)
+
+
+def _cuda_device(v: Any, d: Any) -> Any:  # pragma: no cover: CUDA device only (as above)
+    """``d``, a CUDA device of this machine (its index, where it names one, in range)."""
+    import torch
+
     if d.index is not None and not 0 <= d.index < torch.cuda.device_count():
         raise InvalidArgument(f"device {v!r}: no such CUDA device")
     return d

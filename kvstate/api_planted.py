@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvstate.api_mutants_admission import PLANTED as PLANTED_ADMISSION
+from kvstate.api_mutants_blockpaths import PLANTED as PLANTED_BLOCKPATHS
 from kvstate.api_mutants_blocks import PLANTED as PLANTED_BLOCKS
 from kvstate.api_mutants_claims import PLANTED as PLANTED_CLAIMS
 from kvstate.api_mutants_disk import DISK_MUTANTS
@@ -609,3 +610,5 @@ MUTANTS += tuple(Mutant(*m) for m in PLANTED_CLAIMS)
 # the admission classes' planted bugs (kvstate/api_mutants_admission.py)
 MUTANTS += tuple(Mutant(*m) for m in PLANTED_ADMISSION)
 MUTANTS += tuple(Mutant(*m) for m in PLANTED_FORMS)
+# block-side path classes: SWA pages exhausted partway (kvstate/api_mutants_blockpaths.py)
+MUTANTS += tuple(Mutant(*m) for m in PLANTED_BLOCKPATHS)

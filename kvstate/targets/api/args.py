@@ -364,6 +364,8 @@ CASES: tuple[tuple[str, str, Callable[[Any], Any]], ...] = (
         SAME,
         _req(lambda h, r: (h.cache.max_hit(r), max(len(r.tokens) - 1, 0))),
     ),
+    # the disk tier's own refusal: an empty name is no directory (not the current one)
+    ("HeterogeneousKVCache(cache_dir='')", "InvalidArgument", _cache(cache_dir="")),
 )
 
 

@@ -42,6 +42,7 @@ def make_checks(h: Any) -> list[CallCheck]:
     from kvstate.targets.api.single import ActCheck
     from kvstate.targets.api.stats import StatsCheck
     from kvstate.targets.api.stored import StoredForms
+    from kvstate.targets.api.unlinks import Orphans
     from kvstate.targets.api.window import AppendWindows
     from kvstate.targets.api.writerfails import FinishStores
 
@@ -73,5 +74,6 @@ def make_checks(h: Any) -> list[CallCheck]:
         QueuedLoads(),
         DefaultForms(),
         PublishedSignatures(),
+        Orphans(),  # kvstate/targets/api/unlinks.py
         RecencyReads(),  # after OrderHook: it reads the orders that hook walked
     ]

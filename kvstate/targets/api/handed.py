@@ -58,7 +58,7 @@ class HandRows(CallCheck):
     """The engine's side of ``HandedRows``: the acting request's rows handed before a call
     that may store, forgotten after it."""
 
-    _STORES = ("use", "finish", "append", "foreign")
+    _STORES = ("use", "finish", "append", "foreign", "variant")
 
     def __init__(self) -> None:
         self.handing: Any = None
@@ -71,16 +71,23 @@ class HandRows(CallCheck):
 
     def before(self, h: Any, o: Any) -> None:
         w = self._writer(h) if o.name in self._STORES else None
-        # ``foreign``: a whole request over the harness's first ``n`` tokens (another namespace)
-        lv = h.live[o.arg("i")] if w is not None and o.name != "foreign" else None
-        if w is None or (lv is None and o.name != "foreign"):
+        # ``foreign``: a whole request over the harness's first ``n`` tokens (another namespace);
+        # ``variant``: one over a prompt differing early (kvstate/targets/api/prefix.py)
+        whole = o.name in ("foreign", "variant")
+        lv = h.live[o.arg("i")] if w is not None and not whole else None
+        if w is None or (lv is None and not whole):
             return
         n = o.arg("n") if lv is None else len(lv.req.tokens)
         if o.name == "append":
             n = min(n + o.arg("k") * h.scale, len(h.tokens))
+        tokens = h.tokens[:n]
+        if o.name == "variant":
+            from kvstate.targets.api.prefix import POSITIONS, variant_tokens
+
+            tokens = variant_tokens(h.tokens, h.L, n, o.arg("p") % len(POSITIONS))
         self.handing = w.handing()
         self.handing.__enter__()
-        for group, (start, rows) in forward(h.table.geometry, h.tokens[:n]).items():
+        for group, (start, rows) in forward(h.table.geometry, tokens).items():
             w.hand(group, start, rows)
         h.cov.add("check: stores from rows handed (HandedRows)")
 

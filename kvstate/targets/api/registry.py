@@ -17,6 +17,7 @@ from kvstate.spec.api import API
 from kvstate.targets.api import (
     args,
     damage,
+    directio,
     exhaust,
     facade,
     forms,
@@ -31,13 +32,16 @@ from kvstate.targets.api import (
     pools,
     prefix,
     refusedwrites,
+    registered,
     remote,
     remoteargs,
     remotefull,
     single,
     stepwise,
     stored,
+    swaout,
     twonode,
+    unlinks,
     writerfails,
 )
 from kvstate.targets.api.declare import OpDecl, fault_kinds, fault_ops, handlers, mapping
@@ -68,6 +72,10 @@ MODULES = (
     writerfails,
     pincap,
     forms,
+    swaout,
+    directio,
+    unlinks,
+    registered,
 )
 
 DECLARED: tuple[OpDecl, ...] = tuple(d for m in MODULES for d in m.DECLS)

@@ -10,6 +10,7 @@ from kvstate.targets.api import remote, remoteargs, remotefull, twonode
 from kvstate.targets.api.args import CASES as ARG_CASES
 from kvstate.targets.api.base import chain, op
 from kvstate.targets.api.damage import PARTS
+from kvstate.targets.api.directio import walks as directio_walks
 from kvstate.targets.api.evictrun import walks as evictrun_walks
 from kvstate.targets.api.facade import walks as facade_walks
 from kvstate.targets.api.geometry import walks as geometry_walks
@@ -20,10 +21,13 @@ from kvstate.targets.api.mixedload import walks as mixed_walks
 from kvstate.targets.api.pincap import walks as pincap_walks
 from kvstate.targets.api.records import walks as records_walks
 from kvstate.targets.api.refusedwrites import WAYS
+from kvstate.targets.api.registered import walks as registered_walks
 from kvstate.targets.api.registry import DECLARED
 from kvstate.targets.api.single import walks as single_walks
 from kvstate.targets.api.stepwise import READS
 from kvstate.targets.api.stored import FORGERIES, REFUSALS
+from kvstate.targets.api.swaout import walks as swaout_walks
+from kvstate.targets.api.unlinks import walks as unlink_walks
 from kvstate.targets.api.writerfails import walks as writer_fails_walks
 
 
@@ -388,6 +392,10 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[TraceStep]]:
         **records_walks(N, L, lease_max),  # kvstate/targets/api/records.py
         **writer_fails_walks(N, L, lease_max),  # kvstate/targets/api/writerfails.py
         **pincap_walks(N, L, lease_max),  # kvstate/targets/api/pincap.py
+        **swaout_walks(N, L, lease_max),  # kvstate/targets/api/swaout.py
+        **directio_walks(N, L, lease_max, to_disk, hit),  # kvstate/targets/api/directio.py
+        **unlink_walks(to_disk, hit),  # kvstate/targets/api/unlinks.py
+        **registered_walks(N, L, lease_max),  # kvstate/targets/api/registered.py
     }
     if remote.WORLD is not None:  # a run with a remote tier meets the store's faults first
         walks = {

@@ -83,14 +83,16 @@ def do_finish_fails(h: Harness, o: TraceStep) -> int | None:
 
 class FinishStores(CallCheck):
     """A ``finish`` that stores (the default) and does not fail stores every full block of
-    its request that is stored nowhere, where the device had a free slot for each before the
-    call (``HeterogeneousKVCache.finish``: the run stops only where capacity runs out).  The
+    its request that is stored nowhere, where the device had a free slot and SWA pages for
+    each before the call (free pages, or those of windows the table lets slide)
+    (``HeterogeneousKVCache.finish``: the run stops only where capacity runs out).  The
     table lets ``finish`` store none of them (``STORE* release``): a library that skips the
     store, or stops its run early, is explained, and only this check sees it."""
 
     def __init__(self) -> None:
         self.want: list[int] = []
         self.room = 0
+        self.pages = 0
 
     def before(self, h: Any, o: Any) -> None:
         self.want = []
@@ -106,11 +108,20 @@ class FinishStores(CallCheck):
         ckv = h.model.values["ckv"]
         self.want = [b for b in range(full) if ckv[b] == free]
         self.room = int(h.view.stats()["device_free"])
+        self.pages = int(h.view.tiers.swa_pool.free)
 
     def after(
         self, h: Any, o: Any, before: ConcreteState, steps: Sequence[Step], end: ConcreteState
     ) -> None:
         if not self.want or h.writer_failed or self.room < len(self.want):
+            return
+        # a block's window needs SWA pages too: free ones, or those of windows the table lets
+        # slide (the chain's; another prompt's may add more: a lower bound)
+        per = int(h.view.tiers.swa_pages_per_block)
+        m = h.machine
+        slide = sum(1 for b in range(h.N) if m.is_enabled(before, "slide", {"b": b}))
+        if self.pages + per * slide < per * len(self.want):
+            h.cov.add("a finish short of SWA pages (its stores not required)")
             return
         free = int(CKV.FREE)
         left = [b for b in self.want if end.values["ckv"][b] == free]
