@@ -19,6 +19,7 @@ from kvstate.api_mutants_evict import PLANTED as PLANTED_EVICT
 from kvstate.api_mutants_facade import PLANTED as PLANTED_FACADE
 from kvstate.api_mutants_forms import PLANTED as PLANTED_FORMS
 from kvstate.api_mutants_recovery import RECOVERY_MUTANTS
+from kvstate.api_mutants_reqpaths import PLANTED as PLANTED_REQPATHS
 
 
 @dataclass(frozen=True)
@@ -609,3 +610,5 @@ MUTANTS += tuple(Mutant(*m) for m in PLANTED_CLAIMS)
 # the admission classes' planted bugs (kvstate/api_mutants_admission.py)
 MUTANTS += tuple(Mutant(*m) for m in PLANTED_ADMISSION)
 MUTANTS += tuple(Mutant(*m) for m in PLANTED_FORMS)
+# the cache's own worker threads and the library's pipeline drivers (kvstate/api_mutants_reqpaths.py)
+MUTANTS += tuple(Mutant(*m) for m in PLANTED_REQPATHS)

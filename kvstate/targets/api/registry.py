@@ -25,6 +25,7 @@ from kvstate.targets.api import (
     handed,
     inputs,
     jobfaults,
+    libdrive,
     mixedload,
     ops,
     pincap,
@@ -66,6 +67,7 @@ MODULES = (
     writerfails,
     pincap,
     forms,
+    libdrive,
 )
 
 DECLARED: tuple[OpDecl, ...] = tuple(d for m in MODULES for d in m.DECLS)

@@ -16,6 +16,7 @@ from kvstate.targets.api.geometry import walks as geometry_walks
 from kvstate.targets.api.handed import walks as handed_walks
 from kvstate.targets.api.inputs import CASES
 from kvstate.targets.api.jobfaults import walks as job_fault_walks
+from kvstate.targets.api.libdrive import walks as libdrive_walks
 from kvstate.targets.api.mixedload import walks as mixed_walks
 from kvstate.targets.api.pincap import walks as pincap_walks
 from kvstate.targets.api.records import walks as records_walks
@@ -388,6 +389,7 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[TraceStep]]:
         **records_walks(N, L, lease_max),  # kvstate/targets/api/records.py
         **writer_fails_walks(N, L, lease_max),  # kvstate/targets/api/writerfails.py
         **pincap_walks(N, L, lease_max),  # kvstate/targets/api/pincap.py
+        **libdrive_walks(N, L, lease_max),  # kvstate/targets/api/libdrive.py
     }
     if remote.WORLD is not None:  # a run with a remote tier meets the store's faults first
         walks = {

@@ -1,0 +1,71 @@
+"""Planted bugs of the request-side classes closed by ``kvstate/targets/api/workers.py`` (the
+cache's own worker threads) and ``kvstate/targets/api/libdrive.py`` (the library's own drivers
+of manual pipelines, a failed recovery given up at ``use``, stale offload jobs).
+
+Each entry is ``(name, bug class, path, old text, new text)`` as
+:class:`kvstate.api_mutants.Mutant` takes them (``kvstate/api_planted.py`` imports this list).
+"""
+
+from __future__ import annotations
+
+PLANTED: tuple[tuple[str, str, str, str, str], ...] = (
+    # workers.py: a job that raises in a worker thread
+    (
+        "worker_drops_a_failed_job",
+        "concurrency: a worker that fails silently (the job neither abandoned nor dropped)",
+        "impl/pipelines.py",
+        "            except Exception as exc:  # noqa: BLE001 - a worker must not die silently\n"
+        "                self.fail(job, exc)",
+        "            except Exception:  # noqa: BLE001 - a worker must not die silently\n"
+        "                job.over = True",
+    ),
+    (
+        "worker_failure_unrecorded",
+        "concurrency: a job's failure abandoned but never recorded",
+        "impl/pipelines.py",
+        "        if not isinstance(exc, Refused):",
+        "        if isinstance(exc, KVStateError) and not isinstance(exc, Refused):",
+    ),
+    # workers.py: use's wait on the lock's condition, its timeout
+    (
+        "use_timeout_ignored",
+        "readiness: a use that goes on after its wait timed out",
+        "impl/cache.py",
+        "                if not core.gate.wait_changed(lambda: not self._pending(adm), timeout):",
+        "                if not core.gate.wait_changed(lambda: not self._pending(adm), timeout) and 0:",
+    ),
+    # workers.py: close stops the workers
+    (
+        "stop_leaves_workers_running",
+        "concurrency: close leaves the worker threads running",
+        "impl/pipelines.py",
+        "        for _ in self._threads:\n            self._q.put(None)",
+        "        for _ in self._threads:\n            pass",
+    ),
+    # libdrive.py: the library's own drain, a job that raises inside it
+    (
+        "drain_drops_a_raising_job",
+        "exhaustion: the library's drain drops a raising job without abandoning it",
+        "impl/pipelines.py",
+        "                    except Exception as exc:  # as in a worker thread: abandoned, recorded\n"
+        "                        e.fail(job, exc)",
+        "                    except Exception:  # as in a worker thread: abandoned, recorded\n"
+        "                        e._drop(job)",
+    ),
+    # libdrive.py: a failed recovery whose truncated hit fails too, given up at use
+    (
+        "given_up_keeps_its_hit",
+        "readiness: a downgraded admission still shows its hit",
+        "impl/cache.py",
+        "        adm.hit_tokens = 0\n",
+        "",
+    ),
+    # libdrive.py: an offload job that ended, stepped again while its record offloads anew
+    (
+        "stale_offload_completes_the_new_one",
+        "concurrency: a stale offload job acts for its record's new job",
+        "impl/pipelines.py",
+        "            if c.pipes.dma.get(self.rid) is not self:",
+        "            if c.pipes.dma.get(self.rid) is None:",
+    ),
+)
