@@ -16,6 +16,7 @@ from kvstate.harness.trace import TraceStep
 from kvstate.spec.api import API
 from kvstate.targets.api import (
     args,
+    construct,
     damage,
     exhaust,
     facade,
@@ -68,6 +69,7 @@ MODULES = (
     pincap,
     forms,
     libdrive,
+    construct,
 )
 
 DECLARED: tuple[OpDecl, ...] = tuple(d for m in MODULES for d in m.DECLS)

@@ -9,6 +9,7 @@ from kvstate.harness.trace import TraceStep
 from kvstate.targets.api import remote, remoteargs, remotefull
 from kvstate.targets.api.args import CASES as ARG_CASES
 from kvstate.targets.api.base import chain, op
+from kvstate.targets.api.construct import walks as construct_walks
 from kvstate.targets.api.damage import PARTS
 from kvstate.targets.api.evictrun import walks as evictrun_walks
 from kvstate.targets.api.facade import walks as facade_walks
@@ -390,6 +391,7 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[TraceStep]]:
         **writer_fails_walks(N, L, lease_max),  # kvstate/targets/api/writerfails.py
         **pincap_walks(N, L, lease_max),  # kvstate/targets/api/pincap.py
         **libdrive_walks(N, L, lease_max),  # kvstate/targets/api/libdrive.py
+        **construct_walks(N, L, lease_max),  # kvstate/targets/api/construct.py
     }
     if remote.WORLD is not None:  # a run with a remote tier meets the store's faults first
         walks = {

@@ -1,0 +1,119 @@
+"""The constructor's other forms: the table it builds from its arguments, and what it leaves.
+
+The harness opens every cache with its table and a directory of its own, so the constructor's
+other forms were never run: a cache from a geometry alone (the default table derived for it),
+a table with another geometry (the table derived for that one), no directory (a temporary one,
+deleted at ``close``), and a memory limit that holds the tiers but not the CUDA-graph block
+table (refused with ``LayoutError``).  ``construct(k)`` builds the ``k``-th form beside the
+example's cache and checks it against the spec's own derivation:
+
+* the cache's table is the one ``spec/`` derives: ``default_table(geometry)``, or
+  ``table.with_geometry(geometry)`` (its name, geometry and actions);
+* a temporary directory exists while the cache is open and is gone after ``close``;
+* a refused construction raises its documented error and leaves nothing: the directory it was
+  given is not locked (a cache opens it at once) and holds no file.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from hypothesis import strategies as st
+
+from kvstate.targets.api.declare import OpDecl
+from kvstate.targets.api.geometry import other_geometry
+
+FORMS = ("geometry alone, no directory", "over the memory limit, then a table and a geometry")
+_SMALL = dict(executors="manual", device_blocks=2, host_blocks=1, max_requests=1)
+
+
+def _fail(h: Any, o: Any, what: str, detail: str) -> Exception:
+    return h.fail("construct", [what], f"{o.render()}: {detail}")
+
+
+def _same_table(h: Any, o: Any, form: str, got: Any, want: Any) -> None:
+    """The cache's table is ``want`` (its name, geometry and actions: spec/'s derivation)."""
+    if (got.name, got.geometry, [a.name for a in got.actions]) != (
+        want.name,
+        want.geometry,
+        [a.name for a in want.actions],
+    ):
+        raise _fail(
+            h,
+            o,
+            form,
+            f"the cache's table {got.name} on {got.geometry.name} is not the one "
+            f"spec/ derives ({want.name} on {want.geometry.name})",
+        )
+
+
+def do_construct(h: Any, o: Any) -> int | None:
+    from kvstate.impl import HeterogeneousKVCache
+    from kvstate.impl.errors import LayoutError
+    from kvstate.impl.tiers import planned_bytes
+    from kvstate.spec import default_table
+
+    g = other_geometry(h.table.geometry)
+    k = o.arg("k") % len(FORMS)
+    form = FORMS[k]
+    if g is None or h.threads:
+        return None
+    if k == 0:
+        c = HeterogeneousKVCache(g, **_SMALL)
+        try:
+            _same_table(h, o, form, c.inspect().table, default_table(g))
+            root = Path(c.inspect().disk.new_path(b"\0" * 8)).parent
+            if not root.is_dir():
+                raise _fail(h, o, form, f"the temporary cache directory {root} is missing")
+        finally:
+            c.close()
+        if root.exists():
+            raise _fail(h, o, form, f"the temporary cache directory {root} outlived close()")
+    else:
+        dev_b, host_b = planned_bytes(g, _SMALL["device_blocks"], _SMALL["host_blocks"], 1, None)
+        with tempfile.TemporaryDirectory(prefix="kvstate-construct-") as d:
+            try:
+                c = HeterogeneousKVCache(g, cache_dir=d, memory_limit=dev_b + host_b, **_SMALL)
+            except LayoutError:
+                pass
+            else:
+                c.close()
+                raise _fail(
+                    h,
+                    o,
+                    form,
+                    f"memory_limit {dev_b + host_b} holds the tiers alone, yet the "
+                    "cache was built (its CUDA-graph block table counts in the limit)",
+                )
+            # the refused one left the directory unlocked: a cache opens it at once
+            c = HeterogeneousKVCache(g, table=h.table, cache_dir=d, **_SMALL)
+            try:
+                _same_table(h, o, form, c.inspect().table, h.table.with_geometry(g))
+            finally:
+                c.close()
+            left = [n for n in os.listdir(d) if n.endswith((".kvb", ".tmp"))]
+            if left:
+                raise _fail(h, o, form, f"the constructions left files: {left}")
+    h.cov.add(f"check: constructor form ({form})")
+    return None
+
+
+def walks(N: int, L: int, lease_max: int) -> dict[str, list[Any]]:
+    from kvstate.targets.api.base import op
+
+    return {"the constructor's other forms": [op("construct", k=k) for k in range(len(FORMS))]}
+
+
+# scripted only (the walk above): the declarations' form is kvstate/targets/api/declare.py's
+DECLS: tuple[OpDecl, ...] = (
+    OpDecl(
+        "construct",
+        do_construct,
+        "read",
+        lambda s: {"k": st.integers(0, len(FORMS) - 1)},
+        rule=False,
+    ),
+)
