@@ -1,6 +1,7 @@
 """Planted bugs of the request-side classes closed by ``kvstate/targets/api/workers.py`` (the
-cache's own worker threads) and ``kvstate/targets/api/libdrive.py`` (the library's own drivers
-of manual pipelines, a failed recovery given up at ``use``, stale offload jobs).
+cache's own worker threads), ``kvstate/targets/api/libdrive.py`` (the library's own drivers
+of manual pipelines, a failed recovery given up at ``use``, stale offload jobs) and
+``kvstate/targets/api/readers.py`` (an admission's explanation and pins).
 
 Each entry is ``(name, bug class, path, old text, new text)`` as
 :class:`kvstate.api_mutants.Mutant` takes them (``kvstate/api_planted.py`` imports this list).
@@ -67,5 +68,27 @@ PLANTED: tuple[tuple[str, str, str, str, str], ...] = (
         "impl/pipelines.py",
         "            if c.pipes.dma.get(self.rid) is not self:",
         "            if c.pipes.dma.get(self.rid) is None:",
+    ),
+    # readers.py: an admission's explanation and pins
+    (
+        "truncation_cut_unrecorded",
+        "readers: a failed recovery's truncation left out of the explanation",
+        "impl/cache.py",
+        "            adm.explanation.truncations.append(cut)\n",
+        "",
+    ),
+    (
+        "recoverable_hit_explained_as_unrecoverable",
+        "readers: the explanation names the wrong search",
+        "impl/cache.py",
+        "                expl.after_recovery = ext",
+        "                expl.unrecoverable = ext",
+    ),
+    (
+        "pin_addresses_by_block",
+        "readers: a pin's device addresses computed from the block, not its slot",
+        "impl/handles.py",
+        "base + self.slot * stride for name, base, stride in self.bases",
+        "base + self.block * stride for name, base, stride in self.bases",
     ),
 )

@@ -34,6 +34,7 @@ def make_checks(h: Any) -> list[CallCheck]:
     from kvstate.targets.api.pincap import CappedModel
     from kvstate.targets.api.prefixreads import PrefixReads
     from kvstate.targets.api.queued import QueuedLoads
+    from kvstate.targets.api.readers import AdmissionReaders
     from kvstate.targets.api.ready import Readiness
     from kvstate.targets.api.recoveryhit import RecoveryHit
     from kvstate.targets.api.refusals import RefusalRequired
@@ -74,4 +75,5 @@ def make_checks(h: Any) -> list[CallCheck]:
         DefaultForms(),
         PublishedSignatures(),
         RecencyReads(),  # after OrderHook: it reads the orders that hook walked
+        AdmissionReaders(),
     ]
