@@ -1,7 +1,8 @@
 """Planted bugs of the request-side classes closed by ``kvstate/targets/api/workers.py`` (the
 cache's own worker threads), ``kvstate/targets/api/libdrive.py`` (the library's own drivers
 of manual pipelines, a failed recovery given up at ``use``, stale offload jobs) and
-``kvstate/targets/api/readers.py`` (an admission's explanation and pins).
+``kvstate/targets/api/readers.py`` (an admission's explanation and pins) and
+``kvstate/targets/api/actmaint.py`` (offload, spill and drop fired by record).
 
 Each entry is ``(name, bug class, path, old text, new text)`` as
 :class:`kvstate.api_mutants.Mutant` takes them (``kvstate/api_planted.py`` imports this list).
@@ -90,5 +91,13 @@ PLANTED: tuple[tuple[str, str, str, str, str], ...] = (
         "impl/handles.py",
         "base + self.slot * stride for name, base, stride in self.bases",
         "base + self.block * stride for name, base, stride in self.bases",
+    ),
+    # actmaint.py: the maintenance actions by record
+    (
+        "offload_never_makes_room",
+        "exhaustion: an offload by record that never spills a host block to make room",
+        "impl/recovery.py",
+        '                victim = next((r for r in self.host_lru if self.gate.can("spill", r)), None)',
+        "                victim = None",
     ),
 )

@@ -18,6 +18,7 @@ from kvstate.targets.api.base import CallCheck
 
 def make_checks(h: Any) -> list[CallCheck]:
     """The checks one harness runs (each keeps its own state for the example)."""
+    from kvstate.targets.api.actmaint import ActMaintCheck
     from kvstate.targets.api.args import MaintCount
     from kvstate.targets.api.defaults import DefaultForms
     from kvstate.targets.api.delivery import Delivery
@@ -76,4 +77,5 @@ def make_checks(h: Any) -> list[CallCheck]:
         PublishedSignatures(),
         RecencyReads(),  # after OrderHook: it reads the orders that hook walked
         AdmissionReaders(),
+        ActMaintCheck(),
     ]

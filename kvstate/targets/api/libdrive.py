@@ -9,9 +9,10 @@ An engine on manual pipelines drives them through the cache's public ``pipelines
   steps); a job that raises inside it (``job_raises``, kvstate/targets/api/jobfaults.py) must
   be abandoned as a worker thread abandons it, and the drain goes on: afterwards no job, no
   load in flight and no follow-up may be left (:func:`accounting.drained_idle`);
-* ``step_key(k)``: the ``k``-th listed job stepped by its record through its executor's
-  ``step`` (explained by ``step``); a job that raises is abandoned and its error reaches the
-  caller (the error the harness injected, nothing else).
+* ``step_key(k)``, ``run_key(k)``: the ``k``-th listed job stepped (``step``), or run to its
+  end (``run``), by its record through its executor (explained by ``step``, ``drain``); a job
+  that raises is abandoned and its error reaches the caller (the error the harness injected,
+  nothing else).
 
 The walks add the moments a random walk rarely meets: a load's failure injected once every
 chunk has landed (it fails at its completion, ``load_done``); offload jobs that ended under an
@@ -61,27 +62,55 @@ def do_step_key(h: Any, o: Any) -> int | None:
     return None
 
 
+def do_run_key(h: Any, o: Any) -> int | None:
+    """The ``k``-th listed job run to its end by its record (``Executor.run``)."""
+    from kvstate.impl.errors import KVStateError
+
+    if h.threads:
+        return None
+    jobs = _jobs(h)
+    if not jobs:
+        return None
+    e, j = jobs[o.arg("k") % len(jobs)]
+    try:
+        getattr(h.cache.pipelines, e).run(j.key)
+    except (KVStateError, _InjectedJobError):
+        h.cov.add(f"run_key: a {j.kind} job raised, abandoned")
+    return None
+
+
 def walks(N: int, L: int, lease_max: int, load_steps: int = 2) -> dict[str, list[Any]]:
     """Witnesses (see the module doc); ``load_steps``: the table's chunks per load."""
     c = chain(N, L, lease_max)
     full, store, to_host, to_disk = c.full, c.store, c.to_host, c.to_disk
     out: dict[str, list[Any]] = {}
-    for where, base, w, kind in (("host", to_host, 0, "load"), ("disk", to_disk, 1, "tail_check")):
-        out[f"a {kind} job raises under the library's drain ({where} recovery)"] = [
-            *base,
-            op("request", i=1, n=full, life=2),
-            op("admit", i=1),
-            *[
-                x
-                for j in range(3)
-                for x in (op("job_raises", b=(N - 1 - j * (1 - w)) % N, w=w), op("step_key", k=0))
-            ],
-            op("job_raises", b=N - 1, w=w),
-            op("drain_lib"),
-            op("use", i=1),
-            op("read", i=1),
-            op("finish", i=1),
-        ]
+    # a job armed to raise, stepped by its record (``step``), another under the library's
+    # drain (a host recovery); every load armed, one run by its record (``run``), then a tail
+    # check armed under the drain (a disk recovery)
+    out["jobs raise under step and the library's drain (host recovery)"] = [
+        *to_host,
+        op("request", i=1, n=full, life=2),
+        op("admit", i=1),
+        op("job_raises", b=N - 1, w=0),
+        op("step_key", k=1),
+        op("job_raises", b=N - 2, w=0),
+        op("drain_lib"),
+        op("use", i=1),
+        op("read", i=1),
+        op("finish", i=1),
+    ]
+    out["jobs raise under run and the library's drain (disk recovery)"] = [
+        *to_disk,
+        op("request", i=1, n=full, life=2),
+        op("admit", i=1),
+        *[op("job_raises", b=b, w=0) for b in range(N)],
+        op("run_key", k=0),
+        op("job_raises", b=N - 1, w=1),
+        op("drain_lib"),
+        op("use", i=1),
+        op("read", i=1),
+        op("finish", i=1),
+    ]
     # a one-block hit's load, its failure injected after each number of landed chunks (the
     # last: every chunk landed, the failure at its completion)
     out["a host load fails once every chunk has landed"] = [
@@ -127,4 +156,5 @@ def walks(N: int, L: int, lease_max: int, load_steps: int = 2) -> dict[str, list
 DECLS: tuple[OpDecl, ...] = (
     OpDecl("drain_lib", do_drain_lib, "drain", rule=False),
     OpDecl("step_key", do_step_key, "step", lambda s: {"k": st.integers(0, 3)}, rule=False),
+    OpDecl("run_key", do_run_key, "drain", lambda s: {"k": st.integers(0, 3)}, rule=False),
 )

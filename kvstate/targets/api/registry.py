@@ -15,6 +15,7 @@ from kvstate.calls import parse_calls
 from kvstate.harness.trace import TraceStep
 from kvstate.spec.api import API
 from kvstate.targets.api import (
+    actmaint,
     args,
     construct,
     damage,
@@ -70,6 +71,7 @@ MODULES = (
     forms,
     libdrive,
     construct,
+    actmaint,
 )
 
 DECLARED: tuple[OpDecl, ...] = tuple(d for m in MODULES for d in m.DECLS)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from kvstate.harness.trace import TraceStep
 from kvstate.targets.api import remote, remoteargs, remotefull
+from kvstate.targets.api.actmaint import walks as actmaint_walks
 from kvstate.targets.api.args import CASES as ARG_CASES
 from kvstate.targets.api.base import chain, op
 from kvstate.targets.api.construct import walks as construct_walks
@@ -392,6 +393,7 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[TraceStep]]:
         **pincap_walks(N, L, lease_max),  # kvstate/targets/api/pincap.py
         **libdrive_walks(N, L, lease_max),  # kvstate/targets/api/libdrive.py
         **construct_walks(N, L, lease_max),  # kvstate/targets/api/construct.py
+        **actmaint_walks(N, L, lease_max),  # kvstate/targets/api/actmaint.py
     }
     if remote.WORLD is not None:  # a run with a remote tier meets the store's faults first
         walks = {
