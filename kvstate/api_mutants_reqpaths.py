@@ -2,7 +2,8 @@
 cache's own worker threads), ``kvstate/targets/api/libdrive.py`` (the library's own drivers
 of manual pipelines, a failed recovery given up at ``use``, stale offload jobs) and
 ``kvstate/targets/api/readers.py`` (an admission's explanation and pins) and
-``kvstate/targets/api/actmaint.py`` (offload, spill and drop fired by record).
+``kvstate/targets/api/actmaint.py`` (offload, spill and drop fired by record) and
+``kvstate/targets/api/slotsfull.py`` (an admission with every request slot busy).
 
 Each entry is ``(name, bug class, path, old text, new text)`` as
 :class:`kvstate.api_mutants.Mutant` takes them (``kvstate/api_planted.py`` imports this list).
@@ -99,5 +100,13 @@ PLANTED: tuple[tuple[str, str, str, str, str], ...] = (
         "impl/recovery.py",
         '                victim = next((r for r in self.host_lru if self.gate.can("spill", r)), None)',
         "                victim = None",
+    ),
+    # slotsfull.py: an admission with every request slot busy
+    (
+        "full_request_table_hands_out_a_busy_slot",
+        "exhaustion: the request table, full, hands out its last slot",
+        "impl/requests.py",
+        '        raise OutOfCapacity("admit", (), f"all {len(self.slots)} request slots are busy")',
+        "        return self.slots[-1]",
     ),
 )

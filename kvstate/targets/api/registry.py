@@ -38,6 +38,7 @@ from kvstate.targets.api import (
     remoteargs,
     remotefull,
     single,
+    slotsfull,
     stepwise,
     stored,
     writerfails,
@@ -72,6 +73,7 @@ MODULES = (
     libdrive,
     construct,
     actmaint,
+    slotsfull,
 )
 
 DECLARED: tuple[OpDecl, ...] = tuple(d for m in MODULES for d in m.DECLS)

@@ -25,6 +25,7 @@ from kvstate.targets.api.records import walks as records_walks
 from kvstate.targets.api.refusedwrites import WAYS
 from kvstate.targets.api.registry import DECLARED
 from kvstate.targets.api.single import walks as single_walks
+from kvstate.targets.api.slotsfull import walks as slotsfull_walks
 from kvstate.targets.api.stepwise import READS
 from kvstate.targets.api.stored import FORGERIES, REFUSALS
 from kvstate.targets.api.writerfails import walks as writer_fails_walks
@@ -394,6 +395,7 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[TraceStep]]:
         **libdrive_walks(N, L, lease_max),  # kvstate/targets/api/libdrive.py
         **construct_walks(N, L, lease_max),  # kvstate/targets/api/construct.py
         **actmaint_walks(N, L, lease_max),  # kvstate/targets/api/actmaint.py
+        **slotsfull_walks(N, L, lease_max),  # kvstate/targets/api/slotsfull.py
     }
     if remote.WORLD is not None:  # a run with a remote tier meets the store's faults first
         walks = {
