@@ -3,7 +3,8 @@ cache's own worker threads), ``kvstate/targets/api/libdrive.py`` (the library's 
 of manual pipelines, a failed recovery given up at ``use``, stale offload jobs) and
 ``kvstate/targets/api/readers.py`` (an admission's explanation and pins) and
 ``kvstate/targets/api/actmaint.py`` (offload, spill and drop fired by record) and
-``kvstate/targets/api/slotsfull.py`` (an admission with every request slot busy).
+``kvstate/targets/api/slotsfull.py`` (an admission with every request slot busy) and
+``kvstate/targets/api/notinuse.py`` (finish and append before use).
 
 Each entry is ``(name, bug class, path, old text, new text)`` as
 :class:`kvstate.api_mutants.Mutant` takes them (``kvstate/api_planted.py`` imports this list).
@@ -108,5 +109,20 @@ PLANTED: tuple[tuple[str, str, str, str, str], ...] = (
         "impl/requests.py",
         '        raise OutOfCapacity("admit", (), f"all {len(self.slots)} request slots are busy")',
         "        return self.slots[-1]",
+    ),
+    # notinuse.py: finish and append before use
+    (
+        "finish_before_use_releases",
+        "refusal: finish of a request not in use releases it",
+        "impl/handles.py",
+        "        if not requests.in_use(s):\n",
+        "        if False:\n",
+    ),
+    (
+        "append_before_use_accepted",
+        "refusal: append to a request not in use",
+        "impl/handles.py",
+        "            if req.slot is None or not self.req_table.in_use(req.slot):",
+        "            if req.slot is None:",
     ),
 )

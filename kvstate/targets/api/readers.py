@@ -16,7 +16,7 @@ admission the harness holds (pending, validated, truncated, downgraded):
   pin, ``data_ptrs`` (what an engine hands a kernel: each slot group's address of the block's
   first page, layer 0) is the address of the page the group's device tensor holds at the pin's
   slot, as torch computes it (the implementation's cached base and stride per group are
-  compared with the tensors themselves).
+  compared with the tensors themselves); a run of no hit reads an empty compressor state.
 """
 
 from __future__ import annotations
@@ -99,6 +99,11 @@ class AdmissionReaders(CallCheck):
                 h.cov.add("check: a truncation's cut in the explanation")
         if adm.state != "validated":
             return
+        if o.name == "use" and adm.hit_tokens == 0 and lv.run is not None:
+            # no hit: the compressor state at boundary 0 holds no row (kvstate/testing/datacheck.py)
+            if bool(lv.run.read_tail(0).any()):
+                raise _fail(h, o, "tail-at-0", "a run of no hit reads a compressor state")
+            h.cov.add("check: a run of no hit reads an empty compressor state")
         tiers = h.view.tiers
         for p in adm.pins:
             for name, addr in p.data_ptrs.items():

@@ -29,6 +29,7 @@ from kvstate.targets.api import (
     jobfaults,
     libdrive,
     mixedload,
+    notinuse,
     ops,
     pincap,
     pools,
@@ -74,6 +75,7 @@ MODULES = (
     construct,
     actmaint,
     slotsfull,
+    notinuse,
 )
 
 DECLARED: tuple[OpDecl, ...] = tuple(d for m in MODULES for d in m.DECLS)

@@ -20,6 +20,7 @@ from kvstate.targets.api.inputs import CASES
 from kvstate.targets.api.jobfaults import walks as job_fault_walks
 from kvstate.targets.api.libdrive import walks as libdrive_walks
 from kvstate.targets.api.mixedload import walks as mixed_walks
+from kvstate.targets.api.notinuse import walks as notinuse_walks
 from kvstate.targets.api.pincap import walks as pincap_walks
 from kvstate.targets.api.records import walks as records_walks
 from kvstate.targets.api.refusedwrites import WAYS
@@ -396,6 +397,7 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[TraceStep]]:
         **construct_walks(N, L, lease_max),  # kvstate/targets/api/construct.py
         **actmaint_walks(N, L, lease_max),  # kvstate/targets/api/actmaint.py
         **slotsfull_walks(N, L, lease_max),  # kvstate/targets/api/slotsfull.py
+        **notinuse_walks(N, L, lease_max),  # kvstate/targets/api/notinuse.py
     }
     if remote.WORLD is not None:  # a run with a remote tier meets the store's faults first
         walks = {
