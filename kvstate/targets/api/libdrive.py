@@ -126,16 +126,22 @@ def walks(N: int, L: int, lease_max: int, load_steps: int = 2) -> dict[str, list
         op("finish", i=1),
     ]
     # offload jobs taken back by an admission, then stepped again
+    # (then offloaded anew: the old jobs stepped beside their records' new offload jobs)
+    stale = [op("step_stale", k=k) for k in range(2 * N)]
     out["offloads cancelled by an admission, their jobs stepped again"] = [
         *store,
         op("offload", n=N),
         op("step_mixed", k=0),
-        op("request", i=1, n=full, life=2),
+        op("request", i=1, n=full, life=1),
         op("admit", i=1),
-        *[op("step_stale", k=k) for k in range(2 * N)],
+        *stale,
         op("drain_lib"),
         op("use", i=1),
         op("finish", i=1),
+        op("tick", t=lease_max),
+        op("offload", n=N),
+        *stale,
+        op("drain_lib"),
     ]
     # a recovering request whose deadline runs out before its use
     out["a recovering request's deadline runs out, a load fails: downgraded at its use"] = [
