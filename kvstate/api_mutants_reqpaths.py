@@ -125,4 +125,12 @@ PLANTED: tuple[tuple[str, str, str, str, str], ...] = (
         "            if req.slot is None or not self.req_table.in_use(req.slot):",
         "            if req.slot is None:",
     ),
+    # construct.py: a run of a closed cache
+    (
+        "closed_run_refused_as_released",
+        "refusal: a run of a closed cache refused as a released request",
+        "impl/handles.py",
+        '            if self.cache._closed:\n                raise CacheClosed(f"{what}: the cache is closed")\n',
+        "",
+    ),
 )

@@ -11,7 +11,8 @@ example's cache and checks it against the spec's own derivation:
   ``table.with_geometry(geometry)`` (its name, geometry and actions);
 * a temporary directory exists while the cache is open and is gone after ``close``;
 * a refused construction raises its documented error and leaves nothing: the directory it was
-  given is not locked (a cache opens it at once) and holds no file.
+  given is not locked (a cache opens it at once) and holds no file;
+* a ``Run`` of a cache closed since refuses every read with ``CacheClosed``.
 """
 
 from __future__ import annotations
@@ -21,12 +22,17 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from hypothesis import strategies as st
 
 from kvstate.targets.api.declare import OpDecl
 from kvstate.targets.api.geometry import other_geometry
 
-FORMS = ("geometry alone, no directory", "over the memory limit, then a table and a geometry")
+FORMS = (
+    "geometry alone, no directory",
+    "over the memory limit, then a table and a geometry",
+    "a run read after close",
+)
 _SMALL = dict(executors="manual", device_blocks=2, host_blocks=1, max_requests=1)
 
 
@@ -72,6 +78,8 @@ def do_construct(h: Any, o: Any) -> int | None:
             c.close()
         if root.exists():
             raise _fail(h, o, form, f"the temporary cache directory {root} outlived close()")
+    elif k == 2:
+        _closed_run(h, o, form)
     else:
         dev_b, host_b = planned_bytes(g, _SMALL["device_blocks"], _SMALL["host_blocks"], 1, None)
         with tempfile.TemporaryDirectory(prefix="kvstate-construct-") as d:
@@ -99,6 +107,41 @@ def do_construct(h: Any, o: Any) -> int | None:
                 raise _fail(h, o, form, f"the constructions left files: {left}")
     h.cov.add(f"check: constructor form ({form})")
     return None
+
+
+def _closed_run(h: Any, o: Any, form: str) -> None:
+    """A run of a cache closed meanwhile: every reader raises ``CacheClosed`` (docs/library.md),
+    the diagnostic ``verify_pins`` too."""
+    from kvstate.impl import HeterogeneousKVCache
+    from kvstate.impl.errors import CacheClosed
+    from kvstate.impl.testdata import DeterministicWriter
+
+    c = HeterogeneousKVCache(table=h.table, writer=DeterministicWriter(), **_SMALL)
+    tokens = np.array(h.tokens[: 2 * h.L], dtype=np.int64)
+    try:
+        for _ in range(2):  # the second request hits the blocks the first stored
+            req = c.request(tokens)
+            c.admit(req)
+            ctx = c.use(req)
+            run = ctx.__enter__()
+            if _ == 0:
+                ctx.__exit__(None, None, None)  # (stores the blocks and releases the request)
+    finally:
+        c.close()
+    readers = {
+        "read_compressed": lambda: run.read_compressed("csa", 0),
+        "read_window": lambda: run.read_window(0),
+        "read_tail": lambda: run.read_tail(0),
+        "verify_pins": run.verify_pins,
+    }
+    for name, read in readers.items():
+        try:
+            read()
+        except CacheClosed:
+            continue
+        except Exception as exc:
+            raise _fail(h, o, form, f"{name} raised {type(exc).__name__}: {exc}") from exc
+        raise _fail(h, o, form, f"{name} read a run of a closed cache (CacheClosed)")
 
 
 def walks(N: int, L: int, lease_max: int) -> dict[str, list[Any]]:

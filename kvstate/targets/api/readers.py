@@ -62,15 +62,17 @@ class AdmissionReaders(CallCheck):
             missing.append(f"rejected: {e.rejection}")
         if missing:
             raise _fail(h, o, "explanation-text", f"the explanation's lines lack {missing[:2]}")
+        if adm.state == "pending" and not adm.recovery:
+            raise _fail(h, o, "plan", "a pending admission's recovery plan is empty (falsy)")
         if adm.state == "downgraded":
-            if adm.hit_tokens != 0 or not e.rejection or adm.pins:
+            if adm.hit_tokens != 0 or not e.rejection or adm.pins or adm.recovery:
                 raise _fail(
                     h,
                     o,
                     "downgraded",
                     f"a downgraded admission shows hit {adm.hit_tokens}, "
-                    f"rejection {e.rejection!r}, {len(adm.pins)} pins (a recompute pins nothing, "
-                    "and says why)",
+                    f"rejection {e.rejection!r}, {len(adm.pins)} pins, plan {adm.recovery!r} (a "
+                    "recompute pins and recovers nothing, and says why)",
                 )
             h.cov.add("check: a downgraded admission's readers")
         else:
