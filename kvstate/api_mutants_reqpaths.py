@@ -4,7 +4,8 @@ of manual pipelines, a failed recovery given up at ``use``, stale offload jobs) 
 ``kvstate/targets/api/readers.py`` (an admission's explanation and pins) and
 ``kvstate/targets/api/actmaint.py`` (offload, spill and drop fired by record) and
 ``kvstate/targets/api/slotsfull.py`` (an admission with every request slot busy) and
-``kvstate/targets/api/notinuse.py`` (finish and append before use).
+``kvstate/targets/api/notinuse.py`` (finish and append before use), ``slotforms.py`` (a slot
+in every form) and ``construct.py`` (a run of a closed cache).
 
 Each entry is ``(name, bug class, path, old text, new text)`` as
 :class:`kvstate.api_mutants.Mutant` takes them (``kvstate/api_planted.py`` imports this list).
@@ -131,6 +132,14 @@ PLANTED: tuple[tuple[str, str, str, str, str], ...] = (
         "refusal: a run of a closed cache refused as a released request",
         "impl/handles.py",
         '            if self.cache._closed:\n                raise CacheClosed(f"{what}: the cache is closed")\n',
+        "",
+    ),
+    # slotforms.py: a slot argument as a NumPy integer
+    (
+        "numpy_slot_refused",
+        "argument forms: a NumPy integer slot refused",
+        "impl/requests.py",
+        "        if isinstance(slot, np.integer) and not isinstance(slot, np.bool_):\n            slot = int(slot)\n",
         "",
     ),
 )

@@ -39,6 +39,7 @@ from kvstate.targets.api import (
     remoteargs,
     remotefull,
     single,
+    slotforms,
     slotsfull,
     stepwise,
     stored,
@@ -76,6 +77,7 @@ MODULES = (
     actmaint,
     slotsfull,
     notinuse,
+    slotforms,
 )
 
 DECLARED: tuple[OpDecl, ...] = tuple(d for m in MODULES for d in m.DECLS)

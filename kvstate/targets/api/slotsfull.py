@@ -53,6 +53,7 @@ def do_admit_full(h: Any, o: Any) -> int | None:
 def walks(N: int, L: int, lease_max: int) -> dict[str, list[Any]]:
     return {
         "an admission with every request slot busy": [
+            op("slot_forms"),  # (kvstate/targets/api/slotforms.py: while the slots are idle)
             op("request", i=0, n=L + 1, life=2),
             op("admit", i=0),
             op("request", i=1, n=2 * L + 1, life=2),
