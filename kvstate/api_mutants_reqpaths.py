@@ -1,11 +1,10 @@
-"""Planted bugs of the request-side classes closed by ``kvstate/targets/api/workers.py`` (the
-cache's own worker threads), ``kvstate/targets/api/libdrive.py`` (the library's own drivers
-of manual pipelines, a failed recovery given up at ``use``, stale offload jobs) and
-``kvstate/targets/api/readers.py`` (an admission's explanation and pins) and
-``kvstate/targets/api/actmaint.py`` (offload, spill and drop fired by record) and
-``kvstate/targets/api/slotsfull.py`` (an admission with every request slot busy) and
-``kvstate/targets/api/notinuse.py`` (finish and append before use), ``slotforms.py`` (a slot
-in every form) and ``construct.py`` (a run of a closed cache).
+"""Planted bugs of the request-side path classes the API fuzz closes in
+``kvstate/targets/api/``: ``workers.py`` (the cache's own worker threads), ``libdrive.py``
+(the library's own drivers of manual pipelines, a failed recovery given up at ``use``, stale
+offload jobs), ``readers.py`` (an admission's explanation and pins), ``actmaint.py`` (offload,
+spill and drop fired by record), ``slotsfull.py`` (every request slot busy), ``notinuse.py``
+(finish and append before use), ``slotforms.py`` (a slot in every form) and ``construct.py``
+(a run of a closed cache).
 
 Each entry is ``(name, bug class, path, old text, new text)`` as
 :class:`kvstate.api_mutants.Mutant` takes them (``kvstate/api_planted.py`` imports this list).
