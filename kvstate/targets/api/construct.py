@@ -12,7 +12,8 @@ example's cache and checks it against the spec's own derivation:
 * a temporary directory exists while the cache is open and is gone after ``close``;
 * a refused construction raises its documented error and leaves nothing: the directory it was
   given is not locked (a cache opens it at once) and holds no file;
-* a ``Run`` of a cache closed since refuses every read with ``CacheClosed``.
+* a ``Run`` of a cache closed since refuses every read with ``CacheClosed``, and so does an
+  action fired by name through its ``test_hooks()``.
 """
 
 from __future__ import annotations
@@ -117,6 +118,7 @@ def _closed_run(h: Any, o: Any, form: str) -> None:
     from kvstate.impl.testdata import DeterministicWriter
 
     c = HeterogeneousKVCache(table=h.table, writer=DeterministicWriter(), **_SMALL)
+    hooks = c.test_hooks()
     tokens = np.array(h.tokens[: 2 * h.L], dtype=np.int64)
     try:
         for _ in range(2):  # the second request hits the blocks the first stored
@@ -133,6 +135,7 @@ def _closed_run(h: Any, o: Any, form: str) -> None:
         "read_window": lambda: run.read_window(0),
         "read_tail": lambda: run.read_tail(0),
         "verify_pins": run.verify_pins,
+        "act": lambda: hooks.act("tick", 1),  # (the table's clock, by name)
     }
     for name, read in readers.items():
         try:
