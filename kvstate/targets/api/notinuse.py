@@ -5,8 +5,7 @@ slot: docs/library.md).  The harness calls them only inside ``use``, so their re
 admitted request not yet used (validated, or pending its recovery) was never run:
 
 * ``finish_early(i)``: ``finish`` before ``use`` must raise the documented ``Refused`` and change
-  nothing, where the table refuses ``release`` too (the harness's refusal checks: the change
-  and ``RefusalRequired``);
+  nothing, where the table refuses the action that ends ``finish`` (``release``) on its slot;
 * ``append_early(i)``: ``append`` before ``use`` must raise ``Refused`` (appending stores the
   request's blocks: a request not in use has no run to append to) and change nothing.
 
@@ -37,12 +36,28 @@ def do_finish_early(h: Any, o: Any) -> int | None:
     lv = _admitted(h, o)
     if lv is None:
         return None
+    r = lv.req.slot.index
+    release = h.table.action(_release(h))
+    if not h.machine.failed_conjuncts(h.model, release, {"r": r}):
+        return None  # (the table would release it: not a request out of use)
     try:
         h.cache.finish(lv.req)
     except Refused:
         h.cov.add("check: finish before use refused")
         raise
-    return lv.req.slot.index if lv.req.slot is not None else None
+    raise h.fail(
+        "finish-not-in-use",
+        ["finish"],
+        f"{o.render()}: finish before use was accepted, though the table refuses "
+        f"{release.name} on slot {r}",
+    )
+
+
+def _release(h: Any) -> str:
+    """The action that ends ``finish``'s pattern (spec/api.py): the one a request in use takes."""
+    from kvstate.spec.api import API
+
+    return API["finish"].patterns[0].split()[-1]
 
 
 def do_append_early(h: Any, o: Any) -> int | None:
@@ -91,6 +106,8 @@ def walks(N: int, L: int, lease_max: int) -> dict[str, list[Any]]:
 
 # scripted only (the walks above): the declarations' form is kvstate/targets/api/declare.py's
 DECLS: tuple[OpDecl, ...] = (
-    OpDecl("finish_early", do_finish_early, "finish", lambda s: {"i": s.slot}, rule=False),
+    # "read": refused, nothing may change (the table's refusal is asked above: ``finish``'s
+    # own pattern has no empty way, so a refusal-only operation on it would read as vacuous)
+    OpDecl("finish_early", do_finish_early, "read", lambda s: {"i": s.slot}, rule=False),
     OpDecl("append_early", do_append_early, "append", lambda s: {"i": s.slot}, rule=False),
 )
