@@ -141,4 +141,11 @@ PLANTED: tuple[tuple[str, str, str, str, str], ...] = (
         "        if isinstance(slot, np.integer) and not isinstance(slot, np.bool_):\n            slot = int(slot)\n",
         "",
     ),
+    (
+        "refused_open_keeps_its_temporary_directory",
+        "leak: an open refused after its temporary directory was made leaves it",
+        "impl/core.py",
+        "            if self._tmp is not None:\n                self._tmp.cleanup()\n            raise",
+        "            raise",
+    ),
 )

@@ -13,7 +13,9 @@ example's cache and checks it against the spec's own derivation:
 * a refused construction raises its documented error and leaves nothing: the directory it was
   given is not locked (a cache opens it at once) and holds no file;
 * a ``Run`` of a cache closed since refuses every read with ``CacheClosed``, and so does an
-  action fired by name through its ``test_hooks()``.
+  action fired by name through its ``test_hooks()``;
+* without a directory, a temporary one that cannot be made is a ``StorageError``, and one made
+  for an open refused later is deleted.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ FORMS = (
     "geometry alone, no directory",
     "over the memory limit, then a table and a geometry",
     "a run read after close",
+    "no directory: the temporary one refused, then given back by a refused open",
 )
 _SMALL = dict(executors="manual", device_blocks=2, host_blocks=1, max_requests=1)
 
@@ -81,6 +84,8 @@ def do_construct(h: Any, o: Any) -> int | None:
             raise _fail(h, o, form, f"the temporary cache directory {root} outlived close()")
     elif k == 2:
         _closed_run(h, o, form)
+    elif k == 3:
+        _temporary(h, o, form, g)
     else:
         dev_b, host_b = planned_bytes(g, _SMALL["device_blocks"], _SMALL["host_blocks"], 1, None)
         with tempfile.TemporaryDirectory(prefix="kvstate-construct-") as d:
@@ -145,6 +150,46 @@ def _closed_run(h: Any, o: Any, form: str) -> None:
         except Exception as exc:
             raise _fail(h, o, form, f"{name} raised {type(exc).__name__}: {exc}") from exc
         raise _fail(h, o, form, f"{name} read a run of a closed cache (CacheClosed)")
+
+
+def _temporary(h: Any, o: Any, form: str, g: Any) -> None:
+    """No ``cache_dir``: where no temporary directory can be made (the temporary root a file),
+    ``StorageError``; where one is made and the open is refused after it (a short disk key),
+    the documented refusal, and the temporary directory is gone (the temporary root, this
+    check's own, is left empty).  ``tempfile.tempdir`` is set for the two calls only."""
+    from kvstate.impl import HeterogeneousKVCache
+    from kvstate.impl.errors import InvalidArgument, StorageError
+
+    saved = tempfile.tempdir
+    with tempfile.TemporaryDirectory(prefix="kvstate-tmproot-") as root:
+        not_a_dir = os.path.join(root, "a-file")
+        Path(not_a_dir).write_bytes(b"")
+        private = os.path.join(root, "tmp")
+        os.mkdir(private)
+        for where, kw, want in (
+            (not_a_dir, {}, StorageError),
+            (private, {"disk_key": b"k" * 8}, InvalidArgument),
+        ):
+            tempfile.tempdir = where
+            try:
+                c = HeterogeneousKVCache(g, **kw, **_SMALL)
+            except want:
+                pass
+            except Exception as exc:
+                raise _fail(
+                    h,
+                    o,
+                    form,
+                    f"temporary root {where}: {type(exc).__name__}: {exc}, not {want.__name__}",
+                ) from exc
+            else:
+                c.close()
+                raise _fail(h, o, form, f"temporary root {where}: built, not {want.__name__}")
+            finally:
+                tempfile.tempdir = saved
+        left = os.listdir(private)
+        if left:
+            raise _fail(h, o, form, f"a refused open left its temporary directory: {left}")
 
 
 def walks(N: int, L: int, lease_max: int) -> dict[str, list[Any]]:
