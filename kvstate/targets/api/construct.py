@@ -174,7 +174,13 @@ def _temporary(h: Any, o: Any, form: str, g: Any) -> None:
             try:
                 c = HeterogeneousKVCache(g, **kw, **_SMALL)
             except want:
-                pass
+                # while the caller holds the error (its traceback keeps the half-built cache
+                # alive): the temporary directory is gone already, not left to a finalizer
+                left = os.listdir(private)
+                if left:
+                    raise _fail(
+                        h, o, form, f"a refused open left its temporary directory: {left}"
+                    ) from None
             except Exception as exc:
                 raise _fail(
                     h,
@@ -187,9 +193,6 @@ def _temporary(h: Any, o: Any, form: str, g: Any) -> None:
                 raise _fail(h, o, form, f"temporary root {where}: built, not {want.__name__}")
             finally:
                 tempfile.tempdir = saved
-        left = os.listdir(private)
-        if left:
-            raise _fail(h, o, form, f"a refused open left its temporary directory: {left}")
 
 
 def walks(N: int, L: int, lease_max: int) -> dict[str, list[Any]]:
