@@ -150,6 +150,7 @@ def walks(N: int, L: int, lease_max: int, load_steps: int = 2) -> dict[str, list
         op("admit", i=1),
         op("tick", t=lease_max),
         op("read_error", b=N - 1),  # a load fails: the admission truncates at its use
+        op("run_key", k=0),  # (the other load, run by its record through all its chunks)
         op("drain_lib"),
         op("use", i=1),
         op("read", i=1),
