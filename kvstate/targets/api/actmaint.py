@@ -30,13 +30,21 @@ from kvstate.targets.api.base import CallCheck, chain, op
 from kvstate.targets.api.declare import OpDecl
 
 Step = tuple[str, dict[str, int]]
-CALLS = ("offload", "spill", "drop")  # spec/api.py's maintenance calls
+
+
+def _words(call: str) -> set[str]:
+    """The table actions a ``spec/api.py`` call's patterns are made of."""
+    words = {t.strip("()*?") for p in API[call].patterns for t in p.split()}
+    return {w for w in words if w.isidentifier() and not w.isupper()}
+
+
+# the maintenance calls: ``offload`` (which makes room first) and those made of its actions
+CALLS = tuple(sorted(c for c in API if _words(c) and _words(c) <= _words("offload")))
 
 
 def actions() -> tuple[str, ...]:
-    """The actions the calls are made of (their patterns' words), each fired alone."""
-    words = {t.strip("()*?") for c in CALLS for p in API[c].patterns for t in p.split()}
-    return tuple(sorted(w for w in words if w.isidentifier()))
+    """The actions the calls are made of, each fired alone."""
+    return tuple(sorted(set().union(*(_words(c) for c in CALLS))))
 
 
 _CHOSEN: dict[int, tuple[Any, tuple[str, int] | None]] = {}  # id(harness) -> (harness, chosen)

@@ -1,4 +1,4 @@
-"""An admission's readers, read after every ``admit`` and ``use``: its explanation and its pins.
+"""An admission's readers, read after every call on a request: its explanation and its pins.
 
 The harness compares an admission's hit and state with the model; what it hands out beside
 them was read for an admission validated at once only (``args.py``).  Here, for every
@@ -49,8 +49,8 @@ class AdmissionReaders(CallCheck):
     def after(
         self, h: Any, o: Any, before: ConcreteState, steps: Sequence[Step], end: ConcreteState
     ) -> None:
-        if o.name not in ("admit", "use") or h.threads:
-            return
+        if "i" not in o.inputs or h.threads:
+            return  # (a call on one of the harness's requests: its admission read anew)
         lv = h.live[o.arg("i")]
         adm = lv.req.admission if lv is not None else None
         if adm is None:
