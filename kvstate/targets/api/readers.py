@@ -17,7 +17,8 @@ admission the harness holds (pending, validated, truncated, downgraded):
   pin, ``data_ptrs`` (what an engine hands a kernel: each slot group's address of the block's
   first page, layer 0) is the address of the page the group's device tensor holds at the pin's
   slot, as torch computes it (the implementation's cached base and stride per group are
-  compared with the tensors themselves); a run of no hit reads an empty compressor state.
+  compared with the tensors themselves); a run of no hit reads an empty compressor state and
+  has no stale pin.
 """
 
 from __future__ import annotations
@@ -106,6 +107,9 @@ class AdmissionReaders(CallCheck):
             # no hit: the compressor state at boundary 0 holds no row (kvstate/testing/datacheck.py)
             if bool(lv.run.read_tail(0).any()):
                 raise _fail(h, o, "tail-at-0", "a run of no hit reads a compressor state")
+            stale = lv.run.verify_pins()
+            if stale:
+                raise _fail(h, o, "pins-at-0", f"a run of no hit has stale pins: {stale}")
             h.cov.add("check: a run of no hit reads an empty compressor state")
         tiers = h.view.tiers
         for p in adm.pins:
