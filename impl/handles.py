@@ -524,7 +524,7 @@ class RequestPath:
     def _finalize(self, adm: Admission, timeout: float | None = None) -> None:
         """A pending admission whose recovery is over: validated, or truncated and re-pinned
         (the cache's admission does it)."""
-        raise NotImplementedError
+        raise NotImplementedError  # pragma: no cover: abstract: the cache (impl/cache.py) defines it
 
     # ---- decode and completion ------------------------------------------------------------
     def append(

@@ -143,7 +143,7 @@ class Projector:
                 if trace is not None:
                     left = tuple(int(getattr(s, p)[0]) for p in self.pipes)
                     trace.setdefault(i, []).append((a.name, left))
-            else:
+            else:  # pragma: no cover: an internal invariant (the table's recovery steps terminate)
                 raise InternalError(f"recovery of record {i} did not settle in {limit} steps")
             for name in self.columns:
                 after = getattr(s, name)[0]

@@ -241,7 +241,7 @@ class Recovery:
             src: Any
             if from_disk:
                 src = self.disk_entries.get(rid)
-                if src is None:
+                if src is None:  # pragma: no cover: invariant: a spill sets entry and phase
                     raise InternalError(f"record {rid} is on disk without an entry")
             else:
                 src = m.hslot[rid]
@@ -284,7 +284,7 @@ class Recovery:
 
     def load_job(self, rid: int) -> LoadJob:
         job = self.pipes.io.get(rid) or self.pipes.dma.get(rid)
-        if not isinstance(job, LoadJob):
+        if not isinstance(job, LoadJob):  # pragma: no cover: invariant: load_start submits the job
             raise InternalError(f"record {rid} is LOADING without a load job")
         return job
 

@@ -5,8 +5,8 @@ reference count on each block of the hit) are what keeps a validated hit's block
 evicted, and ``validate`` records each block's generation and address (its ``state_data_ptrs``)
 under them; :meth:`RequestTable.validate_checked` is the one place that snapshot is taken.
 
-:meth:`RequestTable.admit` is a whole admission as one transaction under one hold of the lock:
-admit, the hit search (and the search on the state recovery would produce), match, pin,
+:meth:`RequestTable.admit_locked` is a whole admission as one transaction under one hold of the
+lock: admit, the hit search (and the search on the state recovery would produce), match, pin,
 validate or start the recovery.  The façade calls it once and only dresses the result.
 """
 
@@ -75,7 +75,7 @@ class Slot:
 
 
 class Admitted:
-    """What one admission transaction did (:meth:`RequestTable.admit`).  (A native class, not
+    """What one admission transaction did (:meth:`RequestTable.admit_locked`).  (A native class, not
     a named tuple: one is built per admission, and the compiled build makes a named tuple
     through interpreted code.)"""
 
@@ -195,27 +195,22 @@ class RequestTable:
         where the slot's phase is one the guard refuses."""
         gate = self.gate
         failed = gate.guards.failed(action, gate.req_state(action, s, ()), {"r": 0, **params})
-        if not failed:
+        if not failed:  # pragma: no cover: invariant: only phases the guard refuses
             raise InternalError(f"{action}: refused a slot the table's guard allows ({detail})")
         return Refused(action, failed, detail)
 
     # ---- the admission, one transaction -----------------------------------------------------
-    def admit(self, request: Any, ticks: int, h_max: int, lease: int, recover: bool) -> Admitted:
-        """A whole admission under one hold of the lock: the table's ``admit`` (a free slot),
+    def admit_locked(
+        self, request: Any, ticks: int, h_max: int, lease: int, recover: bool
+    ) -> Admitted:
+        """A whole admission; the caller holds the lock (the façade's admission: taking the
+        reentrant lock again costs ~1k instructions).  The table's ``admit`` (a free slot),
         ``touch`` of the prefix, the longest valid hit now and (``recover``) on the state the
         recovery pipelines would produce, ``match`` of the longer, ``pin`` (refused by the
         admission cap: ``downgrade``, the hit given up), then ``validate`` under the search's
         proof, or the recovery started.  Each step is the table's guard on the cheapest state
         it reads, then its effects; on an exception the request is aborted where the table
         allows it, and the exception propagates."""
-        with self.lock:
-            return self.admit_locked(request, ticks, h_max, lease, recover)
-
-    def admit_locked(
-        self, request: Any, ticks: int, h_max: int, lease: int, recover: bool
-    ) -> Admitted:
-        """:meth:`admit` for a caller that holds the lock (the façade's admission: taking the
-        reentrant lock again costs ~1k instructions)."""
         gate = self.gate
         s = self.free_slot()
         gate.guard("admit", gate.req_state("admit", s, ()), {"r": 0, "t": ticks})
@@ -466,14 +461,6 @@ class RequestTable:
             self._check("pin", s, rids, view)
             self._fx_pin(s, rids, view)
 
-    def search(
-        self, slot: Slot, rids: Sequence[int], h_max: int, overrides: dict[str, Any] | None = None
-    ) -> tuple[HitSearch, int]:
-        """Longest valid hit (the coordinator on this cache's view) and the rule epoch it holds at."""
-        with self.lock:
-            gate = self.gate
-            return gate.coord.search(gate.chain_view(rids, slot, overrides), 0, h_max), gate.epoch
-
     def validate(
         self,
         slot: Any,
@@ -556,7 +543,7 @@ class RequestTable:
         ref, lru = self.meta.ref, self.store.lru
         for rid in reversed(s.rids):
             ref[rid] -= 1
-            if ref[rid] < 0:
+            if ref[rid] < 0:  # pragma: no cover: an internal invariant (each pin is released once)
                 raise InternalError(f"reference count of record {rid} went negative")
             if rid in lru:
                 lru.move_to_end(rid)

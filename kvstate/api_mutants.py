@@ -163,6 +163,13 @@ def child(profile: str, coverage: bool = True) -> None:
                 )
             )
             return
+        from kvstate.targets.api.workers import run_workers  # the cache's own worker threads
+
+        w = run_workers(default_table(), 4)
+        if w.problems:
+            found = {"killed": True, "kind": w.problems[0][:120], "origin": "workers"}
+            print(json.dumps(found | {"seconds": round(time.monotonic() - t0, 2)}))
+            return
     print(
         json.dumps(
             {

@@ -20,6 +20,7 @@ from kvstate.api_mutants_evict import PLANTED as PLANTED_EVICT
 from kvstate.api_mutants_facade import PLANTED as PLANTED_FACADE
 from kvstate.api_mutants_forms import PLANTED as PLANTED_FORMS
 from kvstate.api_mutants_recovery import RECOVERY_MUTANTS
+from kvstate.api_mutants_reqpaths import PLANTED as PLANTED_REQPATHS
 
 
 @dataclass(frozen=True)
@@ -612,3 +613,5 @@ MUTANTS += tuple(Mutant(*m) for m in PLANTED_ADMISSION)
 MUTANTS += tuple(Mutant(*m) for m in PLANTED_FORMS)
 # block-side path classes: SWA pages exhausted partway (kvstate/api_mutants_blockpaths.py)
 MUTANTS += tuple(Mutant(*m) for m in PLANTED_BLOCKPATHS)
+# the cache's own worker threads and the library's pipeline drivers (kvstate/api_mutants_reqpaths.py)
+MUTANTS += tuple(Mutant(*m) for m in PLANTED_REQPATHS)

@@ -35,8 +35,10 @@ MACROS: dict[str, str] = {
     # a recovery step started by an admission (or a load queued by the I/O cap)
     "RECOVER": "offload_cancel | ROOM | load_start | rebuild_start",
     # a pending admission's recovery is over: validate, or truncate to the valid prefix and
-    # pin again (the admission is given up and taken anew in the same request slot)
-    "FINALIZE": "validate | abort admit match pin validate",
+    # pin again (the admission is given up and taken anew in the same request slot); where
+    # not even the truncated hit passes (e.g. the request's deadline ran out while it
+    # waited), the request taken anew is downgraded to a recompute (docs/library.md)
+    "FINALIZE": "validate | abort admit match pin validate | abort admit match pin? downgrade",
     # one step of one pipeline job (a load chunk; a load that ends, completed or failed, with
     # its follow-ups: an indexer rebuild after a completed one, and in both cases the disk
     # loads the I/O cap held back, retried when a load ends; an offload; a rebuild)

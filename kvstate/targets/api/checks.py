@@ -18,6 +18,7 @@ from kvstate.targets.api.base import CallCheck
 
 def make_checks(h: Any) -> list[CallCheck]:
     """The checks one harness runs (each keeps its own state for the example)."""
+    from kvstate.targets.api.actmaint import ActMaintCheck
     from kvstate.targets.api.args import MaintCount
     from kvstate.targets.api.defaults import DefaultForms
     from kvstate.targets.api.delivery import Delivery
@@ -34,6 +35,7 @@ def make_checks(h: Any) -> list[CallCheck]:
     from kvstate.targets.api.pincap import CappedModel
     from kvstate.targets.api.prefixreads import PrefixReads
     from kvstate.targets.api.queued import QueuedLoads
+    from kvstate.targets.api.readers import AdmissionReaders
     from kvstate.targets.api.ready import Readiness
     from kvstate.targets.api.recoveryhit import RecoveryHit
     from kvstate.targets.api.refusals import RefusalRequired
@@ -76,4 +78,6 @@ def make_checks(h: Any) -> list[CallCheck]:
         PublishedSignatures(),
         Orphans(),  # kvstate/targets/api/unlinks.py
         RecencyReads(),  # after OrderHook: it reads the orders that hook walked
+        AdmissionReaders(),
+        ActMaintCheck(),
     ]

@@ -207,8 +207,8 @@ class OrderHook(CallCheck):
     def after(
         self, h: Any, o: Any, before: ConcreteState, steps: Sequence[Step], end: ConcreteState
     ) -> None:
-        # an ``act`` picks its block by name (kvstate/targets/api/single.py): no policy
-        bad = self.check.picks(before, steps, end) if o.name != "act" else []
+        # an ``act`` picks its block by name (kvstate/targets/api/single.py, actmaint.py): no policy
+        bad = self.check.picks(before, steps, end) if o.name not in ("act", "act_maint") else []
         bad += self.check.queued_first(steps, self._queue(h))
         if bad:
             raise h.fail("order", [o.name], f"{o.render()}: " + "; ".join(bad))

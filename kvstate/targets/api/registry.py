@@ -15,7 +15,9 @@ from kvstate.calls import parse_calls
 from kvstate.harness.trace import TraceStep
 from kvstate.spec.api import API
 from kvstate.targets.api import (
+    actmaint,
     args,
+    construct,
     damage,
     directio,
     exhaust,
@@ -26,7 +28,9 @@ from kvstate.targets.api import (
     handed,
     inputs,
     jobfaults,
+    libdrive,
     mixedload,
+    notinuse,
     ops,
     pincap,
     pools,
@@ -37,6 +41,8 @@ from kvstate.targets.api import (
     remoteargs,
     remotefull,
     single,
+    slotforms,
+    slotsfull,
     stepwise,
     stored,
     swaout,
@@ -76,6 +82,12 @@ MODULES = (
     directio,
     unlinks,
     registered,
+    libdrive,
+    construct,
+    actmaint,
+    slotsfull,
+    notinuse,
+    slotforms,
 )
 
 DECLARED: tuple[OpDecl, ...] = tuple(d for m in MODULES for d in m.DECLS)

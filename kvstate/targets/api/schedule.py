@@ -388,7 +388,12 @@ def run_profile(table: Table, N: int, profile: str, seed: int | None) -> tuple[b
     """``kvstate fuzz --target kvstate-api``'s schedule exploration after its lockstep run:
     the profile's number of schedules; (whether one failed, the lines to print)."""
     x = explore(table, N, schedules=PROFILE_SCHEDULES[profile], seed=seed)
-    return x.failing is not None, summary(x)
+    if x.failing is not None:
+        return True, summary(x)
+    from .workers import run_workers  # the cache's own worker threads, started and stopped
+
+    w = run_workers(table, N)
+    return bool(w.problems), w.lines() if w.problems else summary(x) + w.lines()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from kvstate.harness.trace import TraceStep
 from kvstate.targets.api import remote, remoteargs, remotefull, twonode
+from kvstate.targets.api.actmaint import walks as actmaint_walks
 from kvstate.targets.api.args import CASES as ARG_CASES
 from kvstate.targets.api.base import chain, op
+from kvstate.targets.api.construct import walks as construct_walks
 from kvstate.targets.api.damage import PARTS
 from kvstate.targets.api.directio import walks as directio_walks
 from kvstate.targets.api.evictrun import walks as evictrun_walks
@@ -17,13 +19,16 @@ from kvstate.targets.api.geometry import walks as geometry_walks
 from kvstate.targets.api.handed import walks as handed_walks
 from kvstate.targets.api.inputs import CASES
 from kvstate.targets.api.jobfaults import walks as job_fault_walks
+from kvstate.targets.api.libdrive import walks as libdrive_walks
 from kvstate.targets.api.mixedload import walks as mixed_walks
+from kvstate.targets.api.notinuse import walks as notinuse_walks
 from kvstate.targets.api.pincap import walks as pincap_walks
 from kvstate.targets.api.records import walks as records_walks
 from kvstate.targets.api.refusedwrites import WAYS
 from kvstate.targets.api.registered import walks as registered_walks
 from kvstate.targets.api.registry import DECLARED
 from kvstate.targets.api.single import walks as single_walks
+from kvstate.targets.api.slotsfull import walks as slotsfull_walks
 from kvstate.targets.api.stepwise import READS
 from kvstate.targets.api.stored import FORGERIES, REFUSALS
 from kvstate.targets.api.swaout import walks as swaout_walks
@@ -396,6 +401,11 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[TraceStep]]:
         **directio_walks(N, L, lease_max, to_disk, hit),  # kvstate/targets/api/directio.py
         **unlink_walks(to_disk, hit),  # kvstate/targets/api/unlinks.py
         **registered_walks(N, L, lease_max),  # kvstate/targets/api/registered.py
+        **libdrive_walks(N, L, lease_max),  # kvstate/targets/api/libdrive.py
+        **construct_walks(N, L, lease_max),  # kvstate/targets/api/construct.py
+        **actmaint_walks(N, L, lease_max),  # kvstate/targets/api/actmaint.py
+        **slotsfull_walks(N, L, lease_max),  # kvstate/targets/api/slotsfull.py
+        **notinuse_walks(N, L, lease_max),  # kvstate/targets/api/notinuse.py
     }
     if remote.WORLD is not None:  # a run with a remote tier meets the store's faults first
         walks = {
