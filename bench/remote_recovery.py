@@ -4,10 +4,13 @@ the requests that do not need it.
 
 Recovery, per prefix length (one run, side by side, ``--repeats`` times each):
 
-1. **raw**: every load chunk of the prefix's entries read with pipelined ``GET`` (one
-   connection, ``--batch`` commands a round trip, in the order the recovery loads them): the
-   server's and the socket's own rate on exactly these bytes (the reference the ratio divides
-   by; the entries' headers and window sections are not in it);
+1. **raw**: every key the recovery reads, read with pipelined ``GET`` (one connection,
+   ``--batch`` commands a round trip, in the order the recovery loads them): each block's load
+   chunks, and the window sections of the blocks whose window the recovery restores (the last
+   ones: learnt from the untimed recovery, and checked: each timed recovery must read exactly
+   the raw read's keys); the server's and the socket's own rate on exactly these bytes (the
+   reference the ratio divides by; the entries' headers, read when a cache opens, are not in
+   it);
 2. **store read alone**: the same chunks read by the remote tier's own store read
    (``RedisStore.read_into``: one pipeline of ``GET`` s a block, received into a buffer) on
    ``io_cap`` threads, and nothing else (no MAC, no landing, no job): what the store and the
@@ -81,8 +84,12 @@ class RemotePrefix(DR.Prefix):
             writer=testdata.DeterministicWriter(),
         )
 
+    windows: set[str] = set()  # the entries (their names' base) whose window a recovery reads
+
     def blocks(self) -> list[list[str]]:
-        """Each block's load chunks' keys, in the order the recovery loads them (chain order)."""
+        """Each block's keys that a recovery reads, in the order it loads them (chain order):
+        its load chunks, and its window's section where the recovery restores the window (the
+        entries :meth:`saw` a recovery read it of)."""
         view = self.cache.inspect()
         chain = self.cache.chain(self.tokens[: self.n])
         out: list[list[str]] = []
@@ -90,8 +97,17 @@ class RemotePrefix(DR.Prefix):
             e = view.disk_entries.get(rid)
             if e is None:
                 raise RuntimeError("a block of the prefix is not in the server")
-            out.append([view.disk.chunk_name(e, k) for k in range(len(e.chunks))])
+            names = [view.disk.chunk_name(e, k) for k in range(len(e.chunks))]
+            if str(e.path)[:-2] in self.windows:
+                names.append(view.disk.chunk_name(e, -1))
+            out.append(names)
         return out
+
+    def saw(self, names: list[str]) -> None:
+        """A recovery's reads: remember the entries whose window section it read."""
+        for n in names:
+            if n.endswith(":w"):
+                self.windows.add(n.rsplit(":", 2)[0])
 
     def names(self) -> list[str]:
         return [n for b in self.blocks() for n in b]
@@ -152,11 +168,14 @@ class Spent:
 
     def __init__(self, tier: Any) -> None:
         self.tier, self.s = tier, {"get": 0.0, "mac": 0.0}
+        self.names: list[str] = []  # every key the store read
 
     def _wrap(self, obj: Any, name: str, key: str) -> None:
         f = getattr(obj, name)
 
         def call(*a: Any) -> Any:
+            if key == "get":
+                self.names.extend(a[0])
             t = time.perf_counter()
             try:
                 return f(*a)
@@ -174,7 +193,9 @@ class Spent:
         del self.tier.store.read_into, self.tier.macs.verify
 
 
-def recover(p: RemotePrefix, spent: dict[str, list[float]]) -> float:
+def recover(p: RemotePrefix, spent: dict[str, list[float]], same: list[str] | None = None) -> float:
+    """Seconds from ``admit`` to ``use`` returning; ``same``: the keys the raw read read, which
+    the recovery must read too (no more, no fewer)."""
     cache = p.cache
     req = cache.request(p.tokens, lifetime=1)
     t0 = time.perf_counter()
@@ -185,6 +206,11 @@ def recover(p: RemotePrefix, spent: dict[str, list[float]]) -> float:
     dt = time.perf_counter() - t0
     for k, v in sp.s.items():
         spent.setdefault(k, []).append(v)
+    p.saw(sp.names)
+    if same is not None and sorted(sp.names) != sorted(same):
+        raise RuntimeError(
+            f"the recovery read {len(sp.names)} keys, the raw read {len(same)}: not the same"
+        )
     try:
         if adm.hit_tokens != p.n or adm.state != "validated":
             raise RuntimeError(f"recovered {adm.hit_tokens} of {p.n} tokens ({adm.state})")
@@ -223,7 +249,7 @@ def bench_recovery(n: int, url: str, args: argparse.Namespace, client: Any) -> N
             c0 = os.times()
             dt_raw, nbytes = raw_get(client, names, args.batch)
             c1 = os.times()
-            dt = recover(p, spent)
+            dt = recover(p, spent, names)
             c2 = os.times()
             cpu_raw.append(c1.user + c1.system - c0.user - c0.system)
             cpu_ours.append(c2.user + c2.system - c1.user - c1.system)
@@ -237,7 +263,8 @@ def bench_recovery(n: int, url: str, args: argparse.Namespace, client: Any) -> N
             f"{mmm([nbytes / GB / t for t in store_s])} | {mmm(ours)} | "
             f"**{mmm(ratio)}** | {mmm([nbytes / GB / r for r in raw])} | "
             f"{mmm([nbytes / GB / r for r in ours])} | {mmm(spent['get'])} | "
-            f"{mmm(spent['mac'])} | {mmm(cpu_ours)} / {mmm(cpu_raw)} | {setup:.0f} s |",
+            f"{mmm(spent['mac'])} | {mmm(cpu_ours)} / {mmm(cpu_raw)} | {setup:.0f} s | "
+            f"{os.getloadavg()[0]:.1f} |",
             flush=True,
         )
     finally:
@@ -366,11 +393,12 @@ def main() -> int:
     try:
         if not args.skip_recovery:
             print(
-                "| length | chunk bytes | raw GET GB/s | store read alone GB/s | kvstate GB/s | "
+                "| length | bytes read | raw GET GB/s | store read alone GB/s | kvstate GB/s | "
                 "ratio | raw s | "
-                "kvstate s | GET s (workers) | MAC s (workers) | CPU s kvstate / raw | build |"
+                "kvstate s | GET s (workers) | MAC s (workers) | CPU s kvstate / raw | build | "
+                "load after |"
             )
-            print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+            print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
             for n in (B.parse_length(x) for x in args.lengths):
                 bench_recovery(n, url, args, client)
         if args.stall > 0:
