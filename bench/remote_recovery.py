@@ -67,14 +67,45 @@ KEY = b"kvstate-bench-fleet-key-0123456789"
 GB = 1e9
 
 
+BUILD_BLOCKS = 3 * DR.CHUNK_BLOCKS + B.MARGIN_BLOCKS  # the build cache's device slots (1M)
+
+
 class RemotePrefix(DR.Prefix):
-    """The disk bench's prefix, its offloaded blocks in the server at ``url``."""
+    """The disk bench's prefix, its offloaded blocks in the server at ``url``.
+
+    Where the disk bench builds in a first cache and recovers in a second one (``restart``: the
+    1M row), the build cache here has :data:`BUILD_BLOCKS` device slots: the build decodes
+    ``CHUNK_BLOCKS`` blocks at a time and sends the older ones to the server, so it never holds
+    more, and its SWA pool is then a few hundred MiB, where the disk bench's build writes a
+    24.6 GiB window file (the entries bind no slot count: the timed cache, with the full
+    geometry, adopts them)."""
 
     url = ""
+    built = False
+
+    def __init__(self, n: int, root: Path, shm: str | None) -> None:
+        super().__init__(n, root, shm)
+        if self.restart:  # the server will hold the prefix's bytes beside the tier pages
+            g, dev = self.g, self.g.device_blocks
+            d, _ = DR.planned_bytes(g, dev, DR.CHUNK_BLOCKS)
+            touched = d // dev * self.nb - len(g.layers) * g.lcm_tokens * g.entry_bytes * self.nb
+            if DR._available_ram() < 2 * touched + 2 * 2**30:
+                self.close()
+                raise MemoryError(
+                    f"{touched / 2**30:.1f} GiB of tier pages and about as much in the server, "
+                    f"and only {DR._available_ram() / 2**30:.1f} GiB are available"
+                )
+
+    def reopen(self) -> None:
+        self.built = True
+        super().reopen()
 
     def _open(self) -> HeterogeneousKVCache:
+        g = self.g
+        if self.restart and not self.built:
+            g = g.with_changes(device_blocks=BUILD_BLOCKS, pin_cap_blocks=BUILD_BLOCKS)
         return HeterogeneousKVCache(
-            self.g,
+            g,
             remote=RemoteConfig(url=self.url, key=KEY, model="bench", prefix=f"kvb:{self.n}:"),
             executors="threads",
             device="cpu",

@@ -259,39 +259,34 @@ class RemoteTier(DiskTier):
         self, entry: DiskEntry, idx: list[int], base: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """Chunks ``idx`` of ``entry`` in one pipelined read, each received into its payload
-        span of one buffer (``base``, else a fresh one) and authenticated there as it arrives,
-        while the server sends the next ones (``read_into``'s ``each``): (the buffer, each
-        chunk's view of it).  CorruptEntry if any is gone, of another size, or fails its MAC,
-        or when the store does not answer."""
+        span of one buffer (``base``, else a fresh one) and authenticated there: (the buffer,
+        each chunk's view of it).  CorruptEntry if any is gone, of another size, or fails its
+        MAC, or when the store does not answer."""
         spans = [self._span(entry, k) for k in idx]
         end = max((hi for _, hi in spans), default=0)
         if base is None or base.numel() < end:
             base = torch.empty(end, dtype=torch.uint8)
         names = [self.chunk_name(entry, k) for k in idx]
-        out: list[torch.Tensor] = []
-
-        def each(i: int, size: int) -> None:
-            k, (lo, hi) = idx[i], spans[i]
-            if size != MISSING and size != hi - lo:
-                raise CorruptEntry(f"{entry.path}: chunk {k} is {size} bytes, not {hi - lo}")
-            out.append(self._verified(entry, k, None if size == MISSING else base[lo:hi]))
-
         view = base.numpy().data
         try:
             read_into = getattr(self.store, "read_into", None)
             if read_into is not None:
-                read_into(names, view, spans, each)
+                sizes = read_into(names, view, spans)
             else:  # (a store without it: its values copied into the buffer)
-                for i, ((lo, hi), v) in enumerate(zip(spans, self.store.mget(names), strict=True)):
+                sizes = []
+                for (lo, hi), v in zip(spans, self.store.mget(names), strict=True):
                     if v is not None and len(v) == hi - lo:
                         view[lo:hi] = v
-                    each(i, MISSING if v is None else len(v))
+                    sizes.append(MISSING if v is None else len(v))
         except StoreUnavailable as exc:
             raise CorruptEntry(str(exc)) from exc
         finally:
             view.release()
-        if len(out) != len(idx):  # (a store that skipped a value)
-            raise CorruptEntry(f"{entry.path}: the store answered {len(out)} of {len(idx)} reads")
+        out = []
+        for k, (lo, hi), size in zip(idx, spans, sizes, strict=True):
+            if size != MISSING and size != hi - lo:
+                raise CorruptEntry(f"{entry.path}: chunk {k} is {size} bytes, not {hi - lo}")
+            out.append(self._verified(entry, k, None if size == MISSING else base[lo:hi]))
         return base, out
 
     def read_block(

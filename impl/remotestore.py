@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import secrets
 import socket
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
 from .errors import StorageError
@@ -173,19 +173,12 @@ class RedisStore:
         return [None if v is None else bytes(v) for v in got]
 
     def read_into(
-        self,
-        names: Sequence[str],
-        buf: memoryview,
-        spans: Sequence[tuple[int, int]],
-        each: Callable[[int, int], None] | None = None,
+        self, names: Sequence[str], buf: memoryview, spans: Sequence[tuple[int, int]]
     ) -> list[int]:
         """``GET`` each name (one pipeline, one connection of the pool, one round trip) into
         ``buf[lo:hi]`` of its span; returns each value's size (:data:`MISSING` where the store
-        holds none).  A value of another size is not placed (the caller fails its chunk).
-        ``each(i, size)`` is called as each value is placed, before the next one is received: a
-        load authenticates a chunk while it is still in the CPU's cache and while the server
-        sends the next ones (an exception from it ends the read and the connection).  A cluster
-        reads through :meth:`mget` and copies."""
+        holds none).  A value of another size is not placed (the caller fails its chunk).  A
+        cluster reads through :meth:`mget` and copies."""
         if any(not 0 <= lo <= hi <= len(buf) for lo, hi in spans):
             raise ValueError("read_into: a span outside the buffer")
         if self.cluster:
@@ -194,8 +187,6 @@ class RedisStore:
                 if v is not None and len(v) == hi - lo:
                     buf[lo:hi] = v
                 sizes.append(MISSING if v is None else len(v))
-                if each is not None:
-                    each(len(sizes) - 1, sizes[-1])
             return sizes
         pool = self.client.connection_pool
         try:
@@ -238,8 +229,6 @@ class RedisStore:
                     sizes.append(MISSING)
                 else:
                     raise ConnectionError(f"unexpected reply {head[:_LINE_MAX]!r}")
-                if each is not None and not error:  # (an error reply fails the whole read)
-                    each(len(sizes) - 1, sizes[-1])
             clean = True
         except ValueError as exc:  # (a length that is not a number)
             raise self._fail("GET", exc) from exc

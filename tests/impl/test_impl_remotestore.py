@@ -48,46 +48,6 @@ def test_values_land_in_their_spans(redis_server: RedisServer) -> None:  # noqa:
     s.close()
 
 
-def test_each_value_is_handed_over_as_it_lands(redis_server: RedisServer) -> None:  # noqa: F811
-    """``each(i, size)`` runs once per value, in order, with value ``i`` already in its span and
-    the later ones not yet (a load authenticates a chunk while the next ones arrive); an
-    exception from it ends the read, and the pool's next read is exact."""
-    s = store(redis_server)
-    values = [b"a" * 200_000, b"", b"b" * 70_000, b"c" * 5]
-    names = ["h:0", "h:gone", "h:2", "h:3"]
-    s.put([(n, v) for n, v in zip(names, values, strict=True) if v], None)
-    spans, lo = [], 0
-    for v in values:
-        spans.append((lo, lo + len(v)))
-        lo += len(v)
-    buf = bytearray(lo)
-    seen: list[tuple[int, int, bool, bool]] = []
-
-    def each(i: int, size: int) -> None:
-        a, b = spans[i]
-        later = any(
-            buf[x:y] == v and v for (x, y), v in zip(spans[i + 1 :], values[i + 1 :], strict=True)
-        )
-        seen.append((i, size, buf[a:b] == values[i], later))
-
-    got = s.read_into(names, memoryview(buf), spans, each)
-    assert got == [len(values[0]), MISSING, len(values[2]), len(values[3])]
-    assert seen == [(i, got[i], True, False) for i in range(4)]
-
-    class Stop(Exception):
-        pass
-
-    def stop(i: int, size: int) -> None:
-        raise Stop
-
-    with pytest.raises(Stop):
-        s.read_into(names, memoryview(bytearray(lo)), spans, stop)
-    again = bytearray(lo)
-    assert s.read_into(names, memoryview(again), spans) == got
-    assert again == buf
-    s.close()
-
-
 def test_missing_and_resized_values_are_reported_not_placed(redis_server: RedisServer) -> None:  # noqa: F811
     s = store(redis_server)
     s.put([("r:a", b"abcd"), ("r:b", b"longer than its span")], None)
