@@ -11,10 +11,13 @@ Recovery, per prefix length (one run, side by side, ``--repeats`` times each):
    the raw read's keys); the server's and the socket's own rate on exactly these bytes (the
    reference the ratio divides by; the entries' headers, read when a cache opens, are not in
    it);
-2. **store read alone**: the same chunks read by the remote tier's own store read
+2. **store read alone**: the same keys read by the remote tier's own store read
    (``RedisStore.read_into``: one pipeline of ``GET`` s a block, received into a buffer) on
    ``io_cap`` threads, and nothing else (no MAC, no landing, no job): what the store and the
-   socket give the tier's reads, beside what the whole recovery makes of it;
+   socket give the tier's reads, beside what the whole recovery makes of it (column "to store
+   read": kvstate's rate over this one's, paired).  Where the machine is loaded, the raw
+   read's one connection waits for a CPU at every exchange with the server and this read's
+   ``io_cap`` connections do not: the pair of ratios brackets what the recovery costs;
 3. **kvstate**: a new request over the prefix is admitted with recovery on and used (threaded
    pipelines, ``io_cap`` remote loads in flight, each chunk's MAC verified), timed from
    ``admit`` to ``use`` returning; then, untimed, the request finishes and the prefix goes back
@@ -22,12 +25,19 @@ Recovery, per prefix length (one run, side by side, ``--repeats`` times each):
    recovery (``--warmup``) runs first: the tier tensors are sparse mappings (a device's memory
    is allocated up front), and the first recovery faults in the pages the prefix lands in.
 
+The prefix's window sections (6.4 MB values, the last blocks') are read by redis-py and hiredis
+at about half the rate of the 376 KB load chunks, and at about twice their CPU per byte.
+
 Beside the rates: the I/O workers' seconds in the store's reads and in the MAC checks (summed
 over the workers), and this process's CPU seconds (user+sys) over each timed interval: on a
 shared machine a recovery that needs more CPU than it gets is CPU-bound, whatever its overlap.
 
 The prefix is built through the public API by :class:`disk_recovery.Prefix` (the disk bench's
-decode, offload and spill loop) on a cache whose offloaded blocks live in the server.
+decode, offload and spill loop) on a cache whose offloaded blocks live in the server (at 1M in
+a build cache of few device slots: :class:`RemotePrefix`).  At 1M the server holds about
+8.9 GiB (3,668 of the 4,096 entries fitted under ``--maxmemory 8gb``) beside about 6.5 GiB of
+tier pages the recovery lands in; the bench refuses to start without the server's cap, the
+pages and 2 GiB available.
 
 Stall: a small-geometry cache on the same server starts a remote load; ``DEBUG SLEEP 5``
 stalls the server; meanwhile requests that do not need the server (new prompts computed from
@@ -82,18 +92,20 @@ class RemotePrefix(DR.Prefix):
 
     url = ""
     built = False
+    server_bytes = 0  # the bench's own server's maxmemory (0: a server elsewhere)
 
     def __init__(self, n: int, root: Path, shm: str | None) -> None:
         super().__init__(n, root, shm)
-        if self.restart:  # the server will hold the prefix's bytes beside the tier pages
+        if self.restart:  # the server may fill up to its cap beside the tier pages
             g, dev = self.g, self.g.device_blocks
             d, _ = DR.planned_bytes(g, dev, DR.CHUNK_BLOCKS)
             touched = d // dev * self.nb - len(g.layers) * g.lcm_tokens * g.entry_bytes * self.nb
-            if DR._available_ram() < 2 * touched + 2 * 2**30:
+            if DR._available_ram() < self.server_bytes + touched + 2 * 2**30:
                 self.close()
                 raise MemoryError(
-                    f"{touched / 2**30:.1f} GiB of tier pages and about as much in the server, "
-                    f"and only {DR._available_ram() / 2**30:.1f} GiB are available"
+                    f"{touched / 2**30:.1f} GiB of tier pages beside a server of up to "
+                    f"{self.server_bytes / 2**30:.1f} GiB, and only "
+                    f"{DR._available_ram() / 2**30:.1f} GiB are available"
                 )
 
     def reopen(self) -> None:
@@ -274,6 +286,7 @@ def bench_recovery(n: int, url: str, args: argparse.Namespace, client: Any) -> N
             p.push_back()
             names = p.names()
         store_s: list[float] = []
+        to_store: list[float] = []  # kvstate's rate over the store read's, paired
         for _ in range(args.repeats):
             sizes = {n: int(client.strlen(n)) for n in names}
             store_s.append(store_read(p.url, p.blocks(), sizes, p.g.io_cap))
@@ -287,12 +300,13 @@ def bench_recovery(n: int, url: str, args: argparse.Namespace, client: Any) -> N
             raw.append(nbytes / dt_raw / GB)
             ours.append(nbytes / dt / GB)
             ratio.append(dt_raw / dt)
+            to_store.append(store_s[-1] / dt)
             p.push_back()
             names = p.names()
         print(
             f"| {B.fmt_length(n)} | {nbytes / 2**30:.2f} GiB | {mmm(raw)} | "
             f"{mmm([nbytes / GB / t for t in store_s])} | {mmm(ours)} | "
-            f"**{mmm(ratio)}** | {mmm([nbytes / GB / r for r in raw])} | "
+            f"**{mmm(ratio)}** | {mmm(to_store)} | {mmm([nbytes / GB / r for r in raw])} | "
             f"{mmm([nbytes / GB / r for r in ours])} | {mmm(spent['get'])} | "
             f"{mmm(spent['mac'])} | {mmm(cpu_ours)} / {mmm(cpu_raw)} | {setup:.0f} s | "
             f"{os.getloadavg()[0]:.1f} |",
@@ -413,6 +427,10 @@ def main() -> int:
     from kvstate.testing.redisserver import RedisServer
 
     server = None if args.remote else RedisServer(maxmemory=args.maxmemory)
+    if server is not None:
+        units = {"kb": 2**10, "mb": 2**20, "gb": 2**30}
+        m = args.maxmemory.lower()
+        RemotePrefix.server_bytes = int(m[:-2]) * units[m[-2:]] if m[-2:] in units else int(m)
     url = args.remote or server.url  # type: ignore[union-attr]
     client = redis.Redis.from_url(url, socket_timeout=600)
     from redis.utils import HIREDIS_AVAILABLE
@@ -425,11 +443,11 @@ def main() -> int:
         if not args.skip_recovery:
             print(
                 "| length | bytes read | raw GET GB/s | store read alone GB/s | kvstate GB/s | "
-                "ratio | raw s | "
+                "ratio | to store read | raw s | "
                 "kvstate s | GET s (workers) | MAC s (workers) | CPU s kvstate / raw | build | "
                 "load after |"
             )
-            print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+            print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
             for n in (B.parse_length(x) for x in args.lengths):
                 bench_recovery(n, url, args, client)
         if args.stall > 0:
