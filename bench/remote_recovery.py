@@ -4,14 +4,20 @@ the requests that do not need it.
 
 Recovery, per prefix length (one run, side by side, ``--repeats`` times each):
 
-1. **raw**: every load chunk of the prefix's entries read with pipelined ``GET`` (one
-   connection, ``--batch`` commands a round trip, in the order the recovery loads them): the
-   server's and the socket's own rate on exactly these bytes (the reference the ratio divides
-   by; the entries' headers and window sections are not in it);
-2. **store read alone**: the same chunks read by the remote tier's own store read
+1. **raw**: every key the recovery reads, read with pipelined ``GET`` (one connection,
+   ``--batch`` commands a round trip, in the order the recovery loads them): each block's load
+   chunks, and the window sections of the blocks whose window the recovery restores (the last
+   ones: learnt from the untimed recovery, and checked: each timed recovery must read exactly
+   the raw read's keys); the server's and the socket's own rate on exactly these bytes (the
+   reference the ratio divides by; the entries' headers, read when a cache opens, are not in
+   it);
+2. **store read alone**: the same keys read by the remote tier's own store read
    (``RedisStore.read_into``: one pipeline of ``GET`` s a block, received into a buffer) on
    ``io_cap`` threads, and nothing else (no MAC, no landing, no job): what the store and the
-   socket give the tier's reads, beside what the whole recovery makes of it;
+   socket give the tier's reads, beside what the whole recovery makes of it (column "to store
+   read": kvstate's rate over this one's, paired).  Where the machine is loaded, the raw
+   read's one connection waits for a CPU at every exchange with the server and this read's
+   ``io_cap`` connections do not: the pair of ratios brackets what the recovery costs;
 3. **kvstate**: a new request over the prefix is admitted with recovery on and used (threaded
    pipelines, ``io_cap`` remote loads in flight, each chunk's MAC verified), timed from
    ``admit`` to ``use`` returning; then, untimed, the request finishes and the prefix goes back
@@ -19,12 +25,21 @@ Recovery, per prefix length (one run, side by side, ``--repeats`` times each):
    recovery (``--warmup``) runs first: the tier tensors are sparse mappings (a device's memory
    is allocated up front), and the first recovery faults in the pages the prefix lands in.
 
+The prefix's window sections (6.4 MB values, the last blocks') are read by redis-py and hiredis
+at about half the rate of the 376 KB load chunks, and at about twice their CPU per byte.
+
 Beside the rates: the I/O workers' seconds in the store's reads and in the MAC checks (summed
 over the workers), and this process's CPU seconds (user+sys) over each timed interval: on a
 shared machine a recovery that needs more CPU than it gets is CPU-bound, whatever its overlap.
 
 The prefix is built through the public API by :class:`disk_recovery.Prefix` (the disk bench's
-decode, offload and spill loop) on a cache whose offloaded blocks live in the server.
+decode, offload and spill loop) on a cache whose offloaded blocks live in the server (at 1M in
+a build cache of few device slots: :class:`RemotePrefix`).  At 1M the server holds about
+8.9 GiB (3,668 of the 4,096 entries fitted under ``--maxmemory 8gb``), and, while it fills, the
+build cache touches 8.3 GiB of tier mappings (one build was stopped 3.7 min in, the server at
+7.7 GB, with 3.3 GiB of the machine left); the timed cache then touches about 6.5 GiB.  The
+bench refuses to start without the server's cap, 1.3x the timed cache's tier pages and 2 GiB
+available.
 
 Stall: a small-geometry cache on the same server starts a remote load; ``DEBUG SLEEP 5``
 stalls the server; meanwhile requests that do not need the server (new prompts computed from
@@ -64,14 +79,47 @@ KEY = b"kvstate-bench-fleet-key-0123456789"
 GB = 1e9
 
 
+BUILD_BLOCKS = 3 * DR.CHUNK_BLOCKS + B.MARGIN_BLOCKS  # the build cache's device slots (1M)
+
+
 class RemotePrefix(DR.Prefix):
-    """The disk bench's prefix, its offloaded blocks in the server at ``url``."""
+    """The disk bench's prefix, its offloaded blocks in the server at ``url``.
+
+    Where the disk bench builds in a first cache and recovers in a second one (``restart``: the
+    1M row), the build cache here has :data:`BUILD_BLOCKS` device slots: the build decodes
+    ``CHUNK_BLOCKS`` blocks at a time and sends the older ones to the server, so it never holds
+    more, and no window file is written where the disk bench's build writes 24.6 GiB (its
+    mappings on /dev/shm still took 8.3 GiB at 1M; the entries bind no slot count: the timed
+    cache, with the full geometry, adopts them)."""
 
     url = ""
+    built = False
+    server_bytes = 0  # the bench's own server's maxmemory (0: a server elsewhere)
+
+    def __init__(self, n: int, root: Path, shm: str | None) -> None:
+        super().__init__(n, root, shm)
+        if self.restart:  # the server may fill up to its cap beside the tier pages
+            g, dev = self.g, self.g.device_blocks
+            d, _ = DR.planned_bytes(g, dev, DR.CHUNK_BLOCKS)
+            touched = d // dev * self.nb - len(g.layers) * g.lcm_tokens * g.entry_bytes * self.nb
+            if DR._available_ram() < self.server_bytes + 1.3 * touched + 2 * 2**30:
+                self.close()
+                raise MemoryError(
+                    f"{touched / 2**30:.1f} GiB of tier pages beside a server of up to "
+                    f"{self.server_bytes / 2**30:.1f} GiB, and only "
+                    f"{DR._available_ram() / 2**30:.1f} GiB are available"
+                )
+
+    def reopen(self) -> None:
+        self.built = True
+        super().reopen()
 
     def _open(self) -> HeterogeneousKVCache:
+        g = self.g
+        if self.restart and not self.built:
+            g = g.with_changes(device_blocks=BUILD_BLOCKS, pin_cap_blocks=BUILD_BLOCKS)
         return HeterogeneousKVCache(
-            self.g,
+            g,
             remote=RemoteConfig(url=self.url, key=KEY, model="bench", prefix=f"kvb:{self.n}:"),
             executors="threads",
             device="cpu",
@@ -81,8 +129,12 @@ class RemotePrefix(DR.Prefix):
             writer=testdata.DeterministicWriter(),
         )
 
+    windows: set[str] = set()  # the entries (their names' base) whose window a recovery reads
+
     def blocks(self) -> list[list[str]]:
-        """Each block's load chunks' keys, in the order the recovery loads them (chain order)."""
+        """Each block's keys that a recovery reads, in the order it loads them (chain order):
+        its load chunks, and its window's section where the recovery restores the window (the
+        entries :meth:`saw` a recovery read it of)."""
         view = self.cache.inspect()
         chain = self.cache.chain(self.tokens[: self.n])
         out: list[list[str]] = []
@@ -90,8 +142,17 @@ class RemotePrefix(DR.Prefix):
             e = view.disk_entries.get(rid)
             if e is None:
                 raise RuntimeError("a block of the prefix is not in the server")
-            out.append([view.disk.chunk_name(e, k) for k in range(len(e.chunks))])
+            names = [view.disk.chunk_name(e, k) for k in range(len(e.chunks))]
+            if str(e.path)[:-2] in self.windows:
+                names.append(view.disk.chunk_name(e, -1))
+            out.append(names)
         return out
+
+    def saw(self, names: list[str]) -> None:
+        """A recovery's reads: remember the entries whose window section it read."""
+        for n in names:
+            if n.endswith(":w"):
+                self.windows.add(n.rsplit(":", 2)[0])
 
     def names(self) -> list[str]:
         return [n for b in self.blocks() for n in b]
@@ -152,11 +213,14 @@ class Spent:
 
     def __init__(self, tier: Any) -> None:
         self.tier, self.s = tier, {"get": 0.0, "mac": 0.0}
+        self.names: list[str] = []  # every key the store read
 
     def _wrap(self, obj: Any, name: str, key: str) -> None:
         f = getattr(obj, name)
 
         def call(*a: Any) -> Any:
+            if key == "get":
+                self.names.extend(a[0])
             t = time.perf_counter()
             try:
                 return f(*a)
@@ -174,7 +238,54 @@ class Spent:
         del self.tier.store.read_into, self.tier.macs.verify
 
 
-def recover(p: RemotePrefix, spent: dict[str, list[float]]) -> float:
+class CpuSplit:
+    """``--split`` (pure build only: compiled classes take no wrappers): the thread CPU seconds
+    (``time.thread_time``, every thread) spent in each step of the recovery, summed over one
+    recovery and printed after it.  Nested steps count in each (``read_block`` holds the
+    receive and the MACs; a load step holds the rest)."""
+
+    STEPS = (
+        ("diskreads", "DiskReads", "disk_load_step", "load steps"),
+        ("remote", "RemoteTier", "read_block", "read_block"),
+        ("remotestore", "RedisStore", "read_into", "receive"),
+        ("entrymac", "EntryMacs", "verify", "MACs"),
+        ("tiers", "Tiers", "land_chunk", "landing copies"),
+        ("recovery", "Recovery", "install_load", "installs (windows too)"),
+        ("recovery", "Recovery", "rebuild_done", "indexer rebuilds"),
+    )
+
+    def __init__(self) -> None:
+        import importlib
+
+        if native_modules():
+            raise SystemExit("--split needs the pure build: KVSTATE_PURE_PYTHON=1")
+        self.s: dict[str, float] = {}
+        for mod, cls, name, label in self.STEPS:
+            owner = getattr(importlib.import_module(f"kvstate.impl.{mod}"), cls)
+            setattr(owner, name, self._timed(getattr(owner, name), label))
+
+    def _timed(self, f: Any, label: str) -> Any:
+        def call(*a: Any, **k: Any) -> Any:
+            t = time.thread_time()
+            try:
+                return f(*a, **k)
+            finally:
+                self.s[label] = self.s.get(label, 0.0) + time.thread_time() - t
+
+        return call
+
+    def report(self, cpu: float) -> None:
+        parts = ", ".join(f"{k} {v:.3f}" for k, v in self.s.items())
+        print(f"  [thread CPU-s of one recovery: {parts}; the process: {cpu:.3f}]", flush=True)
+        self.s.clear()
+
+
+SPLIT: CpuSplit | None = None
+
+
+def recover(p: RemotePrefix, spent: dict[str, list[float]], same: list[str] | None = None) -> float:
+    """Seconds from ``admit`` to ``use`` returning; ``same``: the keys the raw read read, which
+    the recovery must read too (no more, no fewer)."""
     cache = p.cache
     req = cache.request(p.tokens, lifetime=1)
     t0 = time.perf_counter()
@@ -185,6 +296,11 @@ def recover(p: RemotePrefix, spent: dict[str, list[float]]) -> float:
     dt = time.perf_counter() - t0
     for k, v in sp.s.items():
         spent.setdefault(k, []).append(v)
+    p.saw(sp.names)
+    if same is not None and sorted(sp.names) != sorted(same):
+        raise RuntimeError(
+            f"the recovery read {len(sp.names)} keys, the raw read {len(same)}: not the same"
+        )
     try:
         if adm.hit_tokens != p.n or adm.state != "validated":
             raise RuntimeError(f"recovered {adm.hit_tokens} of {p.n} tokens ({adm.state})")
@@ -217,27 +333,34 @@ def bench_recovery(n: int, url: str, args: argparse.Namespace, client: Any) -> N
             p.push_back()
             names = p.names()
         store_s: list[float] = []
+        to_store: list[float] = []  # kvstate's rate over the store read's, paired
         for _ in range(args.repeats):
             sizes = {n: int(client.strlen(n)) for n in names}
             store_s.append(store_read(p.url, p.blocks(), sizes, p.g.io_cap))
             c0 = os.times()
             dt_raw, nbytes = raw_get(client, names, args.batch)
             c1 = os.times()
-            dt = recover(p, spent)
+            if SPLIT is not None:
+                SPLIT.s.clear()
+            dt = recover(p, spent, names)
             c2 = os.times()
+            if SPLIT is not None:
+                SPLIT.report(c2.user + c2.system - c1.user - c1.system)
             cpu_raw.append(c1.user + c1.system - c0.user - c0.system)
             cpu_ours.append(c2.user + c2.system - c1.user - c1.system)
             raw.append(nbytes / dt_raw / GB)
             ours.append(nbytes / dt / GB)
             ratio.append(dt_raw / dt)
+            to_store.append(store_s[-1] / dt)
             p.push_back()
             names = p.names()
         print(
             f"| {B.fmt_length(n)} | {nbytes / 2**30:.2f} GiB | {mmm(raw)} | "
             f"{mmm([nbytes / GB / t for t in store_s])} | {mmm(ours)} | "
-            f"**{mmm(ratio)}** | {mmm([nbytes / GB / r for r in raw])} | "
+            f"**{mmm(ratio)}** | {mmm(to_store)} | {mmm([nbytes / GB / r for r in raw])} | "
             f"{mmm([nbytes / GB / r for r in ours])} | {mmm(spent['get'])} | "
-            f"{mmm(spent['mac'])} | {mmm(cpu_ours)} / {mmm(cpu_raw)} | {setup:.0f} s |",
+            f"{mmm(spent['mac'])} | {mmm(cpu_ours)} / {mmm(cpu_raw)} | {setup:.0f} s | "
+            f"{os.getloadavg()[0]:.1f} |",
             flush=True,
         )
     finally:
@@ -250,6 +373,35 @@ def pct(xs: list[float], q: float) -> float:
     """The ``q`` quantile of ``xs`` (nearest rank; 1.0: the maximum)."""
     ys = sorted(xs)
     return ys[min(len(ys) - 1, max(0, round(q * len(ys) + 0.5) - 1))]
+
+
+class GcPauses:
+    """The cyclic garbage collector's pauses while the block runs (``gc.callbacks``): a request
+    that stops for a full collection of the process's heap (the recovery rows leave a large
+    one) is the collector's delay, not the stalled server's."""
+
+    def __init__(self) -> None:
+        self.longest, self.gen, self.count, self._t = 0.0, -1, 0, 0.0
+
+    def _cb(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._t = time.perf_counter()
+            return
+        dt = time.perf_counter() - self._t
+        self.count += 1
+        if dt > self.longest:
+            self.longest, self.gen = dt, info["generation"]
+
+    def __enter__(self) -> GcPauses:
+        import gc
+
+        gc.callbacks.append(self._cb)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import gc
+
+        gc.callbacks.remove(self._cb)
 
 
 def bench_stall(url: str, client: Any, seconds: float, ops: int) -> None:
@@ -294,15 +446,24 @@ def bench_stall(url: str, client: Any, seconds: float, ops: int) -> None:
 
     try:
         span = seconds - 0.5  # (the stall's length, less the wait before its first request)
-        window(1.0, 500)  # (warm-up: first admissions build the cache's structures)
-        before = window(span, 1000)
+        window(1.0, 100_000)  # (warm-up: first admissions build the cache's structures)
+        # the heap so far (the recovery rows' caches and prefixes among it) collected and
+        # frozen out of the collector's reach: a full collection traversed it in 346 ms during
+        # one stall, a pause of the collector's whatever the server does (GcPauses reports
+        # what the collector still costs inside the stall)
+        import gc
+
+        gc.collect()
+        gc.freeze()
+        before = window(span, 200_000)
         sleeper = threading.Thread(target=lambda: client.execute_command("DEBUG", "SLEEP", seconds))
         sleeper.start()
         time.sleep(0.1)
         waiting = b.admit(b.request(toks))  # its loads wait on the stalled server
-        during = window(span, 2000)
+        with GcPauses() as gcp:
+            during = window(span, 300_000)
         sleeper.join()
-        after = window(span, 3000)
+        after = window(span, 400_000)
         waiting.wait(60)
         with b.use(waiting) as run:
             hit = run.hit_tokens
@@ -319,11 +480,16 @@ def bench_stall(url: str, client: Any, seconds: float, ops: int) -> None:
             + "; ".join(
                 f"{q} {d * 1e3:.1f} / {w * 1e3:.1f}, delay {(d - w) * 1e3:+.1f}" for q, d, w in row
             )
+            + f".  The collector's longest pause during the stall: {gcp.longest * 1e3:.1f} ms "
+            f"(generation {gcp.gen}; {gcp.count} collections)"
             + f".  The waiting request hit {hit} of {4 * L} tokens after the stall"
             + ("" if hit else f" ({waiting.explanation})".replace("\n", "; ")),
             flush=True,
         )
     finally:
+        import gc
+
+        gc.unfreeze()
         b.close()
         for k in client.scan_iter(match="kvs:*", count=1000):
             client.delete(k)
@@ -346,7 +512,13 @@ def main() -> int:
     ap.add_argument("--dir", default="/tmp")
     ap.add_argument("--stall", type=float, default=5.0, help="DEBUG SLEEP seconds (0: skip)")
     ap.add_argument("--skip-recovery", action="store_true")
+    ap.add_argument(
+        "--split", action="store_true", help="thread CPU-s per step of each recovery (pure build)"
+    )
     args = ap.parse_args()
+    if args.split:
+        global SPLIT
+        SPLIT = CpuSplit()
     import redis
     import torch
 
@@ -355,6 +527,10 @@ def main() -> int:
     from kvstate.testing.redisserver import RedisServer
 
     server = None if args.remote else RedisServer(maxmemory=args.maxmemory)
+    if server is not None:
+        units = {"kb": 2**10, "mb": 2**20, "gb": 2**30}
+        m = args.maxmemory.lower()
+        RemotePrefix.server_bytes = int(m[:-2]) * units[m[-2:]] if m[-2:] in units else int(m)
     url = args.remote or server.url  # type: ignore[union-attr]
     client = redis.Redis.from_url(url, socket_timeout=600)
     from redis.utils import HIREDIS_AVAILABLE
@@ -366,11 +542,12 @@ def main() -> int:
     try:
         if not args.skip_recovery:
             print(
-                "| length | chunk bytes | raw GET GB/s | store read alone GB/s | kvstate GB/s | "
-                "ratio | raw s | "
-                "kvstate s | GET s (workers) | MAC s (workers) | CPU s kvstate / raw | build |"
+                "| length | bytes read | raw GET GB/s | store read alone GB/s | kvstate GB/s | "
+                "ratio | to store read | raw s | "
+                "kvstate s | GET s (workers) | MAC s (workers) | CPU s kvstate / raw | build | "
+                "load after |"
             )
-            print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+            print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
             for n in (B.parse_length(x) for x in args.lengths):
                 bench_recovery(n, url, args, client)
         if args.stall > 0:

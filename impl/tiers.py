@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from kvstate.kernels import gather_blocks, scatter_blocks
+from kvstate.kernels import Backend, gather_blocks, scatter_blocks, select_backend
 from kvstate.kernels.forms import unsupported
 from kvstate.spec.geometry import Geometry
 
@@ -84,6 +84,7 @@ class Tiers:
         swa_blocks: int | None = None,
     ) -> None:
         self.backend = backend  # the kernels' backend (None: the dispatch point chooses)
+        self._torch_copies: bool | None = None  # the backend resolved to torch (``_scatter``)
         self._host_views: tuple[np.ndarray, np.ndarray] | None = None
         for combo in sorted(g.kernel_combos, key=repr):
             why = unsupported(combo)
@@ -203,8 +204,22 @@ class Tiers:
         return d.view(d.shape[0] * (d.shape[1] // grp.pages_per_block), grp.pages_per_block, -1)
 
     def _scatter(self, grp: SlotGroup, layers: range, src: torch.Tensor, slot: int) -> None:
-        """Write ``src`` (layers ``layers`` of one block, contiguous) to device slot ``slot``."""
+        """Write ``src`` (layers ``layers`` of one block, contiguous) to device slot ``slot``.
+        A slot's pages in a run of layers are one strided view of the group's tier: where the
+        kernels' backend is torch, one copy into that view (what its reference scatter does for
+        such a table, less building, checking and pattern-matching a block table for every
+        landed chunk: a third of a 64K remote recovery's landing CPU); else the backend's
+        scatter kernel over the block table."""
         per = grp.device_data.shape[1] // grp.pages_per_block
+        d = grp.device_data
+        if self._torch_copies is None:
+            self._torch_copies = select_backend(self.backend).backend is Backend.TORCH
+        if self._torch_copies and d.is_contiguous() and 0 <= slot < per:
+            view = d.view(d.shape[0], per, grp.pages_per_block, -1)[
+                layers.start : layers.stop, slot
+            ]
+            view.copy_(src.reshape(view.shape))
+            return
         table = self._table([li * per + slot for li in layers])
         scatter_blocks(src.to(self.device), table, self._blocks(grp), backend=self.backend)
 

@@ -282,22 +282,60 @@ def test_a_stalled_server_delays_only_what_needs_it(redis_server: RedisServer) -
     stalled(redis_server)
 
 
+def asleep(server: RedisServer, seconds: float) -> tuple[threading.Thread, float]:
+    """``DEBUG SLEEP seconds`` sent on a thread of its own; returns (that thread, a time the stall
+    surely lasts until) once the server is asleep: a ``PING`` on another connection goes
+    unanswered for 0.25 s.  Each answered ``PING`` was served before the stall began, so the
+    stall ends no earlier than the last one's send time plus ``seconds`` (whatever the machine's
+    scheduling delays: a wait of fixed length assumed the command had reached the server)."""
+    import redis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    sleeper = threading.Thread(
+        target=lambda: server.client().execute_command("DEBUG", "SLEEP", seconds)
+    )
+    probe = redis.Redis(  # (no retries: a timed-out PING is the answer)
+        unix_socket_path=str(server.socket), socket_timeout=0.25, retry=Retry(NoBackoff(), 0)
+    )
+    answered = start = time.monotonic()
+    sleeper.start()
+    try:
+        while True:
+            sent = time.monotonic()
+            try:
+                probe.ping()
+            except redis.TimeoutError:
+                return sleeper, answered + seconds
+            answered = sent
+            assert sent - start < 30, "the server never went to sleep"
+            time.sleep(0.01)
+    finally:
+        probe.close()
+
+
 def stalled(server: RedisServer, pkg: Any = kvstate.impl) -> None:
-    """DEBUG SLEEP stalls the server for 3 s while a remote load is in flight: requests that do
-    not need the server (a prompt computed from scratch) are not delayed by it; the load
-    finishes (or fails) after the stall, never serving a wrong byte.  An operation held behind
-    the stalled load waits out the rest of the stall (about 2.8 s), so the bound is 1 s: far
-    above scheduling noise on a loaded 2-core machine, far below the stall."""
+    """``DEBUG SLEEP`` stalls the server for 4 s while a remote load is in flight: requests that
+    do not need the server (a prompt computed from scratch) are not delayed by it; the load
+    finishes (or fails) after the stall, never serving a wrong byte.  The requests start once
+    the server is asleep and the load's read has begun (:func:`asleep`, and a wrapper on the
+    tier's ``read_block``), and must end inside the stall: an operation held behind the stalled
+    read waits out the rest of the stall (over 2 s), so the bound is 1 s: far above scheduling
+    noise on a loaded 2-core machine, far below the stall."""
     toks = stored(server, pkg)
     b = node(server, executors="threads", pkg=pkg, timeout=10.0)
+    reading = threading.Event()
     try:
-        sleeper = threading.Thread(
-            target=lambda: server.client().execute_command("DEBUG", "SLEEP", 3)
-        )
-        sleeper.start()
-        time.sleep(0.2)
-        t0 = time.monotonic()
+        real = b.test_hooks().replace_disk_method("read_block", None)
+
+        def read_block(*args: Any) -> Any:
+            reading.set()
+            return real(*args)
+
+        b.test_hooks().replace_disk_method("read_block", read_block)
+        sleeper, until = asleep(server, 4.0)
         waiting = b.admit(b.request(toks))  # its loads wait on the server
+        assert reading.wait(timeout=2.0), "the remote load never started its read"
         worst = 0.0
         for s in range(5):
             other = harness_tokens(2 * L + 1, seed=100 + s)
@@ -306,8 +344,8 @@ def stalled(server: RedisServer, pkg: Any = kvstate.impl) -> None:
             with b.use(a) as run:
                 assert run.hit_tokens == 0
             worst = max(worst, time.monotonic() - t)
-        assert time.monotonic() - t0 < 2.5  # all of it inside the stall
         assert worst < 1.0, f"an operation that does not need the server took {worst:.3f} s"
+        assert time.monotonic() < until, "the requests did not all run inside the stall"
         sleeper.join()
         waiting.wait(30)
         with b.use(waiting) as run:
