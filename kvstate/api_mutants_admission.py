@@ -28,9 +28,8 @@ PLANTED: tuple[tuple[str, str, str, str, str], ...] = (
         "writer_failure_keeps_the_pins",
         "a writer failing partway through a store",
         "impl/handles.py",
-        "            except BaseException:\n                requests.release_locked(s)\n"
-        "                req.admission = None",
-        "            except BaseException:\n                req.admission = None",
+        "                self._release_used(req, s)\n                raise",
+        "                req.admission = None\n                raise",
     ),
     (
         "finish_stores_nothing_by_default",
