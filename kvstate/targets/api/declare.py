@@ -80,7 +80,8 @@ class OpDecl:
     ``call`` of ``spec/api.py``'s ``API`` that explains it, its argument strategies (``args``:
     :class:`Sizes` -> {argument: Hypothesis strategy}), the fault kinds it injects, and whether
     the state machine draws it as a rule (``rule=False``: only scripted, e.g. by the
-    machine's initializer), and ``like``: the operation whose witnesses it joins."""
+    machine's initializer), ``like``: the operation whose witnesses it joins, and ``disk_only``:
+    it acts on the disk tier's files (not drawn over a remote tier)."""
 
     name: str
     handler: Handler
@@ -93,6 +94,8 @@ class OpDecl:
     # the random walk rarely meets, such as one of a running disk load, is then injected by
     # every ci run)
     like: str = ""
+    # the operation acts on the disk tier's files: not drawn over a remote tier
+    disk_only: bool = False
 
 
 def handlers(decls: Iterable[OpDecl]) -> dict[str, Handler]:

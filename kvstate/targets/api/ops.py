@@ -445,10 +445,17 @@ DECLS: tuple[OpDecl, ...] = (
         "corrupt",
         lambda s: {"b": s.block, "kind": st.integers(0, 2)},
         faults=("truncate", "bitflip", "header"),
+        disk_only=True,
     ),
     OpDecl("read_error", _do_read_error, "fault", _block, faults=("read_error",)),
     OpDecl(
-        "short_read", _do_short_read, "fault", _block, faults=("short_read",), like="read_error"
+        "short_read",
+        _do_short_read,
+        "fault",
+        _block,
+        faults=("short_read",),
+        like="read_error",
+        disk_only=True,
     ),
     OpDecl("host_tail", _do_host_tail, "corrupt", _block, faults=("host_tail",)),
     OpDecl(
@@ -457,6 +464,7 @@ DECLS: tuple[OpDecl, ...] = (
         "fault",
         lambda s: {"on": st.integers(0, 1)},
         faults=("disk_full",),
+        disk_only=True,
     ),
-    OpDecl("restart", _do_restart, "fault", faults=("crash",)),
+    OpDecl("restart", _do_restart, "fault", faults=("crash",), disk_only=True),
 )

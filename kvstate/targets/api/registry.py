@@ -106,7 +106,7 @@ def drawn_ops() -> frozenset[str]:
     and the remote ones (node B's drawn one with ``--nodes 2``: kvstate/targets/api/twonode.py)."""
     if remote.WORLD is None:
         return DEFAULT_OPS
-    core = frozenset(d.name for m in (ops, prefix) for d in m.DECLS) - remote.DISK_ONLY
+    core = frozenset(d.name for m in (ops, prefix) for d in m.DECLS if not d.disk_only)
     return core | (REMOTE_ONLY - (frozenset() if remote.WORLD.nodes > 1 else twonode.FUZZ))
 
 

@@ -53,8 +53,6 @@ STALL_S = 0.5  # DEBUG SLEEP of one stall
 # the cache's lock, taken again and again during a stall, answers within this (a read held
 # under it holds it for most of the stall)
 LOCK_BOUND_S = 0.25
-# the core operations that act on the disk tier's files: not run over a remote tier
-DISK_ONLY = frozenset({"corrupt", "short_read", "disk_full", "restart"})
 
 
 @dataclass
