@@ -5,9 +5,9 @@ callables.
 ``impl/`` compiles each guard conjunct from its Z3 term (``kvstate.spec.compile``); a conjunct
 that does not translate is kept as the table's callable, and then the action has no fused accept
 test, no check over a run of blocks (``Guards.run_test``) and no record-indexed locality: the
-gate checks a run block by block (``Gate.check_run``), finds a run's first refused block one
-block at a time (``Gate.first_refused``) and reads a block guard on a chain view
-(``Gate.block_state``).  The default table compiles whole, so those fallbacks never run on it.
+gate checks a run block by block (``Gate.check_run``), reads a block or global guard on a
+one-block view (``Gate.block_state``, ``Gate.global_state``) and names every refusal conjunct
+by conjunct (``Guards.failed``).  The default table compiles whole, so those fallbacks never run on it.
 ``interpreted``, an example's first operation (a no-op anywhere else, like ``pincap``), rebuilds
 the example on the same table derived with each conjunct's callable wrapped so that it answers
 the same on concrete values but cannot be evaluated on symbolic ones (``Table.derive
@@ -84,10 +84,11 @@ class InterpretedModel(CallCheck):
 
 
 def walks(N: int, L: int, lease_max: int) -> dict[str, list[Any]]:
-    """Witnesses on the interpreted table: a chain stored, hit and read back, evicted."""
+    """Witnesses on the interpreted table: a chain stored, hit and read back; a CUDA graph
+    captured, staled, recaptured and replayed (the global guards)."""
     full = N * L + 1
     return {
-        "guards interpreted: a chain stored, hit, read back and evicted": [
+        "guards interpreted: a chain stored, hit and read back": [
             op("interpreted"),
             op("request", i=0, n=full, life=lease_max),
             op("admit", i=0),
@@ -98,6 +99,18 @@ def walks(N: int, L: int, lease_max: int) -> dict[str, list[Any]]:
             op("use", i=1),
             op("read", i=1),
             op("finish", i=1),
+        ],
+        "guards interpreted: a graph captured, staled by a store, recaptured, replayed": [
+            op("interpreted"),
+            op("capture"),
+            op("replay"),
+            op("request", i=0, n=full, life=lease_max),
+            op("admit", i=0),
+            op("use", i=0),
+            op("replay"),
+            op("recapture"),
+            op("replay"),
+            op("finish", i=0),
         ],
     }
 
