@@ -19,6 +19,7 @@ from kvstate.api_mutants_disk import DISK_MUTANTS
 from kvstate.api_mutants_evict import PLANTED as PLANTED_EVICT
 from kvstate.api_mutants_facade import PLANTED as PLANTED_FACADE
 from kvstate.api_mutants_forms import PLANTED as PLANTED_FORMS
+from kvstate.api_mutants_interpreted import PLANTED as PLANTED_INTERPRETED
 from kvstate.api_mutants_recovery import RECOVERY_MUTANTS
 from kvstate.api_mutants_reqpaths import PLANTED as PLANTED_REQPATHS
 
@@ -615,3 +616,4 @@ MUTANTS += tuple(Mutant(*m) for m in PLANTED_FORMS)
 MUTANTS += tuple(Mutant(*m) for m in PLANTED_BLOCKPATHS)
 # the cache's own worker threads and the library's pipeline drivers (kvstate/api_mutants_reqpaths.py)
 MUTANTS += tuple(Mutant(*m) for m in PLANTED_REQPATHS)
+MUTANTS += tuple(Mutant(*m) for m in PLANTED_INTERPRETED)

@@ -28,6 +28,7 @@ def make_checks(h: Any) -> list[CallCheck]:
     from kvstate.targets.api.graphs import GraphProtocol
     from kvstate.targets.api.handed import HandRows
     from kvstate.targets.api.handout import Events, GraphRows
+    from kvstate.targets.api.interpreted import InterpretedModel
     from kvstate.targets.api.jobfaults import UnverifiedTail
     from kvstate.targets.api.lrureads import RecencyReads
     from kvstate.targets.api.memo import WindowPolicy
@@ -51,6 +52,7 @@ def make_checks(h: Any) -> list[CallCheck]:
     return [
         NewModel(),  # first: the others see the derived table's model
         CappedModel(),  # (likewise)
+        InterpretedModel(),  # (likewise)
         OrderHook(h),
         GraphRows(),
         Events(h),

@@ -18,6 +18,7 @@ from kvstate.targets.api.facade import walks as facade_walks
 from kvstate.targets.api.geometry import walks as geometry_walks
 from kvstate.targets.api.handed import walks as handed_walks
 from kvstate.targets.api.inputs import CASES
+from kvstate.targets.api.interpreted import walks as interpreted_walks
 from kvstate.targets.api.jobfaults import walks as job_fault_walks
 from kvstate.targets.api.libdrive import walks as libdrive_walks
 from kvstate.targets.api.mixedload import walks as mixed_walks
@@ -397,6 +398,7 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[TraceStep]]:
         **records_walks(N, L, lease_max),  # kvstate/targets/api/records.py
         **writer_fails_walks(N, L, lease_max),  # kvstate/targets/api/writerfails.py
         **pincap_walks(N, L, lease_max),  # kvstate/targets/api/pincap.py
+        **interpreted_walks(N, L, lease_max),  # kvstate/targets/api/interpreted.py
         **swaout_walks(N, L, lease_max),  # kvstate/targets/api/swaout.py
         **directio_walks(N, L, lease_max, to_disk, hit),  # kvstate/targets/api/directio.py
         **unlink_walks(to_disk, hit),  # kvstate/targets/api/unlinks.py
