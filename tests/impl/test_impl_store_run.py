@@ -263,3 +263,29 @@ def test_a_raising_event_callback_does_not_break_the_store() -> None:
         assert len(c.events.callback_errors) == 3
         assert "a subscriber's bug" in c.events.callback_errors[0]
         assert req.slot is None  # released
+
+
+def test_pool_single_frees_refuse_bad_frees() -> None:
+    """The defensive checks of one release (excluded from the fuzz's coverage: only a caller's
+    bug reaches them) refuse and change nothing."""
+    from kvstate.impl.errors import InternalError
+    from kvstate.impl.storage import PagePool, SlotPool
+
+    pages = PagePool(4, first=1)
+    got = pages.take(2)
+    assert got is not None
+    before = (pages.free_pages(), bytes(pages.busy))
+    with pytest.raises(InternalError, match="outside"):
+        pages.release([0])
+    pages.release(got[:1])
+    with pytest.raises(InternalError, match="twice"):
+        pages.release(got[:1])
+    assert pages.free_pages() == [*before[0], got[0]]
+    slots = SlotPool(2)
+    s = slots.take(5)
+    with pytest.raises(InternalError, match="outside"):
+        slots.release(2)
+    slots.release(s)
+    with pytest.raises(InternalError, match="twice"):
+        slots.release(s)
+    assert slots.free == 2

@@ -122,5 +122,8 @@ def claims(h: Harness) -> list[str]:
 
 
 def pool_state(h: Harness) -> list[str]:
-    """:func:`sizes` and :func:`claims` (the caller holds the cache's lock)."""
-    return sizes(h) + claims(h)
+    """:func:`sizes`, :func:`claims` and the page pools' partitions (the caller holds the
+    cache's lock)."""
+    from kvstate.targets.api.pagefree import pages
+
+    return sizes(h) + claims(h) + pages(h)
