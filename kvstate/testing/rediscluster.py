@@ -130,3 +130,38 @@ class RedisCluster:
             p.wait(timeout=30)
         self.procs.clear()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def is_cluster(url: str) -> bool:
+    """Whether the server at ``url`` runs in cluster mode (``INFO cluster``)."""
+    import redis
+
+    r = redis.Redis.from_url(url, socket_timeout=30)
+    try:
+        return bool(int(r.info("cluster").get("cluster_enabled", 0)))
+    finally:
+        r.close()
+
+
+class ClusterAdmin:
+    """A cluster-aware client (``redis.cluster.RedisCluster``) whose server-wide commands a
+    fault means for the whole store reach every master: ``CONFIG SET`` (a full store refuses
+    every write, not one master's) and ``CLIENT KILL`` (every connection dropped).  The rest
+    is the client's own (``CONFIG GET`` and ``INFO``: its default node)."""
+
+    def __init__(self, url: str) -> None:
+        from redis.cluster import RedisCluster as Client
+
+        self.client = Client.from_url(url, socket_timeout=30)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.client, name)
+
+    def config_set(self, name: str, value: Any) -> Any:
+        c = self.client
+        return c.execute_command("CONFIG SET", name, value, target_nodes=c.PRIMARIES)
+
+    def client_kill_filter(self, _type: str, skipme: bool = True) -> Any:
+        c = self.client
+        args = ("TYPE", _type, "SKIPME", "yes" if skipme else "no")
+        return c.execute_command("CLIENT KILL", *args, target_nodes=c.PRIMARIES)

@@ -112,7 +112,7 @@ def do_peer_store(h: Any, o: Any) -> int | None:
 
     if remote_of(h) is None or WORLD is None:
         return None
-    store = RedisStore(WORLD.url, timeout=30.0, max_connections=4)
+    store = RedisStore(WORLD.url, timeout=30.0, max_connections=4, cluster=WORLD.cluster)
     try:
         peer(h, 0, url=None, store=store)
     finally:
