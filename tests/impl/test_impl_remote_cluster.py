@@ -78,8 +78,8 @@ def test_a_chunk_gone_or_rewritten_on_the_cluster_truncates_the_hit(
 
 def test_the_cluster_store_reads_into_spans(redis_cluster_empty: RedisCluster) -> None:  # noqa: F811
     """The store's own calls on a cluster, keys of many slots in one call: values placed in
-    their spans, a missing or resized value reported and never placed, deletes and scans
-    reaching every master."""
+    their spans, a missing or resized value reported and never placed, scans reaching every
+    master."""
     cluster = redis_cluster_empty
     s = RedisStore(cluster.url, timeout=5.0, max_connections=4, cluster=True)
     try:
@@ -91,7 +91,6 @@ def test_the_cluster_store_reads_into_spans(redis_cluster_empty: RedisCluster) -
             by_slot[s.client.keyslot(n)].append(n)
         assert len(by_slot) > 1
         assert sorted(s.scan("t:*")) == sorted(names_)
-        assert s.get("t:3") == values[3] and s.get("t:gone") is None
         assert s.mget(["t:0", "t:gone"]) == [values[0], None]
         spans, lo = [], 0
         for v in values:
@@ -103,7 +102,5 @@ def test_the_cluster_store_reads_into_spans(redis_cluster_empty: RedisCluster) -
         )
         assert got == [*map(len, values), MISSING, 2]
         assert bytes(buf[:lo]) == b"".join(values) and buf[lo:] == b"\xee" * 4
-        s.delete(names_)
-        assert list(s.scan("t:*")) == []
     finally:
         s.close()

@@ -32,9 +32,6 @@ _KEY = b"kvstate-api-remote-args-key-0123"  # 32 bytes: a good fleet key
 class _Store:
     """A ``ChunkStore`` by shape (never connected to)."""
 
-    def get(self, name: str) -> bytes | None:
-        return None
-
     def mget(self, names: Any) -> list[bytes | None]:
         return [None for _ in names]
 
