@@ -1,7 +1,8 @@
 """The store interface a remote tier keeps its entries in, and its Redis implementation.
 
-Small on purpose (get, pipelined multi-get, pipelined put, delete, scan by pattern), so that an
-object store can follow; a store may also read values straight into a caller's buffer
+Small on purpose (pipelined multi-get, pipelined put, scan by pattern, close), so that an object
+store can follow; no delete, because the remote tier never deletes a shared entry (the server's
+TTL and eviction do); a store may also read values straight into a caller's buffer
 (:meth:`RedisStore.read_into`: what a load uses where the store has it).  A store trusts nothing and promises nothing: a value may vanish (another
 node's ``DEL``, ``maxmemory`` eviction, a TTL, a restart without persistence) or change (another
 writer) between any two calls; :mod:`kvstate.impl.remote` authenticates everything it reads.
@@ -30,13 +31,9 @@ _LINE_MAX = 64  # a reply's header line (``$<length>``, an error's text is cut a
 
 
 class ChunkStore(Protocol):
-    def get(self, name: str) -> bytes | None: ...
-
     def mget(self, names: Sequence[str]) -> list[bytes | None]: ...
 
     def put(self, items: Sequence[tuple[str, Any]], ttl: int | None) -> None: ...
-
-    def delete(self, names: Sequence[str]) -> None: ...
 
     def scan(self, pattern: str) -> Iterator[str]: ...
 
@@ -147,19 +144,6 @@ class RedisStore:
         err.__cause__ = exc
         return err
 
-    def ping(self) -> None:
-        try:
-            self.client.ping()
-        except self._errors as exc:
-            raise self._fail("ping", exc) from exc
-
-    def get(self, name: str) -> bytes | None:
-        try:
-            v = self.client.get(name)
-        except self._errors as exc:
-            raise self._fail("GET", exc) from exc
-        return None if v is None else bytes(v)
-
     def mget(self, names: Sequence[str]) -> list[bytes | None]:
         if not names:
             return []
@@ -252,17 +236,6 @@ class RedisStore:
             pipe.execute()
         except self._errors as exc:
             raise self._fail("SET", exc) from exc
-
-    def delete(self, names: Sequence[str]) -> None:
-        if not names:
-            return
-        try:
-            pipe = self.client.pipeline(transaction=False)
-            for name in names:
-                pipe.delete(name)
-            pipe.execute()
-        except self._errors as exc:
-            raise self._fail("DEL", exc) from exc
 
     def scan(self, pattern: str) -> Iterator[str]:
         try:

@@ -36,6 +36,7 @@ BLOCKS = 4
 
 def config(server: RedisServer, pkg: Any = kvstate.impl, **kw: Any) -> RemoteConfig:
     fields = {"url": server.url, "key": KEY, "model": "m", "namespace": "n", **kw}
+    fields.setdefault("cluster", getattr(server, "cluster", False))  # (redis_cluster.py's)
     return pkg.RemoteConfig(**fields)  # type: ignore[no-any-return]
 
 

@@ -100,18 +100,12 @@ class MgetOnly:
         self.inner = inner
         self.mgets = 0
 
-    def get(self, name: str) -> bytes | None:
-        return self.inner.get(name)
-
     def mget(self, names: Sequence[str]) -> list[bytes | None]:
         self.mgets += 1
         return self.inner.mget(names)
 
     def put(self, items: Sequence[tuple[str, Any]], ttl: int | None) -> None:
         self.inner.put(items, ttl)
-
-    def delete(self, names: Sequence[str]) -> None:
-        self.inner.delete(names)
 
     def scan(self, pattern: str) -> Any:
         return self.inner.scan(pattern)

@@ -67,6 +67,7 @@ class World:
     node: Any = None  # node B's process (kvstate/targets/api/twonode.py), once started
     node_env: Mapping[str, str] | None = None  # its environment and folder (None: this one's)
     node_cwd: str | None = None
+    cluster: bool = False  # the URL names a Redis Cluster node (the caches get cluster=True)
 
     def start_node(self) -> None:
         """Node B's process (kvstate/targets/api/twonode.py), started now: it imports the cache
@@ -76,8 +77,14 @@ class World:
         self.node = NodeB(self.node_env, self.node_cwd)
 
     def admin(self) -> Any:
+        """A client of the server's own commands; of a cluster, one whose server-wide faults
+        (``CONFIG SET``, ``CLIENT KILL``) reach every master (:mod:`kvstate.testing.rediscluster`)."""
         import redis
 
+        if self.cluster:
+            from kvstate.testing.rediscluster import ClusterAdmin
+
+            return ClusterAdmin(self.url)
         return redis.Redis.from_url(self.url, socket_timeout=30)
 
 
@@ -105,6 +112,10 @@ def remote_world(
     world = World(url or server.url, server, stalls=server is not None)
     world.nodes, world.node_env, world.node_cwd = nodes, node_env, node_cwd
     world.admin().ping()
+    if url is not None:  # (a server the run starts is one server)
+        from kvstate.testing.rediscluster import is_cluster
+
+        world.cluster = is_cluster(url)
     world.start_node()
     WORLD = world
     try:
@@ -125,7 +136,9 @@ def cache_kwargs() -> dict[str, Any]:
     from kvstate.impl.remote import RemoteConfig
 
     prefix = f"kvf:{os.getpid()}:{next(_EXAMPLES)}:"
-    cfg = RemoteConfig(url=WORLD.url, key=FLEET_KEY, model="kvstate-api", prefix=prefix)
+    cfg = RemoteConfig(
+        url=WORLD.url, key=FLEET_KEY, model="kvstate-api", prefix=prefix, cluster=WORLD.cluster
+    )
     return {"remote": cfg}
 
 

@@ -32,9 +32,6 @@ _KEY = b"kvstate-api-remote-args-key-0123"  # 32 bytes: a good fleet key
 class _Store:
     """A ``ChunkStore`` by shape (never connected to)."""
 
-    def get(self, name: str) -> bytes | None:
-        return None
-
     def mget(self, names: Any) -> list[bytes | None]:
         return [None for _ in names]
 
@@ -112,7 +109,7 @@ def do_peer_store(h: Any, o: Any) -> int | None:
 
     if remote_of(h) is None or WORLD is None:
         return None
-    store = RedisStore(WORLD.url, timeout=30.0, max_connections=4)
+    store = RedisStore(WORLD.url, timeout=30.0, max_connections=4, cluster=WORLD.cluster)
     try:
         peer(h, 0, url=None, store=store)
     finally:
