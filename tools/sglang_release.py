@@ -23,6 +23,7 @@ imports but no configuration could be built on it (the report names each one's e
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import re
 import subprocess
@@ -86,6 +87,8 @@ def main() -> int:
     path = [release]
     if "xgrammar" in pinned:
         path.append(dep(root, f"xgrammar=={pinned['xgrammar']}"))
+    if importlib.util.find_spec("einops") is None:  # the Mamba stacks' decode imports it
+        path.append(dep(root, "einops"))
     env = dict(os.environ, TORCH_EXTENSIONS_DIR=str(release / ".torch_extensions"))
     env["PYTHONPATH"] = os.pathsep.join(map(str, path))
     probe = imports(env, root)

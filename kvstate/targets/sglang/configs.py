@@ -226,6 +226,10 @@ if not torch.cuda.is_available():
 
 
 def make_stack():
+    # conservation counts the requests' own Mamba slots by the scheduler's own term (its
+    # SchedulerInvariantChecker's, 0.5.22 on): a release without it is not driven here
+    from sglang.srt.managers.scheduler_components.pool_stats_observer import kv_mamba_slots
+    del kv_mamba_slots
     args = server_args()
     # a dummy model has no HF config to read mamba_chunk_size from: preset, as SGLang's own
     # unified-radix-cache fixtures do
