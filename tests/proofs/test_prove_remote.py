@@ -36,7 +36,7 @@ def test_the_remote_table_proves_inductively() -> None:
 def test_dropping_a_remote_load_check_is_refuted(
     action: str, conjunct: str, invariant: str, via: tuple[str, ...]
 ) -> None:
-    """The unchecked action's own obligation is refuted by a trace that ends in it; where the
+    """The unchecked action's own obligation is refuted by a trace through it; where the
     store must have changed under the cache, one of its environment actions comes first.  Which
     one Z3 picks (an overwrite, or a delete followed by another writer's store) depends on the
     solver's model, so any will do.  Other actions' obligations may be refuted too (a state the
@@ -57,6 +57,9 @@ def test_dropping_a_remote_load_check_is_refuted(
     trace = traced[0].trace
     assert trace.replayed and trace.start is None  # reachable: from Init, replayed concretely
     actions = trace.actions()
-    assert actions[-1] == action, actions
+    # the unchecked action is in the trace; the search may carry the broken state on a few
+    # steps after it (a loaded run once ended the replay with an ``admit``)
+    assert action in actions, actions
+    last = len(actions) - 1 - actions[::-1].index(action)
     if via:
-        assert any(a in actions[:-1] for a in via), actions
+        assert any(a in actions[:last] for a in via), actions
