@@ -106,3 +106,23 @@ class CallCheck:
 
     def restart(self, h: Any) -> None:
         pass
+
+
+def first_in_example(h: Any) -> bool:
+    """Whether the operation being applied is its example's first (after ``pools``): only
+    then may it start the example over on another table (a running cache keeps its own)."""
+    if any(s.name != "pools" for s in h.steps[:-1]):
+        h.call_override = "read"
+        return False
+    return True
+
+
+def renew_on(h: Any, other: Any, what: str) -> None:
+    """Start the example over on ``other``, a table derived from the harness's: the cache and
+    the harness's own state anew (its operation log, coverage, threads and cache arguments
+    kept); :class:`kvstate.targets.api.geometry.NewModel` then takes the new table's model."""
+    steps, cov, threads, kw = h.steps, h.cov, h.threads, dict(h.cache_kwargs)
+    h.close()
+    h.renew(other, threads=threads, coverage=cov, cache_kwargs=kw)
+    h.steps = steps
+    h.cov.add(what)

@@ -28,12 +28,10 @@ def make_checks(h: Any) -> list[CallCheck]:
     from kvstate.targets.api.graphs import GraphProtocol
     from kvstate.targets.api.handed import HandRows
     from kvstate.targets.api.handout import Events, GraphRows
-    from kvstate.targets.api.interpreted import InterpretedModel
     from kvstate.targets.api.jobfaults import UnverifiedTail
     from kvstate.targets.api.lrureads import RecencyReads
     from kvstate.targets.api.memo import WindowPolicy
     from kvstate.targets.api.orders import OrderHook
-    from kvstate.targets.api.pincap import CappedModel
     from kvstate.targets.api.prefixreads import PrefixReads
     from kvstate.targets.api.queued import QueuedLoads
     from kvstate.targets.api.readers import AdmissionReaders
@@ -51,8 +49,6 @@ def make_checks(h: Any) -> list[CallCheck]:
 
     return [
         NewModel(),  # first: the others see the derived table's model
-        CappedModel(),  # (likewise)
-        InterpretedModel(),  # (likewise)
         OrderHook(h),
         GraphRows(),
         Events(h),

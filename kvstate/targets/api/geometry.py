@@ -20,7 +20,7 @@ from typing import Any
 from kvstate.spec.geometry import Geometry, small
 from kvstate.spec.state import ConcreteState
 from kvstate.spec.table import Table
-from kvstate.targets.api.base import CallCheck
+from kvstate.targets.api.base import CallCheck, first_in_example, renew_on
 from kvstate.targets.api.declare import OpDecl
 
 Step = tuple[str, dict[str, int]]
@@ -49,31 +49,27 @@ def derived(table: Table) -> Table | None:
 
 
 def do_geometry(h: Any, o: Any) -> int | None:
-    if any(s.name != "pools" for s in h.steps[:-1]):  # a running cache keeps its geometry
-        h.call_override = "read"
+    if not first_in_example(h):  # a running cache keeps its geometry
         return None
     other = derived(h.table) if o.arg("k") else None
     if other is None:
         return None
-    steps, cov, threads, kw = h.steps, h.cov, h.threads, dict(h.cache_kwargs)
-    h.close()
     L0 = h.L
-    # the harness's own state anew (a subclass's, a test's log of the operations, is kept)
-    h.renew(other, threads=threads, coverage=cov, cache_kwargs=kw)
-    h.steps = steps
+    renew_on(h, other, "check: examples on another geometry")
     h.scale = max(1, h.L // L0)  # requests and appends drawn for L0-token blocks, scaled
-    h.cov.add("check: examples on another geometry")
     return None
 
 
 class NewModel(CallCheck):
-    """After ``geometry``: the example's model is the derived table's initial state (the call
-    was explained from the old table's, which is the same value on the same chain)."""
+    """After an operation that started the example over on a derived table (``renew_on``:
+    ``geometry``, ``pincap``, ``interpreted``): the example's model is that table's initial
+    state (the call was explained from the old table's, which is the same value on the same
+    chain)."""
 
     def after(
         self, h: Any, o: Any, before: ConcreteState, steps: Sequence[Step], end: ConcreteState
     ) -> None:
-        if o.name == "geometry" and h.model is not None and h.model.k is not h.machine.k:
+        if h.model is not None and h.model.k is not h.machine.k:
             h.model = h.machine.init()
 
 

@@ -17,14 +17,13 @@ the harness compares the fallbacks with the model.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import z3
 
-from kvstate.spec.state import ConcreteState
 from kvstate.spec.table import Table
-from kvstate.targets.api.base import CallCheck, op
+from kvstate.targets.api.base import first_in_example, op, renew_on
 from kvstate.targets.api.declare import OpDecl
 
 Step = tuple[str, dict[str, int]]
@@ -61,26 +60,10 @@ def interpreted(table: Table) -> Table:
 
 
 def do_interpreted(h: Any, o: Any) -> int | None:
-    if any(s.name != "pools" for s in h.steps[:-1]):  # a running cache keeps its table
-        h.call_override = "read"
+    if not first_in_example(h):  # a running cache keeps its table
         return None
-    other = interpreted(h.table)
-    steps, cov, threads, kw = h.steps, h.cov, h.threads, dict(h.cache_kwargs)
-    h.close()
-    h.renew(other, threads=threads, coverage=cov, cache_kwargs=kw)
-    h.steps = steps
-    h.cov.add("check: examples whose guards stay interpreted")
+    renew_on(h, interpreted(h.table), "check: examples whose guards stay interpreted")
     return None
-
-
-class InterpretedModel(CallCheck):
-    """After ``interpreted``: the example's model is the derived table's initial state."""
-
-    def after(
-        self, h: Any, o: Any, before: ConcreteState, steps: Sequence[Step], end: ConcreteState
-    ) -> None:
-        if o.name == "interpreted" and h.model is not None and h.model.k is not h.machine.k:
-            h.model = h.machine.init()
 
 
 def walks(N: int, L: int, lease_max: int) -> dict[str, list[Any]]:

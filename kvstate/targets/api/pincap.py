@@ -16,13 +16,11 @@ conjunct; nothing is restated.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from kvstate.spec.state import ConcreteState
 from kvstate.spec.table import Table
-from kvstate.targets.api.base import CallCheck, op
+from kvstate.targets.api.base import first_in_example, op, renew_on
 from kvstate.targets.api.declare import OpDecl
 
 Step = tuple[str, dict[str, int]]
@@ -42,26 +40,10 @@ def capped(table: Table, blocks: int) -> Table:
 
 
 def do_pincap(h: Any, o: Any) -> int | None:
-    if any(s.name != "pools" for s in h.steps[:-1]):  # a running cache keeps its geometry
-        h.call_override = "read"
+    if not first_in_example(h):  # a running cache keeps its table
         return None
-    other = capped(h.table, max(1, h.N - 1))
-    steps, cov, threads, kw = h.steps, h.cov, h.threads, dict(h.cache_kwargs)
-    h.close()
-    h.renew(other, threads=threads, coverage=cov, cache_kwargs=kw)
-    h.steps = steps
-    h.cov.add("check: examples at a small admission cap")
+    renew_on(h, capped(h.table, max(1, h.N - 1)), "check: examples at a small admission cap")
     return None
-
-
-class CappedModel(CallCheck):
-    """After ``pincap``: the example's model is the derived table's initial state."""
-
-    def after(
-        self, h: Any, o: Any, before: ConcreteState, steps: Sequence[Step], end: ConcreteState
-    ) -> None:
-        if o.name == "pincap" and h.model is not None and h.model.k is not h.machine.k:
-            h.model = h.machine.init()
 
 
 def walks(N: int, L: int, lease_max: int) -> dict[str, list[Any]]:
