@@ -167,6 +167,9 @@ def raw_direct_read(files: list[Path]) -> float | None:
     return time.perf_counter() - t0
 
 
+ENTRY_PER_BLOCK = 1.54 * 2**20  # disk bytes a stored block takes (6.15 GiB for 4,096 at 1M)
+
+
 class Prefix:
     """One cache and one prefix of ``n`` tokens, moved between disk and device.
 
@@ -181,6 +184,9 @@ class Prefix:
     cache is closed and dropped (its mappings unmapped) before the timed cache opens; that
     cache adopts the entries by their MACs under the directory's key, as any restart does, and
     its recoveries touch no file-backed tier page."""
+
+    two_caches_from = 1 << 62  # a length from which the two-cache way is taken whatever the RAM
+    entries_on_disk = True  # (the remote bench's entries live in its server)
 
     def __init__(self, n: int, root: Path, shm: str | None, keep: Path | None = None) -> None:
         self.n = n
@@ -205,7 +211,9 @@ class Prefix:
         # a kept folder that holds the prefix already: no build, the timed cache opens over it
         self.reused = keep is not None and sum(1 for f in keep.glob("*" + D.SUFFIX)) >= self.nb
         self.restart = shm is not None and (
-            d + h > _available_ram() // 2 or os.environ.get("KVSTATE_BENCH_RESTART") == "1"
+            d + h > _available_ram() // 2
+            or os.environ.get("KVSTATE_BENCH_RESTART") == "1"
+            or n >= self.two_caches_from
         )  # (the variable forces the two-cache way at any length, to try it on a short one)
         self.shm = shm
         self.mapped_on = shm or "the temporary folder"
@@ -213,7 +221,7 @@ class Prefix:
         if self.restart and not self.reused:
             ppl = g.lcm_tokens // g.swa_block_tokens
             swa = len(g.layers) * (1 + dev * ppl) * g.swa_block_tokens * g.entry_bytes
-            touched = d // dev * self.nb - len(g.layers) * g.lcm_tokens * g.entry_bytes * self.nb
+            touched = d // dev * self.nb  # (each stored block's device slot)
             if _available_ram() < touched + 6 * 2**30:  # never risk an OOM of a shared machine
                 raise MemoryError(
                     f"{touched / 2**30:.1f} GiB of tier pages will be touched on {shm}, and only "
@@ -222,6 +230,23 @@ class Prefix:
             self.mapped_on = (
                 f"{shm} (the build cache's SWA device tensor, {swa / 2**30:.1f} GiB nominal, "
                 f"in {root}; the timed cache opened afresh over the disk folder)"
+            )
+        # what the run needs, said before it starts: the tier pages in RAM (sparse mappings;
+        # one cache: at most its nominal tiers, chosen only where they fit half the RAM) and
+        # the entries on the disk tier's file system
+        ram = d // dev * self.nb if self.restart else d + h
+        on_disk = 0 if self.reused or not self.entries_on_disk else ENTRY_PER_BLOCK * self.nb
+        free = shutil.disk_usage(root).free
+        print(
+            f"  [{B.fmt_length(n)}: about {ram / 2**30:.1f} GiB of tier pages "
+            f"({'two caches' if self.restart else 'one cache'}), {_available_ram() / 2**30:.1f} "
+            f"GiB available; about {on_disk / 2**30:.1f} GiB written in {root}, "
+            f"{free / 2**30:.1f} GiB free there]",
+            flush=True,
+        )
+        if free < on_disk + 2**30:
+            raise OSError(
+                f"{root} has {free / 2**30:.1f} GiB free, {on_disk / 2**30 + 1:.1f} wanted: --dir"
             )
         if self.reused:
             self.mapped_on = f"{shm} (the prefix's files kept from an earlier run, adopted)"

@@ -34,12 +34,13 @@ shared machine a recovery that needs more CPU than it gets is CPU-bound, whateve
 
 The prefix is built through the public API by :class:`disk_recovery.Prefix` (the disk bench's
 decode, offload and spill loop) on a cache whose offloaded blocks live in the server (at 1M in
-a build cache of few device slots: :class:`RemotePrefix`).  At 1M the server holds about
-8.9 GiB (3,668 of the 4,096 entries fitted under ``--maxmemory 8gb``), and, while it fills, the
-build cache touches 8.3 GiB of tier mappings (one build was stopped 3.7 min in, the server at
-7.7 GB, with 3.3 GiB of the machine left); the timed cache then touches about 6.5 GiB.  The
-bench refuses to start without the server's cap, 1.3x the timed cache's tier pages and 2 GiB
-available.
+a build cache of few device slots: :class:`RemotePrefix`).  The server holds 2.22 MiB a block
+(0.55 GiB at 64K, measured; about 8.9 GiB at 1M), the caches touch about 8.1 GiB of tier
+mappings at 1M.  Before each length the bench says what it needs (:func:`memory_needs`) and
+refuses to start where ``--maxmemory`` cannot hold the prefix (an ``allkeys-random`` eviction
+of one chunk fails the recovery), or without 1.2x the prefix, 1.3x the tier pages and 2 GiB of
+RAM available, or 1.3x the pages free on /dev/shm.  After each recovery the copy it read is
+deleted before the prefix is stored again, so the server holds one copy, never two.
 
 Stall: a small-geometry cache on the same server starts a remote load; ``DEBUG SLEEP 5``
 stalls the server; meanwhile requests that do not need the server (new prompts computed from
@@ -50,9 +51,13 @@ the unstalled one (goal: under 100 ms).
 
     .venv/bin/python bench/remote_recovery.py [--lengths 64K 1M] [--repeats 3] [--remote URL]
 
-Without ``--remote`` a ``redis-server`` is started on a Unix socket in a temporary directory
-(``--maxmemory``, default 12gb, no persistence).  ``--remote URL`` uses that server (its
-``DEBUG`` command must be enabled for the stall).
+Without ``--remote`` a ``redis-server`` (``--redis-server PATH``, default the one on ``PATH``)
+is started on a Unix socket in a temporary directory made in ``--server-dir`` (default the
+system's temporary folder; ``--maxmemory``, default 12gb, no persistence).  ``--remote URL``
+uses that server (its ``DEBUG`` command must be enabled for the stall).  At 1M, on a machine
+with about 24 GiB of RAM to spare::
+
+    .venv/bin/python bench/remote_recovery.py --lengths 64K 1M --repeats 5 --stall 0
 """
 
 from __future__ import annotations
@@ -62,6 +67,7 @@ import os
 os.environ.setdefault("KVSTATE_KERNEL_BACKEND", "torch")
 
 import argparse  # noqa: E402
+import shutil  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import threading  # noqa: E402
@@ -95,20 +101,15 @@ class RemotePrefix(DR.Prefix):
     url = ""
     built = False
     server_bytes = 0  # the bench's own server's maxmemory (0: a server elsewhere)
+    two_caches_from = 1 << 20  # (the disk bench's class attribute: build in a small cache)
+    entries_on_disk = False
 
     def __init__(self, n: int, root: Path, shm: str | None) -> None:
+        need = memory_needs(n, self.server_bytes)
+        print(f"  [{B.fmt_length(n)}: {need.text}]", flush=True)
+        if need.short:
+            raise MemoryError(f"{B.fmt_length(n)}: {need.short}")
         super().__init__(n, root, shm)
-        if self.restart:  # the server may fill up to its cap beside the tier pages
-            g, dev = self.g, self.g.device_blocks
-            d, _ = DR.planned_bytes(g, dev, DR.CHUNK_BLOCKS)
-            touched = d // dev * self.nb - len(g.layers) * g.lcm_tokens * g.entry_bytes * self.nb
-            if DR._available_ram() < self.server_bytes + 1.3 * touched + 2 * 2**30:
-                self.close()
-                raise MemoryError(
-                    f"{touched / 2**30:.1f} GiB of tier pages beside a server of up to "
-                    f"{self.server_bytes / 2**30:.1f} GiB, and only "
-                    f"{DR._available_ram() / 2**30:.1f} GiB are available"
-                )
 
     def reopen(self) -> None:
         self.built = True
@@ -157,8 +158,83 @@ class RemotePrefix(DR.Prefix):
     def names(self) -> list[str]:
         return [n for b in self.blocks() for n in b]
 
+    def stored(self) -> list[str]:
+        """Every chunk and window key of the prefix's entries: once a recovery has read them
+        (a load forgets the remote copy locally, :meth:`push_back` stores a new one under new
+        names), deleted, so that the server holds one copy of the prefix, never two (at 1M a
+        second copy overflows the cap, and the server evicts chunks of the current one)."""
+        view = self.cache.inspect()
+        out = []
+        for rid in view.resolve(self.cache.chain(self.tokens[: self.n])):
+            e = view.disk_entries.get(rid)
+            if e is not None:
+                out += [view.disk.chunk_name(e, k) for k in range(len(e.chunks))]
+                if e.swa_section is not None:
+                    out.append(view.disk.chunk_name(e, -1))
+        return out
+
+    def recycle(self, client: Any, old: list[str]) -> None:
+        """Store the prefix again, after deleting the copy a recovery read (``old``)."""
+        for i in range(0, len(old), 1000):
+            client.delete(*old[i : i + 1000])
+        self.push_back()
+
     def push_back(self) -> None:
         self._to_disk(self.nb)
+
+
+SERVER_PER_BLOCK = 2.23 * 2**20  # server memory a stored block takes (8.9 GiB for 4,096 at 1M)
+
+
+class Needs:
+    """What one length needs of the machine, said before anything starts: the server's memory
+    for the prefix (its cap must hold it: an ``allkeys-random`` eviction of one chunk fails
+    the recovery), the tier pages the caches touch (sparse mappings on /dev/shm), and 2 GiB to
+    spare; ``short`` says what is missing (empty: nothing)."""
+
+    def __init__(self, text: str, short: str) -> None:
+        self.text, self.short = text, short
+
+
+def memory_needs(n: int, server_cap: int) -> Needs:
+    from kvstate.spec.geometry import deepseek_v4_flash
+
+    nb = n // 256
+    g = deepseek_v4_flash()
+    dev = nb + B.MARGIN_BLOCKS
+    g = g.with_changes(
+        device_blocks=dev,
+        host_blocks=DR.CHUNK_BLOCKS,
+        disk_blocks=nb + 16,
+        pin_cap_blocks=dev,
+        max_requests=4,
+    )  # (the geometry of the disk bench's Prefix)
+    d, _ = DR.planned_bytes(g, dev, DR.CHUNK_BLOCKS)
+    pages = d // dev * nb  # (each stored block's device slot: 8.1 GiB at 1M, 8.3 measured)
+    server = SERVER_PER_BLOCK * nb
+    avail = DR._available_ram()
+    shm = shutil.disk_usage("/dev/shm").free if os.path.isdir("/dev/shm") else avail
+    held = min(server_cap, 1.2 * server) if server_cap else 0.0  # (one copy: see recycle)
+    want = held + 1.3 * pages + 2 * 2**30
+    text = (
+        f"the server holds about {server / 2**30:.1f} GiB for the prefix (cap "
+        + (f"{server_cap / 2**30:.1f} GiB" if server_cap else "its own: --remote")
+        + f"); the caches touch about {pages / 2**30:.1f} GiB of tier pages on /dev/shm "
+        f"({shm / 2**30:.0f} GiB free there); 1.2x the prefix in the server, 1.3x the pages "
+        f"and 2 GiB to spare: {want / 2**30:.1f} GiB of RAM wanted, {avail / 2**30:.1f} GiB "
+        "available"
+    )
+    short = []
+    if server_cap and server_cap < 1.1 * server:
+        short.append(
+            f"--maxmemory {server_cap / 2**30:.1f} GiB cannot hold the prefix "
+            f"(about {server / 2**30:.1f} GiB): raise it to {1.2 * server / 2**30:.0f}gb"
+        )
+    if avail < want:
+        short.append(f"{want / 2**30:.1f} GiB of RAM wanted, {avail / 2**30:.1f} available")
+    if shm < 1.3 * pages:
+        short.append(f"/dev/shm has {shm / 2**30:.1f} GiB free, {1.3 * pages / 2**30:.1f} wanted")
+    return Needs(text, "; ".join(short))
 
 
 def raw_get(client: Any, names: list[str], batch: int) -> tuple[float, int]:
@@ -328,13 +404,22 @@ def bench_recovery(n: int, url: str, args: argparse.Namespace, client: Any) -> N
         nbytes = 0
         cpu_raw: list[float] = []
         cpu_ours: list[float] = []
+        used = int(client.info("memory")["used_memory"])
+        print(
+            f"  [{B.fmt_length(n)}: the server holds {used / 2**30:.2f} GiB with the prefix "
+            f"({used / p.nb / 2**20:.2f} MiB a block; the memory check assumed "
+            f"{SERVER_PER_BLOCK / 2**20:.2f})]",
+            flush=True,
+        )
         for _ in range(args.warmup):  # (untimed: faults in the tier pages the prefix lands in)
+            old = p.stored()
             recover(p, {})
-            p.push_back()
+            p.recycle(client, old)
             names = p.names()
         store_s: list[float] = []
         to_store: list[float] = []  # kvstate's rate over the store read's, paired
         for _ in range(args.repeats):
+            old = p.stored()
             sizes = {n: int(client.strlen(n)) for n in names}
             store_s.append(store_read(p.url, p.blocks(), sizes, p.g.io_cap))
             c0 = os.times()
@@ -352,7 +437,7 @@ def bench_recovery(n: int, url: str, args: argparse.Namespace, client: Any) -> N
             ours.append(nbytes / dt / GB)
             ratio.append(dt_raw / dt)
             to_store.append(store_s[-1] / dt)
-            p.push_back()
+            p.recycle(client, old)
             names = p.names()
         print(
             f"| {B.fmt_length(n)} | {nbytes / 2**30:.2f} GiB | {mmm(raw)} | "
@@ -508,8 +593,17 @@ def main() -> int:
         "the tier tensors, sparse mappings here, that the prefix lands in)",
     )
     ap.add_argument("--remote", default=None, metavar="URL", help="an existing server")
-    ap.add_argument("--maxmemory", default="12gb")
-    ap.add_argument("--dir", default="/tmp")
+    ap.add_argument("--maxmemory", default="12gb", help="the bench's own server's cap")
+    ap.add_argument(
+        "--redis-server", default=None, metavar="PATH", help="the redis-server binary to start"
+    )
+    ap.add_argument(
+        "--server-dir",
+        default=None,
+        metavar="DIR",
+        help="where the bench's own server's directory (socket, working directory) is made",
+    )
+    ap.add_argument("--dir", default="/tmp", help="where the build's temporary files go")
     ap.add_argument("--stall", type=float, default=5.0, help="DEBUG SLEEP seconds (0: skip)")
     ap.add_argument("--skip-recovery", action="store_true")
     ap.add_argument(
@@ -526,7 +620,11 @@ def main() -> int:
 
     from kvstate.testing.redisserver import RedisServer
 
-    server = None if args.remote else RedisServer(maxmemory=args.maxmemory)
+    server = (
+        None
+        if args.remote
+        else RedisServer(maxmemory=args.maxmemory, exe=args.redis_server, root=args.server_dir)
+    )
     if server is not None:
         units = {"kb": 2**10, "mb": 2**20, "gb": 2**30}
         m = args.maxmemory.lower()

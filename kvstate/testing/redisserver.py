@@ -23,8 +23,13 @@ class ServerMissing(RuntimeError):
     """``redis-server`` is not installed (``apt-get install -y redis-server``)."""
 
 
-def executable() -> str:
-    """The ``redis-server`` binary; raises :class:`ServerMissing` when there is none."""
+def executable(path: str | None = None) -> str:
+    """The ``redis-server`` binary (``path``, else the one on ``PATH``); raises
+    :class:`ServerMissing` when there is none."""
+    if path is not None:
+        if not os.access(path, os.X_OK):
+            raise ServerMissing(f"{path} is not an executable redis-server")
+        return path
     exe = shutil.which("redis-server")
     if exe is None and os.path.exists("/usr/bin/redis-server"):
         exe = "/usr/bin/redis-server"
@@ -37,9 +42,15 @@ class RedisServer:
     """One server process; :meth:`restart` starts a fresh one on the same socket (no
     persistence: every key is gone)."""
 
-    def __init__(self, maxmemory: str = "256mb") -> None:
-        self.exe = executable()
-        self.dir = Path(tempfile.mkdtemp(prefix="kvr-"))  # short: a socket path is <= 107 bytes
+    def __init__(
+        self, maxmemory: str = "256mb", *, exe: str | None = None, root: str | None = None
+    ) -> None:
+        """``exe``: the binary (default: ``redis-server`` on ``PATH``); ``root``: the folder
+        its temporary directory (socket, working directory) is made in (default: the
+        system's temporary folder)."""
+        self.exe = executable(exe)
+        # short: a socket path is <= 107 bytes
+        self.dir = Path(tempfile.mkdtemp(prefix="kvr-", dir=root))
         self.socket = self.dir / "redis.sock"
         self.maxmemory = maxmemory
         self.proc: subprocess.Popen[bytes] | None = None
