@@ -46,6 +46,7 @@ from kvstate.targets.api import (
     slotsfull,
     stepwise,
     stored,
+    storerun,
     swaout,
     twonode,
     unlinks,
@@ -90,6 +91,7 @@ MODULES = (
     slotsfull,
     notinuse,
     slotforms,
+    storerun,
 )
 
 DECLARED: tuple[OpDecl, ...] = tuple(d for m in MODULES for d in m.DECLS)
