@@ -50,6 +50,7 @@ from kvstate.targets.api import (
     swaout,
     twonode,
     unlinks,
+    viewcontract,
     writerfails,
 )
 from kvstate.targets.api.declare import OpDecl, fault_kinds, fault_ops, handlers, mapping
@@ -92,6 +93,7 @@ MODULES = (
     notinuse,
     slotforms,
     storerun,
+    viewcontract,
 )
 
 DECLARED: tuple[OpDecl, ...] = tuple(d for m in MODULES for d in m.DECLS)
