@@ -50,6 +50,7 @@ from kvstate.targets.api import (
     swaout,
     twonode,
     unlinks,
+    unservable,
     viewcontract,
     writerfails,
 )
@@ -94,6 +95,7 @@ MODULES = (
     slotforms,
     storerun,
     viewcontract,
+    unservable,
 )
 
 DECLARED: tuple[OpDecl, ...] = tuple(d for m in MODULES for d in m.DECLS)

@@ -35,6 +35,7 @@ from kvstate.targets.api.stored import FORGERIES, REFUSALS
 from kvstate.targets.api.storerun import walks as storerun_walks
 from kvstate.targets.api.swaout import walks as swaout_walks
 from kvstate.targets.api.unlinks import walks as unlink_walks
+from kvstate.targets.api.unservable import walks as unservable_walks
 from kvstate.targets.api.viewcontract import walks as viewcontract_walks
 from kvstate.targets.api.writerfails import walks as writer_fails_walks
 
@@ -403,6 +404,7 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[TraceStep]]:
         **interpreted_walks(N, L, lease_max),  # kvstate/targets/api/interpreted.py
         **storerun_walks(N, L, lease_max),  # kvstate/targets/api/storerun.py
         **viewcontract_walks(N, L, lease_max),  # kvstate/targets/api/viewcontract.py
+        **unservable_walks(N, L, lease_max),  # kvstate/targets/api/unservable.py
         **swaout_walks(N, L, lease_max),  # kvstate/targets/api/swaout.py
         **directio_walks(N, L, lease_max, to_disk, hit),  # kvstate/targets/api/directio.py
         **unlink_walks(to_disk, hit),  # kvstate/targets/api/unlinks.py
