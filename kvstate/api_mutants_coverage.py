@@ -1,7 +1,8 @@
 """Planted bugs of the paths the coverage checks reach: a store refused partway
 (``kvstate/targets/api/storerun.py``), the inspection view's contract
-(``kvstate/targets/api/viewcontract.py``) and the tables ``impl/`` does not serve
-(``kvstate/targets/api/unservable.py``).
+(``kvstate/targets/api/viewcontract.py``), the tables ``impl/`` does not serve
+(``kvstate/targets/api/unservable.py``) and the test writer's memos
+(``kvstate/targets/api/rowmemo.py``).
 
 Each entry is ``(name, bug class, path, old text, new text)`` as
 :class:`kvstate.api_mutants.Mutant` takes them (``kvstate/api_planted.py`` imports this list).
@@ -55,5 +56,12 @@ PLANTED: tuple[tuple[str, str, str, str, str], ...] = (
         "impl/core.py",
         "        check_actions(table)  # (before the directory is opened: a refused table leaves nothing)\n",
         "",
+    ),
+    (
+        "row_memo_hands_out_its_own_rows",
+        "caches inside the implementation: a memoized answer handed out without a copy",
+        "impl/testdata.py",
+        "    return got.clone()\n",
+        "    return got\n",
     ),
 )

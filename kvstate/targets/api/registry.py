@@ -41,6 +41,7 @@ from kvstate.targets.api import (
     remote,
     remoteargs,
     remotefull,
+    rowmemo,
     single,
     slotforms,
     slotsfull,
@@ -96,6 +97,7 @@ MODULES = (
     storerun,
     viewcontract,
     unservable,
+    rowmemo,
 )
 
 DECLARED: tuple[OpDecl, ...] = tuple(d for m in MODULES for d in m.DECLS)

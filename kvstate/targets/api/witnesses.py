@@ -28,6 +28,7 @@ from kvstate.targets.api.records import walks as records_walks
 from kvstate.targets.api.refusedwrites import WAYS
 from kvstate.targets.api.registered import walks as registered_walks
 from kvstate.targets.api.registry import DECLARED
+from kvstate.targets.api.rowmemo import walks as rowmemo_walks
 from kvstate.targets.api.single import walks as single_walks
 from kvstate.targets.api.slotsfull import walks as slotsfull_walks
 from kvstate.targets.api.stepwise import READS
@@ -405,6 +406,7 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[TraceStep]]:
         **storerun_walks(N, L, lease_max),  # kvstate/targets/api/storerun.py
         **viewcontract_walks(N, L, lease_max),  # kvstate/targets/api/viewcontract.py
         **unservable_walks(N, L, lease_max),  # kvstate/targets/api/unservable.py
+        **rowmemo_walks(N, L, lease_max),  # kvstate/targets/api/rowmemo.py
         **swaout_walks(N, L, lease_max),  # kvstate/targets/api/swaout.py
         **directio_walks(N, L, lease_max, to_disk, hit),  # kvstate/targets/api/directio.py
         **unlink_walks(to_disk, hit),  # kvstate/targets/api/unlinks.py
