@@ -13,7 +13,7 @@ import torch
 
 from kvstate.harness.finding import Nonconformance
 from kvstate.spec import default_table
-from kvstate.targets.api import ApiHarness, Coverage, op, replay, witnesses
+from kvstate.targets.api import ApiHarness, Coverage, op, parse_ops, replay, witnesses
 
 TABLE = default_table()
 N = 4
@@ -82,3 +82,17 @@ def test_a_memo_that_answers_other_rows_is_a_finding(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(testdata, "expected_rows", wrong)
     found = _finding([op("row_memo", b=0)], lambda h: None)
     assert found is not None and "the memo's answer is not the computed one" in str(found), found
+
+
+def test_a_finish_short_of_pages_beside_windows_on_disk_is_not_a_finding() -> None:
+    """``FinishStores`` counts as room only the windows that hold device pages: the chain's
+    windows kept in its disk entries (which the table lets slide) free no page, so a finish
+    that stops where the SWA pages run out is not required to store more."""
+    trace = parse_ops(
+        "swa_scarce(k=1); request(i=0, n=65, life=1); admit(i=0); use(i=0); finish(i=0); "
+        "tick(t=4); offload(n=4); drain(); spill(n=4); offload(n=4); drain(); spill(n=4); "
+        "request(i=0, n=17, life=4); admit(i=0); drain(); use(i=0); "
+        "request(i=1, n=65, life=1); admit(i=1); drain(); use(i=1); read(i=1); "
+        "finish(i=1); finish(i=0)"
+    )
+    assert replay(TABLE, N, trace, coverage=Coverage()) is None
