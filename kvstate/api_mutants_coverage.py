@@ -1,8 +1,9 @@
 """Planted bugs of the paths the coverage checks reach: a store refused partway
 (``kvstate/targets/api/storerun.py``), the inspection view's contract
 (``kvstate/targets/api/viewcontract.py``), the tables ``impl/`` does not serve
-(``kvstate/targets/api/unservable.py``) and the test writer's memos
-(``kvstate/targets/api/rowmemo.py``).
+(``kvstate/targets/api/unservable.py``), the test writer's memos
+(``kvstate/targets/api/rowmemo.py``) and the pipelines' actions fired where the table refuses them
+(``kvstate/targets/api/refusedjobs.py``).
 
 Each entry is ``(name, bug class, path, old text, new text)`` as
 :class:`kvstate.api_mutants.Mutant` takes them (``kvstate/api_planted.py`` imports this list).
@@ -63,5 +64,13 @@ PLANTED: tuple[tuple[str, str, str, str, str], ...] = (
         "impl/testdata.py",
         "    return got.clone()\n",
         "    return got\n",
+    ),
+    (
+        "load_fail_by_name_unguarded",
+        "pipelines' actions by name: load_fail performed where the table refuses it",
+        "impl/recovery.py",
+        '            self.gate.check_block("load_fail", rid)\n'
+        '            self.fail_load(rid, self.load_job(rid), "load failed", corrupt=False)',
+        '            self.fail_load(rid, self.load_job(rid), "load failed", corrupt=False)',
     ),
 )

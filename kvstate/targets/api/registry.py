@@ -36,6 +36,7 @@ from kvstate.targets.api import (
     pincap,
     pools,
     prefix,
+    refusedjobs,
     refusedwrites,
     registered,
     remote,
@@ -98,6 +99,7 @@ MODULES = (
     viewcontract,
     unservable,
     rowmemo,
+    refusedjobs,
 )
 
 DECLARED: tuple[OpDecl, ...] = tuple(d for m in MODULES for d in m.DECLS)

@@ -25,6 +25,7 @@ from kvstate.targets.api.mixedload import walks as mixed_walks
 from kvstate.targets.api.notinuse import walks as notinuse_walks
 from kvstate.targets.api.pincap import walks as pincap_walks
 from kvstate.targets.api.records import walks as records_walks
+from kvstate.targets.api.refusedjobs import walks as refusedjobs_walks
 from kvstate.targets.api.refusedwrites import WAYS
 from kvstate.targets.api.registered import walks as registered_walks
 from kvstate.targets.api.registry import DECLARED
@@ -407,6 +408,7 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[TraceStep]]:
         **viewcontract_walks(N, L, lease_max),  # kvstate/targets/api/viewcontract.py
         **unservable_walks(N, L, lease_max),  # kvstate/targets/api/unservable.py
         **rowmemo_walks(N, L, lease_max),  # kvstate/targets/api/rowmemo.py
+        **refusedjobs_walks(N, L, lease_max),  # kvstate/targets/api/refusedjobs.py
         **swaout_walks(N, L, lease_max),  # kvstate/targets/api/swaout.py
         **directio_walks(N, L, lease_max, to_disk, hit),  # kvstate/targets/api/directio.py
         **unlink_walks(to_disk, hit),  # kvstate/targets/api/unlinks.py
