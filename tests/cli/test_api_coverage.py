@@ -1,6 +1,6 @@
 """The coverage classes of the API harness: each witness conforms and reaches its path
-(kvstate/targets/api/storerun.py, viewcontract.py, unservable.py, rowmemo.py), and the checks
-fail on a fault planted in the harness's view of the library; the planted bugs of
+(kvstate/targets/api/storerun.py, viewcontract.py, unservable.py, rowmemo.py, refusedjobs.py),
+and the checks fail on a fault planted in the harness's view of the library; the planted bugs of
 kvstate/api_mutants_coverage.py show each check failing on a bug in ``impl/``
 (``python -m kvstate.api_mutants -k NAME``, minutes: not run here)."""
 
@@ -28,6 +28,10 @@ L = TABLE.consts.L
         ("the inspection view's contract", "check: view device_block"),
         ("tables impl/ does not serve", "check: unservable table (a block variable added)"),
         ("the test writer's memos against fresh answers", "check: the test writer's memos"),
+        (
+            "the pipelines' actions by name where the table refuses them",
+            "check: act refused load_done",
+        ),
     ],
 )
 def test_coverage_witness_conforms_and_reaches_its_path(name: str, reached: str) -> None:
