@@ -421,7 +421,7 @@ class BlockStore:
                 cut = m.start[todo[at]] // self.L if end >= 0 else -1
                 self._store_allowed(head, fmt, ticks, self.policy_slid(head, cut))
             raise
-        except BaseException:
+        except BaseException:  # pragma: no cover: check_run raises Refused (else a bug)
             self._tombstone_free(todo)
             raise
         return self._store_allowed(todo, fmt, ticks, slid)

@@ -36,7 +36,7 @@ import torch
 from kvstate.spec.phases import CKV
 from kvstate.spec.table import Table
 
-from .actions import bind, block_actions
+from .actions import bind, block_actions, check_actions
 from .args import MAX_COUNT
 from .args import integer as _int
 from .blocks import BlockStore
@@ -151,6 +151,7 @@ class CacheCore:
         self.derive_index = writer is not None if derive_index is None else bool(derive_index)
         self.meta = BlockMeta(self.k.load_steps)
         self.meta.check_columns(table)
+        check_actions(table)  # (before the directory is opened: a refused table leaves nothing)
         graph_blocks = _graph_blocks(
             g, self.L, caps, self.device, _int("max_model_len", max_model_len, 1), memory_limit
         )

@@ -72,7 +72,7 @@ class DiskReads:
                 k = -1  # the window's section, read before load_done
             elif job.fault:
                 self.owner.load_progress(rid)  # fails the load (CorruptEntry)
-                return False
+                return False  # pragma: no cover: load_progress raises for an injected fault
             else:
                 k = self.meta.prog[rid]
                 if job.chunks is not None:

@@ -207,7 +207,9 @@ class GuardGate:
         bad = run(self.records, params, rids)
         if bad >= 0:
             self.check_block(action, rids[bad], (), **params)  # raises, naming the conjuncts
-            raise InternalError(f"{action}: the run check and the block check disagree")
+            raise InternalError(  # pragma: no cover: a run test that disagrees with its guard
+                f"{action}: the run check and the block check disagree"
+            )
         self.admitted(action, len(rids))
 
     def first_refused(self, action: str, rids: Sequence[int], **params: int) -> int:
@@ -222,7 +224,7 @@ class GuardGate:
             params["b"] = b
             if not self.guards.allows(action, state, params):
                 return i
-        return -1
+        return -1  # pragma: no cover: asked only of a run check_run refused (some block refuses)
 
     def refused(self, action: str, rid: int) -> list[str]:
         """The conjuncts of a block action's guard that are false now (none: allowed)."""

@@ -76,7 +76,7 @@ class GraphRegistry:
         ``array`` first (OverflowError for one that does not fit, before anything is
         written), then copied into the row as C buffers."""
         n = len(slots)
-        if n > self._width:  # sized for the longest request's pins: never truncate
+        if n > self._width:  # pragma: no cover: sized for max_model_len's pins: never truncate
             raise InternalError(
                 f"{n} pinned blocks do not fit the graph's block table ({self._width})"
             )

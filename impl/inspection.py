@@ -450,7 +450,9 @@ class TestHooks:
         with self._core.lock:
             self._core.tiers.slots.take(999, -1)
 
-    def device_data(self, group: str) -> torch.Tensor:
+    def device_data(  # pragma: no cover: a test hook (tests plant faults)
+        self, group: str
+    ) -> torch.Tensor:
         """A group's device pages (``[layers, pages, bytes]``), writable: a test overwrites
         stored bytes behind the cache to see the byte checks catch it."""
         return {g.name: g for g in self._core.tiers.groups}[group].device_data

@@ -147,9 +147,13 @@ class Recovery:
             self.pipes.cpu.forget(rid)
             self.gate.notify_changed()
 
-    def abandon_rebuild(self, job: RebuildJob) -> None:
+    def abandon_rebuild(  # pragma: no cover: a rebuild kernel that raises (no table transition)
+        self, job: RebuildJob
+    ) -> None:
         """A rebuild job raised: the indexer is absent again (a later admission rebuilds it;
-        a waiting one truncates)."""
+        a waiting one truncates).  The table has no such transition (``rebuild_done`` is the
+        only way out of REBUILDING: the keys are recomputed from resident KV), so no
+        conforming run reaches it (kvstate/targets/api/jobfaults.py)."""
         with self.lock:
             rid = job.rid
             m = self.meta

@@ -100,7 +100,7 @@ class Spills:
         at: (key, the entry's fields, (gen, ver, hslot, ckv))."""
         m = self.meta
         key = m.key[rid]
-        if key is None:
+        if key is None:  # pragma: no cover: a record keeps its key while it has a host copy
             raise InternalError(f"record {rid} has no key to name its disk entry")
         with_swa = m.swa[rid] == SWA_VALID and self.k.swa_restored_from_disk
         units, swa = self.tiers.host_payload(m.hslot[rid], with_swa)

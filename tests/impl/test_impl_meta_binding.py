@@ -39,3 +39,15 @@ def test_a_missing_block_variable_is_refused_at_construction() -> None:
             host_blocks=4,
             writer=DeterministicWriter(),
         )
+
+
+def test_a_table_without_an_action_is_refused_before_the_directory_is_touched(
+    tmp_path,  # type: ignore[no-untyped-def]
+) -> None:
+    """The action map is bound before the cache directory is opened: the refusal leaves the
+    directory as it was (no key file made for a cache that never existed)."""
+    t = default_table()
+    bad = t.derive(remove_action=[t.actions[-1].name])
+    with pytest.raises(InvalidArgument, match=t.actions[-1].name):
+        HeterogeneousKVCache(table=bad, cache_dir=tmp_path, executors="manual", device_blocks=2)
+    assert list(tmp_path.iterdir()) == []

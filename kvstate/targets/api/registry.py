@@ -36,19 +36,24 @@ from kvstate.targets.api import (
     pincap,
     pools,
     prefix,
+    refusedjobs,
     refusedwrites,
     registered,
     remote,
     remoteargs,
     remotefull,
+    rowmemo,
     single,
     slotforms,
     slotsfull,
     stepwise,
     stored,
+    storerun,
     swaout,
     twonode,
     unlinks,
+    unservable,
+    viewcontract,
     writerfails,
 )
 from kvstate.targets.api.declare import OpDecl, fault_kinds, fault_ops, handlers, mapping
@@ -90,6 +95,11 @@ MODULES = (
     slotsfull,
     notinuse,
     slotforms,
+    storerun,
+    viewcontract,
+    unservable,
+    rowmemo,
+    refusedjobs,
 )
 
 DECLARED: tuple[OpDecl, ...] = tuple(d for m in MODULES for d in m.DECLS)

@@ -25,15 +25,20 @@ from kvstate.targets.api.mixedload import walks as mixed_walks
 from kvstate.targets.api.notinuse import walks as notinuse_walks
 from kvstate.targets.api.pincap import walks as pincap_walks
 from kvstate.targets.api.records import walks as records_walks
+from kvstate.targets.api.refusedjobs import walks as refusedjobs_walks
 from kvstate.targets.api.refusedwrites import WAYS
 from kvstate.targets.api.registered import walks as registered_walks
 from kvstate.targets.api.registry import DECLARED
+from kvstate.targets.api.rowmemo import walks as rowmemo_walks
 from kvstate.targets.api.single import walks as single_walks
 from kvstate.targets.api.slotsfull import walks as slotsfull_walks
 from kvstate.targets.api.stepwise import READS
 from kvstate.targets.api.stored import FORGERIES, REFUSALS
+from kvstate.targets.api.storerun import walks as storerun_walks
 from kvstate.targets.api.swaout import walks as swaout_walks
 from kvstate.targets.api.unlinks import walks as unlink_walks
+from kvstate.targets.api.unservable import walks as unservable_walks
+from kvstate.targets.api.viewcontract import walks as viewcontract_walks
 from kvstate.targets.api.writerfails import walks as writer_fails_walks
 
 
@@ -399,6 +404,11 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[TraceStep]]:
         **writer_fails_walks(N, L, lease_max),  # kvstate/targets/api/writerfails.py
         **pincap_walks(N, L, lease_max),  # kvstate/targets/api/pincap.py
         **interpreted_walks(N, L, lease_max),  # kvstate/targets/api/interpreted.py
+        **storerun_walks(N, L, lease_max),  # kvstate/targets/api/storerun.py
+        **viewcontract_walks(N, L, lease_max),  # kvstate/targets/api/viewcontract.py
+        **unservable_walks(N, L, lease_max),  # kvstate/targets/api/unservable.py
+        **rowmemo_walks(N, L, lease_max),  # kvstate/targets/api/rowmemo.py
+        **refusedjobs_walks(N, L, lease_max),  # kvstate/targets/api/refusedjobs.py
         **swaout_walks(N, L, lease_max),  # kvstate/targets/api/swaout.py
         **directio_walks(N, L, lease_max, to_disk, hit),  # kvstate/targets/api/directio.py
         **unlink_walks(to_disk, hit),  # kvstate/targets/api/unlinks.py

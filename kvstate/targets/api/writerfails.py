@@ -84,7 +84,7 @@ def do_finish_fails(h: Harness, o: TraceStep) -> int | None:
 class FinishStores(CallCheck):
     """A ``finish`` that stores (the default) and does not fail stores every full block of
     its request that is stored nowhere, where the device had a free slot and SWA pages for
-    each before the call (free pages, or those of windows the table lets slide)
+    each before the call (free pages, or those of windows on the device the table lets slide)
     (``HeterogeneousKVCache.finish``: the run stops only where capacity runs out).  The
     table lets ``finish`` store none of them (``STORE* release``): a library that skips the
     store, or stops its run early, is explained, and only this check sees it."""
@@ -93,6 +93,7 @@ class FinishStores(CallCheck):
         self.want: list[int] = []
         self.room = 0
         self.pages = 0
+        self.paged: list[int] = []
 
     def before(self, h: Any, o: Any) -> None:
         self.want = []
@@ -109,6 +110,10 @@ class FinishStores(CallCheck):
         self.want = [b for b in range(full) if ckv[b] == free]
         self.room = int(h.view.stats()["device_free"])
         self.pages = int(h.view.tiers.swa_pool.free)
+        # the chain blocks whose windows hold device pages now (a window kept in a host copy
+        # or a disk entry holds none: sliding it makes no room)
+        meta = h.view.meta
+        self.paged = [b for b in range(h.N) if meta.swa_pages[h.rids[b]]]
 
     def after(
         self, h: Any, o: Any, before: ConcreteState, steps: Sequence[Step], end: ConcreteState
@@ -119,7 +124,7 @@ class FinishStores(CallCheck):
         # slide (the chain's; another prompt's may add more: a lower bound)
         per = int(h.view.tiers.swa_pages_per_block)
         m = h.machine
-        slide = sum(1 for b in range(h.N) if m.is_enabled(before, "slide", {"b": b}))
+        slide = sum(1 for b in self.paged if m.is_enabled(before, "slide", {"b": b}))
         if self.pages + per * slide < per * len(self.want):
             h.cov.add("a finish short of SWA pages (its stores not required)")
             return
