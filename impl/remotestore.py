@@ -179,8 +179,6 @@ class RedisStore:
             raise self._fail("GET", exc) from exc
         clean = False
         try:
-            if conn._sock is None:
-                conn.connect()
             # an ECHO of a fresh token first: a reply nobody read on this connection (whenever
             # it arrives) comes before the token's and fails the call, never passes for a value
             token = secrets.token_hex(8).encode()
@@ -200,6 +198,8 @@ class RedisStore:
                 kind = head[:1]
                 if kind == b"$" and head[1:] != b"-1":
                     n = int(head[1:])
+                    if n < 0:  # (a length no value has: skipping it would go backwards)
+                        raise ConnectionError(f"unexpected reply {head[:_LINE_MAX]!r}")
                     if n == hi - lo:
                         replies.into(buf[lo:hi])
                     else:

@@ -41,6 +41,7 @@ from kvstate.targets.api import (
     remote,
     remoteargs,
     remotefull,
+    remotewire,
     single,
     slotforms,
     slotsfull,
@@ -75,6 +76,7 @@ MODULES = (
     remote,
     remoteargs,
     remotefull,
+    remotewire,
     twonode,
     writerfails,
     pincap,
@@ -98,7 +100,9 @@ MAPPING = mapping(DECLARED)  # name -> the spec/api.py call that explains it
 FAULT_KINDS = fault_kinds(DECLARED)  # the fault kinds injected ("fault KIND" counters)
 FAULT_OPS = fault_ops(DECLARED)  # fault kind -> the operations that inject it
 # drawn only by a run with a remote tier (kvstate/targets/api/remote.py); the others by default
-REMOTE_ONLY = frozenset(d.name for m in (remote, remoteargs, remotefull, twonode) for d in m.DECLS)
+REMOTE_ONLY = frozenset(
+    d.name for m in (remote, remoteargs, remotefull, remotewire, twonode) for d in m.DECLS
+)
 DEFAULT_OPS = frozenset(OPS) - REMOTE_ONLY
 
 

@@ -6,7 +6,7 @@ every run and replayed in lockstep by the coverage pass.
 from __future__ import annotations
 
 from kvstate.harness.trace import TraceStep
-from kvstate.targets.api import remote, remoteargs, remotefull, twonode
+from kvstate.targets.api import remote, remoteargs, remotefull, remotewire, twonode
 from kvstate.targets.api.actmaint import walks as actmaint_walks
 from kvstate.targets.api.args import CASES as ARG_CASES
 from kvstate.targets.api.base import chain, op
@@ -414,6 +414,7 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[TraceStep]]:
             **remote.walks(N, L, lease_max, to_disk, hit),
             **remoteargs.walks(),
             **remotefull.walks(N, to_disk, hit),
+            **remotewire.walks(),
             **twonode.walks(N, to_host, to_disk, hit),
             **walks,
         }
