@@ -40,7 +40,10 @@ from kvstate.targets.api import (
     registered,
     remote,
     remoteargs,
+    remotecalls,
     remotefull,
+    remoteheaders,
+    remotesteps,
     remotewire,
     single,
     slotforms,
@@ -75,7 +78,10 @@ MODULES = (
     handed,
     remote,
     remoteargs,
+    remotecalls,
     remotefull,
+    remoteheaders,
+    remotesteps,
     remotewire,
     twonode,
     writerfails,
@@ -101,7 +107,18 @@ FAULT_KINDS = fault_kinds(DECLARED)  # the fault kinds injected ("fault KIND" co
 FAULT_OPS = fault_ops(DECLARED)  # fault kind -> the operations that inject it
 # drawn only by a run with a remote tier (kvstate/targets/api/remote.py); the others by default
 REMOTE_ONLY = frozenset(
-    d.name for m in (remote, remoteargs, remotefull, remotewire, twonode) for d in m.DECLS
+    d.name
+    for m in (
+        remote,
+        remoteargs,
+        remotecalls,
+        remotefull,
+        remoteheaders,
+        remotesteps,
+        remotewire,
+        twonode,
+    )
+    for d in m.DECLS
 )
 DEFAULT_OPS = frozenset(OPS) - REMOTE_ONLY
 
