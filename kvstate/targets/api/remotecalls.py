@@ -151,11 +151,52 @@ def do_stall(h: Any, world: Any, prefix: str) -> None:
         s.close()
 
 
+def do_stalled_load(h: Any, world: Any, prefix: str) -> None:
+    """Node B (the store's ``timeout`` short) loads node A's chain while the server sleeps:
+    every load fails by the timeout, before the server wakes, and the run serves the prompt's
+    own bytes (the failed loads' blocks recomputed)."""
+    import numpy as np
+
+    from kvstate.targets.api.base import NAMESPACE
+    from kvstate.targets.api.remote import _entry, _node
+    from kvstate.testing.datacheck import verify_run
+
+    if not world.stalls or world.cluster or all(_entry(h, b) is None for b in range(h.N)):
+        return
+    what = "a load on a stalled server"
+    toks = np.array(h.tokens[: h.N * h.L + 1], dtype=np.int64)
+    c = _node(h, timeout=TIMEOUT_S)
+    sleeper = threading.Thread(
+        target=lambda: world.admin().execute_command("DEBUG", "SLEEP", STALL_S)
+    )
+    try:
+        loaded: list[Any] = []
+        c.events.subscribe(lambda ev: loaded.append(ev) if ev.kind.value == "loaded" else None)
+        sleeper.start()
+        time.sleep(0.03)  # (the server has the command: it sleeps)
+        t0 = time.monotonic()
+        a = c.admit(c.request(toks, namespace=NAMESPACE))
+        c.pipelines.drain()
+        took, asleep = time.monotonic() - t0, sleeper.is_alive()
+        with c.use(a) as run:
+            wrong = verify_run(run, toks)
+    finally:
+        sleeper.join()
+        c.close()
+    if wrong:
+        raise _fail(h, what, "node B reads wrong bytes:\n  " + "\n  ".join(wrong))
+    if asleep and loaded:
+        raise _fail(h, what, f"{len(loaded)} load(s) completed while the server slept")
+    if took >= STALL_S - 0.05:
+        raise _fail(h, what, f"the loads ended after {took:.2f} s, once the server woke")
+
+
 CALLS: tuple[tuple[str, Callable[[Any, Any, str], None]], ...] = (
     ("a server that refuses the connection", do_refused),
     ("a URL the client refuses", do_urls),
     ("a key of another type mid-pipeline", do_wrongtype),
     ("a stalled server", do_stall),
+    ("a load on a stalled server", do_stalled_load),
 )
 
 
@@ -182,12 +223,15 @@ DECLS: tuple[OpDecl, ...] = (
 )
 
 
-def walks() -> dict[str, list[Any]]:
-    """Scripted (kvstate/targets/api/witnesses.py, in a run with a remote tier): every call."""
+def walks(to_disk: list[Any]) -> dict[str, list[Any]]:
+    """Scripted (kvstate/targets/api/witnesses.py, in a run with a remote tier): every call;
+    the stalled load once node A's blocks are in the store."""
     from kvstate.targets.api.base import op
 
+    k = len(CALLS) - 1  # (a load on a stalled server)
     return {
         "remote: the store's calls refused, erring, stalled": [
-            op("store_call", k=k) for k in range(len(CALLS))
-        ]
+            op("store_call", k=j) for j in range(k)
+        ],
+        "remote: a load on a stalled server": [*to_disk, op("store_call", k=k)],
     }

@@ -433,7 +433,7 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[TraceStep]]:
                 f"{COVERAGE_ONLY}{name}": w
                 for name, w in {
                     **remotewire.walks(),
-                    **remotecalls.walks(),
+                    **remotecalls.walks(to_disk),
                     **remotesteps.walks(N, full, short, to_disk, hit),
                     **remoteheaders.walks(to_disk),
                 }.items()
