@@ -151,14 +151,82 @@ class _Listed:
         self.s.close()
 
 
+def _restores(h: Any, store: Any) -> tuple[int, int]:
+    """Node B over ``store`` hits the chain: (its hit, the blocks it restored); its bytes are
+    the prompt's own."""
+    import numpy as np
+
+    from kvstate.targets.api.base import NAMESPACE
+    from kvstate.targets.api.remote import _node
+    from kvstate.testing.datacheck import verify_run
+
+    toks = np.array(h.tokens[: h.N * h.L + 1], dtype=np.int64)
+    c = _node(h, url=None, store=store)
+    try:
+        loaded: list[Any] = []
+        c.events.subscribe(lambda ev: loaded.append(ev) if ev.kind.value == "loaded" else None)
+        a = c.admit(c.request(toks, namespace=NAMESPACE))
+        c.pipelines.drain()
+        with c.use(a) as run:
+            wrong = verify_run(run, toks)
+            hit = run.hit_tokens
+    finally:
+        c.close()
+    if wrong:
+        raise h.fail("data", ["peer_listed"], "node B reads wrong bytes:\n  " + "\n  ".join(wrong))
+    return hit, len(loaded)
+
+
+def _one_slot(h: Any) -> None:
+    """Every key of one of node A's entries lies in the header's cluster slot (one hash tag:
+    docs/remote.md), so a cluster serves a load's pipeline from one node."""
+    from redis.crc import key_slot
+
+    from kvstate.targets.api.remote import _entry, _names
+
+    for b in range(h.N):
+        e = _entry(h, b)
+        if e is None:
+            continue
+        header, chunks = _names(h, e)
+        other = [c for c in chunks if key_slot(c.encode()) != key_slot(header.encode())]
+        if other:
+            raise h.fail(
+                "remote-slot",
+                ["peer_listed"],
+                f"block {b}'s chunks {other} lie outside its header's slot ({header})",
+            )
+        h.cov.add("remote: entries in one cluster slot")
+
+
 def do_peer_listed(h: Any, o: Any) -> int | None:
+    """``peer_listed(k)``: k=0, node B over the store without ``read_into`` restores what node
+    B over the store itself restores, byte for byte; k=1, a header gone after the listing."""
+    from kvstate.impl.remotestore import RedisStore
     from kvstate.targets.api.remote import WORLD, peer, remote_of
 
     if remote_of(h) is None or WORLD is None:
         return None
     store = _Listed(WORLD.url, WORLD.cluster, bool(o.arg("k")))
     try:
-        peer(h, 0, url=None, store=store)
+        if o.arg("k"):
+            peer(h, 0, url=None, store=store)
+        else:
+            _one_slot(h)
+            plain = RedisStore(WORLD.url, timeout=30.0, max_connections=4, cluster=WORLD.cluster)
+            try:
+                want = _restores(h, plain)
+            finally:
+                plain.close()
+            got = _restores(h, store)
+            if got != want:
+                raise h.fail(
+                    "remote-mget",
+                    ["peer_listed"],
+                    f"{o.render()}: node B over a store without read_into hit {got[0]} tokens "
+                    f"and restored {got[1]} blocks; over the same store with it, {want[0]} and "
+                    f"{want[1]}",
+                )
     finally:
         store.close()
     h.cov.add("remote: nodes over a store without read_into")
