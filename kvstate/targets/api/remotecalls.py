@@ -5,13 +5,17 @@ The remote tier turns every failure of its store into a failed load or a refused
 (``impl/remotestore.py``); the remote walk met only the failures the cache absorbs, never the
 store's own answers to them: a server that refuses the connection, a URL the client refuses, a
 cluster URL naming a server that is none, a key of another type in the middle of a pipeline
-(``WRONGTYPE``), a server that stalls past the store's ``timeout``.
+(``WRONGTYPE``), a server that stalls past the store's ``timeout``; nor a Redis Cluster (a
+store with ``cluster=True`` reads through ``MGET`` per slot and copies) whose slot moves to
+another master under a client that knew it (``MOVED``).
 
 ``store_call(k)`` makes the ``k``-th call of :data:`CALLS` on the run's server (or next to it)
 and compares the outcome with the store's contract (docs/remote.md; ``RedisStore``'s
 docstrings): ``StoreUnavailable`` whose message names the store and the failed call, a refused
 span before anything is sent (``ValueError``), the sound keys read back byte for byte after an
-error reply, and a stalled call failed by its timeout, before the server wakes.
+error reply, a stalled call failed by its timeout, before the server wakes, and a cluster's
+store answering alike before and after its slot moved (a two-master cluster started for it,
+:mod:`kvstate.testing.rediscluster`, about 2 s).
 """
 
 from __future__ import annotations
@@ -191,11 +195,69 @@ def do_stalled_load(h: Any, world: Any, prefix: str) -> None:
         raise _fail(h, what, f"the loads ended after {took:.2f} s, once the server woke")
 
 
+def _move(cl: Any, slot: int) -> None:
+    """``slot`` (and its keys) moved to the other master: clients that knew it get ``MOVED``."""
+    from kvstate.testing.rediscluster import SLOTS
+
+    src = slot * 2 // SLOTS
+    dst = 1 - src
+    a, b = cl.node(src), cl.node(dst)
+    try:
+        a_id, b_id = a.execute_command("CLUSTER MYID"), b.execute_command("CLUSTER MYID")
+        b.execute_command("CLUSTER SETSLOT", slot, "IMPORTING", a_id)
+        a.execute_command("CLUSTER SETSLOT", slot, "MIGRATING", b_id)
+        keys = a.execute_command("CLUSTER GETKEYSINSLOT", slot, 1000)
+        if keys:
+            a.execute_command("MIGRATE", "127.0.0.1", cl.ports[dst], "", 0, 5000, "KEYS", *keys)
+        for c in (a, b):
+            c.execute_command("CLUSTER SETSLOT", slot, "NODE", b_id)
+    finally:
+        a.close()
+        b.close()
+
+
+def do_cluster(h: Any, world: Any, prefix: str) -> None:
+    """A store on a Redis Cluster of two masters (the run's server is none): values read back
+    (into the caller's spans: one missing, one of another size), listed and fetched; then the
+    entry's slot moved to the other master and every call again, through ``MOVED``."""
+    from redis.crc import key_slot
+
+    from kvstate.impl.remotestore import MISSING, RedisStore
+    from kvstate.testing.rediscluster import RedisCluster
+
+    if world.cluster:
+        return  # (the run's server is a cluster: every call of the walk goes through it)
+    what = "a Redis Cluster's store"
+    names = [f"{prefix}{{c}}:{i}" for i in range(3)]
+    vals = [b"abc", b"defgh"]
+    cl = RedisCluster(masters=2)
+    try:
+        s = RedisStore(cl.url, timeout=5.0, max_connections=4, cluster=True)
+        try:
+            s.put(list(zip(names, vals, strict=False)), None)
+            for when in ("", " after MOVED"):
+                if when:
+                    _move(cl, key_slot(names[0].encode()))
+                buf = bytearray([0xA5]) * 11
+                got = s.read_into(names, memoryview(buf), [(0, 3), (3, 6), (6, 11)])
+                if got != [3, 5, MISSING] or bytes(buf) != b"abc" + b"\xa5" * 8:
+                    raise _fail(h, what, f"read_into{when} gave {got}, {bytes(buf)!r}")
+                if s.mget(names) != [*vals, None]:
+                    raise _fail(h, what, f"mget{when} gave {s.mget(names)}")
+                if sorted(s.scan(f"{prefix}{{c}}:*")) != names[:2]:
+                    raise _fail(h, what, f"scan{when} listed {sorted(s.scan(prefix + '*'))}")
+        finally:
+            s.close()
+    finally:
+        cl.close()
+
+
 CALLS: tuple[tuple[str, Callable[[Any, Any, str], None]], ...] = (
     ("a server that refuses the connection", do_refused),
     ("a URL the client refuses", do_urls),
     ("a key of another type mid-pipeline", do_wrongtype),
     ("a stalled server", do_stall),
+    ("a Redis Cluster's store, and MOVED", do_cluster),
     ("a load on a stalled server", do_stalled_load),
 )
 
