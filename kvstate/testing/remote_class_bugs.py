@@ -74,3 +74,8 @@ REMOTE_CLASS_BUGS: tuple[Seeded, ...] = (
         (Edit(_REMOTE, "MAX_HEADER: Final = 1 << 20", "MAX_HEADER: Final = 0 << 20"),),
     ),
 )
+
+# the classes of kvstate/targets/api/remotewire.py, remotesteps.py, remoteheaders.py, remotecalls.py
+from kvstate.testing.remote_path_bugs import REMOTE_PATH_BUGS  # noqa: E402
+
+REMOTE_CLASS_BUGS = (*REMOTE_CLASS_BUGS, *REMOTE_PATH_BUGS)

@@ -41,7 +41,11 @@ from kvstate.targets.api import (
     registered,
     remote,
     remoteargs,
+    remotecalls,
     remotefull,
+    remoteheaders,
+    remotesteps,
+    remotewire,
     rowmemo,
     single,
     slotforms,
@@ -79,7 +83,11 @@ MODULES = (
     handed,
     remote,
     remoteargs,
+    remotecalls,
     remotefull,
+    remoteheaders,
+    remotesteps,
+    remotewire,
     twonode,
     writerfails,
     pincap,
@@ -108,7 +116,20 @@ MAPPING = mapping(DECLARED)  # name -> the spec/api.py call that explains it
 FAULT_KINDS = fault_kinds(DECLARED)  # the fault kinds injected ("fault KIND" counters)
 FAULT_OPS = fault_ops(DECLARED)  # fault kind -> the operations that inject it
 # drawn only by a run with a remote tier (kvstate/targets/api/remote.py); the others by default
-REMOTE_ONLY = frozenset(d.name for m in (remote, remoteargs, remotefull, twonode) for d in m.DECLS)
+REMOTE_ONLY = frozenset(
+    d.name
+    for m in (
+        remote,
+        remoteargs,
+        remotecalls,
+        remotefull,
+        remoteheaders,
+        remotesteps,
+        remotewire,
+        twonode,
+    )
+    for d in m.DECLS
+)
 DEFAULT_OPS = frozenset(OPS) - REMOTE_ONLY
 
 

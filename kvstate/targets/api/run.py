@@ -35,7 +35,7 @@ from kvstate.targets.api.explore import (
 from kvstate.targets.api.machine import build_machine
 from kvstate.targets.api.registry import DEFAULT_OPS, OPS, drawn_ops, parse_ops
 from kvstate.targets.api.state import ApiHarness
-from kvstate.targets.api.witnesses import witnesses
+from kvstate.targets.api.witnesses import COVERAGE_ONLY, witnesses
 
 _BLOB = re.compile(r"@reproduce_failure\('([^']+)', b'([^']+)'\)")
 
@@ -110,7 +110,7 @@ def run_api(
             ops=allowed,
             coverage=cov,
             stats=stats,
-            seeds=list(wit.values()),
+            seeds=[w for name, w in wit.items() if not name.startswith(COVERAGE_ONLY)],
             harness=harness,
         )
         if seed is not None:

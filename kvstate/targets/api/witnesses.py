@@ -6,7 +6,16 @@ every run and replayed in lockstep by the coverage pass.
 from __future__ import annotations
 
 from kvstate.harness.trace import TraceStep
-from kvstate.targets.api import remote, remoteargs, remotefull, twonode
+from kvstate.targets.api import (
+    remote,
+    remoteargs,
+    remotecalls,
+    remotefull,
+    remoteheaders,
+    remotesteps,
+    remotewire,
+    twonode,
+)
 from kvstate.targets.api.actmaint import walks as actmaint_walks
 from kvstate.targets.api.args import CASES as ARG_CASES
 from kvstate.targets.api.base import chain, op
@@ -40,6 +49,10 @@ from kvstate.targets.api.unlinks import walks as unlink_walks
 from kvstate.targets.api.unservable import walks as unservable_walks
 from kvstate.targets.api.viewcontract import walks as viewcontract_walks
 from kvstate.targets.api.writerfails import walks as writer_fails_walks
+
+# walks run in the coverage pass only, not Hypothesis's seeds (an example's first operations):
+# the pinned walk's examples start as they did before these walks were written
+COVERAGE_ONLY = "coverage only: "
 
 
 def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[TraceStep]]:
@@ -426,6 +439,15 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[TraceStep]]:
             **remotefull.walks(N, to_disk, hit),
             **twonode.walks(N, to_host, to_disk, hit),
             **walks,
+            **{
+                f"{COVERAGE_ONLY}{name}": w
+                for name, w in {
+                    **remotewire.walks(),
+                    **remotecalls.walks(to_disk),
+                    **remotesteps.walks(N, full, short, to_disk, hit),
+                    **remoteheaders.walks(to_disk),
+                }.items()
+            },
         }
     return _alike(walks)
 
