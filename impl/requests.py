@@ -278,13 +278,20 @@ class RequestTable:
         hit ending there is cut by one block, as the admission that ran the check is)."""
         L, corrupt, search = self.L, self.meta.corrupt, self.gate.coord.search
         found = search(view, 0, h_max)
+        cuts: list[Shortening] = []
         while found.hit > 0:
             nb = -(-found.hit // L)
             rid = rids[nb - 1]
             if rid == NULL_RID or not corrupt[rid]:
                 break
+            was = found
             found = search(view, 0, (nb - 1) * L)
-        return found
+            # the explanation accounts for this cut as it does for the check's own admission's
+            # (:meth:`truncate`): the table's failed recovery, from the hit to the shorter one
+            cuts += [*was.shortenings, recovery_cut(self._failed, was.hit, found.hit)]
+        if not cuts:
+            return found
+        return HitSearch(h_max, found.hit, (*cuts, *found.shortenings), found.rejected)
 
     def truncate(
         self, s: Slot, hit: int, rids: Sequence[int], boundary_failed: bool

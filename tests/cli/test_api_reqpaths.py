@@ -33,6 +33,22 @@ def test_a_failed_recovery_given_up_at_use_is_explained() -> None:
     assert cov.counts["check: a downgraded admission's readers"] > 0, dict(cov.counts)
 
 
+# a host tail that fails its splice check marks its record corrupt; a later admission whose hit
+# ends at that record is cut by one block (``_sound_search``), and its explanation must name the
+# cut: it read "requested 64 tokens" for a hit of 48 until the search recorded the failed
+# recovery's cut (impl/requests.py)
+CORRUPT_END = (
+    "request(i=0, n=65, life=1); admit(i=0); use(i=0); finish(i=0); tick(t=1); offload(n=1); "
+    "drain(); host_tail(b=3); request(i=1, n=65, life=1); admit(i=1); drain(); admit(i=0)"
+)
+
+
+def test_a_hit_cut_at_a_corrupt_record_is_explained() -> None:
+    cov = Coverage()
+    assert replay(TABLE, N, parse_ops(CORRUPT_END), coverage=cov) is None
+    assert cov.counts["check: the explanation accounts for the hit (validated)"] > 0
+
+
 @pytest.mark.parametrize(
     ("name", "reached"),
     [
