@@ -128,3 +128,38 @@ def test_the_planted_bug_is_caught_by_the_fuzz(server_exe: str, bug: str) -> Non
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     print(f"\n{bug}: caught in {out['seconds']} s by {out['origin']} ({out['kind']})")
     assert out["killed"], out
+
+
+# A writer's bytes over block 0's entry, then a request that hits it: the load fails, the hit is
+# truncated, and the request's next block is allocated (a fresh content identity).
+OVERWRITTEN_THEN_ALLOCATED = (
+    "request(i=0, n=16, life=1); admit(i=0); use(i=0); finish(i=0); tick(t=1); offload(n=0); "
+    "drain(); spill(n=0); offload(n=1); drain(); spill(n=1); remote_overwrite(b=0, kind=0); "
+    "request(i=1, n=32, life=1); admit(i=1); drain(); use(i=1); finish(i=1)"
+)
+
+
+def test_a_writers_identity_is_never_a_contents_given_after_it(server_exe: str) -> None:
+    """The store's writer takes a content identity the default model never sees: the remote
+    table's lockstep still explains the next allocation (it named the fresh occupant one past
+    the model's, and found no action for the step), and the writer's name stays above every
+    name the model gave since."""
+    from kvstate.targets.api import ApiHarness, Coverage
+    from kvstate.targets.api.registry import parse_ops
+    from kvstate.targets.api.remote import remote_world
+    from kvstate.targets.api.remotecheck import RemoteOutcomes
+
+    cov = Coverage()
+    with remote_world():
+        h = ApiHarness(TABLE, N, coverage=cov)
+        try:
+            for o in parse_ops(OVERWRITTEN_THEN_ALLOCATED):
+                h.apply(o)
+            h.quiesce()
+            rc = next(c for c in h.checks if isinstance(c, RemoteOutcomes))
+            s, d = rc.lift(h.model).values, h.model.values
+        finally:
+            h.close()
+    assert cov.counts["remote: remote_overwrite"] == 1 and cov.counts["loads failed"] > 0
+    given = {x for v in ("occ", "cid", "icid", "tcid", "wocc") for x in d[v]}
+    assert s["scid"][0] > d["wseq"] and s["scid"][0] not in given, (s, d)

@@ -18,7 +18,8 @@ The harness explains the call as it explains a job's step, and the remote table'
 check (:mod:`kvstate.targets.api.remotecheck`) whether the chunk that landed may have.
 
 ``remote_resize(b)``: a chunk of ``b``'s entry replaced by a value one byte short (the table's
-``remote_evict_chunk``: the entry is partial, its bytes no content's): a load of it must fail, never place a value of another size.
+``remote_overwrite``: a writer put other bytes under the key): a load of it must fail, never
+place a value of another size.
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ def do_remote_resize(h: Any, o: Any) -> int | None:
         return None
     r.set(chunks[-1], value[:-1])
     h.cov.add("fault remote_resize")
-    _store_act(h, "remote_evict_chunk", b=b)  # (no content is a chunk cut short: scid 0)
+    _store_act(h, "remote_overwrite", b=b)
     return None
 
 
