@@ -43,7 +43,9 @@ from kvstate.targets.api import (
     remotefull,
     single,
     slotforms,
+    shortreads,
     slotsfull,
+    stated,
     stepwise,
     stored,
     swaout,
@@ -90,6 +92,8 @@ MODULES = (
     slotsfull,
     notinuse,
     slotforms,
+    stated,
+    shortreads,
 )
 
 DECLARED: tuple[OpDecl, ...] = tuple(d for m in MODULES for d in m.DECLS)

@@ -229,8 +229,8 @@ def _refuse_in_use(h: Any) -> Setup:
     return h.dir, lambda: os.close(fd)
 
 
-def _refuse_mode(h: Any) -> Setup:
-    os.chmod(_key(h), 0o644)
+def _refuse_mode(h: Any, mode: int = 0o644) -> Setup:
+    os.chmod(_key(h), mode)
     return h.dir, lambda: os.chmod(_key(h), 0o600)
 
 
@@ -293,6 +293,9 @@ def _refuse_short_key(h: Any) -> Setup:
 REFUSALS: tuple[tuple[str, str, Callable[[Any], Setup]], ...] = (
     ("the directory locked by another holder", "DirectoryInUse", _refuse_in_use),
     ("the key readable by others", "InvalidArgument", _refuse_mode),
+    # one group and one other bit alone, those 0o644 leaves unset (not 0600: docs/library.md)
+    ("the key executable by others", "InvalidArgument", lambda h: _refuse_mode(h, 0o601)),
+    ("the key writable by its group", "InvalidArgument", lambda h: _refuse_mode(h, 0o620)),
     ("the key a symlink", "InvalidArgument", _refuse_symlink),
     ("the key not a regular file", "InvalidArgument", _refuse_not_file),
     ("the key one byte short", "InvalidArgument", _refuse_length),

@@ -28,8 +28,10 @@ from kvstate.targets.api.records import walks as records_walks
 from kvstate.targets.api.refusedwrites import WAYS
 from kvstate.targets.api.registered import walks as registered_walks
 from kvstate.targets.api.registry import DECLARED
+from kvstate.targets.api.shortreads import walks as shortreads_walks
 from kvstate.targets.api.single import walks as single_walks
 from kvstate.targets.api.slotsfull import walks as slotsfull_walks
+from kvstate.targets.api.stated import walks as stated_walks
 from kvstate.targets.api.stepwise import READS
 from kvstate.targets.api.stored import FORGERIES, REFUSALS
 from kvstate.targets.api.swaout import walks as swaout_walks
@@ -408,6 +410,8 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[TraceStep]]:
         **actmaint_walks(N, L, lease_max),  # kvstate/targets/api/actmaint.py
         **slotsfull_walks(N, L, lease_max),  # kvstate/targets/api/slotsfull.py
         **notinuse_walks(N, L, lease_max),  # kvstate/targets/api/notinuse.py
+        **stated_walks(N, L, lease_max),  # kvstate/targets/api/stated.py
+        **shortreads_walks(to_disk, hit),  # kvstate/targets/api/shortreads.py
     }
     if remote.WORLD is not None:  # a run with a remote tier meets the store's faults first
         walks = {

@@ -1,0 +1,195 @@
+"""What a refusal states: the figures and names in an error's message against the call's inputs.
+
+An error's text is what a user reads to fix the call: a memory refusal that misstates the
+bytes it needs or the limit it was given (a wrong unit, a doubled term) sends them to the wrong
+fix, and an unknown-request refusal that does not name the request hides which one.  The
+harness checked the error's class only.  ``stated(k)`` makes the ``k``-th refusal of
+:data:`FORMS` beside the example's cache and compares what its message states with what the
+call was given and what the cache allocates (the tensors, not a formula):
+
+* the tiers over ``memory_limit`` (a plan of a few hundred MiB, refused before it allocates):
+  the device and host blocks asked for, the GiB the plan needs (``planned_bytes``, which
+  :mod:`kvstate.targets.api.poolstate` compares with the tiers' tensors) and the limit's GiB;
+* the CUDA-graph block table: a limit that holds exactly what a cache of that shape allocates
+  (its tiers' tensors and its graph table's, the host staging copy too where the table lives
+  on a device) builds; one byte less is a ``LayoutError`` that states the requests, the
+  table's width (a request is at most ``max_model_len`` tokens), the table's GiB, the tiers'
+  GiB and the limit's;
+* ``get_request`` of an id the cache never gave: ``UnknownRequest`` names that id.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from typing import Any
+
+from hypothesis import strategies as st
+
+from kvstate.targets.api.declare import OpDecl
+
+FORMS = ("the tiers over the memory limit", "the CUDA-graph table's bytes", "an unknown request")
+_OPEN = dict(executors="manual", host_blocks=1, max_requests=1)
+# a plan of about 0.3 GiB on the small geometry: its figures show at the message's 0.1 GiB
+# (a wrong unit or a doubled term changes them); refused, it allocates nothing
+_BIG_DEVICE = 8192
+_UNKNOWN_ID = (1 << 40) + 7
+
+
+def _gib(n: int) -> str:
+    """Bytes as the messages write them (GiB, one decimal)."""
+    return f"{n / 2**30:.1f}"
+
+
+def _fail(h: Any, o: Any, form: str, detail: str) -> Exception:
+    return h.fail("stated", [form], f"{o.render()}: {detail}")
+
+
+def _stated(h: Any, o: Any, form: str, msg: str, pattern: str, want: tuple[str, ...]) -> None:
+    """``msg`` matches ``pattern`` and its groups are ``want``."""
+    m = re.search(pattern, msg)
+    got = m.groups() if m else None
+    if got != want:
+        raise _fail(h, o, form, f"the message {msg!r} states {got}, the inputs give {want}")
+
+
+def _refused(h: Any, o: Any, form: str, make: Any, want: type) -> str:
+    try:
+        c = make()
+    except want as exc:
+        return str(exc)
+    c.close()
+    raise _fail(h, o, form, f"built, not refused with {want.__name__}")
+
+
+def _tiers(h: Any, o: Any, form: str, g: Any) -> None:
+    from kvstate.impl import HeterogeneousKVCache
+    from kvstate.impl.errors import LayoutError
+    from kvstate.impl.tiers import planned_bytes
+
+    dev, host = planned_bytes(g, _BIG_DEVICE, _OPEN["host_blocks"], _OPEN["max_requests"], None)
+    limit = dev + host - 1
+    with tempfile.TemporaryDirectory(prefix="kvstate-stated-") as d:
+        msg = _refused(
+            h,
+            o,
+            form,
+            lambda: HeterogeneousKVCache(
+                g, cache_dir=d, device_blocks=_BIG_DEVICE, memory_limit=limit, **_OPEN
+            ),
+            LayoutError,
+        )
+    _stated(
+        h,
+        o,
+        form,
+        msg,
+        r"(\d+) device \+ (\d+) host blocks need ([\d.]+) GiB \(> memory_limit ([\d.]+) GiB\)",
+        (str(_BIG_DEVICE), str(_OPEN["host_blocks"]), _gib(dev + host), _gib(limit)),
+    )
+
+
+def _footprint(c: Any) -> tuple[int, int, int]:
+    """(the tiers' bytes, the graph table's bytes, its width) as allocated: the tensors."""
+    v = c.inspect()
+    t = v.tiers
+    tiers = sum(g.device_data.nbytes + g.host_data.nbytes for g in t.groups)
+    bt, sp = v.graph.block_tables, v.graph.state_ptrs
+    table = bt.nbytes + sp.nbytes
+    if bt.is_cuda:  # the host staging copy the rows are refilled from
+        table *= 2
+    return tiers, table, int(bt.shape[1])
+
+
+def _graph(h: Any, o: Any, form: str, g: Any) -> None:
+    from kvstate.impl import HeterogeneousKVCache
+    from kvstate.impl.errors import LayoutError
+
+    L = g.lcm_tokens
+    max_len = 37 * L + 1  # (a partial block: the table's width rounds up)
+    kw = dict(device_blocks=2, max_model_len=max_len, **_OPEN)
+    with tempfile.TemporaryDirectory(prefix="kvstate-stated-") as d:
+        c = HeterogeneousKVCache(g, cache_dir=d, **kw)
+        try:
+            tiers, table, width = _footprint(c)
+        finally:
+            c.close()
+        if width != -(-max_len // L):
+            raise _fail(
+                h, o, form, f"the graph table is {width} blocks wide for max_model_len {max_len}"
+            )
+        try:
+            HeterogeneousKVCache(g, cache_dir=d, memory_limit=tiers + table, **kw).close()
+        except LayoutError as exc:
+            raise _fail(
+                h,
+                o,
+                form,
+                f"memory_limit {tiers + table} holds the tiers ({tiers} bytes) and the graph "
+                f"table ({table} bytes) the cache allocates, yet it was refused: {exc}",
+            ) from exc
+        limit = tiers + table - 1
+        msg = _refused(
+            h,
+            o,
+            form,
+            lambda: HeterogeneousKVCache(g, cache_dir=d, memory_limit=limit, **kw),
+            LayoutError,
+        )
+    _stated(
+        h,
+        o,
+        form,
+        msg,
+        r"(\d+) requests x (\d+) blocks of CUDA-graph block table need ([\d.]+) GiB beside "
+        r"([\d.]+) GiB of tiers \(> memory_limit ([\d.]+) GiB\)",
+        (str(_OPEN["max_requests"]), str(width), _gib(table), _gib(tiers), _gib(limit)),
+    )
+
+
+def _unknown(h: Any, o: Any, form: str) -> None:
+    from kvstate.impl.errors import UnknownRequest
+
+    try:
+        h.cache.get_request(_UNKNOWN_ID)
+    except UnknownRequest as exc:
+        if str(_UNKNOWN_ID) not in str(exc):
+            raise _fail(
+                h, o, form, f"get_request({_UNKNOWN_ID}) refused as {str(exc)!r}: no id named"
+            ) from exc
+        return
+    raise _fail(h, o, form, f"get_request({_UNKNOWN_ID}) answered a request")
+
+
+def do_stated(h: Any, o: Any) -> int | None:
+    k = o.arg("k") % len(FORMS)
+    form = FORMS[k]
+    if h.threads:
+        return None
+    g = h.table.geometry
+    if k == 0:
+        _tiers(h, o, form, g)
+    elif k == 1:
+        _graph(h, o, form, g)
+    else:
+        _unknown(h, o, form)
+    h.cov.add(f"check: what a refusal states ({form})")
+    return None
+
+
+def walks(N: int, L: int, lease_max: int) -> dict[str, list[Any]]:
+    from kvstate.targets.api.base import op
+
+    return {"what refusals state": [op("stated", k=k) for k in range(len(FORMS))]}
+
+
+# scripted only (the walk above): the declarations' form is kvstate/targets/api/declare.py's
+DECLS: tuple[OpDecl, ...] = (
+    OpDecl(
+        "stated",
+        do_stated,
+        "read",
+        lambda s: {"k": st.integers(0, len(FORMS) - 1)},
+        rule=False,
+    ),
+)
