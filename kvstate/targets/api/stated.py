@@ -128,23 +128,34 @@ def _graph(h: Any, o: Any, form: str, g: Any) -> None:
                 f"memory_limit {tiers + table} holds the tiers ({tiers} bytes) and the graph "
                 f"table ({table} bytes) the cache allocates, yet it was refused: {exc}",
             ) from exc
-        limit = tiers + table - 1
-        msg = _refused(
-            h,
-            o,
-            form,
-            lambda: HeterogeneousKVCache(g, cache_dir=d, memory_limit=limit, **kw),
-            LayoutError,
-        )
-    _stated(
-        h,
-        o,
-        form,
-        msg,
-        r"(\d+) requests x (\d+) blocks of CUDA-graph block table need ([\d.]+) GiB beside "
-        r"([\d.]+) GiB of tiers \(> memory_limit ([\d.]+) GiB\)",
-        (str(_OPEN["max_requests"]), str(width), _gib(table), _gib(tiers), _gib(limit)),
-    )
+        # one byte short; then a table of about 0.8 GiB (the bytes an entry takes, as
+        # allocated above, times its entries) under a limit of the tiers and half of it,
+        # refused before it allocates: figures the message's 0.1 GiB shows
+        entry, rest = divmod(table, _OPEN["max_requests"] * width)
+        wide = (8 << 30) // (10 * entry * _OPEN["max_requests"])
+        for w, t, limit in (
+            (width, table, tiers + table - 1),
+            (wide, entry * _OPEN["max_requests"] * wide, tiers + entry * wide // 2),
+        ):
+            big = {**kw, "max_model_len": w * L}
+            msg = _refused(
+                h,
+                o,
+                form,
+                lambda: HeterogeneousKVCache(g, cache_dir=d, memory_limit=limit, **big),
+                LayoutError,
+            )
+            _stated(
+                h,
+                o,
+                form,
+                msg,
+                r"(\d+) requests x (\d+) blocks of CUDA-graph block table need ([\d.]+) GiB "
+                r"beside ([\d.]+) GiB of tiers \(> memory_limit ([\d.]+) GiB\)",
+                (str(_OPEN["max_requests"]), str(w), _gib(t), _gib(tiers), _gib(limit)),
+            )
+        if rest:
+            raise _fail(h, o, form, f"the graph table's {table} bytes are not per entry")
 
 
 def _unknown(h: Any, o: Any, form: str) -> None:

@@ -60,9 +60,6 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[TraceStep]]:
         *to_disk[len(to_host) :],
     ]
     walks = {
-        # cheap ones first: a finding there comes within the first seconds
-        **stated_walks(N, L, lease_max),  # kvstate/targets/api/stated.py
-        **shortreads_walks(to_disk, hit),  # kvstate/targets/api/shortreads.py
         # kvstate/targets/api/graphs.py: captured over a running request's row, staled by the disk
         # loads of another request (into other slots), refused, recaptured, replayed
         "a graph staled by a load": [
@@ -413,6 +410,8 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[TraceStep]]:
         **actmaint_walks(N, L, lease_max),  # kvstate/targets/api/actmaint.py
         **slotsfull_walks(N, L, lease_max),  # kvstate/targets/api/slotsfull.py
         **notinuse_walks(N, L, lease_max),  # kvstate/targets/api/notinuse.py
+        **stated_walks(N, L, lease_max),  # kvstate/targets/api/stated.py
+        **shortreads_walks(to_disk, hit),  # kvstate/targets/api/shortreads.py
     }
     if remote.WORLD is not None:  # a run with a remote tier meets the store's faults first
         walks = {
