@@ -33,6 +33,8 @@ _OPEN = dict(executors="manual", host_blocks=1, max_requests=1)
 # a plan of about 0.3 GiB on the small geometry: its figures show at the message's 0.1 GiB
 # (a wrong unit or a doubled term changes them); refused, it allocates nothing
 _BIG_DEVICE = 8192
+_BIG_HOST = 4096  # (about 0.17 GiB: a sum and a difference of the two show)
+_BIG = {"device_blocks": _BIG_DEVICE, "host_blocks": _BIG_HOST}
 _UNKNOWN_ID = (1 << 40) + 7
 
 
@@ -53,39 +55,33 @@ def _stated(h: Any, o: Any, form: str, msg: str, pattern: str, want: tuple[str, 
         raise _fail(h, o, form, f"the message {msg!r} states {got}, the inputs give {want}")
 
 
-def _refused(h: Any, o: Any, form: str, make: Any, want: type) -> str:
+def _refused(h: Any, o: Any, form: str, g: Any, kw: dict[str, Any]) -> str:
+    """The message of the ``LayoutError`` a cache of ``g`` opened with ``kw`` raises."""
+    from kvstate.impl import HeterogeneousKVCache
+    from kvstate.impl.errors import LayoutError
+
     try:
-        c = make()
-    except want as exc:
+        c = HeterogeneousKVCache(g, **kw)
+    except LayoutError as exc:
         return str(exc)
     c.close()
-    raise _fail(h, o, form, f"built, not refused with {want.__name__}")
+    raise _fail(h, o, form, "built, not refused with LayoutError")
 
 
 def _tiers(h: Any, o: Any, form: str, g: Any) -> None:
-    from kvstate.impl import HeterogeneousKVCache
-    from kvstate.impl.errors import LayoutError
     from kvstate.impl.tiers import planned_bytes
 
-    dev, host = planned_bytes(g, _BIG_DEVICE, _OPEN["host_blocks"], _OPEN["max_requests"], None)
+    dev, host = planned_bytes(g, _BIG_DEVICE, _BIG_HOST, _OPEN["max_requests"], None)
     limit = dev + host - 1
     with tempfile.TemporaryDirectory(prefix="kvstate-stated-") as d:
-        msg = _refused(
-            h,
-            o,
-            form,
-            lambda: HeterogeneousKVCache(
-                g, cache_dir=d, device_blocks=_BIG_DEVICE, memory_limit=limit, **_OPEN
-            ),
-            LayoutError,
-        )
+        msg = _refused(h, o, form, g, {"cache_dir": d, "memory_limit": limit, **_OPEN, **_BIG})
     _stated(
         h,
         o,
         form,
         msg,
         r"(\d+) device \+ (\d+) host blocks need ([\d.]+) GiB \(> memory_limit ([\d.]+) GiB\)",
-        (str(_BIG_DEVICE), str(_OPEN["host_blocks"]), _gib(dev + host), _gib(limit)),
+        (str(_BIG_DEVICE), str(_BIG_HOST), _gib(dev + host), _gib(limit)),
     )
 
 
@@ -104,6 +100,7 @@ def _footprint(c: Any) -> tuple[int, int, int]:
 def _graph(h: Any, o: Any, form: str, g: Any) -> None:
     from kvstate.impl import HeterogeneousKVCache
     from kvstate.impl.errors import LayoutError
+    from kvstate.impl.tiers import planned_bytes
 
     L = g.lcm_tokens
     max_len = 37 * L + 1  # (a partial block: the table's width rounds up)
@@ -129,22 +126,20 @@ def _graph(h: Any, o: Any, form: str, g: Any) -> None:
                 f"table ({table} bytes) the cache allocates, yet it was refused: {exc}",
             ) from exc
         # one byte short; then a table of about 0.8 GiB (the bytes an entry takes, as
-        # allocated above, times its entries) under a limit of the tiers and half of it,
-        # refused before it allocates: figures the message's 0.1 GiB shows
-        entry, rest = divmod(table, _OPEN["max_requests"] * width)
-        wide = (8 << 30) // (10 * entry * _OPEN["max_requests"])
-        for w, t, limit in (
-            (width, table, tiers + table - 1),
-            (wide, entry * _OPEN["max_requests"] * wide, tiers + entry * wide // 2),
+        # allocated above, times its entries) beside the tiers of the first form, under a
+        # limit of those tiers and half the table, refused before it allocates: figures the
+        # message's 0.1 GiB shows
+        R = _OPEN["max_requests"]
+        entry, rest = divmod(table, R * width)
+        wide = (8 << 30) // (10 * entry * R)
+        big_tiers = sum(planned_bytes(g, _BIG_DEVICE, _BIG_HOST, R, None))
+        for w, t, tb, over in (
+            (width, table, tiers, {}),
+            (wide, entry * R * wide, big_tiers, _BIG),
         ):
-            big = {**kw, "max_model_len": w * L}
-            msg = _refused(
-                h,
-                o,
-                form,
-                lambda: HeterogeneousKVCache(g, cache_dir=d, memory_limit=limit, **big),
-                LayoutError,
-            )
+            limit = tb + (t - 1 if not over else t // 2)
+            big = {**kw, **over, "max_model_len": w * L}
+            msg = _refused(h, o, form, g, {"cache_dir": d, "memory_limit": limit, **big})
             _stated(
                 h,
                 o,
@@ -152,7 +147,7 @@ def _graph(h: Any, o: Any, form: str, g: Any) -> None:
                 msg,
                 r"(\d+) requests x (\d+) blocks of CUDA-graph block table need ([\d.]+) GiB "
                 r"beside ([\d.]+) GiB of tiers \(> memory_limit ([\d.]+) GiB\)",
-                (str(_OPEN["max_requests"]), str(w), _gib(t), _gib(tiers), _gib(limit)),
+                (str(R), str(w), _gib(t), _gib(tb), _gib(limit)),
             )
         if rest:
             raise _fail(h, o, form, f"the graph table's {table} bytes are not per entry")
