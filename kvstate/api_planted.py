@@ -23,6 +23,7 @@ from kvstate.api_mutants_forms import PLANTED as PLANTED_FORMS
 from kvstate.api_mutants_interpreted import PLANTED as PLANTED_INTERPRETED
 from kvstate.api_mutants_recovery import RECOVERY_MUTANTS
 from kvstate.api_mutants_reqpaths import PLANTED as PLANTED_REQPATHS
+from kvstate.api_mutants_stated import PLANTED as PLANTED_STATED
 
 
 @dataclass(frozen=True)
@@ -620,3 +621,5 @@ MUTANTS += tuple(Mutant(*m) for m in PLANTED_BLOCKPATHS2)
 # the cache's own worker threads and the library's pipeline drivers (kvstate/api_mutants_reqpaths.py)
 MUTANTS += tuple(Mutant(*m) for m in PLANTED_REQPATHS)
 MUTANTS += tuple(Mutant(*m) for m in PLANTED_INTERPRETED)
+# what refusals state, short reads, the key's mode bits, drain's count (kvstate/api_mutants_stated.py)
+MUTANTS += tuple(Mutant(*m) for m in PLANTED_STATED)
