@@ -39,6 +39,7 @@ from hypothesis import strategies as st
 from kvstate.targets.api.base import CallCheck
 from kvstate.targets.api.declare import OpDecl
 from kvstate.targets.api.fsrefusals import FS_REFUSALS
+from kvstate.targets.api.fsrefusals import LEAKS as FS_LEAKS
 
 
 def _disk_private(h: Any) -> tuple[Any, Callable[[bytes], bytes], Any]:
@@ -214,6 +215,11 @@ def _snapshot(root: str) -> dict[str, tuple[int, bytes]]:
     return out
 
 
+def _descriptors() -> set[str]:
+    """This process's open descriptors (a refused open must leave none of its own)."""
+    return set(os.listdir("/proc/self/fd"))
+
+
 def _key(h: Any) -> str:
     from kvstate.impl.disk import KEY_FILE
 
@@ -319,6 +325,7 @@ def _refused_open(h: Any, n: int) -> None:
     if not os.path.exists(_key(h)):
         return
     before = _snapshot(h.dir)
+    fds = _descriptors()
     where, undo = setup(h)
     got: BaseException | None = None
     try:
@@ -337,6 +344,14 @@ def _refused_open(h: Any, n: int) -> None:
             [name],
             f"opening a cache over {name}: expected {err}, got "
             f"{'no error' if got is None else f'{type(got).__name__}: {got}'}",
+        )
+    left = sorted(_descriptors() - fds) + FS_LEAKS[:]
+    FS_LEAKS.clear()
+    if left:
+        raise h.fail(
+            "directory-refusal",
+            [name],
+            f"a refused open over {name} left descriptors open: {left}",
         )
     after = _snapshot(h.dir)
     if after != before:
