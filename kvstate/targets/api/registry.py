@@ -48,6 +48,7 @@ from kvstate.targets.api import (
     stated,
     stepwise,
     stored,
+    strays,
     swaout,
     twonode,
     unlinks,
@@ -94,6 +95,7 @@ MODULES = (
     slotforms,
     stated,
     shortreads,
+    strays,
 )
 
 DECLARED: tuple[OpDecl, ...] = tuple(d for m in MODULES for d in m.DECLS)

@@ -34,6 +34,7 @@ from kvstate.targets.api.slotsfull import walks as slotsfull_walks
 from kvstate.targets.api.stated import walks as stated_walks
 from kvstate.targets.api.stepwise import READS
 from kvstate.targets.api.stored import FORGERIES, REFUSALS
+from kvstate.targets.api.strays import walks as strays_walks
 from kvstate.targets.api.swaout import walks as swaout_walks
 from kvstate.targets.api.unlinks import walks as unlink_walks
 from kvstate.targets.api.writerfails import walks as writer_fails_walks
@@ -412,6 +413,7 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[TraceStep]]:
         **notinuse_walks(N, L, lease_max),  # kvstate/targets/api/notinuse.py
         **stated_walks(N, L, lease_max),  # kvstate/targets/api/stated.py
         **shortreads_walks(to_disk, hit),  # kvstate/targets/api/shortreads.py
+        **strays_walks(to_disk, hit),  # kvstate/targets/api/strays.py
     }
     if remote.WORLD is not None:  # a run with a remote tier meets the store's faults first
         walks = {
