@@ -4,8 +4,9 @@ mode bits (``stored.py``'s refusals) and the library's drain count (``libdrive.p
 Each entry is ``(name, bug class, path, old text, new text)`` as
 :class:`kvstate.api_planted.Mutant` takes them.  What the harness did not look at: the figures
 a refusal states (only the error's class was checked), a disk that answers a read in pieces
-(the harness's answered whole), a key file with one permission bit beyond 0644's, and the
-count ``pipelines.drain()`` returns.
+(the harness's answered whole), a key file with one permission bit beyond 0644's, the
+count ``pipelines.drain()`` returns, a descriptor left open by a refused open (descriptor 0
+too), and a stray the scan cannot read.
 """
 
 from __future__ import annotations
@@ -33,11 +34,11 @@ PLANTED: tuple[tuple[str, str, str, str, str], ...] = (
         'raise UnknownRequest("unknown request id")',
     ),
     (
-        "short_read_resumes_at_start",
-        "a short read: the read goes on from where it started, not where it stopped",
+        "short_read_refills_buffer_start",
+        "a short read: the read goes on at the right offset into the buffer's start",
         "impl/disk.py",
         "got = os.preadv(fd, [buf[done:]], offset + done)",
-        "got = os.preadv(fd, [buf[done:]], offset)",
+        "got = os.preadv(fd, [buf], offset + done)",
     ),
     (
         "key_mode_ignores_execute_bits",
@@ -52,5 +53,19 @@ PLANTED: tuple[tuple[str, str, str, str, str], ...] = (
         "impl/pipelines.py",
         "        return steps\n",
         "        return steps + 1\n",
+    ),
+    (
+        "failed_key_leaks_descriptor_zero",
+        "descriptors on a failure path: descriptor 0 taken for none, left open",
+        "impl/diskdir.py",
+        "        if fd >= 0:\n            os.close(fd)\n        try:\n            os.unlink(tmp)",
+        "        if fd > 0:\n            os.close(fd)\n        try:\n            os.unlink(tmp)",
+    ),
+    (
+        "scan_deletes_unreadable_stray",
+        "a stored form the scan cannot read: taken for kvstate's and deleted",
+        "impl/disk.py",
+        "            head = os.pread(fd, len(MAGIC_FAMILY), 0)\n        except OSError:\n            return False",
+        "            head = os.pread(fd, len(MAGIC_FAMILY), 0)\n        except OSError:\n            return True",
     ),
 )
