@@ -6,7 +6,8 @@ Each entry is ``(name, bug class, path, old text, new text)`` as
 a refusal states (only the error's class was checked), a disk that answers a read in pieces
 (the harness's answered whole), a key file with one permission bit beyond 0644's, the
 count ``pipelines.drain()`` returns, a descriptor left open by a refused open (descriptor 0
-too), and a stray the scan cannot read.
+too), a stray the scan cannot read, and a load's read sized for two chunks (``load_steps``
+at its one value: ``constvals.py``).
 """
 
 from __future__ import annotations
@@ -67,5 +68,12 @@ PLANTED: tuple[tuple[str, str, str, str, str], ...] = (
         "impl/disk.py",
         "            head = os.pread(fd, len(MAGIC_FAMILY), 0)\n        except OSError:\n            return False",
         "            head = os.pread(fd, len(MAGIC_FAMILY), 0)\n        except OSError:\n            return True",
+    ),
+    (
+        "payload_sized_by_second_chunk",
+        "a constant met at one value: a load's read sized by the second chunk, not the last",
+        "impl/disk.py",
+        "hi = chunks[-1][3] if chunks else 0",
+        "hi = chunks[1][3] if chunks else 0",
     ),
 )

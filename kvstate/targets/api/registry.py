@@ -18,6 +18,7 @@ from kvstate.targets.api import (
     actmaint,
     args,
     construct,
+    constvals,
     damage,
     directio,
     exhaust,
@@ -96,6 +97,7 @@ MODULES = (
     stated,
     shortreads,
     strays,
+    constvals,
 )
 
 DECLARED: tuple[OpDecl, ...] = tuple(d for m in MODULES for d in m.DECLS)

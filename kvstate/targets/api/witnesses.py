@@ -11,6 +11,7 @@ from kvstate.targets.api.actmaint import walks as actmaint_walks
 from kvstate.targets.api.args import CASES as ARG_CASES
 from kvstate.targets.api.base import chain, op
 from kvstate.targets.api.construct import walks as construct_walks
+from kvstate.targets.api.constvals import walks as constvals_walks
 from kvstate.targets.api.damage import PARTS
 from kvstate.targets.api.directio import walks as directio_walks
 from kvstate.targets.api.evictrun import walks as evictrun_walks
@@ -414,6 +415,7 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[TraceStep]]:
         **stated_walks(N, L, lease_max),  # kvstate/targets/api/stated.py
         **shortreads_walks(to_disk, hit),  # kvstate/targets/api/shortreads.py
         **strays_walks(to_disk, hit),  # kvstate/targets/api/strays.py
+        **constvals_walks(N, L, lease_max),  # kvstate/targets/api/constvals.py
     }
     if remote.WORLD is not None:  # a run with a remote tier meets the store's faults first
         walks = {
