@@ -9,7 +9,7 @@ read of its directory with at most :data:`PIECE` bytes from now on (a multiple o
 I/O alignment, so that a direct read may go on); the call changes nothing the table sees
 (``spec/api.py``'s ``fault``).  No block joins the world's failing reads: every later header
 read and disk load must complete, and its bytes are compared with the writer's as every
-load's are.
+load's are.  (Not ``short_read`` of ops.py: there the file ends early and the load must fail.)
 """
 
 from __future__ import annotations
