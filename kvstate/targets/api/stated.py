@@ -15,7 +15,9 @@ call was given and what the cache allocates (the tensors, not a formula):
   on a device) builds; one byte less is a ``LayoutError`` that states the requests, the
   table's width (a request is at most ``max_model_len`` tokens), the table's GiB, the tiers'
   GiB and the limit's;
-* ``get_request`` of an id the cache never gave: ``UnknownRequest`` names that id.
+* ``get_request`` of an id the cache never gave: ``UnknownRequest`` names that id;
+* a disk key of the wrong length: the refusal states the lengths a key may have, and both
+  ends of that range open a cache while one byte past either end is refused.
 """
 
 from __future__ import annotations
@@ -28,7 +30,12 @@ from hypothesis import strategies as st
 
 from kvstate.targets.api.declare import OpDecl
 
-FORMS = ("the tiers over the memory limit", "the CUDA-graph table's bytes", "an unknown request")
+FORMS = (
+    "the tiers over the memory limit",
+    "the CUDA-graph table's bytes",
+    "an unknown request",
+    "the disk key's lengths",
+)
 _OPEN = dict(executors="manual", host_blocks=1, max_requests=1)
 # a plan of about 0.3 GiB on the small geometry: its figures show at the message's 0.1 GiB
 # (a wrong unit or a doubled term changes them); refused, it allocates nothing
@@ -167,6 +174,39 @@ def _unknown(h: Any, o: Any, form: str) -> None:
     raise _fail(h, o, form, f"get_request({_UNKNOWN_ID}) answered a request")
 
 
+def _key_lengths(h: Any, o: Any, form: str, g: Any) -> None:
+    """A disk key of the wrong length is refused with a message that states the lengths it
+    takes; both ends of that range open a cache, one byte past either end is refused."""
+    from kvstate.impl import HeterogeneousKVCache
+    from kvstate.impl.errors import InvalidArgument
+
+    def opens(n: int) -> str:
+        with tempfile.TemporaryDirectory(prefix="kvstate-stated-") as d:
+            try:
+                HeterogeneousKVCache(
+                    g, cache_dir=d, disk_key=b"k" * n, device_blocks=2, **_OPEN
+                ).close()
+            except InvalidArgument as exc:
+                return str(exc)
+        return ""
+
+    msg = opens(1)
+    m = re.search(r"(\d+) to (\d+) bytes", msg)
+    if m is None:
+        raise _fail(h, o, form, f"a 1-byte disk key refused as {msg!r}: no lengths stated")
+    lo, hi = int(m[1]), int(m[2])
+    for n, ok in ((lo, True), (hi, True), (lo - 1, False), (hi + 1, False)):
+        got = opens(n)
+        if (got == "") != ok:
+            raise _fail(
+                h,
+                o,
+                form,
+                f"the refusal states {lo} to {hi} bytes, yet a {n}-byte key was "
+                f"{'refused: ' + got if got else 'taken'}",
+            )
+
+
 def do_stated(h: Any, o: Any) -> int | None:
     k = o.arg("k") % len(FORMS)
     form = FORMS[k]
@@ -177,8 +217,10 @@ def do_stated(h: Any, o: Any) -> int | None:
         _tiers(h, o, form, g)
     elif k == 1:
         _graph(h, o, form, g)
-    else:
+    elif k == 2:
         _unknown(h, o, form)
+    else:
+        _key_lengths(h, o, form, g)
     h.cov.add(f"check: what a refusal states ({form})")
     return None
 
