@@ -76,4 +76,11 @@ PLANTED: tuple[tuple[str, str, str, str, str], ...] = (
         "hi = chunks[-1][3] if chunks else 0",
         "hi = chunks[1][3] if chunks else 0",
     ),
+    (
+        "disk_key_shortest_refused",
+        "what an error states: a key of the shortest length the refusal names is refused too",
+        "impl/disk.py",
+        "not KEY_MIN <= len(key) <= KEY_MAX",
+        "not KEY_MIN < len(key) <= KEY_MAX",
+    ),
 )
