@@ -24,6 +24,7 @@ from kvstate.api_mutants_forms import PLANTED as PLANTED_FORMS
 from kvstate.api_mutants_interpreted import PLANTED as PLANTED_INTERPRETED
 from kvstate.api_mutants_recovery import RECOVERY_MUTANTS
 from kvstate.api_mutants_reqpaths import PLANTED as PLANTED_REQPATHS
+from kvstate.api_mutants_stated import PLANTED as PLANTED_STATED
 
 
 @dataclass(frozen=True)
@@ -622,3 +623,5 @@ MUTANTS += tuple(Mutant(*m) for m in PLANTED_BLOCKPATHS2)
 MUTANTS += tuple(Mutant(*m) for m in PLANTED_REQPATHS)
 MUTANTS += tuple(Mutant(*m) for m in PLANTED_INTERPRETED)
 MUTANTS += tuple(Mutant(*m) for m in PLANTED_COVERAGE)
+# what refusals state, short reads, the key's mode bits, drain's count (kvstate/api_mutants_stated.py)
+MUTANTS += tuple(Mutant(*m) for m in PLANTED_STATED)

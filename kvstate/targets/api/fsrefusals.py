@@ -90,6 +90,49 @@ def _key_absent(then: str, code: int) -> Callable[[Any], Setup]:
     return setup
 
 
+# descriptors a refused open left open (the lowest one, which a daemon without stdin hands
+# out): ``stored._refused_open`` reports and clears them
+LEAKS: list[str] = []
+
+
+def _key_sync_fails_on_fd0(h: Any) -> Setup:
+    """As ``_key_absent("fsync", EIO)``, with descriptor 0 free when the key's temporary is
+    created (a process without stdin): the temporary is descriptor 0, and the failed creation
+    must close it as it closes any other (``0`` is a descriptor, not "none")."""
+    saved = os.dup(0)
+    closed = [False]
+
+    def refuse(call: str, a: tuple[Any, ...]) -> OSError | None:
+        if call == "open" and a and _is_key(a[0]):
+            return FileNotFoundError(errno.ENOENT, "No such file (injected)", str(a[0]))
+        if (
+            call == "open"
+            and a
+            and not closed[0]
+            and ".kvstate-key." in os.path.basename(str(a[0]))
+        ):
+            os.close(0)  # (the real open that follows gets descriptor 0)
+            closed[0] = True
+        if call == "fsync":
+            return _err(errno.EIO, call)
+        return None
+
+    uninstall = _install("os", refuse)
+
+    def undo() -> None:
+        uninstall()
+        if closed[0]:
+            try:
+                os.fstat(0)
+                LEAKS.append("descriptor 0 (the key's temporary) left open")
+            except OSError:
+                pass
+        os.dup2(saved, 0)
+        os.close(saved)
+
+    return h.dir, undo
+
+
 def _root_open(a: tuple[Any, ...]) -> bool:
     return bool(a) and not _is_key(a[0]) and bool(a[1] & getattr(os, "O_DIRECTORY", 0))
 
@@ -107,5 +150,10 @@ FS_REFUSALS: tuple[tuple[str, str, Callable[[Any], Setup]], ...] = (
     ("the key cannot be read (EIO)", "StorageError", _refuse("pread", errno.EIO)),
     ("the key cannot be created (EROFS)", "StorageError", _key_absent("link", errno.EROFS)),
     ("the new key cannot be synced (EIO)", "StorageError", _key_absent("fsync", errno.EIO)),
+    (
+        "the new key cannot be synced (EIO), descriptor 0 free",
+        "StorageError",
+        _key_sync_fails_on_fd0,
+    ),
     ("the key keeps disappearing", "InvalidArgument", _key_absent("", 0)),
 )

@@ -60,6 +60,24 @@ def do_geometry(h: Any, o: Any) -> int | None:
     return None
 
 
+def renewed(h: Any, o: Any, before: ConcreteState | None) -> bool:
+    """Whether ``o`` started the example over on a derived table (``base.renew_on``): then
+    the library's state must be that table's initial one (its constants may differ from the
+    old table's: ``constvals``), not a change explained from the old model."""
+    from kvstate.model.apimap import state_diff
+
+    if before is None or before.k is h.machine.k:
+        return False
+    h.model = h.machine.init()
+    d = state_diff(h.model.values, h.observe(), h.table)
+    if d:
+        raise h.fail(
+            "renew", [x.split(":")[0] for x in d], f"after {o.render()}:\n  " + "\n  ".join(d)
+        )
+    h.cov.add(f"call {o.name}")
+    return True
+
+
 class NewModel(CallCheck):
     """After an operation that started the example over on a derived table (``renew_on``:
     ``geometry``, ``pincap``, ``interpreted``): the example's model is that table's initial

@@ -36,8 +36,11 @@ from kvstate.targets.api.faults import _InjectedJobError, _jobs
 def do_drain_lib(h: Any, o: Any) -> int | None:
     if h.threads:
         return None
-    h.cache.pipelines.drain()
+    steps = h.cache.pipelines.drain()
     bad = drained_idle(h)
+    again = h.cache.pipelines.drain()  # nothing left: no step taken (README: the steps taken)
+    if again != 0 or steps < 0:
+        bad.append(f"drain count: {steps} steps, then {again} on idle pipelines (0)")
     if bad:
         raise h.fail(
             "accounting", [b.split(":")[0] for b in bad], f"after {o.render()}: {'; '.join(bad)}"

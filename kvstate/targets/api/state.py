@@ -50,6 +50,7 @@ from kvstate.targets.api.accounting import accounting, drained_idle
 from kvstate.targets.api.base import _EVENTS_OF, NAMESPACE, Coverage, Live, op
 from kvstate.targets.api.bytes import check_bytes, read_released
 from kvstate.targets.api.faults import _FULL, _install_full_disk
+from kvstate.targets.api.geometry import renewed
 from kvstate.targets.api.graphs import StaleAt, staled
 from kvstate.targets.api.registry import MAPPING, OPS
 from kvstate.targets.api.remote import cache_kwargs as remote_kwargs
@@ -291,7 +292,9 @@ class ApiHarness:
                 f"{o.render()} raised {type(exc).__name__}: {exc} (not a documented KVStateError)",
             ) from exc
         call = self.call_override or MAPPING[o.name]
-        if o.name == "restart":
+        if raised is None and renewed(self, o, before):  # (kvstate/targets/api/geometry.py)
+            pass
+        elif o.name == "restart":
             self._restart_model()
             for c in self.checks:
                 c.restart(self)

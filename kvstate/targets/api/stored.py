@@ -39,6 +39,7 @@ from hypothesis import strategies as st
 from kvstate.targets.api.base import CallCheck
 from kvstate.targets.api.declare import OpDecl
 from kvstate.targets.api.fsrefusals import FS_REFUSALS
+from kvstate.targets.api.fsrefusals import LEAKS as FS_LEAKS
 
 
 def _disk_private(h: Any) -> tuple[Any, Callable[[bytes], bytes], Any]:
@@ -214,6 +215,11 @@ def _snapshot(root: str) -> dict[str, tuple[int, bytes]]:
     return out
 
 
+def _descriptors() -> set[str]:
+    """This process's open descriptors (a refused open must leave none of its own)."""
+    return set(os.listdir("/proc/self/fd"))
+
+
 def _key(h: Any) -> str:
     from kvstate.impl.disk import KEY_FILE
 
@@ -229,8 +235,8 @@ def _refuse_in_use(h: Any) -> Setup:
     return h.dir, lambda: os.close(fd)
 
 
-def _refuse_mode(h: Any) -> Setup:
-    os.chmod(_key(h), 0o644)
+def _refuse_mode(h: Any, mode: int = 0o644) -> Setup:
+    os.chmod(_key(h), mode)
     return h.dir, lambda: os.chmod(_key(h), 0o600)
 
 
@@ -293,6 +299,9 @@ def _refuse_short_key(h: Any) -> Setup:
 REFUSALS: tuple[tuple[str, str, Callable[[Any], Setup]], ...] = (
     ("the directory locked by another holder", "DirectoryInUse", _refuse_in_use),
     ("the key readable by others", "InvalidArgument", _refuse_mode),
+    # one group and one other bit alone, those 0o644 leaves unset (not 0600: docs/library.md)
+    ("the key executable by others", "InvalidArgument", lambda h: _refuse_mode(h, 0o601)),
+    ("the key writable by its group", "InvalidArgument", lambda h: _refuse_mode(h, 0o620)),
     ("the key a symlink", "InvalidArgument", _refuse_symlink),
     ("the key not a regular file", "InvalidArgument", _refuse_not_file),
     ("the key one byte short", "InvalidArgument", _refuse_length),
@@ -316,6 +325,7 @@ def _refused_open(h: Any, n: int) -> None:
     if not os.path.exists(_key(h)):
         return
     before = _snapshot(h.dir)
+    fds = _descriptors()
     where, undo = setup(h)
     got: BaseException | None = None
     try:
@@ -334,6 +344,14 @@ def _refused_open(h: Any, n: int) -> None:
             [name],
             f"opening a cache over {name}: expected {err}, got "
             f"{'no error' if got is None else f'{type(got).__name__}: {got}'}",
+        )
+    left = sorted(_descriptors() - fds) + FS_LEAKS[:]
+    FS_LEAKS.clear()
+    if left:
+        raise h.fail(
+            "directory-refusal",
+            [name],
+            f"a refused open over {name} left descriptors open: {left}",
         )
     after = _snapshot(h.dir)
     if after != before:

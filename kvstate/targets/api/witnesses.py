@@ -20,6 +20,7 @@ from kvstate.targets.api.actmaint import walks as actmaint_walks
 from kvstate.targets.api.args import CASES as ARG_CASES
 from kvstate.targets.api.base import chain, op
 from kvstate.targets.api.construct import walks as construct_walks
+from kvstate.targets.api.constvals import walks as constvals_walks
 from kvstate.targets.api.damage import PARTS
 from kvstate.targets.api.directio import walks as directio_walks
 from kvstate.targets.api.evictrun import walks as evictrun_walks
@@ -39,11 +40,14 @@ from kvstate.targets.api.refusedwrites import WAYS
 from kvstate.targets.api.registered import walks as registered_walks
 from kvstate.targets.api.registry import DECLARED
 from kvstate.targets.api.rowmemo import walks as rowmemo_walks
+from kvstate.targets.api.shortreads import walks as shortreads_walks
 from kvstate.targets.api.single import walks as single_walks
 from kvstate.targets.api.slotsfull import walks as slotsfull_walks
+from kvstate.targets.api.stated import walks as stated_walks
 from kvstate.targets.api.stepwise import READS
 from kvstate.targets.api.stored import FORGERIES, REFUSALS
 from kvstate.targets.api.storerun import walks as storerun_walks
+from kvstate.targets.api.strays import walks as strays_walks
 from kvstate.targets.api.swaout import walks as swaout_walks
 from kvstate.targets.api.unlinks import walks as unlink_walks
 from kvstate.targets.api.unservable import walks as unservable_walks
@@ -431,6 +435,10 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[TraceStep]]:
         **actmaint_walks(N, L, lease_max),  # kvstate/targets/api/actmaint.py
         **slotsfull_walks(N, L, lease_max),  # kvstate/targets/api/slotsfull.py
         **notinuse_walks(N, L, lease_max),  # kvstate/targets/api/notinuse.py
+        **stated_walks(N, L, lease_max),  # kvstate/targets/api/stated.py
+        **shortreads_walks(to_disk, hit),  # kvstate/targets/api/shortreads.py
+        **strays_walks(to_disk, hit),  # kvstate/targets/api/strays.py
+        **constvals_walks(N, L, lease_max),  # kvstate/targets/api/constvals.py
     }
     if remote.WORLD is not None:  # a run with a remote tier meets the store's faults first
         walks = {
