@@ -79,6 +79,7 @@ class BlockStore:
         self.index: dict[bytes, int] = {}
         self.lru: OrderedDict[int, None] = OrderedDict()  # READY on device, least recent first
         self.tombstones: OrderedDict[int, None] = OrderedDict()  # FREE records still indexed
+        self.registered: set[int] = set()  # registered chains' records: never purged
         g = table.geometry  # the window policy (spec/geometry.py swa_kept_blocks), its
         self.swa_policy = (g.window_lcm_blocks, g.checkpoint_blocks)  # constants read once
         # the policy's answer per (first, stop, end): the spec's function is interpreted (~9k
@@ -107,7 +108,8 @@ class BlockStore:
 
     def register(self, chain: Chain) -> list[int]:
         """Records for every block of ``chain``, each with a preferred device slot reserved, so
-        their device addresses are distinct and stable from the start."""
+        their device addresses are distinct and stable from the start: never purged, or a FREE
+        one's id would go to another key and its address (a graph's too) be forgotten."""
         with self.lock:
             rids = []
             for k, key in enumerate(chain.keys):
@@ -116,6 +118,7 @@ class BlockStore:
                     home = self.tiers.slots.claim_free(rid)
                     self.meta.addr[rid] = home
                     self.meta.gaddr[rid] = home
+                self.registered.add(rid)
                 rids.append(rid)
             return rids
 
@@ -126,8 +129,14 @@ class BlockStore:
         return [index.get(k, NULL_RID) for k in chain.keys]
 
     def purge_tombstones(self) -> None:
+        """Forget the oldest tombstones while the index is full (registered ones put back)."""
+        registered = self.registered
+        kept: list[int] = []
         while len(self.index) >= self.max_records and self.tombstones:
             rid, _ = self.tombstones.popitem(False)  # (positional: no keyword call)
+            if rid in registered:
+                kept.append(rid)
+                continue
             key = self.meta.key[rid]
             if key is not None:
                 self.index.pop(key, None)
@@ -135,6 +144,8 @@ class BlockStore:
             self.meta.addr[rid] = -1
             self.meta.gaddr[rid] = -1
             self.meta.retire(rid)
+        for rid in kept:
+            self.tombstones[rid] = None
 
     # ---- capacity -------------------------------------------------------------------------
     def take_slot(self, rid: int, prefer: int) -> int:

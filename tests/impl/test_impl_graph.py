@@ -140,3 +140,31 @@ def test_a_captured_graph_goes_stale_when_any_recorded_address_moves() -> None:
             hooks.act("capture")
             assert hooks.graph_moved(rid, old, old + 7)
             assert core.graph.phase != 0 and not core.graph.captured
+
+
+def test_registered_records_outlive_the_index_bound() -> None:
+    """A registered prefix's records are never purged: FREE ones stay indexed with their
+    reserved addresses while other keys pass the index's bound (``BlockStore.max_records``:
+    4 * (device + host + disk blocks) + 64) and their tombstones are purged and reused.  Its FREE
+    records were purged first (the oldest tombstones): their ids went to other keys and a
+    captured graph lost their addresses."""
+    g = G.with_changes(host_blocks=2, disk_blocks=2)
+    cache = HeterogeneousKVCache(g, executors="manual", writer=DeterministicWriter())
+    try:
+        toks = harness_tokens(2 * L + 1)
+        view, hooks = cache.inspect(), cache.test_hooks()
+        chain = cache.chain(toks)
+        rids = cache.register(chain)
+        addrs = [view.meta.addr[r] for r in rids]
+        hooks.act("capture")
+        bound = 4 * (g.device_blocks + 4) + 64
+        for ns in range(bound):  # twice the bound's keys: the first purged again and again
+            other = cache.chain(toks, namespace=f"other-{ns}")
+            for k, key in enumerate(other.keys):
+                hooks.record(key, other.block_tokens_of(k), k * L)
+        assert len(view.index) <= bound  # the bound was met: tombstones were purged
+        assert [view.index.get(k) for k in chain.keys] == rids
+        assert [view.meta.addr[r] for r in rids] == addrs == [view.meta.gaddr[r] for r in rids]
+        assert min(addrs) >= 0 and cache.register(chain) == rids
+    finally:
+        cache.close()
