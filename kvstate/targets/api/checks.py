@@ -43,6 +43,7 @@ def make_checks(h: Any) -> list[CallCheck]:
     from kvstate.targets.api.single import ActCheck
     from kvstate.targets.api.stats import StatsCheck
     from kvstate.targets.api.stored import StoredForms
+    from kvstate.targets.api.storeroom import OutsideStores
     from kvstate.targets.api.unlinks import Orphans
     from kvstate.targets.api.window import AppendWindows
     from kvstate.targets.api.writerfails import FinishStores
@@ -71,6 +72,7 @@ def make_checks(h: Any) -> list[CallCheck]:
         InspectionReads(),
         HandRows(),
         FinishStores(),
+        OutsideStores(),
         QueuedLoads(),
         DefaultForms(),
         PublishedSignatures(),

@@ -24,6 +24,7 @@ from kvstate.spec.phases import CKV, Req
 from kvstate.spec.state import ConcreteState
 from kvstate.targets.api.base import CallCheck, Harness, op
 from kvstate.targets.api.declare import OpDecl
+from kvstate.targets.api.storeroom import past_gap
 
 Step = tuple[str, dict[str, int]]
 # the actions that make room for a store: a block evicted frees its slot (and its window's
@@ -126,6 +127,9 @@ class FinishStores(CallCheck):
     ) -> None:
         if not self.want or h.writer_failed:
             return
+        free = int(CKV.FREE)
+        left = [b for b in self.want if end.values["ckv"][b] == free]
+        past_gap(h, o, self.want, left)
         # room the call could make: a slot for each block, free or of a block the table lets
         # evict; SWA pages for its window, free or of a window the table lets slide (the
         # chain's blocks, before the call, and another prompt's: the store pins none of them,
@@ -143,8 +147,6 @@ class FinishStores(CallCheck):
         if self.pages + per * may("slide") < per * len(self.want):
             h.cov.add("a finish short of SWA pages (its stores not required)")
             return
-        free = int(CKV.FREE)
-        left = [b for b in self.want if end.values["ckv"][b] == free]
         h.cov.add("check: a finish stored what the device had room for")
         if left:
             raise h.fail(
