@@ -32,6 +32,7 @@ def make_checks(h: Any) -> list[CallCheck]:
     from kvstate.targets.api.lrureads import RecencyReads
     from kvstate.targets.api.memo import WindowPolicy
     from kvstate.targets.api.orders import OrderHook
+    from kvstate.targets.api.pinreads import ReleasedPins
     from kvstate.targets.api.prefixreads import PrefixReads
     from kvstate.targets.api.queued import QueuedLoads
     from kvstate.targets.api.readers import AdmissionReaders
@@ -73,6 +74,7 @@ def make_checks(h: Any) -> list[CallCheck]:
         HandRows(),
         FinishStores(),
         OutsideStores(),
+        ReleasedPins(),
         QueuedLoads(),
         DefaultForms(),
         PublishedSignatures(),
