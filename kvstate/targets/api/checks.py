@@ -46,6 +46,7 @@ def make_checks(h: Any) -> list[CallCheck]:
     from kvstate.targets.api.stored import StoredForms
     from kvstate.targets.api.storeroom import OutsideStores
     from kvstate.targets.api.unlinks import Orphans
+    from kvstate.targets.api.whyrefused import WhyRefused
     from kvstate.targets.api.window import AppendWindows
     from kvstate.targets.api.writerfails import FinishStores
 
@@ -75,6 +76,7 @@ def make_checks(h: Any) -> list[CallCheck]:
         FinishStores(),
         OutsideStores(),
         ReleasedPins(),
+        WhyRefused(),
         QueuedLoads(),
         DefaultForms(),
         PublishedSignatures(),

@@ -34,6 +34,7 @@ from kvstate.targets.api.stepwise import READS
 from kvstate.targets.api.stored import FORGERIES, REFUSALS
 from kvstate.targets.api.swaout import walks as swaout_walks
 from kvstate.targets.api.unlinks import walks as unlink_walks
+from kvstate.targets.api.whyrefused import walks as whyrefused_walks
 from kvstate.targets.api.writerfails import walks as writer_fails_walks
 
 
@@ -400,6 +401,7 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[TraceStep]]:
         **pincap_walks(N, L, lease_max),  # kvstate/targets/api/pincap.py
         **interpreted_walks(N, L, lease_max),  # kvstate/targets/api/interpreted.py
         **swaout_walks(N, L, lease_max),  # kvstate/targets/api/swaout.py
+        **whyrefused_walks(N, L, lease_max),  # kvstate/targets/api/whyrefused.py
         **directio_walks(N, L, lease_max, to_disk, hit),  # kvstate/targets/api/directio.py
         **unlink_walks(to_disk, hit),  # kvstate/targets/api/unlinks.py
         **registered_walks(N, L, lease_max),  # kvstate/targets/api/registered.py
