@@ -36,6 +36,7 @@ def make_checks(h: Any) -> list[CallCheck]:
     from kvstate.targets.api.prefixreads import PrefixReads
     from kvstate.targets.api.queued import QueuedLoads
     from kvstate.targets.api.readers import AdmissionReaders
+    from kvstate.targets.api.readonly import ReadOnlyTokens
     from kvstate.targets.api.ready import Readiness
     from kvstate.targets.api.recoveryhit import RecoveryHit
     from kvstate.targets.api.refusals import RefusalRequired
@@ -77,6 +78,7 @@ def make_checks(h: Any) -> list[CallCheck]:
         OutsideStores(),
         ReleasedPins(),
         WhyRefused(),
+        ReadOnlyTokens(),
         QueuedLoads(),
         DefaultForms(),
         PublishedSignatures(),
