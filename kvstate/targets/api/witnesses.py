@@ -331,6 +331,16 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[TraceStep]]:
             op("use", i=1),
             op("read", i=1),
         ],
+        # a tail that failed its splice check is not served again (Recovery.check_tail marks
+        # its record corrupt): a second request over the same prefix, its bytes read
+        "a damaged host tail, then the prefix hit again": [
+            *to_host,
+            *[op("host_tail", b=b) for b in range(N)],
+            *hit,
+            op("finish", i=1),
+            *hit,
+            op("finish", i=1),
+        ],
         # authentic headers not of this layout (kvstate/targets/api/stored.py): a restart drops them
         **{
             f"forged headers {k0}-{k0 + N - 1}, then a restart": [
