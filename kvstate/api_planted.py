@@ -16,6 +16,7 @@ from kvstate.api_mutants_blockpaths import PLANTED as PLANTED_BLOCKPATHS
 from kvstate.api_mutants_blockpaths2 import PLANTED as PLANTED_BLOCKPATHS2
 from kvstate.api_mutants_blocks import PLANTED as PLANTED_BLOCKS
 from kvstate.api_mutants_claims import PLANTED as PLANTED_CLAIMS
+from kvstate.api_mutants_covblocks import PLANTED as PLANTED_COVBLOCKS
 from kvstate.api_mutants_disk import DISK_MUTANTS
 from kvstate.api_mutants_evict import PLANTED as PLANTED_EVICT
 from kvstate.api_mutants_facade import PLANTED as PLANTED_FACADE
@@ -620,3 +621,6 @@ MUTANTS += tuple(Mutant(*m) for m in PLANTED_BLOCKPATHS2)
 # the cache's own worker threads and the library's pipeline drivers (kvstate/api_mutants_reqpaths.py)
 MUTANTS += tuple(Mutant(*m) for m in PLANTED_REQPATHS)
 MUTANTS += tuple(Mutant(*m) for m in PLANTED_INTERPRETED)
+# store room, pin diagnostics, refusal explanations, read-only tokens, callback errors,
+# restored tails cut back onto (kvstate/api_mutants_covblocks.py)
+MUTANTS += tuple(Mutant(*m) for m in PLANTED_COVBLOCKS)
