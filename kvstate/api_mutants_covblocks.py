@@ -1,6 +1,7 @@
 """Planted bugs of the classes the store-room, pin-diagnostic, refusal-explanation, read-only,
-callback-error and restored-tail checks close (``kvstate/targets/api/storeroom.py``,
-``writerfails.py``, ``pinreads.py``, ``whyrefused.py``, ``readonly.py``, ``handout.py`` and the
+callback-error, graph-counter and restored-tail checks close (``kvstate/targets/api/storeroom.py``,
+``writerfails.py``, ``pinreads.py``, ``whyrefused.py``, ``readonly.py``, ``handout.py``,
+``graphcounts.py`` and the
 witness "a damaged host tail, then the prefix hit again").
 
 Each entry is ``(name, bug class, path, old text, new text)`` as
@@ -40,7 +41,7 @@ PLANTED: tuple[tuple[str, str, str, str, str], ...] = (
         "integrity: the token array a request hands out accepts writes",
         "impl/hashing.py",
         "    out.flags.writeable = False\n    return out",
-        "    out.flags.writeable = not out.size\n    return out",
+        "    out.flags.writeable = bool(out.size)\n    return out",
     ),
     (
         "callback_errors_keep_64",
@@ -48,6 +49,13 @@ PLANTED: tuple[tuple[str, str, str, str, str], ...] = (
         "impl/events.py",
         "deque(maxlen=100)",
         "deque(maxlen=64)",
+    ),
+    (
+        "graph_replays_uncounted",
+        "statistics: the graph registry's replay counter never moves",
+        "impl/graphs.py",
+        "        self.replays += 1",
+        "        self.replays += 0",
     ),
     (
         "truncation_trusts_restored_tail",

@@ -25,6 +25,7 @@ def make_checks(h: Any) -> list[CallCheck]:
     from kvstate.targets.api.exhaust import Counts
     from kvstate.targets.api.facade import GuardReads, InspectionReads
     from kvstate.targets.api.geometry import NewModel
+    from kvstate.targets.api.graphcounts import GraphCounts
     from kvstate.targets.api.graphs import GraphProtocol
     from kvstate.targets.api.handed import HandRows
     from kvstate.targets.api.handout import Events, GraphRows
@@ -79,6 +80,7 @@ def make_checks(h: Any) -> list[CallCheck]:
         ReleasedPins(),
         WhyRefused(),
         ReadOnlyTokens(),
+        GraphCounts(),
         QueuedLoads(),
         DefaultForms(),
         PublishedSignatures(),
