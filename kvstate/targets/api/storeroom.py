@@ -24,12 +24,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from kvstate.spec.api import MACROS
 from kvstate.spec.phases import CKV
 from kvstate.spec.state import ConcreteState
 from kvstate.targets.api.base import CallCheck
+from kvstate.targets.api.single import _words
 
 Step = tuple[str, dict[str, int]]
 _OUTSIDE = ("foreign", "variant")
+# the steps ``spec/api.py``'s ROOM macro makes room with: an eviction's first action (it frees
+# the block's slot and its window's pages) and the other alternative, a window slid (its pages)
+EVICT = _words(MACROS["EVICT"])[0]
+SLIDE = next(w for w in _words(MACROS["ROOM"]) if w != EVICT)
 
 
 def past_gap(h: Any, o: Any, want: Sequence[int], left: Sequence[int]) -> None:
@@ -63,8 +69,8 @@ class OutsideStores(CallCheck):
             return
         view = h.view
         ckv, rids = view.meta.ckv, list(view.index.values())
-        self.evict = {rid for rid in rids if view.can("evict_start", rid)}
-        self.slide = {rid for rid in rids if view.can("slide", rid)}
+        self.evict = {rid for rid in rids if view.can(EVICT, rid)}
+        self.slide = {rid for rid in rids if view.can(SLIDE, rid)}
         self.resident = {rid for rid in rids if ckv[rid] == CKV.READY}
         self.room = int(view.stats()["device_free"])
         self.pages = int(view.tiers.swa_pool.free)

@@ -24,12 +24,12 @@ from kvstate.spec.phases import CKV, Req
 from kvstate.spec.state import ConcreteState
 from kvstate.targets.api.base import CallCheck, Harness, op
 from kvstate.targets.api.declare import OpDecl
-from kvstate.targets.api.storeroom import past_gap
+from kvstate.targets.api.storeroom import EVICT, SLIDE, past_gap
 
 Step = tuple[str, dict[str, int]]
-# the actions that make room for a store: a block evicted frees its slot (and its window's
-# pages), a window slid frees its pages
-_ROOM = ("evict_start", "slide")
+# the actions that make room for a store (kvstate/targets/api/storeroom.py, from the table's
+# ROOM macro): a block evicted frees its slot (and its window's pages), a window slid its pages
+_ROOM = (EVICT, SLIDE)
 
 
 class _WriterBroke(RuntimeError):
@@ -141,10 +141,10 @@ class FinishStores(CallCheck):
             chain = sum(1 for b in range(h.N) if m.is_enabled(before, action, {"b": b}))
             return chain + self.others.get(action, 0)
 
-        if self.room + may("evict_start") < len(self.want):
+        if self.room + may(EVICT) < len(self.want):
             h.cov.add("a finish short of device slots (its stores not required)")
             return
-        if self.pages + per * may("slide") < per * len(self.want):
+        if self.pages + per * may(SLIDE) < per * len(self.want):
             h.cov.add("a finish short of SWA pages (its stores not required)")
             return
         h.cov.add("check: a finish stored what the device had room for")
