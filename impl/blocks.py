@@ -379,7 +379,7 @@ class BlockStore:
         self,
         blocks: Sequence[tuple[bytes, np.ndarray | None, int]],
         ticks: int,
-        end: int = -1,
+        end: int,
     ) -> int:
         """Store a run of a chain's blocks, ``(key, tokens, start)`` each, skipping those already
         cached (dedup); returns how many were stored.  The caller holds the lock.

@@ -308,6 +308,14 @@ class RequestTable:
         with self.lock:
             gate = self.gate
             found = gate.coord.search(gate.chain_view(rids, s), 0, cap)
+            # the boundary cut back to may hold a compressor state this recovery restored too,
+            # never checked (the plan checks the hit's end only): check it now, and on a
+            # failure (the record is marked corrupt) cut one block further
+            while 0 < found.hit < hit:
+                nb = -(-found.hit // L)
+                if self.recovery.check_tail(rids[nb - 1], nb * L):
+                    break
+                found = gate.coord.search(gate.chain_view(rids, s), 0, (nb - 1) * L)
             cut = recovery_cut(self._failed, hit, found.hit)
             ticks = max(1, s.deadline - gate.now)
             req = s.request

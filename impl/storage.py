@@ -45,9 +45,10 @@ class SlotPool:
         self._claimed[slot] = None
         return slot
 
-    def take(self, rid: int, prefer: int = -1) -> int:
-        """Take ``prefer`` if it is free, else the least recently freed unclaimed slot, else a
-        claimed one (its claimant will move).  The slot becomes claimed by ``rid``.  -1: full."""
+    def take(self, rid: int, prefer: int) -> int:
+        """Take ``prefer`` if it is free (-1: no preference), else the least recently freed
+        unclaimed slot, else a claimed one (its claimant will move).  The slot becomes claimed
+        by ``rid``.  -1: full."""
         if 0 <= prefer < self.n and not self.busy[prefer]:
             slot = prefer
             self._claimed.pop(slot, None)

@@ -17,6 +17,7 @@ from kvstate.api_mutants_blockpaths2 import PLANTED as PLANTED_BLOCKPATHS2
 from kvstate.api_mutants_blocks import PLANTED as PLANTED_BLOCKS
 from kvstate.api_mutants_claims import PLANTED as PLANTED_CLAIMS
 from kvstate.api_mutants_coverage import PLANTED as PLANTED_COVERAGE
+from kvstate.api_mutants_covblocks import PLANTED as PLANTED_COVBLOCKS
 from kvstate.api_mutants_disk import DISK_MUTANTS
 from kvstate.api_mutants_evict import PLANTED as PLANTED_EVICT
 from kvstate.api_mutants_facade import PLANTED as PLANTED_FACADE
@@ -625,3 +626,6 @@ MUTANTS += tuple(Mutant(*m) for m in PLANTED_INTERPRETED)
 MUTANTS += tuple(Mutant(*m) for m in PLANTED_COVERAGE)
 # what refusals state, short reads, the key's mode bits, drain's count (kvstate/api_mutants_stated.py)
 MUTANTS += tuple(Mutant(*m) for m in PLANTED_STATED)
+# store room, pin diagnostics, refusal explanations, read-only tokens, callback errors,
+# restored tails cut back onto (kvstate/api_mutants_covblocks.py)
+MUTANTS += tuple(Mutant(*m) for m in PLANTED_COVBLOCKS)

@@ -282,7 +282,7 @@ def test_pool_single_frees_refuse_bad_frees() -> None:
         pages.release(got[:1])
     assert pages.free_pages() == [*before[0], got[0]]
     slots = SlotPool(2)
-    s = slots.take(5)
+    s = slots.take(5, -1)
     with pytest.raises(InternalError, match="outside"):
         slots.release(2)
     slots.release(s)

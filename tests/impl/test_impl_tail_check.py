@@ -73,3 +73,40 @@ def test_a_tail_that_failed_its_check_is_not_served_to_a_later_admission(
     with cache.use(loading) as run:
         assert run.hit_tokens == (N - 1) * L
         _tails_splice(run)
+
+
+def _flip_host_tail_at(c: HeterogeneousKVCache, rid: int, boundary: int) -> None:
+    """:func:`_flip_host_tail` for the state saved at ``boundary`` (the record's end)."""
+    grp, m = c.inspect().tiers.compressor, c.inspect().meta
+    assert m.ckv[rid] == CKV.HOST and m.hslot[rid] >= 0
+    idx = grp.host_index(m.hslot[rid])
+    v = grp.host_data[:, idx].clone()
+    v[..., grp.state_bytes + 8 * ((boundary - 1) % grp.ring)] ^= 0x01
+    grp.host_data[:, idx] = v
+
+
+def test_a_cut_back_onto_another_restored_tail_checks_it_too(
+    cache: HeterogeneousKVCache,
+) -> None:
+    """The last two blocks come back from the host, both tails damaged: the hit's end fails its
+    check and is cut by one block, onto the other restored tail, which was never checked; it
+    must be checked then and cut again, never served (found by ``kvstate fuzz --target
+    kvstate-api --profile ci``, witness "a damaged host tail, then the prefix hit again")."""
+    toks = harness_tokens(N * L + 1)
+    first = cache.admit(cache.request(toks, lifetime=1))
+    with cache.use(first):
+        pass
+    cache.tick(1)
+    rids = cache.register(cache.chain(toks[: N * L]))
+    assert cache.offload(2) == 2  # the LRU's head: the deepest two blocks
+    cache.pipelines.drain()
+    for b in (N - 2, N - 1):
+        _flip_host_tail_at(cache, rids[b], (b + 1) * L)
+
+    loading = cache.admit(cache.request(toks, lifetime=1))
+    assert loading.state == "pending" and loading.hit_tokens == N * L
+    cache.pipelines.drain()
+    with cache.use(loading) as run:
+        assert run.hit_tokens <= (N - 2) * L  # (shorter where a rule fails there too)
+        _tails_splice(run)
+    assert cache.inspect().meta.corrupt[rids[N - 2]]

@@ -25,6 +25,7 @@ def make_checks(h: Any) -> list[CallCheck]:
     from kvstate.targets.api.exhaust import Counts
     from kvstate.targets.api.facade import GuardReads, InspectionReads
     from kvstate.targets.api.geometry import NewModel
+    from kvstate.targets.api.graphcounts import GraphCounts
     from kvstate.targets.api.graphs import GraphProtocol
     from kvstate.targets.api.handed import HandRows
     from kvstate.targets.api.handout import Events, GraphRows
@@ -32,9 +33,11 @@ def make_checks(h: Any) -> list[CallCheck]:
     from kvstate.targets.api.lrureads import RecencyReads
     from kvstate.targets.api.memo import WindowPolicy
     from kvstate.targets.api.orders import OrderHook
+    from kvstate.targets.api.pinreads import ReleasedPins
     from kvstate.targets.api.prefixreads import PrefixReads
     from kvstate.targets.api.queued import QueuedLoads
     from kvstate.targets.api.readers import AdmissionReaders
+    from kvstate.targets.api.readonly import ReadOnlyTokens
     from kvstate.targets.api.ready import Readiness
     from kvstate.targets.api.recoveryhit import RecoveryHit
     from kvstate.targets.api.refusals import RefusalRequired
@@ -43,7 +46,9 @@ def make_checks(h: Any) -> list[CallCheck]:
     from kvstate.targets.api.single import ActCheck
     from kvstate.targets.api.stats import StatsCheck
     from kvstate.targets.api.stored import StoredForms
+    from kvstate.targets.api.storeroom import OutsideStores
     from kvstate.targets.api.unlinks import Orphans
+    from kvstate.targets.api.whyrefused import WhyRefused
     from kvstate.targets.api.window import AppendWindows
     from kvstate.targets.api.writerfails import FinishStores
 
@@ -71,6 +76,11 @@ def make_checks(h: Any) -> list[CallCheck]:
         InspectionReads(),
         HandRows(),
         FinishStores(),
+        OutsideStores(),
+        ReleasedPins(),
+        WhyRefused(),
+        ReadOnlyTokens(),
+        GraphCounts(),
         QueuedLoads(),
         DefaultForms(),
         PublishedSignatures(),

@@ -10,8 +10,10 @@
 * **Events**: every event the cache emits is delivered to every subscriber, in the order
   logged (``HeterogeneousKVCache.events_of``), as an immutable value (a subscriber may keep
   it); a subscriber that raises breaks neither the call nor the delivery to the others (it is
-  recorded in ``callback_errors``).  The harness subscribes one that raises on every third
-  event, before its own, and compares what its own received with the log after every call.
+  recorded in ``callback_errors``, the latest 100: docs/library.md).  The harness subscribes
+  one that raises on every event, before its own, and compares what its own received with the
+  log after every call, and ``callback_errors`` with what it raised (as many, up to 100, the
+  latest last).
 """
 
 from __future__ import annotations
@@ -65,8 +67,7 @@ class Events(CallCheck):
 
         def raising(e: Any) -> None:
             self.n += 1
-            if self.n % 3 == 0:
-                raise RuntimeError("a subscriber's own bug (the harness's, on purpose)")
+            raise RuntimeError(f"the harness's subscriber raising on purpose #{self.n}")
 
         def keep(e: Any) -> None:
             self.got.append((e, tuple(e)))
@@ -89,8 +90,16 @@ class Events(CallCheck):
                 bad.append(f"an event changed after delivery: {fields} -> {tuple(e)}")
             if e.key is not None and not isinstance(e.key, bytes):
                 bad.append(f"an event's key is a mutable {type(e.key).__name__}")
+        errs = h.cache.events.callback_errors
+        if len(errs) != min(self.n, 100) or (errs and not errs[-1].endswith(f'#{self.n}")')):
+            bad.append(
+                f"callback_errors holds {len(errs)} entries, the last {errs[-1] if errs else None}"
+                f", after a subscriber raised {self.n} times (the latest 100 are kept)"
+            )
         if bad:
             raise h.fail("events", [o.name], f"{o.render()}: " + "; ".join(bad[:3]))
+        if self.n > 100:
+            h.cov.add("check: callback_errors past its 100")
         if got:
             h.cov.add("check: events delivered as logged")
 

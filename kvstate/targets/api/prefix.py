@@ -78,6 +78,7 @@ def read_outside_chain(h: Any, req: Any, want: np.ndarray, what: str) -> bool:
                 f"{what} reads wrong bytes:\n  " + "\n  ".join(problems),
             )
     h.cache.forget(req)
+    h.outside_req = req  # (kvstate/targets/api/storeroom.py)
     return True
 
 

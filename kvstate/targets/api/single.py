@@ -160,6 +160,7 @@ def do_act(h: Any, o: Any) -> int | None:
         return None
     p = opts[o.arg("k") % len(opts)]
     args = _args(h, st, a, p)
+    h.act_tried = (a.name, p)  # (kvstate/targets/api/whyrefused.py)
     r = p.get("r")
     if not on:
         try:

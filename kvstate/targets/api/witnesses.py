@@ -52,6 +52,7 @@ from kvstate.targets.api.swaout import walks as swaout_walks
 from kvstate.targets.api.unlinks import walks as unlink_walks
 from kvstate.targets.api.unservable import walks as unservable_walks
 from kvstate.targets.api.viewcontract import walks as viewcontract_walks
+from kvstate.targets.api.whyrefused import walks as whyrefused_walks
 from kvstate.targets.api.writerfails import walks as writer_fails_walks
 
 # walks run in the coverage pass only, not Hypothesis's seeds (an example's first operations):
@@ -352,6 +353,16 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[TraceStep]]:
             op("use", i=1),
             op("read", i=1),
         ],
+        # a tail that failed its splice check is not served again (Recovery.check_tail marks
+        # its record corrupt): a second request over the same prefix, its bytes read
+        "a damaged host tail, then the prefix hit again": [
+            *to_host,
+            *[op("host_tail", b=b) for b in range(N)],
+            *hit,
+            op("finish", i=1),
+            *hit,
+            op("finish", i=1),
+        ],
         # authentic headers not of this layout (kvstate/targets/api/stored.py): a restart drops them
         **{
             f"forged headers {k0}-{k0 + N - 1}, then a restart": [
@@ -427,6 +438,7 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[TraceStep]]:
         **rowmemo_walks(N, L, lease_max),  # kvstate/targets/api/rowmemo.py
         **refusedjobs_walks(N, L, lease_max),  # kvstate/targets/api/refusedjobs.py
         **swaout_walks(N, L, lease_max),  # kvstate/targets/api/swaout.py
+        **whyrefused_walks(N, L, lease_max),  # kvstate/targets/api/whyrefused.py
         **directio_walks(N, L, lease_max, to_disk, hit),  # kvstate/targets/api/directio.py
         **unlink_walks(to_disk, hit),  # kvstate/targets/api/unlinks.py
         **registered_walks(N, L, lease_max),  # kvstate/targets/api/registered.py

@@ -24,8 +24,12 @@ from kvstate.spec.phases import CKV, Req
 from kvstate.spec.state import ConcreteState
 from kvstate.targets.api.base import CallCheck, Harness, op
 from kvstate.targets.api.declare import OpDecl
+from kvstate.targets.api.storeroom import EVICT, SLIDE, past_gap
 
 Step = tuple[str, dict[str, int]]
+# the actions that make room for a store (kvstate/targets/api/storeroom.py, from the table's
+# ROOM macro): a block evicted frees its slot (and its window's pages), a window slid its pages
+_ROOM = (EVICT, SLIDE)
 
 
 class _WriterBroke(RuntimeError):
@@ -84,8 +88,9 @@ def do_finish_fails(h: Harness, o: TraceStep) -> int | None:
 class FinishStores(CallCheck):
     """A ``finish`` that stores (the default) and does not fail stores every full block of
     its request that is stored nowhere, where the device had a free slot and SWA pages for
-    each before the call (free pages, or those of windows on the device the table lets slide)
-    (``HeterogeneousKVCache.finish``: the run stops only where capacity runs out).  The
+    each (free before the call, or of blocks the table let it evict and windows it let it
+    slide) (``HeterogeneousKVCache.finish``: the run makes room, the least
+    recently used first, and stops only where capacity runs out).  The
     table lets ``finish`` store none of them (``STORE* release``): a library that skips the
     store, or stops its run early, is explained, and only this check sees it."""
 
@@ -93,7 +98,7 @@ class FinishStores(CallCheck):
         self.want: list[int] = []
         self.room = 0
         self.pages = 0
-        self.paged: list[int] = []
+        self.others: dict[str, int] = {}
 
     def before(self, h: Any, o: Any) -> None:
         self.want = []
@@ -108,35 +113,48 @@ class FinishStores(CallCheck):
         full = min(len(lv.req.tokens) // h.L, h.N)
         ckv = h.model.values["ckv"]
         self.want = [b for b in range(full) if ckv[b] == free]
-        self.room = int(h.view.stats()["device_free"])
-        self.pages = int(h.view.tiers.swa_pool.free)
-        # the chain blocks whose windows hold device pages now (a window kept in a host copy
-        # or a disk entry holds none: sliding it makes no room)
-        meta = h.view.meta
-        self.paged = [b for b in range(h.N) if meta.swa_pages[h.rids[b]]]
+        view = h.view
+        self.room = int(view.stats()["device_free"])
+        self.pages = int(view.tiers.swa_pool.free)
+        # another prompt's blocks (outside the modelled chain): the cache's guard reads, which
+        # facade.py checks against the model on the chain's blocks
+        chain = set(h.rids)
+        others = [rid for rid in view.index.values() if rid not in chain]
+        self.others = {a: sum(1 for rid in others if view.can(a, rid)) for a in _ROOM}
 
     def after(
         self, h: Any, o: Any, before: ConcreteState, steps: Sequence[Step], end: ConcreteState
     ) -> None:
-        if not self.want or h.writer_failed or self.room < len(self.want):
-            return
-        # a block's window needs SWA pages too: free ones, or those of windows the table lets
-        # slide (the chain's; another prompt's may add more: a lower bound)
-        per = int(h.view.tiers.swa_pages_per_block)
-        m = h.machine
-        slide = sum(1 for b in self.paged if m.is_enabled(before, "slide", {"b": b}))
-        if self.pages + per * slide < per * len(self.want):
-            h.cov.add("a finish short of SWA pages (its stores not required)")
+        if not self.want or h.writer_failed:
             return
         free = int(CKV.FREE)
         left = [b for b in self.want if end.values["ckv"][b] == free]
+        past_gap(h, o, self.want, left)
+        # room the call could make: a slot for each block, free or of a block the table lets
+        # evict; SWA pages for its window, free or of a window the table lets slide (the
+        # chain's blocks, before the call, and another prompt's: the store pins none of them,
+        # and the release only unpins)
+        per = int(h.view.tiers.swa_pages_per_block)
+        m = h.machine
+
+        def may(action: str) -> int:
+            chain = sum(1 for b in range(h.N) if m.is_enabled(before, action, {"b": b}))
+            return chain + self.others.get(action, 0)
+
+        if self.room + may(EVICT) < len(self.want):
+            h.cov.add("a finish short of device slots (its stores not required)")
+            return
+        if self.pages + per * may(SLIDE) < per * len(self.want):
+            h.cov.add("a finish short of SWA pages (its stores not required)")
+            return
         h.cov.add("check: a finish stored what the device had room for")
         if left:
             raise h.fail(
                 "finish-stores",
                 ["finish"],
                 f"{o.render()} left blocks {left} of its request stored nowhere, with "
-                f"{self.room} device slots free for {len(self.want)} blocks",
+                f"{self.room} device slots free for {len(self.want)} blocks, and room the table "
+                "let it make (blocks to evict, windows to slide) left untaken",
             )
 
 
