@@ -16,8 +16,8 @@ from kvstate.api_mutants_blockpaths import PLANTED as PLANTED_BLOCKPATHS
 from kvstate.api_mutants_blockpaths2 import PLANTED as PLANTED_BLOCKPATHS2
 from kvstate.api_mutants_blocks import PLANTED as PLANTED_BLOCKS
 from kvstate.api_mutants_claims import PLANTED as PLANTED_CLAIMS
-from kvstate.api_mutants_coverage import PLANTED as PLANTED_COVERAGE
 from kvstate.api_mutants_covblocks import PLANTED as PLANTED_COVBLOCKS
+from kvstate.api_mutants_coverage import PLANTED as PLANTED_COVERAGE
 from kvstate.api_mutants_disk import DISK_MUTANTS
 from kvstate.api_mutants_evict import PLANTED as PLANTED_EVICT
 from kvstate.api_mutants_facade import PLANTED as PLANTED_FACADE
