@@ -130,11 +130,10 @@ class BlockStore:
 
     def purge_tombstones(self) -> None:
         """Forget the oldest tombstones while the index is full (registered ones put back)."""
-        registered = self.registered
         kept: list[int] = []
         while len(self.index) >= self.max_records and self.tombstones:
             rid, _ = self.tombstones.popitem(False)  # (positional: no keyword call)
-            if rid in registered:
+            if rid in self.registered:
                 kept.append(rid)
                 continue
             key = self.meta.key[rid]
@@ -144,8 +143,7 @@ class BlockStore:
             self.meta.addr[rid] = -1
             self.meta.gaddr[rid] = -1
             self.meta.retire(rid)
-        for rid in kept:
-            self.tombstones[rid] = None
+        self.tombstones.update(dict.fromkeys(kept))
 
     # ---- capacity -------------------------------------------------------------------------
     def take_slot(self, rid: int, prefer: int) -> int:

@@ -6,7 +6,6 @@ offload / spill / drop``, reads through :class:`~kvstate.impl.cache.Run`, pipeli
 by job -- together with the faults the world throws at it (a process crash and restart over the
 same cache directory, a truncated or bit-flipped disk entry, a disk read error, a stalled read,
 a full disk, an abort from another thread inside ``use``, a caller reusing its token buffer).
-
 After every operation:
 
 * **refinement**: the state the library shows (the table's variables over the harness chain)
@@ -292,9 +291,8 @@ class ApiHarness:
                 f"{o.render()} raised {type(exc).__name__}: {exc} (not a documented KVStateError)",
             ) from exc
         call = self.call_override or MAPPING[o.name]
-        if raised is None and renewed(self, o, before):  # (kvstate/targets/api/geometry.py)
-            pass
-        elif o.name == "restart":
+        renewing = raised is None and renewed(self, o, before)  # (targets/api/geometry.py)
+        if not renewing and o.name == "restart":
             self._restart_model()
             for c in self.checks:
                 c.restart(self)
@@ -306,7 +304,7 @@ class ApiHarness:
                     [x.split(":")[0] for x in d],
                     "after a crash and restart:\n  " + "\n  ".join(d),
                 )
-        else:
+        elif not renewing:
             obs = self.observe()
             if raised is not None:
                 d = state_diff(obs0, obs, self.table)

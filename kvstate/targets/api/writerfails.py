@@ -99,6 +99,7 @@ class FinishStores(CallCheck):
         self.room = 0
         self.pages = 0
         self.others: dict[str, int] = {}
+        self.paged: set[int] = set()
 
     def before(self, h: Any, o: Any) -> None:
         self.want = []
@@ -120,7 +121,14 @@ class FinishStores(CallCheck):
         # facade.py checks against the model on the chain's blocks
         chain = set(h.rids)
         others = [rid for rid in view.index.values() if rid not in chain]
-        self.others = {a: sum(1 for rid in others if view.can(a, rid)) for a in _ROOM}
+        # a window kept in a host copy or a disk entry holds no device pages: sliding it makes
+        # no room, so only the windows that hold pages now count toward SWA room
+        pages = view.meta.swa_pages
+        self.paged = {b for b in range(h.N) if pages[h.rids[b]]}
+        self.others = {
+            a: sum(1 for rid in others if view.can(a, rid) and (a != SLIDE or pages[rid]))
+            for a in _ROOM
+        }
 
     def after(
         self, h: Any, o: Any, before: ConcreteState, steps: Sequence[Step], end: ConcreteState
@@ -138,7 +146,11 @@ class FinishStores(CallCheck):
         m = h.machine
 
         def may(action: str) -> int:
-            chain = sum(1 for b in range(h.N) if m.is_enabled(before, action, {"b": b}))
+            chain = sum(
+                1
+                for b in range(h.N)
+                if (action != SLIDE or b in self.paged) and m.is_enabled(before, action, {"b": b})
+            )
             return chain + self.others.get(action, 0)
 
         if self.room + may(EVICT) < len(self.want):
