@@ -108,6 +108,21 @@ class CallCheck:
         pass
 
 
+def derive_once(table: Any, tag: Any, make: Any) -> Any:
+    """``make(table)``, made once per (table, ``tag``) and kept: a derived table compiles its
+    guards anew, which costs more than the example it starts.  Keyed by the table's id and
+    checked by identity (an id is reused once its table is gone)."""
+    hit = _DERIVED_TABLES.get((id(table), tag))
+    if hit is not None and hit[0] is table:
+        return hit[1]
+    out = make(table)
+    _DERIVED_TABLES[(id(table), tag)] = (table, out)
+    return out
+
+
+_DERIVED_TABLES: dict[tuple[int, Any], tuple[Any, Any]] = {}
+
+
 def first_in_example(h: Any) -> bool:
     """Whether the operation being applied is its example's first (after ``pools``): only
     then may it start the example over on another table (a running cache keeps its own)."""

@@ -16,25 +16,23 @@ import dataclasses
 from typing import Any
 
 from kvstate.spec.table import Table
-from kvstate.targets.api.base import first_in_example, renew_on
+from kvstate.targets.api.base import derive_once, first_in_example, renew_on
 from kvstate.targets.api.declare import OpDecl
 
-_DERIVED: dict[int, tuple[Table, Table]] = {}
 LOAD_STEPS, IO_CAP = 3, 1
 
 
 def derived(table: Table) -> Table | None:
     """The table on its geometry with the other constants (built once per table and kept)."""
-    hit = _DERIVED.get(id(table))
-    if hit is not None and hit[0] is table:
-        return hit[1]
+    return derive_once(table, "consts", _make)
+
+
+def _make(table: Table) -> Table | None:
     g = table.geometry
     if g.name != "small":
         return None
     other_g = dataclasses.replace(g, load_steps=LOAD_STEPS, io_cap=IO_CAP)
-    other = table.derive(name=f"{table.name}@steps{LOAD_STEPS}io{IO_CAP}", geometry=other_g)
-    _DERIVED[id(table)] = (table, other)
-    return other
+    return table.derive(name=f"{table.name}@steps{LOAD_STEPS}io{IO_CAP}", geometry=other_g)
 
 
 def do_consts(h: Any, o: Any) -> int | None:

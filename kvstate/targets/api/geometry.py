@@ -20,12 +20,10 @@ from typing import Any
 from kvstate.spec.geometry import Geometry, small
 from kvstate.spec.state import ConcreteState
 from kvstate.spec.table import Table
-from kvstate.targets.api.base import CallCheck, first_in_example, renew_on
+from kvstate.targets.api.base import CallCheck, derive_once, first_in_example, renew_on
 from kvstate.targets.api.declare import OpDecl
 
 Step = tuple[str, dict[str, int]]
-
-_DERIVED: dict[int, tuple[Table, Table]] = {}
 
 
 def other_geometry(g: Geometry) -> Geometry | None:
@@ -37,15 +35,14 @@ def other_geometry(g: Geometry) -> Geometry | None:
 
 def derived(table: Table) -> Table | None:
     """The table on :func:`other_geometry` (built once per table and kept)."""
-    hit = _DERIVED.get(id(table))
-    if hit is not None and hit[0] is table:
-        return hit[1]
+    return derive_once(table, "geometry", _make)
+
+
+def _make(table: Table) -> Table | None:
     g = other_geometry(table.geometry)
     if g is None:
         return None
-    other = table.derive(name=f"{table.name}@{g.name}{g.compressed_block_tokens}", geometry=g)
-    _DERIVED[id(table)] = (table, other)
-    return other
+    return table.derive(name=f"{table.name}@{g.name}{g.compressed_block_tokens}", geometry=g)
 
 
 def do_geometry(h: Any, o: Any) -> int | None:

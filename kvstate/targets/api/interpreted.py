@@ -23,12 +23,10 @@ from typing import Any
 import z3
 
 from kvstate.spec.table import Table
-from kvstate.targets.api.base import first_in_example, op, renew_on
+from kvstate.targets.api.base import derive_once, first_in_example, op, renew_on
 from kvstate.targets.api.declare import OpDecl
 
 Step = tuple[str, dict[str, int]]
-
-_DERIVED: dict[int, tuple[Table, Table]] = {}
 
 
 def _concrete(fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
@@ -48,15 +46,14 @@ def _concrete(fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
 
 def interpreted(table: Table) -> Table:
     """``table`` with every guard conjunct kept as an interpreted callable (kept)."""
-    hit = _DERIVED.get(id(table))
-    if hit is not None and hit[0] is table:
-        return hit[1]
-    other = table.derive(
-        name=f"{table.name}@interpreted",
-        replace_guard={(a.name, c.name): _concrete(c.fn) for a in table.actions for c in a.guard},
+    return derive_once(
+        table,
+        "interpreted",
+        lambda t: t.derive(
+            name=f"{t.name}@interpreted",
+            replace_guard={(a.name, c.name): _concrete(c.fn) for a in t.actions for c in a.guard},
+        ),
     )
-    _DERIVED[id(table)] = (table, other)
-    return other
 
 
 def do_interpreted(h: Any, o: Any) -> int | None:

@@ -20,23 +20,22 @@ from dataclasses import replace
 from typing import Any
 
 from kvstate.spec.table import Table
-from kvstate.targets.api.base import first_in_example, op, renew_on
+from kvstate.targets.api.base import derive_once, first_in_example, op, renew_on
 from kvstate.targets.api.declare import OpDecl
 
 Step = tuple[str, dict[str, int]]
 
-_DERIVED: dict[tuple[int, int], tuple[Table, Table]] = {}
-
 
 def capped(table: Table, blocks: int) -> Table:
     """The table on its geometry with at most ``blocks`` blocks pinned at once (kept)."""
-    hit = _DERIVED.get((id(table), blocks))
-    if hit is not None and hit[0] is table:
-        return hit[1]
-    g = replace(table.geometry, pin_cap_blocks=blocks)
-    other = table.derive(name=f"{table.name}@pin_cap{blocks}", geometry=g)
-    _DERIVED[(id(table), blocks)] = (table, other)
-    return other
+    return derive_once(
+        table,
+        ("pin_cap", blocks),
+        lambda t: t.derive(
+            name=f"{t.name}@pin_cap{blocks}",
+            geometry=replace(t.geometry, pin_cap_blocks=blocks),
+        ),
+    )
 
 
 def do_pincap(h: Any, o: Any) -> int | None:

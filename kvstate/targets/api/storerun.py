@@ -38,11 +38,10 @@ from kvstate.spec.api import MACROS
 from kvstate.spec.parts import Conjunct
 from kvstate.spec.phases import CKV
 from kvstate.spec.table import Table
-from kvstate.targets.api.base import first_in_example, op, renew_on
+from kvstate.targets.api.base import derive_once, first_in_example, op, renew_on
 from kvstate.targets.api.declare import OpDecl
 from kvstate.targets.api.interpreted import interpreted
 
-_DERIVED: dict[int, tuple[Table, Table]] = {}
 ACTION = "allocate"
 CONJUNCT = "first_generation"
 CALL = "store_run"  # the explainer's call: STORE once per block stored
@@ -50,20 +49,19 @@ CALL = "store_run"  # the explainer's call: STORE once per block stored
 
 def first_generation(table: Table) -> Table:
     """``table`` whose ``allocate`` also requires ``gen[b] == 0`` (kept)."""
-    hit = _DERIVED.get(id(table))
-    if hit is not None and hit[0] is table:
-        return hit[1]
+    return derive_once(table, CONJUNCT, _make)
+
+
+def _make(table: Table) -> Table:
     a = table.action(ACTION)
     extra = Conjunct(
         CONJUNCT,
         lambda s, p: s.gen[p.b] == 0,
         "a block's slot is allocated once (a derived table: a store refused partway)",
     )
-    other = table.derive(
+    return table.derive(
         name=f"{table.name}@{CONJUNCT}", replace_action=[replace(a, guard=(*a.guard, extra))]
     )
-    _DERIVED[id(table)] = (table, other)
-    return other
 
 
 def do_regen(h: Any, o: Any) -> int | None:
