@@ -18,6 +18,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+_SOCKET_PATH_MAX = 107  # sizeof(sockaddr_un.sun_path) - 1 on Linux
+
+
+def _short_tmp() -> str:
+    """The system's temporary folder when its path leaves room for a socket, else ``/tmp``."""
+    tmp = tempfile.gettempdir()
+    return tmp if len(os.fsencode(tmp)) <= 60 else "/tmp"
+
 
 class ServerMissing(RuntimeError):
     """``redis-server`` is not installed (``apt-get install -y redis-server``)."""
@@ -49,9 +57,14 @@ class RedisServer:
         its temporary directory (socket, working directory) is made in (default: the
         system's temporary folder)."""
         self.exe = executable(exe)
-        # short: a socket path is <= 107 bytes
         self.dir = Path(tempfile.mkdtemp(prefix="kvr-", dir=root))
+        # A Unix socket's path is at most 107 bytes: a deep ``root`` (a test's tmp_path, a
+        # scratch disk's mount) keeps the working folder there and the socket in a short one.
+        self._sockdir: Path | None = None
         self.socket = self.dir / "redis.sock"
+        if len(os.fsencode(self.socket)) > _SOCKET_PATH_MAX:
+            self._sockdir = Path(tempfile.mkdtemp(prefix="kvr-", dir=_short_tmp()))
+            self.socket = self._sockdir / "redis.sock"
         self.maxmemory = maxmemory
         self.proc: subprocess.Popen[bytes] | None = None
         self.start()
@@ -100,3 +113,5 @@ class RedisServer:
     def close(self) -> None:
         self.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
+        if self._sockdir is not None:
+            shutil.rmtree(self._sockdir, ignore_errors=True)

@@ -36,3 +36,20 @@ def test_the_server_runs_from_the_given_binary_in_the_given_folder(tmp_path: Pat
     finally:
         server.close()
     assert list(root.iterdir()) == []
+
+
+def test_a_deep_folder_keeps_the_socket_short(tmp_path: Path) -> None:
+    """A socket path is at most 107 bytes: a deep ``root`` keeps the working folder there and
+    the socket in a short folder, removed with the server (a deep CI scratch folder made the
+    server exit at bind)."""
+    pytest.importorskip("redis", reason="the remote extra: pip install 'kvstate[remote]'")
+    root = tmp_path / ("deep" * 30)
+    root.mkdir()
+    server = redisserver.RedisServer(exe=executable(), root=str(root))
+    sockdir = server.socket.parent
+    try:
+        assert server.dir.parent == root and len(str(server.socket)) <= 107
+        assert server.client().ping()
+    finally:
+        server.close()
+    assert list(root.iterdir()) == [] and not sockdir.exists()
