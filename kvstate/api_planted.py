@@ -24,6 +24,7 @@ from kvstate.api_mutants_facade import PLANTED as PLANTED_FACADE
 from kvstate.api_mutants_forms import PLANTED as PLANTED_FORMS
 from kvstate.api_mutants_interpreted import PLANTED as PLANTED_INTERPRETED
 from kvstate.api_mutants_recovery import RECOVERY_MUTANTS
+from kvstate.api_mutants_recovery2 import PLANTED as PLANTED_RECOVERY2
 from kvstate.api_mutants_reqpaths import PLANTED as PLANTED_REQPATHS
 from kvstate.api_mutants_stated import PLANTED as PLANTED_STATED
 
@@ -629,3 +630,5 @@ MUTANTS += tuple(Mutant(*m) for m in PLANTED_STATED)
 # store room, pin diagnostics, refusal explanations, read-only tokens, callback errors,
 # restored tails cut back onto (kvstate/api_mutants_covblocks.py)
 MUTANTS += tuple(Mutant(*m) for m in PLANTED_COVBLOCKS)
+# failed loads' corrupt marks, hits where a recovery serves longer (kvstate/api_mutants_recovery2.py)
+MUTANTS += tuple(Mutant(*m) for m in PLANTED_RECOVERY2)

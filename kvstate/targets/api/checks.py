@@ -20,6 +20,7 @@ def make_checks(h: Any) -> list[CallCheck]:
     """The checks one harness runs (each keeps its own state for the example)."""
     from kvstate.targets.api.actmaint import ActMaintCheck
     from kvstate.targets.api.args import MaintCount
+    from kvstate.targets.api.corruptmarks import CorruptMarks
     from kvstate.targets.api.defaults import DefaultForms
     from kvstate.targets.api.delivery import Delivery
     from kvstate.targets.api.exhaust import Counts
@@ -60,6 +61,7 @@ def make_checks(h: Any) -> list[CallCheck]:
         WindowPolicy(),
         Readiness(),
         RecoveryHit(),
+        CorruptMarks(),
         RefusalRequired(),
         MaintCount(),
         AppendWindows(),

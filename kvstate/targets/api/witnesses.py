@@ -175,6 +175,24 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[TraceStep]]:
             op("use", i=1),
             op("read", i=1),
         ],
+        # every chunk landed (two table steps: load_steps at the default table), then the
+        # completion fails: the entry is as sound as it was, so it is not marked corrupt and a
+        # later admission recovers it again (kvstate/targets/api/corruptmarks.py)
+        "a disk load fails at its completion: recovered again": [
+            *to_disk,
+            op("request", i=1, n=full, life=1),
+            op("admit", i=1),
+            op("act_step", b=0, k=0),
+            op("act_step", b=0, k=0),
+            op("read_error", b=0),
+            op("drain"),
+            op("use", i=1),
+            op("finish", i=1),
+            op("admit", i=1),
+            op("drain"),
+            op("use", i=1),
+            op("read", i=1),
+        ],
         "abort from another thread inside use": [
             *store,
             op("request", i=1, n=full, life=1),

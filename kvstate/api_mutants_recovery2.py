@@ -1,0 +1,27 @@
+"""Planted bugs of the recovery classes ``kvstate/targets/api/corruptmarks.py`` and the
+longest-hit check of admissions validated at once (``kvstate/targets/api/recoveryhit.py``)
+close: which failed loads mark their record corrupt, and which hit an admission picks where a
+recovery would serve a longer one.
+
+Each entry is ``(name, bug class, path, old text, new text)`` as
+:class:`kvstate.api_planted.Mutant` takes them.
+"""
+
+from __future__ import annotations
+
+PLANTED: tuple[tuple[str, str, str, str, str], ...] = (
+    (
+        "completion_fault_of_a_disk_load_marked_corrupt",
+        "a failed load's corrupt mark: a sound entry kept out of every later recovery",
+        "impl/recovery.py",
+        'self.fail_load(rid, job, "injected I/O fault at completion", corrupt=False)',
+        'self.fail_load(rid, job, "injected I/O fault at completion", corrupt=from_disk)',
+    ),
+    (
+        "damaged_disk_entry_left_unmarked",
+        "a failed load's corrupt mark: an entry whose bytes failed recovered again",
+        "impl/recovery.py",
+        "        if corrupt:\n            m.corrupt[rid] = True",
+        "        if corrupt and not from_disk:\n            m.corrupt[rid] = True",
+    ),
+)

@@ -1,0 +1,94 @@
+"""Whether a failed load marks its record corrupt: the mark later admissions plan around.
+
+The table's ``load_fail`` leaves the source where it was (``spec/default/tiers.py``) and says
+nothing of why the load failed, so refinement accepts any answer to the question the library
+asks next: may this record be recovered again?  The library keeps that answer in the record's
+corrupt mark (``impl/recovery.py``'s ``fail_load``): a record whose bytes were read and failed
+(a damaged entry, a read that failed partway, a job that raised while landing them) is marked,
+and no later recovery plans it (``impl/projection.py`` skips it, so an admission's hit stops
+before it); a load failed only at its completion, after every chunk landed and was
+authenticated, leaves the entry as sound as it was, unmarked, and a later admission recovers
+it again.  A wrong mark either way changes only which hit a later admission picks, and only
+where the walk happens to admit that prefix again, so the mark is compared here at the failure
+itself, against what the world did to the load (known before the call):
+
+* an injected fault armed (``read_error``) while chunks remain: the next chunk fails, marked;
+* one armed once every chunk has landed (the load's progress at ``load_steps``): the
+  completion fails, not marked;
+* the load's job made to raise (``job_raises``): abandoned as a corrupt load, marked;
+* the entry's stored bytes damaged by the harness (not its header, which the scan rejects
+  before any load): marked.
+
+A failure with none of these causes (a read refused in ``act_step``, a short read) is left
+unchecked here: its verdict is the load's outcome, which the harness already rules on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from kvstate.spec.phases import CKV
+from kvstate.spec.state import ConcreteState
+from kvstate.targets.api.base import CallCheck
+
+Step = tuple[str, dict[str, int]]
+
+
+def expected_marks(h: Any) -> dict[int, bool]:
+    """Per loading block, the corrupt mark its load's failure must leave (what the world did
+    to it before the call); blocks whose cause is unknown are left out."""
+    m, steps = h.view.meta, h.table.consts.load_steps
+    out: dict[int, bool] = {}
+    for b in range(h.N):
+        rid = h.rids[b]
+        if m.ckv[rid] != CKV.LOADING:
+            continue
+        job = h.view.load_job(rid)
+        if job is None:
+            continue
+        if job.fault:
+            out[b] = m.prog[rid] < steps  # a chunk fails (read or landed), or the completion
+        elif "step" in vars(job):
+            out[b] = True  # the job raises: abandoned as a corrupt load (jobfaults.py)
+        elif h.corrupt.get(b, "header") != "header":
+            out[b] = True  # its stored bytes are damaged: the read fails its MAC or parse
+    return out
+
+
+class CorruptMarks(CallCheck):
+    def __init__(self) -> None:
+        self.want: dict[int, bool] = {}
+
+    def before(self, h: Any, o: Any) -> None:
+        self.want = {} if h.threads else expected_marks(h)
+
+    def after(
+        self, h: Any, o: Any, before: ConcreteState, steps: Sequence[Step], end: ConcreteState
+    ) -> None:
+        if not self.want:
+            return
+        meta = h.view.meta
+        for n, p in steps:
+            b = p.get("b")
+            if n != "load_fail" or b not in self.want:
+                continue
+            got, want = bool(meta.corrupt[h.rids[b]]), self.want[b]
+            h.cov.add(f"check: a failed load's corrupt mark ({'marked' if want else 'sound'})")
+            if got != want:
+                raise h.fail(
+                    "corrupt-mark",
+                    ["load_fail"],
+                    f"{o.render()}: block {b}'s load failed "
+                    + (
+                        "after its bytes were read and failed"
+                        if want
+                        else "only at its completion, every chunk landed and authenticated"
+                    )
+                    + f", yet its record is {'not ' if not got else ''}marked corrupt "
+                    + (
+                        "(a later admission recovers it again)"
+                        if not got
+                        else "(never recovered again)"
+                    ),
+                )
