@@ -24,4 +24,11 @@ PLANTED: tuple[tuple[str, str, str, str, str], ...] = (
         "        if corrupt:\n            m.corrupt[rid] = True",
         "        if corrupt and not from_disk:\n            m.corrupt[rid] = True",
     ),
+    (
+        "next_stored_block_not_counted_as_growth",
+        "which hit an admission picks: a recovery that serves longer never planned, validated short",
+        "impl/requests.py",
+        "grows = any(r != NULL_RID for r in rids[now.hit // L : nb_max])",
+        "grows = any(r != NULL_RID for r in rids[now.hit // L + 1 : nb_max])",
+    ),
 )
