@@ -31,4 +31,11 @@ PLANTED: tuple[tuple[str, str, str, str, str], ...] = (
         "grows = any(r != NULL_RID for r in rids[now.hit // L : nb_max])",
         "grows = any(r != NULL_RID for r in rids[now.hit // L + 1 : nb_max])",
     ),
+    (
+        "busy_drain_counts_rounds_not_steps",
+        "a returned count: the library's drain() counts its rounds over the executors",
+        "impl/pipelines.py",
+        "                    steps += 1\n                    progressed = True\n            if not progressed:\n                break",
+        "                    progressed = True\n            if not progressed:\n                break\n            steps += 1",
+    ),
 )

@@ -8,7 +8,8 @@ An engine on manual pipelines drives them through the cache's public ``pipelines
 * ``drain_lib``: ``cache.pipelines.drain()``, explained by ``spec/api.py``'s ``drain`` (its job
   steps); a job that raises inside it (``job_raises``, kvstate/targets/api/jobfaults.py) must
   be abandoned as a worker thread abandons it, and the drain goes on: afterwards no job, no
-  load in flight and no follow-up may be left (:func:`accounting.drained_idle`);
+  load in flight and no follow-up may be left (:func:`accounting.drained_idle`), and the
+  count it returns is the job steps it ran (counted at each executor's step);
 * ``step_key(k)``, ``run_key(k)``: the ``k``-th listed job stepped (``step``), or run to its
   end (``run``), by its record through its executor (explained by ``step``, ``drain``); a job
   that raises is abandoned and its error reaches the caller (the error the harness injected,
@@ -36,11 +37,31 @@ from kvstate.targets.api.faults import _InjectedJobError, _jobs
 def do_drain_lib(h: Any, o: Any) -> int | None:
     if h.threads:
         return None
-    steps = h.cache.pipelines.drain()
+    pipes = h.cache.pipelines
+    taken = [0]  # the job steps the drain takes, counted at each executor's step (README:
+    # drain() returns the steps taken): a busy drain's count, not only an idle one's 0
+
+    def counting(real: Any) -> Any:
+        def step(job: Any) -> bool:
+            taken[0] += 1
+            return bool(real(job))
+
+        return step
+
+    for e in pipes.all:
+        e._step = counting(e._step)
+    try:
+        steps = pipes.drain()
+    finally:
+        for e in pipes.all:
+            del e._step  # the class's own again
     bad = drained_idle(h)
-    again = h.cache.pipelines.drain()  # nothing left: no step taken (README: the steps taken)
-    if again != 0 or steps < 0:
-        bad.append(f"drain count: {steps} steps, then {again} on idle pipelines (0)")
+    again = pipes.drain()  # nothing left: no step taken (README: the steps taken)
+    if again != 0 or steps != taken[0]:
+        bad.append(
+            f"drain count: {steps} steps where {taken[0]} job steps ran, then {again} on idle "
+            "pipelines (0)"
+        )
     if bad:
         raise h.fail(
             "accounting", [b.split(":")[0] for b in bad], f"after {o.render()}: {'; '.join(bad)}"
