@@ -1,0 +1,30 @@
+"""Planted bugs of the block-side classes the declared-form, slot-order, store-room order,
+truncation and memo checks close (``kvstate/targets/api/admform.py``, ...).
+
+Each entry is ``(name, bug class, path, old text, new text)`` as
+:class:`kvstate.api_mutants.Mutant` takes them (``kvstate/api_planted.py`` imports this list).
+Each is a sibling of a generated mutant that survived the ci walk before these checks, not
+the generated edit itself.
+"""
+
+from __future__ import annotations
+
+PLANTED: tuple[tuple[str, str, str, str, str], ...] = (
+    (
+        "admission_equal_by_identity",
+        "declared form: an Admission compared by identity, not by its fields",
+        "impl/handles.py",
+        "@dataclass(init=False)  # the dataclasses-made __init__ runs interpreted: one per admission\n"
+        "class Admission:",
+        "@dataclass(init=False, eq=False)  # the dataclasses-made __init__ runs interpreted: one per admission\n"
+        "class Admission:",
+    ),
+    (
+        "take_steals_newest_claim",
+        "slot order: a take steals the most recently freed claimed slot",
+        "impl/storage.py",
+        "        elif self._claimed:\n            slot, _ = self._claimed.popitem(False)",
+        "        elif self._claimed:\n            slot = next(reversed(self._claimed))\n"
+        "            del self._claimed[slot]",
+    ),
+)
