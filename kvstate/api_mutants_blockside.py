@@ -27,4 +27,11 @@ PLANTED: tuple[tuple[str, str, str, str, str], ...] = (
         "        elif self._claimed:\n            slot = next(reversed(self._claimed))\n"
         "            del self._claimed[slot]",
     ),
+    (
+        "recovery_only_after_a_miss",
+        "readiness: an admission with a resident head validates it at once, the rest unrecovered",
+        "impl/requests.py",
+        "            if recover and now.hit < h_max and grows\n",
+        "            if recover and now.hit == 0 and grows\n",
+    ),
 )

@@ -18,7 +18,10 @@ corrupt one's fails: the harness's ``_forbid``), room made only where nothing el
   served, and no block of it is one whose stored bytes the harness damaged (the library cannot
   know the damage before it reads it; the model does not see it);
 * **too long**: where the world broke nothing (no damage, no armed fault, no damaged tail), the
-  chosen hit itself is served.
+  chosen hit itself is served;
+* **validated at once**: an admission that started no recovery (``admit`` recovers by default)
+  where a longer whole-block hit, every block stored somewhere and none damaged, is served (a
+  projection that held a recovery back, an admission that skipped it).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kvstate.spec.api import MACROS
-from kvstate.spec.phases import Req
+from kvstate.spec.phases import CKV, Req
 from kvstate.spec.state import ConcreteState
 from kvstate.targets.api.base import CallCheck
 
@@ -202,6 +205,8 @@ class RecoveryHit(CallCheck):
             )
             if lv is not None:
                 check_admission(h, o, r, lv, end, before, steps)
+        if o.name == "admit" and "validate" in names and not RECOVERY.intersection(names):
+            self.at_once(h, o, before, steps)
         if o.name != "admit" or "match" not in names or "pin" not in names or "validate" in names:
             return
         m, L = h.machine, h.L
@@ -289,6 +294,51 @@ class RecoveryHit(CallCheck):
                 f"{o.render()}: the admission's recovery plan {got} is not the model's run of "
                 f"it {want}",
             )
+
+    def at_once(self, h: Any, o: Any, before: ConcreteState, steps: Sequence[Step]) -> None:
+        """An admission validated at once (no recovery started) where a longer whole-block
+        hit, every block of it stored somewhere (not FREE) and none damaged, is served by the
+        model's recovery: the projection held a recovery back (a deferred conjunct, the I/O
+        cap, read as a refusal) or forgot a block.  ``admit`` recovers by default."""
+        m, L = h.machine, h.L
+        s = before
+        for n, p in steps:
+            if n == "match":
+                break
+            s = m.step(s, n, p)
+        r, chosen = next((p["r"], p["h"]) for n, p in steps if n == "match")
+        lv = next(
+            (
+                x
+                for x in h.live
+                if x is not None and x.req.slot is not None and x.req.slot.index == r
+            ),
+            None,
+        )
+        if lv is None or h.threads:
+            return
+        h_max = max(len(lv.req.tokens) - 1, 0)
+        broken = set(h.corrupt) | h.read_error | h.tail_damaged
+        ckv = s.values["ckv"]
+        free = int(CKV.FREE)
+        for hit in range(h_max - h_max % L, chosen, -L):
+            blocks = range(hit // L)
+            if broken & set(blocks) or any(ckv[b] == free for b in blocks):
+                continue
+            t = s
+            for n, p in (("match", {"r": r, "h": hit}), ("pin", {"r": r})):
+                if not m.is_enabled(t, n, p):
+                    break
+                t = m.step(t, n, p)
+            else:
+                if served(m, t, r, self.forbid):
+                    raise h.fail(
+                        "short-hit",
+                        ["admit-recovery"],
+                        f"{o.render()} validated a hit of {chosen} tokens at once, but the "
+                        f"model's recovery serves {hit}",
+                    )
+        h.cov.add("check: an admission validated at once against the longest recovery serves")
 
     def started(self, h: Any, o: Any, steps: Sequence[Step], adm: Any) -> None:
         """Each step of the plan the recovery fires itself was fired by the admission (its
