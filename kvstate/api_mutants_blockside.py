@@ -34,4 +34,18 @@ PLANTED: tuple[tuple[str, str, str, str, str], ...] = (
         "            if recover and now.hit < h_max and grows\n",
         "            if recover and now.hit == 0 and grows\n",
     ),
+    (
+        "freed_slot_kept_negated",
+        "free without reset: a freed block's slot set to its old slot negated, not -1 (none)",
+        "impl/blocks.py",
+        "            self.tiers.slots.release(m.slot[rid])\n            m.slot[rid] = -1\n",
+        "            self.tiers.slots.release(m.slot[rid])\n            m.slot[rid] = -2 - m.slot[rid]\n",
+    ),
+    (
+        "match_leaves_a_token",
+        "limits: match refuses a hit of every token of the request",
+        "impl/requests.py",
+        "            if h > len(req.chain.tokens):",
+        "            if h + 1 > len(req.chain.tokens):",
+    ),
 )

@@ -41,6 +41,7 @@ from kvstate.targets.api.registered import walks as registered_walks
 from kvstate.targets.api.registry import DECLARED
 from kvstate.targets.api.rowmemo import walks as rowmemo_walks
 from kvstate.targets.api.shortreads import walks as shortreads_walks
+from kvstate.targets.api.single import limit_walks as single_limit_walks
 from kvstate.targets.api.single import walks as single_walks
 from kvstate.targets.api.slotorder import walks as slotorder_walks
 from kvstate.targets.api.slotsfull import walks as slotsfull_walks
@@ -457,6 +458,7 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[TraceStep]]:
             f"{COVERAGE_ONLY}{name}": w
             for name, w in {
                 **slotorder_walks(N, L, lease_max),  # kvstate/targets/api/slotorder.py
+                **single_limit_walks(N, L),  # kvstate/targets/api/single.py
             }.items()
         },
     }
