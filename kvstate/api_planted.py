@@ -15,6 +15,7 @@ from kvstate.api_mutants_admission import PLANTED as PLANTED_ADMISSION
 from kvstate.api_mutants_blockpaths import PLANTED as PLANTED_BLOCKPATHS
 from kvstate.api_mutants_blockpaths2 import PLANTED as PLANTED_BLOCKPATHS2
 from kvstate.api_mutants_blocks import PLANTED as PLANTED_BLOCKS
+from kvstate.api_mutants_blockside import PLANTED as PLANTED_BLOCKSIDE
 from kvstate.api_mutants_claims import PLANTED as PLANTED_CLAIMS
 from kvstate.api_mutants_covblocks import PLANTED as PLANTED_COVBLOCKS
 from kvstate.api_mutants_coverage import PLANTED as PLANTED_COVERAGE
@@ -632,3 +633,6 @@ MUTANTS += tuple(Mutant(*m) for m in PLANTED_STATED)
 MUTANTS += tuple(Mutant(*m) for m in PLANTED_COVBLOCKS)
 # failed loads' corrupt marks, hits where a recovery serves longer (kvstate/api_mutants_recovery2.py)
 MUTANTS += tuple(Mutant(*m) for m in PLANTED_RECOVERY2)
+# declared forms, slot order, store-room order, truncation, memo answers
+# (kvstate/api_mutants_blockside.py)
+MUTANTS += tuple(Mutant(*m) for m in PLANTED_BLOCKSIDE)

@@ -19,6 +19,7 @@ from kvstate.targets.api.base import CallCheck
 def make_checks(h: Any) -> list[CallCheck]:
     """The checks one harness runs (each keeps its own state for the example)."""
     from kvstate.targets.api.actmaint import ActMaintCheck
+    from kvstate.targets.api.admform import AdmissionForm
     from kvstate.targets.api.args import MaintCount
     from kvstate.targets.api.corruptmarks import CorruptMarks
     from kvstate.targets.api.defaults import DefaultForms
@@ -45,6 +46,7 @@ def make_checks(h: Any) -> list[CallCheck]:
     from kvstate.targets.api.remote import checks as remote_checks
     from kvstate.targets.api.signatures import PublishedSignatures
     from kvstate.targets.api.single import ActCheck
+    from kvstate.targets.api.slotorder import SlotTakes
     from kvstate.targets.api.stats import StatsCheck
     from kvstate.targets.api.stored import StoredForms
     from kvstate.targets.api.storeroom import OutsideStores
@@ -89,5 +91,7 @@ def make_checks(h: Any) -> list[CallCheck]:
         Orphans(),  # kvstate/targets/api/unlinks.py
         RecencyReads(),  # after OrderHook: it reads the orders that hook walked
         AdmissionReaders(),
+        AdmissionForm(),
+        SlotTakes(),
         ActMaintCheck(),
     ]

@@ -23,7 +23,10 @@ the end of every threaded schedule:
 * a claimant is a record of the index whose address (``meta.addr``, the slot it prefers) is
   that slot, or the slot its load in flight lands in (it moves there when the load is done):
   a record that moved or was forgotten claims nothing any more;
-* a device block's address is the slot it holds (it moved there).
+* a device block's address is the slot it holds (it moved there);
+* a record's device slot and address are each a slot of the pool or -1, the documented
+  "none" (``BlockMeta.slot``): a freed block's slot reset to another negative value reads as
+  no slot to the library's own ``>= 0`` tests, and as an index from the end to anything else.
 """
 
 from __future__ import annotations
@@ -118,6 +121,12 @@ def claims(h: Harness) -> list[str]:
     for r in live:
         if m.slot[r] >= 0 and m.addr[r] != m.slot[r]:
             out.append(f"record {r} holds device slot {m.slot[r]} but its address is {m.addr[r]}")
+        for name, col in (("device slot", m.slot), ("address", m.addr)):
+            if not -1 <= col[r] < pool.n:
+                out.append(
+                    f"record {r}'s {name} is {col[r]}: neither a slot of the pool's {pool.n} "
+                    "nor -1 (none)"
+                )
     return out
 
 

@@ -4,9 +4,10 @@ The table explains an admission by ``admit touch* match pin (validate | RECOVER*
 (``spec/api.py``) with *any* hit the guards allow, so refinement alone accepts an admission
 whose recovery aims short (a projection that forgets a pipeline's last block, a search that
 stops a block early) or long (a hit the recovery can never validate: it is cut at ``use``,
-which the table explains too).  The harness already checks an admission validated at once
-against the model's longest valid hit (``ApiHarness._check_longest``); this check covers the
-other branch, an admission that pinned a hit and started recovery steps.
+which the table explains too).  ``ApiHarness._check_longest`` checks an admission validated at
+once against the model's longest hit valid without recovery; this check holds both branches,
+an admission that pinned a hit and started recovery steps and one validated at once, to the
+longest hit a recovery serves.
 
 The model is run on from the state just before ``match`` with a hit ``h``: ``match``, ``pin``,
 then the recovery's and the pipelines' actions (``spec/api.py``'s ``RECOVER`` and ``JOB``

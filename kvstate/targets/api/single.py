@@ -294,6 +294,29 @@ def walks(N: int, L: int, lease_max: int) -> dict[str, list[Any]]:
     }
 
 
+def limit_walks(N: int, L: int) -> dict[str, list[Any]]:
+    """Witness: over the stored chain, a request of ``act``'s own (``N * L`` tokens) admitted
+    and matched with a hit of every one of its tokens, the longest the table's ``match``
+    allows (the library's own calls leave the last token to compute), then pinned and
+    validated by name."""
+    from kvstate.spec import default_table
+
+    at = {a.name: i for i, a in enumerate(actions(default_table()))}
+    full = N * L + 1
+    return {
+        "single actions: a hit of every token of the request": [
+            op("request", i=0, n=full, life=1),
+            op("admit", i=0),
+            op("use", i=0),
+            op("finish", i=0),
+            op("act", a=at["admit"], k=0, on=1),
+            op("act", a=at["match"], k=N * L, on=1),
+            op("act", a=at["pin"], k=0, on=1),
+            op("act", a=at["validate"], k=0, on=1),
+        ],
+    }
+
+
 DECLS = (
     OpDecl(
         "act",

@@ -41,7 +41,9 @@ from kvstate.targets.api.registered import walks as registered_walks
 from kvstate.targets.api.registry import DECLARED
 from kvstate.targets.api.rowmemo import walks as rowmemo_walks
 from kvstate.targets.api.shortreads import walks as shortreads_walks
+from kvstate.targets.api.single import limit_walks as single_limit_walks
 from kvstate.targets.api.single import walks as single_walks
+from kvstate.targets.api.slotorder import walks as slotorder_walks
 from kvstate.targets.api.slotsfull import walks as slotsfull_walks
 from kvstate.targets.api.stated import walks as stated_walks
 from kvstate.targets.api.stepwise import READS
@@ -469,6 +471,14 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[TraceStep]]:
         **shortreads_walks(to_disk, hit),  # kvstate/targets/api/shortreads.py
         **strays_walks(to_disk, hit),  # kvstate/targets/api/strays.py
         **constvals_walks(N, L, lease_max),  # kvstate/targets/api/constvals.py
+        # the block side's orders and cuts, in the coverage pass only
+        **{
+            f"{COVERAGE_ONLY}{name}": w
+            for name, w in {
+                **slotorder_walks(N, L, lease_max),  # kvstate/targets/api/slotorder.py
+                **single_limit_walks(N, L),  # kvstate/targets/api/single.py
+            }.items()
+        },
     }
     if remote.WORLD is not None:  # a run with a remote tier meets the store's faults first
         walks = {
