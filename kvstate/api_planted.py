@@ -18,6 +18,7 @@ from kvstate.api_mutants_blocks import PLANTED as PLANTED_BLOCKS
 from kvstate.api_mutants_claims import PLANTED as PLANTED_CLAIMS
 from kvstate.api_mutants_covblocks import PLANTED as PLANTED_COVBLOCKS
 from kvstate.api_mutants_coverage import PLANTED as PLANTED_COVERAGE
+from kvstate.api_mutants_covreach import PLANTED as PLANTED_COVREACH
 from kvstate.api_mutants_disk import DISK_MUTANTS
 from kvstate.api_mutants_evict import PLANTED as PLANTED_EVICT
 from kvstate.api_mutants_facade import PLANTED as PLANTED_FACADE
@@ -629,3 +630,5 @@ MUTANTS += tuple(Mutant(*m) for m in PLANTED_STATED)
 # store room, pin diagnostics, refusal explanations, read-only tokens, callback errors,
 # restored tails cut back onto (kvstate/api_mutants_covblocks.py)
 MUTANTS += tuple(Mutant(*m) for m in PLANTED_COVBLOCKS)
+# the engine's load_fail by name, signature forms, handed rows' shape (kvstate/api_mutants_covreach.py)
+MUTANTS += tuple(Mutant(*m) for m in PLANTED_COVREACH)
