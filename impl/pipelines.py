@@ -164,7 +164,7 @@ class RebuildJob(Job):
         self.owner.rebuild_done(self.rid)
         return True
 
-    def abandon(self, why: str) -> None:
+    def abandon(self, why: str) -> None:  # pragma: no cover: a rebuild raises (no transition)
         self.owner.abandon_rebuild(self)
 
 
@@ -199,7 +199,7 @@ class Executor:
     """Jobs of one pipeline, keyed by record (one live job per record per executor)."""
 
     def __init__(self, name: str, pipe: Pipe, mode: str, workers: int = 1) -> None:
-        if mode not in MODES:
+        if mode not in MODES:  # pragma: no cover: the cache's args.choice refused it first
             raise ValueError(f"executor mode must be one of {MODES}, got {mode!r}")
         self.name = name
         self.pipe = pipe

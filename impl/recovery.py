@@ -253,12 +253,13 @@ class Recovery:
                 not from_disk or self.k.swa_restored_from_disk
             )
             dst = self.store.take_slot(rid, -1)
+            claimant = self.tiers.slots.displaced
             swa_pages: tuple[int, ...] = ()
             if restore_swa:
                 try:
                     swa_pages = tuple(self.store.take_swa())
-                except OutOfCapacity:
-                    self.tiers.slots.release(dst)
+                except OutOfCapacity:  # the slot back with the claim it had (fx_allocate's way)
+                    self.tiers.slots.untake(dst, claimant)
                     raise
             pipe = Pipe.IO if from_disk else Pipe.DMA
             m.ckv[rid] = CKV_LOADING

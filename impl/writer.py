@@ -143,7 +143,7 @@ class HandedRows:
         if bad:
             got = tuple(kept[group, bad[0]].shape)
             raise RowsNotHanded(f"{group} rows at position {bad[0]} are {got}, not {shape}")
-        if not at:
+        if not at:  # pragma: no cover: a stored block asks for >= 1 position of every group
             want = torch.float32 if group == _STATE else torch.uint8
             return torch.empty(len(layers), 0, width, dtype=want)
         return torch.stack([kept[group, p] for p in at], dim=1)

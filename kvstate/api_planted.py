@@ -19,6 +19,7 @@ from kvstate.api_mutants_blockside import PLANTED as PLANTED_BLOCKSIDE
 from kvstate.api_mutants_claims import PLANTED as PLANTED_CLAIMS
 from kvstate.api_mutants_covblocks import PLANTED as PLANTED_COVBLOCKS
 from kvstate.api_mutants_coverage import PLANTED as PLANTED_COVERAGE
+from kvstate.api_mutants_covreach import PLANTED as PLANTED_COVREACH
 from kvstate.api_mutants_disk import DISK_MUTANTS
 from kvstate.api_mutants_evict import PLANTED as PLANTED_EVICT
 from kvstate.api_mutants_facade import PLANTED as PLANTED_FACADE
@@ -636,3 +637,5 @@ MUTANTS += tuple(Mutant(*m) for m in PLANTED_RECOVERY2)
 # declared forms, slot order, store-room order, truncation, memo answers
 # (kvstate/api_mutants_blockside.py)
 MUTANTS += tuple(Mutant(*m) for m in PLANTED_BLOCKSIDE)
+# the engine's load_fail by name, signature forms, handed rows' shape (kvstate/api_mutants_covreach.py)
+MUTANTS += tuple(Mutant(*m) for m in PLANTED_COVREACH)

@@ -17,6 +17,7 @@ A line unreachable by design is excluded only with its reason on the same line,
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import sys
@@ -27,7 +28,16 @@ from typing import Any
 
 TARGETS = ("kvstate-api", "kvstate")
 EXCLUDE = r"#\s*pragma: no cover: \S"  # the reason is required (see the module docstring)
-_IMPL = Path(__file__).resolve().parent.parent / "impl"
+
+
+def _impl() -> Path:
+    """The folder ``kvstate.impl`` is imported from, found without importing it: ``impl/``
+    beside ``kvstate/`` in a checkout (``package-dir``), ``kvstate/impl`` in an installed wheel,
+    and, through a link, wherever a folder of symlinks points (coverage.py compares real paths)."""
+    spec = importlib.util.find_spec("kvstate.impl")
+    if spec is None or not spec.submodule_search_locations:
+        raise CoverageUnavailable("kvstate.impl is not importable here")
+    return Path(next(iter(spec.submodule_search_locations))).resolve()
 
 
 class CoverageUnavailable(RuntimeError):
@@ -91,8 +101,8 @@ class Measure:
             branch=True,
             data_file=None,
             config_file=False,
-            include=[str(_IMPL / "*")],
-            omit=[str(_IMPL / "_aot.py")],
+            include=[str(_impl() / "*")],
+            omit=[str(_impl() / "_aot.py")],
         )
         self.cov.exclude(EXCLUDE)
         self.cov.start()

@@ -139,9 +139,11 @@ def _fresh(h: Any, call: Callable[[Any], Any]) -> Any:
         os.rmdir(d)
 
 
-def _unhanded(h: Any) -> Any:
+def _unhanded(h: Any, misshapen: str | None = None) -> Any:
     """A request used without handing its rows, on the default writer: ``WriterFailed`` (its
-    cause ``RowsNotHanded``), nothing pinned, nothing stored (the same request hits nothing)."""
+    cause ``RowsNotHanded``), nothing pinned, nothing stored (the same request hits nothing).
+    With ``misshapen``, every group's rows are handed but that group's one byte too narrow
+    (the writer's contract: ``[layers, n, entry_bytes]``): the same failure."""
     from kvstate.impl.errors import WriterFailed
     from kvstate.impl.writer import HandedRows, RowsNotHanded
 
@@ -149,11 +151,14 @@ def _unhanded(h: Any) -> Any:
 
     def call(c: Any) -> Any:
         got = []
-        got.append(isinstance(c.inspect().writer, HandedRows))
+        w = c.inspect().writer
+        got.append(isinstance(w, HandedRows))
         adm = c.admit(c.request(toks))
         try:
-            with c.use(adm):
-                pass
+            with w.handing(), c.use(adm):
+                if misshapen is not None:
+                    for group, (start, rows) in forward(h.table.geometry, toks).items():
+                        w.hand(group, start, rows[:, :, :-1] if group == misshapen else rows)
             got.append("stored")
         except WriterFailed as exc:
             got.append(type(exc.__cause__).__name__)
@@ -208,6 +213,7 @@ WRITER_CASES: tuple[tuple[str, str, Callable[[Any], Any]], ...] = (
     ("hand('swa', 0, float32 rows)", "InvalidArgument", _hand("swa", 0, torch.zeros(1, 2, 3))),
     ("hand('compressor', 0, uint8 rows)", "InvalidArgument", _hand("compressor", 0, _u8(1, 2, 3))),
     ("a use whose rows were not handed", SAME, _unhanded),
+    ("a use whose swa rows were handed too narrow", SAME, lambda h: _unhanded(h, "swa")),
 )
 
 

@@ -14,6 +14,8 @@ changes nothing, checks the memos against fresh computations:
   first leaves it as it was);
 * inputs the memo cannot key (a tensor that requires grad) are computed afresh: the same rows;
 * the memo's counted bytes equal what its entries hold, within its bound (``memo_stats``);
+* once per process, an answer one byte over the largest the memo keeps
+  (``ANSWER_KEPT_MAX``): the fresh rows, and the memo's entries and bytes unchanged;
 * ``harness_tokens`` for more lengths than its memo keeps: each a fresh, writable copy, the
   prefix of the longest (the sequence is one sequence).
 """
@@ -31,6 +33,7 @@ from kvstate.targets.api.declare import OpDecl
 GROUPS = ("csa", "hca", "indexer", "swa", "compressor")
 WIDTH = 8
 LENGTHS = 70  # token sequences asked: past the memo's 64 entries
+_big_asked = False
 
 
 def _rows_bad(h: Any, b: int) -> list[str]:
@@ -59,6 +62,16 @@ def _rows_bad(h: Any, b: int) -> list[str]:
         unkeyed = ask(positions.to(torch.float64).requires_grad_())
         if not torch.equal(unkeyed, want):
             bad.append(f"{g} rows of block {b} at positions that require grad differ")
+    global _big_asked
+    if not _big_asked:  # (16 MiB of rows: once)
+        _big_asked = True
+        one, w = torch.arange(1), td.ANSWER_KEPT_MAX + 1
+        kept = td.memo_stats()
+        got = td.expected_rows("swa", one, one, one, w)
+        if td.memo_stats() != kept or not torch.equal(
+            got, td.compute_rows("swa", one, one, one, w)
+        ):
+            bad.append(f"an answer of {w} bytes was kept, or is not the computed one")
     n, counted, held = td.memo_stats()
     if counted != held or n <= 0:
         bad.append(f"the row memo counts {counted} bytes for {n} entries holding {held}")

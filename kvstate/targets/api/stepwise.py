@@ -16,7 +16,9 @@ call by the world's ``k``-th answer (:data:`READS`): the real bytes, an I/O erro
 read (the file ends early), or an exception no file system raises (a bug in a reader).  A
 failed read is a failed load (the table's ``load_fail``: ``CorruptEntry``, absorbed here as the
 job's runner absorbs it), explained by the same ``JOB`` pattern a job's step is; a sound read
-lands bytes the later reads compare byte for byte with the request's tokens.
+lands bytes the later reads compare byte for byte with the request's tokens.  The world past
+:data:`READS` (:data:`FAIL`) is the engine's own report that a transfer failed: ``load_fail``
+by name, of a disk or a host load, which ends the load (explained as ``load_fail``).
 """
 
 from __future__ import annotations
@@ -62,6 +64,14 @@ READS: tuple[tuple[str, Callable[[Callable[..., int]], Callable[..., int]] | Non
 )
 
 
+# the world past READS: the engine reports the transfer failed (``load_fail`` by name)
+FAIL = len(READS)
+
+
+def _world(o: Any) -> int:
+    return int(o.arg("k")) % (len(READS) + 1)
+
+
 def _load(h: Any, b: int) -> Any:
     """Block ``b``'s running load job, or None (no load, or the threaded mode)."""
     rid = h.rids[b]
@@ -74,10 +84,12 @@ def fails(h: Any, o: Any) -> set[int]:
     """The blocks whose load this call's world fails (``act_step`` with a failing read of a
     disk load): the harness rules their ``load_done`` out for the call, and allows their
     ``load_fail`` (``ApiHarness._forbid``; ``o`` None: no operation, as ``act`` asks)."""
-    if o is None or o.name != "act_step" or not o.arg("k") % len(READS):
+    if o is None or o.name != "act_step" or not _world(o):
         return set()
     job = _load(h, o.arg("b"))
-    return {o.arg("b")} if job is not None and job.pipe is Pipe.IO else set()
+    if job is None or (job.pipe is not Pipe.IO and _world(o) != FAIL):
+        return set()
+    return {o.arg("b")}
 
 
 def _reads(h: Any, job: Any, action: str) -> bool:
@@ -99,20 +111,23 @@ def do_act_step(h: Any, o: Any) -> int | None:
         return None
     rid = h.rids[b]
     disk = job.pipe is Pipe.IO
-    name, fault = READS[o.arg("k") % len(READS)] if disk else READS[0]
+    world = _world(o)
+    name, fault = READS[world] if disk and world != FAIL else READS[0]
     action = "load_done" if h.view.can("load_done", rid) else "load_progress"
+    if world == FAIL:
+        name, action = "the engine's report of a failed transfer", "load_fail"
     if fault is not None and not _reads(h, job, action):
         name = "an I/O fault, no read"  # the action reads nothing: its I/O fails all the same
         h.hooks.inject_load_fault(rid)
     real = h.hooks.replace_disk_method("pread", None)  # (None: the tier's own, returned)
-    world = fault(real) if fault else real
+    answer = fault(real) if fault else real
     locked: list[int] = []
     lock = h.view.lock
 
     def read(fd: int, buf: Any, offset: int, need: int | None = None) -> int:
         if lock._is_owned():  # (RLock's own query, as threading.Condition asks it)
             locked.append(offset)
-        return world(fd, buf, offset, need)
+        return answer(fd, buf, offset, need)
 
     h.hooks.replace_disk_method("pread", read)
     prog = h.view.meta.prog[rid]
@@ -124,13 +139,17 @@ def do_act_step(h: Any, o: Any) -> int | None:
         h.hooks.replace_disk_method("pread", None)
     m = h.view.meta
     kept = m.ckv[rid] == CKV.LOADING and h.view.load_job(rid) is job
-    if kept and (fault is not None or m.prog[rid] == prog):
+    if kept and (fault is not None or world == FAIL or m.prog[rid] == prog):
         raise h.fail(
             "act-step",
             [action, name],
             f"{o.render()}: {action} over {name} left the load where it was (record {rid} "
             f"LOADING at chunk {m.prog[rid]}): "
-            + ("a failed read fails the load" if fault else "an allowed action acts"),
+            + (
+                "a failed read fails the load"
+                if fault or world == FAIL
+                else "an allowed action acts"
+            ),
         )
     if locked:
         raise h.fail(
@@ -149,7 +168,7 @@ DECLS = (
         "act_step",
         do_act_step,
         "step",
-        lambda s: {"b": s.block, "k": st.integers(0, len(READS) - 1)},
+        lambda s: {"b": s.block, "k": st.integers(0, len(READS))},
         rule=False,
     ),
 )

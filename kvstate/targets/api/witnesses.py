@@ -21,6 +21,7 @@ from kvstate.targets.api.args import CASES as ARG_CASES
 from kvstate.targets.api.base import chain, op
 from kvstate.targets.api.construct import walks as construct_walks
 from kvstate.targets.api.constvals import walks as constvals_walks
+from kvstate.targets.api.covreach import walks as covreach_walks
 from kvstate.targets.api.damage import PARTS
 from kvstate.targets.api.directio import walks as directio_walks
 from kvstate.targets.api.evictrun import walks as evictrun_walks
@@ -457,6 +458,7 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[TraceStep]]:
         **unservable_walks(N, L, lease_max),  # kvstate/targets/api/unservable.py
         **rowmemo_walks(N, L, lease_max),  # kvstate/targets/api/rowmemo.py
         **refusedjobs_walks(N, L, lease_max),  # kvstate/targets/api/refusedjobs.py
+        **covreach_walks(N, L, lease_max),  # kvstate/targets/api/covreach.py
         **swaout_walks(N, L, lease_max),  # kvstate/targets/api/swaout.py
         **whyrefused_walks(N, L, lease_max),  # kvstate/targets/api/whyrefused.py
         **directio_walks(N, L, lease_max, to_disk, hit),  # kvstate/targets/api/directio.py

@@ -1,0 +1,49 @@
+"""Planted bugs of the paths ``kvstate/targets/api/covreach.py``, ``sigforms.py``, the
+production writer's shape case (``handed.py``) and the row memo's bound (``rowmemo.py``) reach:
+the engine's ``load_fail`` by name, a host load short of SWA pages, the signature made for a
+parameter form no public class has, rows handed in another shape, an answer over the memo's
+per-answer bound.
+
+Each entry is ``(name, bug class, path, old text, new text)`` as
+:class:`kvstate.api_mutants.Mutant` takes them (``kvstate/api_planted.py`` imports this list).
+"""
+
+from __future__ import annotations
+
+PLANTED: tuple[tuple[str, str, str, str, str], ...] = (
+    (
+        "load_fail_by_name_deferred",
+        "pipelines' actions by name: load_fail leaves the load running (failed at its next step)",
+        "impl/recovery.py",
+        '            self.fail_load(rid, self.load_job(rid), "load failed", corrupt=False)',
+        "            self.load_job(rid).fault = True",
+    ),
+    (
+        "var_keyword_shown_keyword_only",
+        "published signatures: a **kwargs parameter shown as a keyword-only one",
+        "impl/signatures.py",
+        "_KINDS.VAR_KEYWORD, annotation=ann))",
+        "_KINDS.KEYWORD_ONLY, annotation=ann))",
+    ),
+    (
+        "handed_rows_width_unchecked",
+        "production writer: rows handed in another width are taken (only their layers checked)",
+        "impl/writer.py",
+        "        bad = [p for p in at if tuple(kept[group, p].shape) != shape]",
+        "        bad = [p for p in at if tuple(kept[group, p].shape)[0] != shape[0]]",
+    ),
+    (
+        "load_short_of_swa_loses_the_claim",
+        "exhaustion partway: a load short of SWA pages gives its slot back unclaimed",
+        "impl/recovery.py",
+        "                    self.tiers.slots.untake(dst, claimant)\n",
+        "                    self.tiers.slots.release(dst)\n",
+    ),
+    (
+        "row_memo_keeps_big_answers",
+        "caches inside the implementation: the memo keeps an answer past its per-answer bound",
+        "impl/testdata.py",
+        "        if size <= ANSWER_KEPT_MAX:",
+        "        if size <= 2 * ANSWER_KEPT_MAX:",
+    ),
+)

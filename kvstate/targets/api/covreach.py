@@ -1,0 +1,130 @@
+"""Witnesses of paths the other walks leave out, each checked by the harness's own checks.
+
+* The engine's report that a transfer failed: ``act_step``'s world :data:`~kvstate.targets.api.
+  stepwise.FAIL` fires ``load_fail`` by name through ``test_hooks().act`` at a disk load and at
+  a host load (``impl/recovery.py``'s ``load_fail``: its guard, then the failure's effects);
+  the harness explains the change by ``load_fail`` alone and the admission waiting on the load
+  truncates at ``use`` (the read checks compare what it serves with the request's tokens).
+* A host load short of SWA pages: with one block's worth of pages (``swa_scarce``), block 0's
+  window goes to host, its load failed by the engine so that block 1 is stored with its
+  window and goes to host too; an admission over both loads block 0 into the pool's one
+  window, and block 1's load takes a device slot, finds no page and nothing to slide, and
+  does not start (``RecoveryPart.load_start``): its slot goes back with the claim it had
+  (the pool checks: no slot claimed by a record whose address is elsewhere), the hit
+  truncates at block 1, and block 1 is recomputed.
+* ``durable(k)``, an example's first operation (a no-op anywhere else, like ``handed``),
+  rebuilds the example's cache with ``durable=True``: every entry written is flushed and synced
+  before it is published (``DiskTier.publish``), and the walk's checks hold as on any cache.
+* ``entry_names`` (changes nothing): each chain block's disk entry is named with the stem
+  ``name_stem(the directory key, the block's key)`` gives (``impl/disk.py``: the helper tools
+  and tests find a block's entry by), and each name appears once.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from kvstate.targets.api.base import chain, op
+from kvstate.targets.api.declare import OpDecl
+from kvstate.targets.api.stepwise import FAIL
+
+
+def do_durable(h: Any, o: Any) -> int | None:
+    if any(s.name not in ("pools", "geometry") for s in h.steps[:-1]):
+        h.call_override = "read"  # a running cache keeps its durability
+        return None
+    steps, cov, threads, kw = h.steps, h.cov, h.threads, dict(h.cache_kwargs)
+    h.close()
+    h.renew(h.table, threads=threads, coverage=cov, cache_kwargs={**kw, "durable": True})
+    h.steps = steps
+    h.cov.add("check: examples on a durable cache")
+    return None
+
+
+def do_entry_names(h: Any, o: Any) -> int | None:
+    from kvstate.impl.disk import KEY_FILE, name_stem
+
+    h.call_override = "read"
+    if h.threads:
+        return None
+    with open(os.path.join(h.dir, KEY_FILE), "rb") as f:
+        secret = f.read()
+    bad, names = [], []
+    with h.view.lock:
+        entries = dict(h.view.disk_entries)
+        keys = {b: bytes(h.view.meta.key[h.rids[b]]) for b in range(h.N)}
+    for b in range(h.N):
+        e = entries.get(h.rids[b])
+        if e is None:
+            continue
+        names.append(e.path.name)
+        if not e.path.name.startswith(name_stem(secret, keys[b])):
+            bad.append(f"block {b}'s entry {e.path.name} is not named by name_stem")
+    if len(set(names)) != len(names):
+        bad.append(f"entries share a name: {sorted(names)}")
+    if bad:
+        raise h.fail("entry-names", ["entry_names"], f"{o.render()}: " + "; ".join(bad))
+    h.cov.add("check: disk entries named by name_stem", len(names))
+    return None
+
+
+def walks(N: int, L: int, lease_max: int) -> dict[str, list[Any]]:
+    c = chain(N, L, lease_max)
+    out: dict[str, list[Any]] = {}
+    for tier, there, blocks in (("disk", c.to_disk, (0, 1)), ("host", c.to_host, (0,))):
+        for b in blocks:  # (a host load's first block alone runs before the drain)
+            out[f"the engine fails block {b}'s {tier} load by name (load_fail)"] = [
+                *there,
+                op("request", i=1, n=c.full, life=1),
+                op("admit", i=1),
+                op("act_step", b=b, k=0),
+                op("act_step", b=b, k=FAIL),
+                op("drain"),
+                op("use", i=1),
+                op("read", i=1),
+                op("finish", i=1),
+            ]
+    out["a host load short of SWA pages gives its device slot back with its claim"] = [
+        op("swa_scarce", k=1),
+        op("request", i=0, n=L + 1, life=1),
+        op("admit", i=0),
+        op("use", i=0),
+        op("finish", i=0),
+        op("tick", t=lease_max),
+        op("offload", n=N),
+        op("drain"),
+        op("request", i=1, n=2 * L + 1, life=1),
+        op("admit", i=1),
+        op("act_step", b=0, k=FAIL),
+        op("drain"),
+        op("use", i=1),
+        op("finish", i=1),
+        op("tick", t=lease_max),
+        op("offload", n=N),
+        op("drain"),
+        op("request", i=0, n=c.full, life=1),
+        op("admit", i=0),
+        op("drain"),
+        op("use", i=0),
+        op("read", i=0),
+        op("finish", i=0),
+    ]
+    out["a durable cache: a chain spilled, named by name_stem, restored and hit"] = [
+        op("durable", k=1),
+        *c.to_disk,
+        op("entry_names"),
+        op("request", i=1, n=c.full, life=1),
+        op("admit", i=1),
+        op("drain"),
+        op("use", i=1),
+        op("read", i=1),
+        op("finish", i=1),
+    ]
+    return out
+
+
+DECLS = (
+    OpDecl("durable", do_durable, "read", rule=False),
+    OpDecl("entry_names", do_entry_names, "read", rule=False),
+)
