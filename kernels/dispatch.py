@@ -391,25 +391,7 @@ def gather_blocks(
         ref.check_block_table(block_table, tier.shape[0], unique=False)
     if b is Backend.TORCH:
         return ref.gather_blocks_ref(tier, block_table, out, length, check=False)
-    if block_table.shape[0] == 0 or length * unit_elems == 0:
-        return out
-    es = tier.element_size()
-    word = _word_bytes([block_elems * es, length * unit_elems * es], [tier, out])
-    tier_w = _rows_as_words(tier, tier.shape[0], block_elems, word, "tier")
-    buf_w = _rows_as_words(out, 1, out.numel(), word, "out").view(-1)
-    err = torch.full((1,), block_table.shape[0], dtype=torch.int64, device=device)
-    with _Arrays(b, device) as a:
-        _kernel("paged").launch_gather(
-            a(tier_w),
-            a(block_table),
-            a(buf_w, written=True),
-            buf_w.shape[0],
-            a(err, written=True),
-            _cfg(b),
-            a.stream,
-        )
-    if check:
-        _raise_table_flag(err, block_table)
+    _launch_paged(b, device, tier, block_table, out, "out", length, unit_elems, block_elems, check)
     return out
 
 
@@ -436,26 +418,47 @@ def scatter_blocks(
         ref.check_block_table(block_table, tier.shape[0], unique=True)
     if b is Backend.TORCH:
         return ref.scatter_blocks_ref(src, block_table, tier, length, check=False)
-    if block_table.shape[0] == 0 or length * unit_elems == 0:
-        return tier
+    _launch_paged(b, device, tier, block_table, src, "src", length, unit_elems, block_elems, check)
+    return tier
+
+
+def _launch_paged(
+    b: Backend,
+    device: Any,
+    tier: torch.Tensor,
+    table: torch.Tensor,
+    buf: torch.Tensor,
+    role: str,
+    length: int,
+    unit_elems: int,
+    block_elems: int,
+    check: bool,
+) -> None:
+    """One paged copy between ``tier``'s blocks and the contiguous ``buf``: a gather when
+    ``role`` is ``"out"`` (``buf`` written), a scatter when it is ``"src"`` (the tier written);
+    both move the same words over the same table, so they share the launch and the flag."""
+    if table.shape[0] == 0 or length * unit_elems == 0:
+        return
     es = tier.element_size()
-    word = _word_bytes([block_elems * es, length * unit_elems * es], [tier, src])
+    word = _word_bytes([block_elems * es, length * unit_elems * es], [tier, buf])
     tier_w = _rows_as_words(tier, tier.shape[0], block_elems, word, "tier")
-    buf_w = _rows_as_words(src, 1, src.numel(), word, "src").view(-1)
-    err = torch.full((1,), block_table.shape[0], dtype=torch.int64, device=device)
+    buf_w = _rows_as_words(buf, 1, buf.numel(), word, role).view(-1)
+    err = torch.full((1,), table.shape[0], dtype=torch.int64, device=device)
+    # (source, table, destination): the destination's words are the ones copied back
+    src_w, dst_w = (tier_w, buf_w) if role == "out" else (buf_w, tier_w)
+    kernel = _kernel("paged")
     with _Arrays(b, device) as a:
-        _kernel("paged").launch_scatter(
-            a(buf_w),
-            a(block_table),
-            a(tier_w, written=True),
+        (kernel.launch_gather if role == "out" else kernel.launch_scatter)(
+            a(src_w),
+            a(table),
+            a(dst_w, written=True),
             buf_w.shape[0],
             a(err, written=True),
             _cfg(b),
             a.stream,
         )
     if check:
-        _raise_table_flag(err, block_table)
-    return tier
+        _raise_table_flag(err, table)
 
 
 def _raise_table_flag(err: torch.Tensor, table: torch.Tensor) -> None:
