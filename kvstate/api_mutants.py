@@ -18,6 +18,10 @@ the unmutated library are fixed, and ``kvstate fuzz --target kvstate-api`` runs 
 A mutant the harness's geometry cannot distinguish from the original says why (``equivalent``);
 it is applied but not run, and not counted.  Not part of the default test run (minutes): ``python -m kvstate.api_mutants [-k
 NAME] [--profile ci|dev] [--json FILE]``.
+
+Before any mutant, the same child runs on the unmutated copy: where it does not pass (a
+dependency the child cannot import, a harness that fails on the library as it is) every mutant
+would read as killed, so the run stops there with status 2 (``--no-baseline`` skips it).
 """
 
 from __future__ import annotations
@@ -81,14 +85,13 @@ def apply(root: Path, m: Mutant) -> str:
     return src
 
 
-def run_one(
-    root: Path, name: str, profile: str, timeout: float, coverage: bool = True
-) -> dict[str, object]:
-    m = next(x for x in MUTANTS if x.name == name)
-    original = apply(root, m)
-    started = time.monotonic()
+def _child_run(root: Path, profile: str, timeout: float, coverage: bool) -> dict[str, object]:
+    """The killing test in a fresh interpreter on the staged copy (first on its path, the
+    caller's own path after it: a dependency installed there, e.g. with ``pip --target``,
+    stays importable)."""
+    path = os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p)
     try:
-        env = {**os.environ, "KVSTATE_PURE_PYTHON": "1", "PYTHONPATH": str(root)}
+        env = {**os.environ, "KVSTATE_PURE_PYTHON": "1", "PYTHONPATH": path}
         proc = subprocess.run(
             [sys.executable, "-m", "kvstate.api_mutants", "--child", profile]
             + ([] if coverage else ["--no-coverage"]),
@@ -98,17 +101,38 @@ def run_one(
             text=True,
             timeout=timeout,
         )
-        out = (
+        out: dict[str, object] = (
             json.loads(proc.stdout.strip().splitlines()[-1])
             if proc.stdout.strip()
             else {"killed": True, "kind": "crash", "detail": proc.stderr[-300:]}
         )
     except subprocess.TimeoutExpired:
         out = {"killed": False, "kind": "timeout"}
+    return out
+
+
+def run_one(
+    root: Path, name: str, profile: str, timeout: float, coverage: bool = True
+) -> dict[str, object]:
+    m = next(x for x in MUTANTS if x.name == name)
+    original = apply(root, m)
+    started = time.monotonic()
+    try:
+        out = _child_run(root, profile, timeout, coverage)
     finally:
         _staged(root, m).write_text(original)
     out.update(name=m.name, bug_class=m.bug_class, wall=round(time.monotonic() - started, 1))
     return out
+
+
+def baseline(root: Path, profile: str, timeout: float, coverage: bool = True) -> str | None:
+    """Why the killing test fails on the unmutated staged copy, or None when it passes: a
+    test that fails (or cannot start: a missing dependency in the child) on every source
+    would count every mutant killed."""
+    out = _child_run(root, profile, timeout, coverage)
+    if out.get("killed") or out.get("kind") == "timeout":
+        return f"{out.get('kind')}: {str(out.get('detail', ''))[:300]}"
+    return None
 
 
 def child(profile: str, coverage: bool = True) -> None:
@@ -197,6 +221,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="Hypothesis only: skip the scripted witnesses (examples may still start from one)",
     )
+    ap.add_argument(
+        "--no-baseline",
+        action="store_true",
+        help="skip the unmutated run that checks the killing test passes first (exit 2 if not)",
+    )
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.child:
@@ -210,6 +239,11 @@ def main(argv: list[str] | None = None) -> int:
     root = stage()
     for m in chosen:  # every patch applies (and is undone) before anything runs
         _staged(root, m).write_text(apply(root, m))
+    if not a.no_baseline and any(not m.equivalent for m in chosen):
+        why = baseline(root, a.profile, a.timeout, not a.no_coverage)
+        if why is not None:
+            print(f"the killing test fails on the unmutated sources: {why}", file=sys.stderr)
+            return 2
     results = []
     for m in chosen:
         if m.equivalent:
@@ -229,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     if killed:
         print(
-            f"median time to the first finding: {statistics.median(float(r['seconds']) for r in killed):.1f} s; "
+            f"median time to the first finding: {statistics.median([float(str(r['seconds'])) for r in killed if 'seconds' in r] or [0.0]):.1f} s; "
             # (a mutant the fuzz crashed on has no trace: left out of the lengths)
             f"median trace length: {statistics.median([int(r['found_len']) for r in killed if 'found_len' in r] or [0])} operations found, "
             f"{statistics.median([int(r['trace_len']) for r in killed if 'trace_len' in r] or [0])} minimized"
