@@ -1,6 +1,7 @@
 """Planted bugs of the paths ``kvstate/targets/api/covreach.py``, ``sigforms.py``, the
 production writer's shape case (``handed.py``) and the row memo's bound (``rowmemo.py``) reach:
-the engine's ``load_fail`` by name, a host load short of SWA pages, the signature made for a
+the engine's ``load_fail`` by name, a host load short of SWA pages, room that cannot be made
+(an offload with every host slot held, a spill on a disk pool whose entries are pinned), the signature made for a
 parameter form no public class has, rows handed in another shape, an answer over the memo's
 per-answer bound.
 
@@ -45,5 +46,21 @@ PLANTED: tuple[tuple[str, str, str, str, str], ...] = (
         "impl/testdata.py",
         "        if size <= ANSWER_KEPT_MAX:",
         "        if size <= 2 * ANSWER_KEPT_MAX:",
+    ),
+    (
+        "spill_not_adopted_keeps_its_file",
+        "exhaustion partway: a spill's file written but not adopted (no room) is left behind",
+        "impl/spills.py",
+        "            if not still:\n                self.disk.delete(entry)\n                return 0",
+        "            if not still:\n                return 0",
+    ),
+    (
+        "offload_without_room_returns",
+        "exhaustion partway: an offload that finds no host room returns as if it offloaded",
+        "impl/recovery.py",
+        "                if victim is None:\n                    raise OutOfCapacity(\n"
+        '                        "offload", (), f"all {self.host_blocks} host slots are busy"\n'
+        "                    )\n",
+        "                if victim is None:\n                    return\n",
     ),
 )

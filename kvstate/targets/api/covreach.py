@@ -12,6 +12,14 @@
   does not start (``RecoveryPart.load_start``): its slot goes back with the claim it had
   (the pool checks: no slot claimed by a record whose address is elsewhere), the hit
   truncates at block 1, and block 1 is recomputed.
+* Room that cannot be made: an offload fired by record (``act_maint``) with both host slots
+  held by host loads still running for an aborted admission, none of them a block the table
+  lets spill (``OutOfCapacity``: ``act_maint``'s check finds no block that could have made
+  room); and, with the library's disk pool one entry short of the chain (``pools``), a
+  ``spill`` whose file is written while every disk entry is pinned by an admission: no entry
+  may be dropped for it, so the file is thrown away and the spill does nothing
+  (``exhaust.py``'s check accepts it only where the table keeps every entry; the accounting
+  check finds no file left behind).
 * ``durable(k)``, an example's first operation (a no-op anywhere else, like ``handed``),
   rebuilds the example's cache with ``durable=True``: every entry written is flushed and synced
   before it is published (``DiskTier.publish``), and the walk's checks hold as on any cache.
@@ -25,9 +33,13 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from kvstate.targets.api.actmaint import actions as maint_actions
 from kvstate.targets.api.base import chain, op
 from kvstate.targets.api.declare import OpDecl
+from kvstate.targets.api.pools import choices
 from kvstate.targets.api.stepwise import FAIL
+
+ACTMAINT = maint_actions()  # act_maint's actions, by index
 
 
 def do_durable(h: Any, o: Any) -> int | None:
@@ -70,8 +82,17 @@ def do_entry_names(h: Any, o: Any) -> int | None:
 
 
 def walks(N: int, L: int, lease_max: int) -> dict[str, list[Any]]:
+    disk_short = next(k for k, c in enumerate(choices(N)) if c.get("disk_blocks", N) < N)
     c = chain(N, L, lease_max)
     out: dict[str, list[Any]] = {}
+    hit = [
+        op("request", i=0, n=c.full, life=1),
+        op("admit", i=0),
+        op("drain"),
+        op("use", i=0),
+        op("read", i=0),
+        op("finish", i=0),
+    ]
     for tier, there, blocks in (("disk", c.to_disk, (0, 1)), ("host", c.to_host, (0,))):
         for b in blocks:  # (a host load's first block alone runs before the drain)
             out[f"the engine fails block {b}'s {tier} load by name (load_fail)"] = [
@@ -109,6 +130,35 @@ def walks(N: int, L: int, lease_max: int) -> dict[str, list[Any]]:
         op("use", i=0),
         op("read", i=0),
         op("finish", i=0),
+    ]
+    off, sp = ACTMAINT.index("offload"), ACTMAINT.index("spill")
+    out["an offload with every host slot held by a running load"] = [
+        *c.store,
+        op("offload", n=2),
+        op("drain"),
+        op("request", i=1, n=c.full, life=1),
+        op("admit", i=1),
+        op("abort", i=1),
+        op("act_maint", a=off, b=0),
+        op("drain"),
+        *hit,
+    ]
+    out["a spill on a disk pool full of entries an admission pins"] = [
+        op("pools", k=disk_short),
+        *c.store,
+        *[op("act_maint", a=off, b=b) for b in (0, 1)],
+        op("drain"),
+        *[op("act_maint", a=sp, b=b) for b in (0, 1)],
+        *[op("act_maint", a=off, b=b) for b in (2, 3)],
+        op("drain"),
+        op("act_maint", a=sp, b=2),
+        op("request", i=1, n=3 * L + 1, life=1),
+        op("admit", i=1),
+        op("spill", n=1),
+        op("drain"),
+        op("use", i=1),
+        op("read", i=1),
+        op("finish", i=1),
     ]
     out["a durable cache: a chain spilled, named by name_stem, restored and hit"] = [
         op("durable", k=1),
