@@ -1,7 +1,8 @@
 """Planted bugs of the paths ``kvstate/targets/api/covreach.py``, ``sigforms.py``, the
 production writer's shape case (``handed.py``) and the row memo's bound (``rowmemo.py``) reach:
 the engine's ``load_fail`` by name, a host load short of SWA pages, room that cannot be made
-(an offload with every host slot held, a spill on a disk pool whose entries are pinned), the signature made for a
+(an offload with every host slot held, a spill on a disk pool whose entries are pinned), a
+disk load that brings no window back, the signature made for a
 parameter form no public class has, rows handed in another shape, an answer over the memo's
 per-answer bound.
 
@@ -62,5 +63,12 @@ PLANTED: tuple[tuple[str, str, str, str, str], ...] = (
         '                        "offload", (), f"all {self.host_blocks} host slots are busy"\n'
         "                    )\n",
         "                if victim is None:\n                    return\n",
+    ),
+    (
+        "disk_load_keeps_an_unwritten_window",
+        "recovery: a disk load under a policy that keeps no window on disk claims a valid window",
+        "impl/recovery.py",
+        "                if not self.k.swa_restored_from_disk:\n                    m.swa[rid] = SWA_NULL\n",
+        "",
     ),
 )

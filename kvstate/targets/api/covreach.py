@@ -20,6 +20,15 @@
   may be dropped for it, so the file is thrown away and the spill does nothing
   (``exhaust.py``'s check accepts it only where the table keeps every entry; the accounting
   check finds no file left behind).
+* ``zero_swa(k)``, an example's first operation (a no-op anywhere else), starts the example
+  over on the table derived for ``small()`` with ``swa_disk_policy`` ``"zero"``
+  (``Table.derive(geometry=...)``): a window is not kept on disk, so a disk load brings its
+  block back with a NULL window (``load_done``'s effect under the table's
+  ``swa_restored_from_disk``).  Blocks 0 and 1 go to disk and 2 and 3 to host by record
+  (``act_maint``), and a hit over the four stands on the host blocks' windows.
+* A resident block whose indexer the table finds stale: ``allocate``, ``commit`` and ``seal``
+  fired by name (``act``) and no ``index_update``, so an admission over it rebuilds its
+  indexer first (the recovery plan's ``rebuild_start`` of a resident block).
 * ``durable(k)``, an example's first operation (a no-op anywhere else, like ``handed``),
   rebuilds the example's cache with ``durable=True``: every entry written is flushed and synced
   before it is published (``DiskTier.publish``), and the walk's checks hold as on any cache.
@@ -30,16 +39,35 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any
 
 from kvstate.targets.api.actmaint import actions as maint_actions
-from kvstate.targets.api.base import chain, op
+from kvstate.targets.api.base import chain, derive_once, first_in_example, op, renew_on
 from kvstate.targets.api.declare import OpDecl
 from kvstate.targets.api.pools import choices
+from kvstate.targets.api.single import actions as single_actions
 from kvstate.targets.api.stepwise import FAIL
 
 ACTMAINT = maint_actions()  # act_maint's actions, by index
+
+
+def _zero_swa(table: Any) -> Any:
+    g = table.geometry
+    if g.name != "small":
+        return None
+    other = dataclasses.replace(g, swa_disk_policy="zero")
+    return table.derive(name=f"{table.name}@swa-zero", geometry=other)
+
+
+def do_zero_swa(h: Any, o: Any) -> int | None:
+    if not first_in_example(h):  # a running cache keeps its table
+        return None
+    other = derive_once(h.table, "swa-zero", _zero_swa)
+    if other is not None:
+        renew_on(h, other, "check: examples whose windows are not kept on disk")
+    return None
 
 
 def do_durable(h: Any, o: Any) -> int | None:
@@ -82,6 +110,8 @@ def do_entry_names(h: Any, o: Any) -> int | None:
 
 
 def walks(N: int, L: int, lease_max: int) -> dict[str, list[Any]]:
+    from kvstate.spec import default_table
+
     disk_short = next(k for k, c in enumerate(choices(N)) if c.get("disk_blocks", N) < N)
     c = chain(N, L, lease_max)
     out: dict[str, list[Any]] = {}
@@ -160,6 +190,26 @@ def walks(N: int, L: int, lease_max: int) -> dict[str, list[Any]]:
         op("read", i=1),
         op("finish", i=1),
     ]
+    out["windows not kept on disk: blocks 0, 1 restored from disk, 2, 3 from host, hit"] = [
+        op("zero_swa", k=1),
+        *c.store,
+        *[op("act_maint", a=off, b=b) for b in (0, 1)],
+        op("drain"),
+        *[op("act_maint", a=sp, b=b) for b in (0, 1)],
+        *[op("act_maint", a=off, b=b) for b in (2, 3)],
+        op("drain"),
+        *hit,
+    ]
+    act = [a.name for a in single_actions(default_table())].index
+    out["a resident block sealed without its indexer: the admission rebuilds it"] = [
+        *[op("act", a=act(a), k=0, on=1) for a in ("allocate", "commit", "seal")],
+        op("request", i=0, n=L + 1, life=1),
+        op("admit", i=0),
+        op("drain"),
+        op("use", i=0),
+        op("read", i=0),
+        op("finish", i=0),
+    ]
     out["a durable cache: a chain spilled, named by name_stem, restored and hit"] = [
         op("durable", k=1),
         *c.to_disk,
@@ -176,5 +226,6 @@ def walks(N: int, L: int, lease_max: int) -> dict[str, list[Any]]:
 
 DECLS = (
     OpDecl("durable", do_durable, "read", rule=False),
+    OpDecl("zero_swa", do_zero_swa, "read", rule=False),
     OpDecl("entry_names", do_entry_names, "read", rule=False),
 )
