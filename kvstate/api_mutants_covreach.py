@@ -2,7 +2,7 @@
 production writer's shape case (``handed.py``) and the row memo's bound (``rowmemo.py``) reach:
 the engine's ``load_fail`` by name, a host load short of SWA pages, room that cannot be made
 (an offload with every host slot held, a spill on a disk pool whose entries are pinned), a
-disk load that brings no window back, the signature made for a
+disk load that brings no window back, a queued disk load that finds no room, the signature made for a
 parameter form no public class has, rows handed in another shape, an answer over the memo's
 per-answer bound.
 
@@ -70,5 +70,13 @@ PLANTED: tuple[tuple[str, str, str, str, str], ...] = (
         "impl/recovery.py",
         "                if not self.k.swa_restored_from_disk:\n                    m.swa[rid] = SWA_NULL\n",
         "",
+    ),
+    (
+        "queued_load_without_room_stays_queued",
+        "exhaustion partway: a queued disk load that finds no room stays in the I/O queue",
+        "impl/recovery.py",
+        "            if got != STARTED:  # refused, or no device room now: its admission truncates\n"
+        "                self.io_waiting.pop(rid, None)\n",
+        "            if got != STARTED:  # refused, or no device room now: its admission truncates\n",
     ),
 )

@@ -29,6 +29,13 @@
 * A resident block whose indexer the table finds stale: ``allocate``, ``commit`` and ``seal``
   fired by name (``act``) and no ``index_update``, so an admission over it rebuilds its
   indexer first (the recovery plan's ``rebuild_start`` of a resident block).
+* A queued disk load that finds no room when its turn comes: ``scarce_io(k)`` (an example's
+  first operation) starts the example over on ``constvals``' table (``io_cap`` 1) with one
+  block's worth of SWA pages; blocks 0 and 1 go to disk with their windows (block 0's first
+  load failed by the engine, as above), and an admission over both starts block 0's load
+  and queues block 1's; when block 0 lands, block 1's load takes a device slot and finds no
+  page (block 0's window is pinned): it leaves the queue (``_start_waiting_io``) and the
+  admission truncates at block 1.
 * ``durable(k)``, an example's first operation (a no-op anywhere else, like ``handed``),
   rebuilds the example's cache with ``durable=True``: every entry written is flushed and synced
   before it is published (``DiskTier.publish``), and the walk's checks hold as on any cache.
@@ -67,6 +74,21 @@ def do_zero_swa(h: Any, o: Any) -> int | None:
     other = derive_once(h.table, "swa-zero", _zero_swa)
     if other is not None:
         renew_on(h, other, "check: examples whose windows are not kept on disk")
+    return None
+
+
+def do_scarce_io(h: Any, o: Any) -> int | None:
+    """Start the example over on ``constvals``' table (``io_cap`` 1) with one block's worth of
+    SWA pages (``swa_scarce``'s cache argument)."""
+    from kvstate.targets.api import constvals
+
+    if not first_in_example(h):  # a running cache keeps its table
+        return None
+    other = constvals.derived(h.table)
+    if other is None:
+        return None
+    h.cache_kwargs["swa_blocks"] = 1
+    renew_on(h, other, "check: examples at io_cap 1 with one window's SWA pages")
     return None
 
 
@@ -136,8 +158,7 @@ def walks(N: int, L: int, lease_max: int) -> dict[str, list[Any]]:
                 op("read", i=1),
                 op("finish", i=1),
             ]
-    out["a host load short of SWA pages gives its device slot back with its claim"] = [
-        op("swa_scarce", k=1),
+    windowed = [  # blocks 0 and 1 stored with their windows, one block's worth of pages
         op("request", i=0, n=L + 1, life=1),
         op("admit", i=0),
         op("use", i=0),
@@ -151,15 +172,21 @@ def walks(N: int, L: int, lease_max: int) -> dict[str, list[Any]]:
         op("drain"),
         op("use", i=1),
         op("finish", i=1),
+    ]
+    out["a host load short of SWA pages gives its device slot back with its claim"] = [
+        op("swa_scarce", k=1),
+        *windowed,
         op("tick", t=lease_max),
         op("offload", n=N),
         op("drain"),
-        op("request", i=0, n=c.full, life=1),
-        op("admit", i=0),
-        op("drain"),
-        op("use", i=0),
-        op("read", i=0),
-        op("finish", i=0),
+        *hit,
+    ]
+    out["a queued disk load short of SWA pages when its turn comes"] = [
+        op("scarce_io", k=1),
+        *windowed,
+        *c.to_disk[len(c.store) - 1 :],  # (to_disk after store: from its tick on)
+        op("request", i=0, n=2 * L + 1, life=1),
+        *hit[1:],
     ]
     off, sp = ACTMAINT.index("offload"), ACTMAINT.index("spill")
     out["an offload with every host slot held by a running load"] = [
@@ -227,5 +254,6 @@ def walks(N: int, L: int, lease_max: int) -> dict[str, list[Any]]:
 DECLS = (
     OpDecl("durable", do_durable, "read", rule=False),
     OpDecl("zero_swa", do_zero_swa, "read", rule=False),
+    OpDecl("scarce_io", do_scarce_io, "read", rule=False),
     OpDecl("entry_names", do_entry_names, "read", rule=False),
 )
