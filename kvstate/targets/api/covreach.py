@@ -147,8 +147,8 @@ def walks(N: int, L: int, lease_max: int) -> dict[str, list[Any]]:
         op("read", i=0),
         op("finish", i=0),
     ]
-    for tier, there, blocks in (("disk", c.to_disk, (0, 1)), ("host", c.to_host, (0,))):
-        for b in blocks:  # (a host load's first block alone runs before the drain)
+    for tier, there, blocks in (("disk", c.to_disk, (0, 1)), ("host", c.to_host, (N - 1,))):
+        for b in blocks:  # (to_host leaves blocks 0..N-3 on device: host_blocks is 2)
             out[f"the engine fails block {b}'s {tier} load by name (load_fail)"] = [
                 *there,
                 op("request", i=1, n=c.full, life=1),
