@@ -45,8 +45,8 @@ PLANTED: tuple[tuple[str, str, str, str, str], ...] = (
         "row_memo_keeps_big_answers",
         "caches inside the implementation: the memo keeps an answer past its per-answer bound",
         "impl/testdata.py",
-        "        if size <= ANSWER_KEPT_MAX:",
-        "        if size <= 2 * ANSWER_KEPT_MAX:",
+        "        if size <= answer_kept_max():",
+        "        if size <= 2 * answer_kept_max():",
     ),
     (
         "spill_not_adopted_keeps_its_file",
