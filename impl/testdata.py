@@ -115,7 +115,6 @@ _KEPT_MAX = 4096  # row blocks kept; the least recently asked is forgotten first
 # ... and their bytes: a small geometry's row block is a few KiB, but one DeepSeek-V4-Flash
 # block's window rows are 6.1 MiB: 4096 of them (a 1M-token prefix's writes) held 25 GiB
 _KEPT_BYTES = 256 * 2**20
-ANSWER_KEPT_MAX = _KEPT_BYTES // 16  # bytes of the largest answer kept (a bigger one: never)
 _kept_bytes = 0
 _KEPT_LOCK = threading.Lock()
 
@@ -124,6 +123,12 @@ def _key(t: torch.Tensor) -> tuple[object, ...] | None:
     if t.device.type != "cpu" or t.requires_grad:
         return None
     return (str(t.dtype), tuple(t.shape), t.contiguous().numpy().tobytes())
+
+
+def answer_kept_max() -> int:
+    """Bytes of the largest answer the memo keeps (a sixteenth of its bound; a bigger one is
+    computed each time, never kept)."""
+    return _KEPT_BYTES // 16
 
 
 def _kept(
@@ -153,7 +158,7 @@ def _kept(
     if got is None:
         got = compute(kind[1], layers, positions, tokens, width)
         size = got.numel() * got.element_size()
-        if size <= ANSWER_KEPT_MAX:  # (a bigger answer is computed each time, never kept)
+        if size <= answer_kept_max():  # (a bigger answer is computed each time, never kept)
             global _kept_bytes
             with _KEPT_LOCK:
                 old = _KEPT.pop(key, None)  # (another thread kept it meanwhile)

@@ -1,6 +1,8 @@
 """Planted bugs of the paths ``kvstate/targets/api/covreach.py``, ``sigforms.py``, the
 production writer's shape case (``handed.py``) and the row memo's bound (``rowmemo.py``) reach:
-the engine's ``load_fail`` by name, a host load short of SWA pages, the signature made for a
+the engine's ``load_fail`` by name, a host load short of SWA pages, room that cannot be made
+(an offload with every host slot held, a spill on a disk pool whose entries are pinned), a
+disk load that brings no window back, a queued disk load that finds no room, the signature made for a
 parameter form no public class has, rows handed in another shape, an answer over the memo's
 per-answer bound.
 
@@ -43,7 +45,38 @@ PLANTED: tuple[tuple[str, str, str, str, str], ...] = (
         "row_memo_keeps_big_answers",
         "caches inside the implementation: the memo keeps an answer past its per-answer bound",
         "impl/testdata.py",
-        "        if size <= ANSWER_KEPT_MAX:",
-        "        if size <= 2 * ANSWER_KEPT_MAX:",
+        "        if size <= answer_kept_max():",
+        "        if size <= 2 * answer_kept_max():",
+    ),
+    (
+        "spill_not_adopted_keeps_its_file",
+        "exhaustion partway: a spill's file written but not adopted (no room) is left behind",
+        "impl/spills.py",
+        "            if not still:\n                self.disk.delete(entry)\n                return 0",
+        "            if not still:\n                return 0",
+    ),
+    (
+        "offload_without_room_returns",
+        "exhaustion partway: an offload that finds no host room returns as if it offloaded",
+        "impl/recovery.py",
+        "                if victim is None:\n                    raise OutOfCapacity(\n"
+        '                        "offload", (), f"all {self.host_blocks} host slots are busy"\n'
+        "                    )\n",
+        "                if victim is None:\n                    return\n",
+    ),
+    (
+        "disk_load_keeps_an_unwritten_window",
+        "recovery: a disk load under a policy that keeps no window on disk claims a valid window",
+        "impl/recovery.py",
+        "                if not self.k.swa_restored_from_disk:\n                    m.swa[rid] = SWA_NULL\n",
+        "",
+    ),
+    (
+        "queued_load_without_room_stays_queued",
+        "exhaustion partway: a queued disk load that finds no room stays in the I/O queue",
+        "impl/recovery.py",
+        "            if got != STARTED:  # refused, or no device room now: its admission truncates\n"
+        "                self.io_waiting.pop(rid, None)\n",
+        "            if got != STARTED:  # refused, or no device room now: its admission truncates\n",
     ),
 )

@@ -150,7 +150,7 @@ def _unhanded(h: Any, misshapen: str | None = None) -> Any:
     toks = h.tokens[: 2 * h.L + 1]
 
     def call(c: Any) -> Any:
-        got = []
+        got: list[Any] = []
         w = c.inspect().writer
         got.append(isinstance(w, HandedRows))
         adm = c.admit(c.request(toks))

@@ -15,7 +15,7 @@ changes nothing, checks the memos against fresh computations:
 * inputs the memo cannot key (a tensor that requires grad) are computed afresh: the same rows;
 * the memo's counted bytes equal what its entries hold, within its bound (``memo_stats``);
 * once per process, an answer one byte over the largest the memo keeps
-  (``ANSWER_KEPT_MAX``): the fresh rows, and the memo's entries and bytes unchanged;
+  (``answer_kept_max()``): the fresh rows, and the memo's entries and bytes unchanged;
 * ``harness_tokens`` for more lengths than its memo keeps: each a fresh, writable copy, the
   prefix of the longest (the sequence is one sequence).
 """
@@ -65,7 +65,7 @@ def _rows_bad(h: Any, b: int) -> list[str]:
     global _big_asked
     if not _big_asked:  # (16 MiB of rows: once)
         _big_asked = True
-        one, w = torch.arange(1), td.ANSWER_KEPT_MAX + 1
+        one, w = torch.arange(1), td.answer_kept_max() + 1
         kept = td.memo_stats()
         got = td.expected_rows("swa", one, one, one, w)
         if td.memo_stats() != kept or not torch.equal(
