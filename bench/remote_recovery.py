@@ -78,7 +78,7 @@ from typing import Any  # noqa: E402
 import disk_recovery as DR  # noqa: E402
 import impl_bench as B  # noqa: E402
 
-from kvstate.impl import RemoteConfig, native_modules, testdata  # noqa: E402
+from kvstate.impl import EventKind, RemoteConfig, native_modules, testdata  # noqa: E402
 from kvstate.impl.cache import HeterogeneousKVCache  # noqa: E402
 
 KEY = b"kvstate-bench-fleet-key-0123456789"
@@ -121,7 +121,12 @@ class RemotePrefix(DR.Prefix):
             g = g.with_changes(device_blocks=BUILD_BLOCKS, pin_cap_blocks=BUILD_BLOCKS)
         return HeterogeneousKVCache(
             g,
-            remote=RemoteConfig(url=self.url, key=KEY, model="bench", prefix=f"kvb:{self.n}:"),
+            # timeout: the default 2 s a call fails a block's load on a loaded machine (a 1M
+            # recovery beside other jobs validated 3488 of its 4096 blocks): the bench measures
+            # throughput, the stall part below measures what a slow server delays
+            remote=RemoteConfig(
+                url=self.url, key=KEY, model="bench", prefix=f"kvb:{self.n}:", timeout=120.0
+            ),
             executors="threads",
             device="cpu",
             max_requests=4,
@@ -379,7 +384,11 @@ def recover(p: RemotePrefix, spent: dict[str, list[float]], same: list[str] | No
         )
     try:
         if adm.hit_tokens != p.n or adm.state != "validated":
-            raise RuntimeError(f"recovered {adm.hit_tokens} of {p.n} tokens ({adm.state})")
+            failed = cache.events_of(EventKind.LOAD_FAILED)
+            raise RuntimeError(
+                f"recovered {adm.hit_tokens} of {p.n} tokens ({adm.state}); "
+                f"{len(failed)} load_failed events, the last: {failed[-1] if failed else None}"
+            )
     finally:
         ctx.__exit__(None, None, None)
     return dt
