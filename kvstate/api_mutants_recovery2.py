@@ -38,4 +38,11 @@ PLANTED: tuple[tuple[str, str, str, str, str], ...] = (
         "                    steps += 1\n                    progressed = True\n            if not progressed:\n                break",
         "                    progressed = True\n            if not progressed:\n                break\n            steps += 1",
     ),
+    (
+        "host_load_failed_by_name_marked_corrupt",
+        "a failed load's corrupt mark: the table's load_fail asked by name keeps a sound copy out",
+        "impl/recovery.py",
+        'self.fail_load(rid, self.load_job(rid), "load failed", corrupt=False)',
+        'job = self.load_job(rid)\n            self.fail_load(rid, job, "load failed", corrupt=job.pipe is Pipe.DMA)',
+    ),
 )
