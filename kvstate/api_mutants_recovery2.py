@@ -45,4 +45,11 @@ PLANTED: tuple[tuple[str, str, str, str, str], ...] = (
         'self.fail_load(rid, self.load_job(rid), "load failed", corrupt=False)',
         'job = self.load_job(rid)\n            self.fail_load(rid, job, "load failed", corrupt=job.pipe is Pipe.DMA)',
     ),
+    (
+        "one_step_plan_skips_its_tail_check",
+        "readiness: a plan that loads its boundary block alone never checks the tail it brings",
+        "impl/recovery.py",
+        "if loads_boundary and nb > 0 and self.load_pending(rids[nb - 1]):",
+        "if loads_boundary and len(steps) > 1 and self.load_pending(rids[nb - 1]):",
+    ),
 )

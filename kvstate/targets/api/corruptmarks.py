@@ -115,6 +115,19 @@ def walks(N: int, L: int, lease_max: int) -> dict[str, list[Any]]:
         op("read", i=1),
     ]
     return {
+        # the chain's first blocks on the device, its last two on host (the host's room), the
+        # saved tail of block N - 2 damaged: a hit of N - 1 blocks loads its boundary block
+        # alone, and that load brings the boundary's tail, which must be checked (a failed
+        # check marks the record: the hit is cut there)
+        "a plan that loads its boundary block alone checks the tail": [
+            *c.to_host,
+            op("host_tail", b=N - 2),
+            op("request", i=1, n=(N - 1) * L + 1, life=1),
+            op("admit", i=1),
+            op("drain"),
+            op("use", i=1),
+            op("read", i=1),
+        ],
         "a disk load fails at its completion: recovered again": [
             *c.to_disk,
             op("request", i=1, n=c.full, life=1),
