@@ -52,4 +52,11 @@ PLANTED: tuple[tuple[str, str, str, str, str], ...] = (
         "if loads_boundary and nb > 0 and self.load_pending(rids[nb - 1]):",
         "if loads_boundary and len(steps) > 1 and self.load_pending(rids[nb - 1]):",
     ),
+    (
+        "job_drops_the_window_it_read",
+        "I/O count: a disk load's one read, its window's bytes dropped and read again",
+        "impl/diskreads.py",
+        "job.buffer, job.chunks, job.swa_data = self.disk.read_block(",
+        "job.buffer, job.chunks, _ = self.disk.read_block(",
+    ),
 )
