@@ -38,4 +38,25 @@ PLANTED: tuple[tuple[str, str, str, str, str], ...] = (
         "                    steps += 1\n                    progressed = True\n            if not progressed:\n                break",
         "                    progressed = True\n            if not progressed:\n                break\n            steps += 1",
     ),
+    (
+        "host_load_failed_by_name_marked_corrupt",
+        "a failed load's corrupt mark: the table's load_fail asked by name keeps a sound copy out",
+        "impl/recovery.py",
+        'self.fail_load(rid, self.load_job(rid), "load failed", corrupt=False)',
+        'job = self.load_job(rid)\n            self.fail_load(rid, job, "load failed", corrupt=job.pipe is Pipe.DMA)',
+    ),
+    (
+        "one_step_plan_skips_its_tail_check",
+        "readiness: a plan that loads its boundary block alone never checks the tail it brings",
+        "impl/recovery.py",
+        "if loads_boundary and nb > 0 and self.load_pending(rids[nb - 1]):",
+        "if loads_boundary and len(steps) > 1 and self.load_pending(rids[nb - 1]):",
+    ),
+    (
+        "job_drops_the_window_it_read",
+        "I/O count: a disk load's one read, its window's bytes dropped and read again",
+        "impl/diskreads.py",
+        "job.buffer, job.chunks, job.swa_data = self.disk.read_block(",
+        "job.buffer, job.chunks, _ = self.disk.read_block(",
+    ),
 )

@@ -34,6 +34,7 @@ def make_checks(h: Any) -> list[CallCheck]:
     from kvstate.targets.api.jobfaults import UnverifiedTail
     from kvstate.targets.api.lrureads import RecencyReads
     from kvstate.targets.api.memo import WindowPolicy
+    from kvstate.targets.api.onereads import OneRead
     from kvstate.targets.api.orders import OrderHook
     from kvstate.targets.api.pinreads import ReleasedPins
     from kvstate.targets.api.prefixreads import PrefixReads
@@ -64,6 +65,7 @@ def make_checks(h: Any) -> list[CallCheck]:
         Readiness(),
         RecoveryHit(),
         CorruptMarks(),
+        OneRead(),
         RefusalRequired(),
         MaintCount(),
         AppendWindows(),

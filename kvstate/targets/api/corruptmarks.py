@@ -17,7 +17,9 @@ itself, against what the world did to the load (known before the call):
   completion fails, not marked;
 * the load's job made to raise (``job_raises``): abandoned as a corrupt load, marked;
 * the entry's stored bytes damaged by the harness (not its header, which the scan rejects
-  before any load): marked.
+  before any load): marked;
+* the table's ``load_fail`` asked by name (``act_fail``: ``test_hooks().act``, the block-level
+  surface): not marked.
 
 A failure with none of these causes (a read refused in ``act_step``, a short read) is left
 unchecked here: its verdict is the load's outcome, which the harness already rules on.
@@ -30,7 +32,8 @@ from typing import Any
 
 from kvstate.spec.phases import CKV
 from kvstate.spec.state import ConcreteState
-from kvstate.targets.api.base import CallCheck
+from kvstate.targets.api.base import CallCheck, chain, op
+from kvstate.targets.api.stepwise import fails as stepwise_fails
 
 Step = tuple[str, dict[str, int]]
 
@@ -62,6 +65,8 @@ class CorruptMarks(CallCheck):
 
     def before(self, h: Any, o: Any) -> None:
         self.want = {} if h.threads else expected_marks(h)
+        if o.name == "act_fail":  # the table's load_fail by name: nothing read wrong
+            self.want = {b: False for b in stepwise_fails(h, o)}
 
     def after(
         self, h: Any, o: Any, before: ConcreteState, steps: Sequence[Step], end: ConcreteState
@@ -92,3 +97,51 @@ class CorruptMarks(CallCheck):
                         else "(never recovered again)"
                     ),
                 )
+
+
+def walks(N: int, L: int, lease_max: int) -> dict[str, list[Any]]:
+    """A disk load whose every chunk landed (two table steps: ``load_steps`` at the default
+    table) failed at its completion, and a host load failed by the table's ``load_fail`` asked
+    by name: neither entry is damaged, so neither is marked, and the next admission of the
+    prefix recovers each again (its hit compared with the longest served, recoveryhit.py)."""
+    c = chain(N, L, lease_max)
+    again = [
+        op("drain"),
+        op("use", i=1),
+        op("finish", i=1),
+        op("admit", i=1),
+        op("drain"),
+        op("use", i=1),
+        op("read", i=1),
+    ]
+    return {
+        # the chain's first blocks on the device, its last two on host (the host's room), the
+        # saved tail of block N - 2 damaged: a hit of N - 1 blocks loads its boundary block
+        # alone, and that load brings the boundary's tail, which must be checked (a failed
+        # check marks the record: the hit is cut there)
+        "a plan that loads its boundary block alone checks the tail": [
+            *c.to_host,
+            op("host_tail", b=N - 2),
+            op("request", i=1, n=(N - 1) * L + 1, life=1),
+            op("admit", i=1),
+            op("drain"),
+            op("use", i=1),
+            op("read", i=1),
+        ],
+        "a disk load fails at its completion: recovered again": [
+            *c.to_disk,
+            op("request", i=1, n=c.full, life=1),
+            op("admit", i=1),
+            op("act_step", b=0, k=0),
+            op("act_step", b=0, k=0),
+            op("read_error", b=0),
+            *again,
+        ],
+        "a host load failed by name (the table's load_fail): recovered again": [
+            *c.to_host,
+            op("request", i=1, n=c.full, life=1),
+            op("admit", i=1),
+            op("act_fail", b=0),
+            *again,
+        ],
+    }

@@ -80,10 +80,18 @@ def _load(h: Any, b: int) -> Any:
     return h.view.load_job(rid)
 
 
+def _fail_target(h: Any, b: int) -> int | None:
+    """The first block from ``b`` on (cyclically) whose load is running: ``act_fail``'s."""
+    return next((x % h.N for x in range(b, b + h.N) if _load(h, x % h.N) is not None), None)
+
+
 def fails(h: Any, o: Any) -> set[int]:
     """The blocks whose load this call's world fails (``act_step`` with a failing read of a
     disk load): the harness rules their ``load_done`` out for the call, and allows their
     ``load_fail`` (``ApiHarness._forbid``; ``o`` None: no operation, as ``act`` asks)."""
+    if o is not None and o.name == "act_fail":
+        b = _fail_target(h, o.arg("b"))
+        return set() if b is None else {b}
     if o is None or o.name != "act_step" or not _world(o):
         return set()
     job = _load(h, o.arg("b"))
@@ -162,8 +170,24 @@ def do_act_step(h: Any, o: Any) -> int | None:
     return None
 
 
+def do_act_fail(h: Any, o: Any) -> int | None:
+    """``act_fail(b)``: the table's ``load_fail`` of the first running load from block ``b`` on,
+    asked by name
+    (``test_hooks().act``, as a block-level engine fails a load it gave up on); the world
+    fails that load (:func:`fails`), and nothing was read wrong: its record is not marked
+    corrupt (kvstate/targets/api/corruptmarks.py), so a later admission recovers it again."""
+    b = _fail_target(h, o.arg("b"))
+    if b is None:
+        return None
+    job = _load(h, b)
+    h.hooks.act("load_fail", h.rids[b])
+    h.cov.add(f"act load_fail of a {'disk' if job.pipe is Pipe.IO else 'host'} load")
+    return None
+
+
 # scripted only (kvstate/targets/api/witnesses.py): a load's actions one at a time
 DECLS = (
+    OpDecl("act_fail", do_act_fail, "step", lambda s: {"b": s.block}, rule=False),
     OpDecl(
         "act_step",
         do_act_step,

@@ -21,6 +21,7 @@ from kvstate.targets.api.args import CASES as ARG_CASES
 from kvstate.targets.api.base import chain, op
 from kvstate.targets.api.construct import walks as construct_walks
 from kvstate.targets.api.constvals import walks as constvals_walks
+from kvstate.targets.api.corruptmarks import walks as corruptmarks_walks
 from kvstate.targets.api.covreach import walks as covreach_walks
 from kvstate.targets.api.damage import PARTS
 from kvstate.targets.api.directio import walks as directio_walks
@@ -174,24 +175,6 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[TraceStep]]:
             op("request", i=1, n=full, life=1),
             op("admit", i=1),
             op("read_error", b=0),
-            op("drain"),
-            op("use", i=1),
-            op("read", i=1),
-        ],
-        # every chunk landed (two table steps: load_steps at the default table), then the
-        # completion fails: the entry is as sound as it was, so it is not marked corrupt and a
-        # later admission recovers it again (kvstate/targets/api/corruptmarks.py)
-        "a disk load fails at its completion: recovered again": [
-            *to_disk,
-            op("request", i=1, n=full, life=1),
-            op("admit", i=1),
-            op("act_step", b=0, k=0),
-            op("act_step", b=0, k=0),
-            op("read_error", b=0),
-            op("drain"),
-            op("use", i=1),
-            op("finish", i=1),
-            op("admit", i=1),
             op("drain"),
             op("use", i=1),
             op("read", i=1),
@@ -465,6 +448,7 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[TraceStep]]:
         **unlink_walks(to_disk, hit),  # kvstate/targets/api/unlinks.py
         **registered_walks(N, L, lease_max),  # kvstate/targets/api/registered.py
         **libdrive_walks(N, L, lease_max),  # kvstate/targets/api/libdrive.py
+        **corruptmarks_walks(N, L, lease_max),  # kvstate/targets/api/corruptmarks.py
         **construct_walks(N, L, lease_max),  # kvstate/targets/api/construct.py
         **actmaint_walks(N, L, lease_max),  # kvstate/targets/api/actmaint.py
         **slotsfull_walks(N, L, lease_max),  # kvstate/targets/api/slotsfull.py
