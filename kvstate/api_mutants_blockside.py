@@ -48,4 +48,11 @@ PLANTED: tuple[tuple[str, str, str, str, str], ...] = (
         "            if h > len(req.chain.tokens):",
         "            if h + 1 > len(req.chain.tokens):",
     ),
+    (
+        "truncation_cuts_a_block_further",
+        "readiness: a truncation searches below its cap, cutting a block further than needed",
+        "impl/requests.py",
+        "            found = gate.coord.search(gate.chain_view(rids, s), 0, cap)",
+        "            found = gate.coord.search(gate.chain_view(rids, s), 0, max(0, cap - L))",
+    ),
 )

@@ -11,6 +11,11 @@ and the rebuilds and held-back loads they start); if ``validate`` of the request
 the recovery would have served the hit, and the truncation is a finding.  (A host copy whose
 tail the harness damaged fails its tail check, which the model does not see: such examples
 are left out.)
+
+The same ``use`` matched its hit again at a cut (``RequestTable.truncate``: the longest valid
+hit within the pending one); :meth:`Readiness.longest_cut` holds that cut to the longest
+whole-block hit the model matches, pins and validates there, the blocks and boundaries the
+world damaged left out.
 """
 
 from __future__ import annotations
@@ -30,9 +35,13 @@ class Readiness(CallCheck):
         self.tail_damaged = False
         self.forbid: set[tuple[str, int]] = set()
         self.queued: set[int] = set()
+        self.pending = 0  # the pending admission's hit before a ``use``
 
     def before(self, h: Any, o: Any) -> None:
         self.tail_damaged |= o.name in ("host_tail", "job_raises")  # (jobfaults.py)
+        lv = h.live[o.arg("i")] if o.name == "use" else None
+        adm = lv.req.admission if lv is not None else None
+        self.pending = adm.hit_tokens if adm is not None and adm.state == "pending" else 0
         self.forbid = h._forbid(o)
         # a load starts again only where the I/O cap held it back (a failed one is not retried)
         blocks = {r: b for b, r in enumerate(h.rids)}
@@ -72,3 +81,43 @@ class Readiness(CallCheck):
                 f"could still end: after the jobs {ran} validate holds",
             )
         h.cov.add("check: truncations at use against the recovery's end")
+        self.longest_cut(h, o, before, steps, r)
+
+    def longest_cut(
+        self, h: Any, o: Any, before: ConcreteState, steps: Sequence[Step], r: int
+    ) -> None:
+        """The hit a truncation admits again is the longest sound one within the pending hit
+        (``RequestTable.truncate``: the longest valid hit within it, cut a block further only
+        where a boundary's restored tail fails its check): no whole-block hit longer than the
+        one matched, up to the pending hit, whose blocks and end boundary the world left whole,
+        is one the model matches, pins and validates from the state the re-admission matched
+        in (a cut at a wrong boundary cuts further than needed)."""
+        at = max((i for i, (n, _) in enumerate(steps) if n == "abort"), default=-1)
+        k = next((i for i, (n, _) in enumerate(steps) if i > at and n == "match"), None)
+        if k is None:
+            return
+        pending = self.pending
+        if not pending:
+            return
+        m, L = h.machine, h.L
+        s = before
+        for n, p in steps[:k]:
+            s = m.step(s, n, p)
+        chosen = steps[k][1]["h"]
+        broken = set(h.corrupt) | h.read_error | h.tail_damaged
+        for hit in range(pending - pending % L, chosen, -L):
+            if broken & set(range(hit // L)):
+                continue
+            t = s
+            for n, p in (("match", {"r": r, "h": hit}), ("pin", {"r": r}), ("validate", {"r": r})):
+                if not m.is_enabled(t, n, p):
+                    break
+                t = m.step(t, n, p)
+            else:
+                raise h.fail(
+                    "short-cut",
+                    [o.name],
+                    f"{o.render()} cut the pending hit of {pending} tokens to {chosen}, but the "
+                    f"model validates {hit} (its blocks and boundary whole)",
+                )
+        h.cov.add("check: a truncation's cut against the longest sound hit")
