@@ -26,6 +26,14 @@ PLANTED: tuple[tuple[str, str, str, str, str], ...] = (
         "            if self.accept[action](self.records, params):\n                self.admitted(action, 1)",
         "            if self.accept[action](self.records, params):\n                self.admitted(action, 0)",
     ),
+    # a tail check of a block with no device pages (only on host or disk) answers False
+    (
+        "offdevice_tail_check_passes",
+        "readiness: a tail check passed where no tail was read",
+        "impl/recovery.py",
+        "            if m.slot[rid] < 0:\n                return False",
+        "            if m.slot[rid] < 0:\n                return True",
+    ),
     # the façade's own refusals
     (
         "act_block_action_without_record",

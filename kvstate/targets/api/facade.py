@@ -255,6 +255,20 @@ def _stored_tail(h: Any) -> Any:
     return (h.hooks.check_tail(run.rids[b], end), True)
 
 
+def _offdevice_tail(h: Any) -> Any:
+    """``check_tail`` of a block the model holds only on host or disk (no device pages to
+    decode): False, and the record not marked corrupt (nothing was read)."""
+    ckv = h.model.values["ckv"]
+    away = [b for b in range(h.N) if ckv[b] in (CKV.HOST, CKV.DISK)]
+    if not away:
+        return _SKIP
+    b = away[0]
+    rid = int(h.rids[b])
+    before = bool(h.view.meta.corrupt[rid])
+    got = h.hooks.check_tail(rid, (b + 1) * h.L)
+    return ((got, bool(h.view.meta.corrupt[rid])), (False, before))
+
+
 def _rid(h: Any) -> int:
     return int(h.rids[0])
 
@@ -450,6 +464,7 @@ CASES: tuple[tuple[str, str, Callable[[Any], Any]], ...] = (
     ("check_tail(the null record)", "InvalidArgument", lambda h: h.hooks.check_tail(0, h.L)),
     ("check_tail(boundary=True)", "InvalidArgument", lambda h: h.hooks.check_tail(_rid(h), True)),
     ("check_tail(a stored block's own end)", SAME, _stored_tail),
+    ("check_tail(a block only on host or disk)", SAME, _offdevice_tail),
     ("can('no such action')", "InvalidArgument", lambda h: h.view.can("no such action", 1)),
     ("can(a record out of range)", "InvalidArgument", lambda h: h.view.can(_last(h), 1 << 40)),
     ("can(a bool record)", "InvalidArgument", lambda h: h.view.can(_last(h), True)),
@@ -489,7 +504,8 @@ def do_refuse_facade(h: Any, o: Any) -> int | None:
 
 
 def walks(N: int, L: int, lease_max: int) -> dict[str, list[Any]]:
-    """Witness: every case of :data:`CASES` on an empty cache and beside a stored chain."""
+    """Witness: every case of :data:`CASES` on an empty cache, beside a stored chain a request
+    holds a hit of, and once the chain is on host (the cases of a block off the device)."""
     c = chain(N, L, lease_max)
     full, store = c.full, c.finished
     hit = [op("request", i=1, n=full, life=lease_max), op("admit", i=1), op("use", i=1)]
@@ -514,6 +530,10 @@ def walks(N: int, L: int, lease_max: int) -> dict[str, list[Any]]:
             *hit,
             *every,
             op("finish", i=1),
+            op("tick", t=lease_max),
+            op("offload", n=N),
+            op("drain"),
+            *every,
         ],
         "hits that end at each block boundary": [*store, *edges],
     }
