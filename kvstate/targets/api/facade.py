@@ -256,10 +256,10 @@ def _stored_tail(h: Any) -> Any:
 
 
 def _offdevice_tail(h: Any) -> Any:
-    """``check_tail`` of a block the model holds only on host or disk (no device pages to
-    decode): False, and the record not marked corrupt (nothing was read)."""
+    """``check_tail`` of a block the model holds only on host (no device pages to decode):
+    False, and the record not marked corrupt (nothing was read)."""
     ckv = h.model.values["ckv"]
-    away = [b for b in range(h.N) if ckv[b] in (CKV.HOST, CKV.DISK)]
+    away = [b for b in range(h.N) if ckv[b] == CKV.HOST]
     if not away:
         return _SKIP
     b = away[0]
@@ -464,7 +464,7 @@ CASES: tuple[tuple[str, str, Callable[[Any], Any]], ...] = (
     ("check_tail(the null record)", "InvalidArgument", lambda h: h.hooks.check_tail(0, h.L)),
     ("check_tail(boundary=True)", "InvalidArgument", lambda h: h.hooks.check_tail(_rid(h), True)),
     ("check_tail(a stored block's own end)", SAME, _stored_tail),
-    ("check_tail(a block only on host or disk)", SAME, _offdevice_tail),
+    ("check_tail(a block only on host)", SAME, _offdevice_tail),
     ("can('no such action')", "InvalidArgument", lambda h: h.view.can("no such action", 1)),
     ("can(a record out of range)", "InvalidArgument", lambda h: h.view.can(_last(h), 1 << 40)),
     ("can(a bool record)", "InvalidArgument", lambda h: h.view.can(_last(h), True)),
