@@ -18,8 +18,8 @@ itself, against what the world did to the load (known before the call):
 * the load's job made to raise (``job_raises``): abandoned as a corrupt load, marked;
 * the entry's stored bytes damaged by the harness (not its header, which the scan rejects
   before any load): marked;
-* the table's ``load_fail`` asked by name (``act_fail``: ``test_hooks().act``, the block-level
-  surface): not marked.
+* the table's ``load_fail`` asked by name (``act_step`` in the world ``stepwise.FAIL``:
+  ``test_hooks().act``, the block-level surface): not marked.
 
 A failure with none of these causes (a read refused in ``act_step``, a short read) is left
 unchecked here: its verdict is the load's outcome, which the harness already rules on.
@@ -33,6 +33,7 @@ from typing import Any
 from kvstate.spec.phases import CKV
 from kvstate.spec.state import ConcreteState
 from kvstate.targets.api.base import CallCheck, chain, op
+from kvstate.targets.api.stepwise import FAIL, fails_by_name
 from kvstate.targets.api.stepwise import fails as stepwise_fails
 
 Step = tuple[str, dict[str, int]]
@@ -65,7 +66,7 @@ class CorruptMarks(CallCheck):
 
     def before(self, h: Any, o: Any) -> None:
         self.want = {} if h.threads else expected_marks(h)
-        if o.name == "act_fail":  # the table's load_fail by name: nothing read wrong
+        if fails_by_name(o):  # the table's load_fail by name: nothing read wrong
             self.want = {b: False for b in stepwise_fails(h, o)}
 
     def after(
@@ -141,7 +142,7 @@ def walks(N: int, L: int, lease_max: int) -> dict[str, list[Any]]:
             *c.to_host,
             op("request", i=1, n=c.full, life=1),
             op("admit", i=1),
-            op("act_fail", b=0),
+            op("act_step", b=0, k=FAIL),
             *again,
         ],
     }

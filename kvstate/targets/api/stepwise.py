@@ -18,7 +18,10 @@ failed read is a failed load (the table's ``load_fail``: ``CorruptEntry``, absor
 job's runner absorbs it), explained by the same ``JOB`` pattern a job's step is; a sound read
 lands bytes the later reads compare byte for byte with the request's tokens.  The world past
 :data:`READS` (:data:`FAIL`) is the engine's own report that a transfer failed: ``load_fail``
-by name, of a disk or a host load, which ends the load (explained as ``load_fail``).
+by name, of a disk or a host load, which ends the load (explained as ``load_fail``): the first
+running load from block ``b`` on (cyclically), as a block-level engine fails a load it gave up
+on; nothing was read wrong, so its record is not marked corrupt (corruptmarks.py) and a later
+admission recovers it again.
 """
 
 from __future__ import annotations
@@ -81,7 +84,8 @@ def _load(h: Any, b: int) -> Any:
 
 
 def _fail_target(h: Any, b: int) -> int | None:
-    """The first block from ``b`` on (cyclically) whose load is running: ``act_fail``'s."""
+    """The first block from ``b`` on (cyclically) whose load is running: the one the world
+    :data:`FAIL` fails."""
     return next((x % h.N for x in range(b, b + h.N) if _load(h, x % h.N) is not None), None)
 
 
@@ -89,15 +93,20 @@ def fails(h: Any, o: Any) -> set[int]:
     """The blocks whose load this call's world fails (``act_step`` with a failing read of a
     disk load): the harness rules their ``load_done`` out for the call, and allows their
     ``load_fail`` (``ApiHarness._forbid``; ``o`` None: no operation, as ``act`` asks)."""
-    if o is not None and o.name == "act_fail":
-        b = _fail_target(h, o.arg("b"))
-        return set() if b is None else {b}
     if o is None or o.name != "act_step" or not _world(o):
         return set()
+    if _world(o) == FAIL:
+        b = _fail_target(h, o.arg("b"))
+        return set() if b is None else {b}
     job = _load(h, o.arg("b"))
-    if job is None or (job.pipe is not Pipe.IO and _world(o) != FAIL):
+    if job is None or job.pipe is not Pipe.IO:
         return set()
     return {o.arg("b")}
+
+
+def fails_by_name(o: Any) -> bool:
+    """Is ``o`` the engine's report of a failed transfer (the world :data:`FAIL`)?"""
+    return o.name == "act_step" and _world(o) == FAIL
 
 
 def _reads(h: Any, job: Any, action: str) -> bool:
@@ -113,13 +122,13 @@ def do_act_step(h: Any, o: Any) -> int | None:
     """``act_step(b, k)``: the next action of block ``b``'s load through ``act``."""
     from kvstate.impl.errors import CorruptEntry
 
-    b = o.arg("b")
-    job = _load(h, b)
-    if job is None:
+    world = _world(o)
+    b = _fail_target(h, o.arg("b")) if world == FAIL else o.arg("b")
+    job = None if b is None else _load(h, b)
+    if b is None or job is None:
         return None
     rid = h.rids[b]
     disk = job.pipe is Pipe.IO
-    world = _world(o)
     name, fault = READS[world] if disk and world != FAIL else READS[0]
     action = "load_done" if h.view.can("load_done", rid) else "load_progress"
     if world == FAIL:
@@ -170,24 +179,8 @@ def do_act_step(h: Any, o: Any) -> int | None:
     return None
 
 
-def do_act_fail(h: Any, o: Any) -> int | None:
-    """``act_fail(b)``: the table's ``load_fail`` of the first running load from block ``b`` on,
-    asked by name
-    (``test_hooks().act``, as a block-level engine fails a load it gave up on); the world
-    fails that load (:func:`fails`), and nothing was read wrong: its record is not marked
-    corrupt (kvstate/targets/api/corruptmarks.py), so a later admission recovers it again."""
-    b = _fail_target(h, o.arg("b"))
-    if b is None:
-        return None
-    job = _load(h, b)
-    h.hooks.act("load_fail", h.rids[b])
-    h.cov.add(f"act load_fail of a {'disk' if job.pipe is Pipe.IO else 'host'} load")
-    return None
-
-
 # scripted only (kvstate/targets/api/witnesses.py): a load's actions one at a time
 DECLS = (
-    OpDecl("act_fail", do_act_fail, "step", lambda s: {"b": s.block}, rule=False),
     OpDecl(
         "act_step",
         do_act_step,
