@@ -49,9 +49,8 @@ _ids = itertools.count(1)
 # immutable: one shared empty plan for every hit that needs none
 _NO_RECOVERY: Final = RecoveryPlan()
 _SLOT_GROUPS: Final = ("csa", "hca", "indexer", "compressor")
-# phases as plain ints: ``Req.X`` is read off the (interpreted) enum class at run time, and
+# phases as plain ints: ``Swa.X`` is read off the (interpreted) enum class at run time, and
 # compared to an int through the enum's rich comparison (~1k instructions a use, compiled)
-_REQ_RECOMPUTE: Final = int(Req.RECOMPUTE)
 _SWA_VALID: Final = int(Swa.VALID)
 
 
@@ -288,7 +287,9 @@ class Run:
             return
         slot = request.slot
         assert slot is not None
-        self.hit_tokens = slot.pinned if slot.phase != _REQ_RECOMPUTE else 0
+        # a run is made once ``use`` moved the slot to USING; a downgraded request's pins were
+        # dropped when it gave up its hit (``pinned`` 0), so the pins are the hit either way
+        self.hit_tokens = slot.pinned
         self.rids = list(slot.rids)
 
     @property
