@@ -59,4 +59,11 @@ PLANTED: tuple[tuple[str, str, str, str, str], ...] = (
         "job.buffer, job.chunks, job.swa_data = self.disk.read_block(",
         "job.buffer, job.chunks, _ = self.disk.read_block(",
     ),
+    (
+        "step_reads_a_chunk_the_job_read",
+        "I/O count: a disk load's one read, a chunk its job read read again by a table step",
+        "impl/recovery.py",
+        "if data is None and job.chunks is not None and k < len(job.chunks):",
+        "if data is None and job.chunks is not None and k < len(job.chunks) - 1:",
+    ),
 )
