@@ -66,4 +66,18 @@ PLANTED: tuple[tuple[str, str, str, str, str], ...] = (
         "if data is None and job.chunks is not None and k < len(job.chunks):",
         "if data is None and job.chunks is not None and k < len(job.chunks) - 1:",
     ),
+    (
+        "queued_tail_check_not_waited_for",
+        "readiness: a use served at a loaded boundary while its tail check is still queued",
+        "impl/recovery.py",
+        "                tc.key in self.pipes.cpu.jobs\n",
+        "                False\n",
+    ),
+    (
+        "failed_boundary_load_waited_on_forever",
+        "readiness: a tail check whose block's load failed counted as pending: NotReady forever",
+        "impl/recovery.py",
+        "                or tc.rid in self.io_waiting\n            )",
+        "                or tc.rid in self.io_waiting\n                or bool(m.corrupt[tc.rid])\n            )",
+    ),
 )

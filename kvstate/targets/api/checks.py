@@ -52,6 +52,7 @@ def make_checks(h: Any) -> list[CallCheck]:
     from kvstate.targets.api.stored import StoredForms
     from kvstate.targets.api.storeroom import OutsideStores
     from kvstate.targets.api.unlinks import Orphans
+    from kvstate.targets.api.waits import Waits
     from kvstate.targets.api.whyrefused import WhyRefused
     from kvstate.targets.api.window import AppendWindows
     from kvstate.targets.api.writerfails import FinishStores
@@ -63,6 +64,7 @@ def make_checks(h: Any) -> list[CallCheck]:
         Events(h),
         WindowPolicy(),
         Readiness(),
+        Waits(),
         RecoveryHit(),
         CorruptMarks(),
         OneRead(),
