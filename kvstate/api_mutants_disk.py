@@ -51,4 +51,11 @@ DISK_MUTANTS: tuple[tuple[str, str, str, str, str], ...] = (
         "                self.disk_entries.pop(rid, None)\n                m.on_disk[rid] = False",
         "                m.on_disk[rid] = False",
     ),
+    (
+        "any_key_temporary_taken_as_ours",
+        "a file kvstate did not write deleted: a key temporary's name trusted whatever its size",
+        "impl/disk.py",
+        "return st.st_size <= KEY_BYTES",
+        "return True",
+    ),
 )

@@ -376,12 +376,14 @@ def _refused_open(h: Any, n: int) -> None:
 def _plant_ours(h: Any, tag: str) -> list[str]:
     """Files a crash leaves that are kvstate's to delete (the restarted scan must): a key
     temporary of an opener killed before it linked the key, an older copy of an entry (a crash
-    before a reap), an entry's file cut inside its prefix (a copy killed early)."""
-    from kvstate.impl.disk import MAGIC
+    before a reap), an entry's file cut inside its prefix (a copy killed early).  The key
+    temporary holds part of a key or, every other restart, all of it: a key's length is the
+    largest a temporary of ours can be (:func:`_plant_aliens` plants one byte more)."""
+    from kvstate.impl.disk import KEY_BYTES, MAGIC
 
     names = [f".kvstate-key.{tag}.new", f"{'ab' * 16}{tag}.kvb"]
     with open(os.path.join(h.dir, names[0]), "wb") as f:
-        f.write(b"\x01" * 12)
+        f.write(b"\x01" * (KEY_BYTES if int(tag, 16) % 2 else KEY_BYTES - 4))
     with open(os.path.join(h.dir, names[1]), "wb") as f:
         f.write(MAGIC + b"\x00\x01")
     entries = sorted(h.view.disk_entries.values(), key=lambda e: e.path.name)
@@ -398,11 +400,12 @@ def _plant_ours(h: Any, tag: str) -> list[str]:
 def _plant_aliens(h: Any, tag: str) -> dict[str, tuple[int, str]]:
     """What is not kvstate's under its names, which the scan must leave alone and never follow:
     a directory and a symlink (to a real entry) under entry names, a FIFO under a temporary's,
-    a symlink under a key temporary's, and where the harness may give a file away (root), an
+    a symlink under a key temporary's, a regular file there one byte longer than a key (no
+    opener of ours writes more), and where the harness may give a file away (root), an
     entry-named file with kvstate's magic that another user owns.  name -> (kind, link)."""
     import stat
 
-    from kvstate.impl.disk import MAGIC
+    from kvstate.impl.disk import KEY_BYTES, MAGIC
 
     out: dict[str, tuple[int, str]] = {}
     d = f"{'de' * 16}{tag}.kvb"
@@ -413,6 +416,10 @@ def _plant_aliens(h: Any, tag: str) -> dict[str, tuple[int, str]]:
     for name in (f"{'df' * 16}{tag}.kvb", f".kvstate-key.{tag}link.new"):
         os.symlink(target, os.path.join(h.dir, name))
         out[name] = (stat.S_IFLNK, target)
+    long_key = f".kvstate-key.{tag}long.new"
+    with open(os.path.join(h.dir, long_key), "wb") as f:
+        f.write(b"\x02" * (KEY_BYTES + 1))
+    out[long_key] = (stat.S_IFREG, "")
     fifo = f".{'da' * 16}{tag}.kvb.x.tmp"
     os.mkfifo(os.path.join(h.dir, fifo), 0o600)
     out[fifo] = (stat.S_IFIFO, "")
