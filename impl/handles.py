@@ -550,7 +550,9 @@ class RequestPath:
                 return  # no block completed: the window did not move past one
             W = self.table.consts.W
             store = self.store
-            store.slide_passed(store.resolve(req.chain), max(0, before - W), max(0, n - W), n)
+            # from the first block the policy kept for the prefix's old end: its window and the
+            # boundary one block earlier's (``swa_kept_blocks``: ``[before - W - 1, before)``)
+            store.slide_passed(store.resolve(req.chain), max(0, before - W - 1), max(0, n - W), n)
 
     def _store(self, req: Request) -> None:
         """Store the request's full blocks not cached yet (dedup: a block another request

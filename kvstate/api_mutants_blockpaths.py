@@ -107,4 +107,12 @@ PLANTED: tuple[tuple[str, str, str, str, str], ...] = (
         "                if self.meta.addr[rid] < 0:\n                    home = self.tiers.slots.claim_free(rid)",
         "                if self.meta.addr[rid] <= 0:\n                    home = self.tiers.slots.claim_free(rid)",
     ),
+    (
+        "append_keeps_the_old_end_window",
+        "the window policy: decode slides from the old end's window on, keeping the window the "
+        "policy kept for the boundary one block earlier (windows no hit uses fill the pool)",
+        "impl/handles.py",
+        "max(0, before - W - 1), max(0, n - W), n)",
+        "max(0, before - W), max(0, n - W), n)",
+    ),
 )

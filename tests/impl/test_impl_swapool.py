@@ -193,6 +193,22 @@ def test_decode_keeps_checkpoint_windows(cache: HeterogeneousKVCache) -> None:
     hit_and_check(cache, full[: 4 * L + 1], 4)  # the checkpoint's window survived decode
 
 
+def test_decode_in_steps_slides_each_passed_end_window(cache: HeterogeneousKVCache) -> None:
+    """Decoded a block at a time, every end the prefix passes had its windows kept (the end's
+    and the boundary one block earlier's): once the prefix is longer, only the policy's stay
+    (a window kept at an old end fills the SWA pool for no hit: a 1M recovery restored 63 of
+    them and ran out of pages)."""
+    toks = harness_tokens(L + 1)
+    more = harness_tokens(N * L, seed=5)
+    a = cache.admit(cache.request(toks))
+    with cache.use(a) as run:
+        for k in range(N - 1):
+            run.append(more[k * L : (k + 1) * L])
+    full = np.concatenate([toks, more[: (N - 1) * L]])
+    assert windows(cache, full) == [G.swa_kept(b, N) for b in range(N)]
+    hit_and_check(cache, full, N)
+
+
 def test_empty_pool_slides_the_lru_window_before_evicting() -> None:
     c = make(max_requests=1, device_blocks=64)
     try:

@@ -7,7 +7,9 @@ the prefix's end windows and its checkpoints').  The table lets a block's window
 slides from the wrong block on: the window pool then fills with windows no hit can use, and
 later stores slide the ones a hit needs.  After every ``append`` that completed a block, each
 chain block that left the window during the call and that the policy does not keep must have
-been slid, unless the table's ``slide`` guard holds it (pinned, or not READY).  Committed blocks
+been slid, unless the table's ``slide`` guard holds it (pinned, or not READY); the blocks that
+left are those the policy kept for the old length (its end windows, the boundary one block
+earlier's included) and did not keep for the new one.  Committed blocks
 are checked as ``finish``'s are (:mod:`kvstate.targets.api.memo`): kept exactly when the policy keeps
 them.
 """
@@ -42,7 +44,9 @@ class AppendWindows(CallCheck):
         na = lv.req.chain.blocks
         g, W = h.table.geometry, h.table.consts.W
         swa = end.values["swa"]
-        lo, hi = max(0, nb - W), min(max(0, na - W), h.N)
+        # from the first block the policy kept at the old length (its end windows:
+        # ``[nb - W - 1, nb)``) to the last the new length's window no longer covers
+        lo, hi = max(0, nb - W - 1), min(max(0, na - W), h.N)
         kept = g.swa_kept_blocks(lo, hi, na)
         bad = [
             f"block {b} left the window of a {na}-block request and is not a kept window "

@@ -138,6 +138,17 @@ def witnesses(N: int, L: int, lease_max: int) -> dict[str, list[TraceStep]]:
             op("finish", i=0),
             *hit,
         ],
+        # a decode past the end the policy kept windows for (the end's and the boundary one
+        # block earlier's, ``swa_kept_blocks``): both are slid once the prefix is longer
+        "a decode past a stored end slides that end's windows": [
+            op("request", i=0, n=L + 1, life=4),
+            op("admit", i=0),
+            op("use", i=0),
+            op("append", i=0, k=2 * L),  # blocks 1, 2 complete: the end's windows kept
+            op("append", i=0, k=L),  # block 3 completes: the first of them left
+            op("finish", i=0),
+            *hit,
+        ],
         "slide during a load": [  # an aborted admission's loads run on while a decode slides
             *short,  # (the decode to N blocks slides block 0: outside the policy's windows)
             op("request", i=1, n=full, life=1),
