@@ -329,7 +329,13 @@ class CacheCore:
             if not args:
                 raise InvalidArgument(f"{action} takes a record id")
             rid = args[0]
-            return fn(rid if rid.__class__ is int else self.gate.rid(rid), *args[1:])
+            try:
+                return fn(rid if rid.__class__ is int else self.gate.rid(rid), *args[1:])
+            finally:
+                # a load ended this way is over as a job's end is: once no disk load is in
+                # flight, the doomed files' unlinks (impl/diskreads.py), without the lock
+                if not self.gate.io_inflight:
+                    self.disk.reap()
         return fn(*args)
 
     def rid(self, rid: Any) -> int:

@@ -568,6 +568,11 @@ class DiskTier:
         """Doomed files not yet unlinked (an unlink in flight counts until it returns)."""
         return self.dir.unlinking
 
+    @property
+    def doomed(self) -> tuple[str, ...]:
+        """The names of the doomed files not yet handed to an unlink (``reap`` takes them)."""
+        return self.dir.doomed
+
     # ---- the directory ------------------------------------------------------------------
     def _ours(self, path: Path, magic_prefix_ok: bool | None) -> bool:
         """Does ``path`` carry kvstate's magic (a regular file of this user; a temporary may

@@ -216,6 +216,12 @@ class Directory:
                     self._in_flight -= 1
 
     @property
+    def doomed(self) -> tuple[str, ...]:
+        """The names of the files :meth:`reap` has not taken yet."""
+        with self._reaping:
+            return tuple(p.name for p in self._doomed)
+
+    @property
     def unlinking(self) -> int:
         """Doomed files not yet unlinked (an unlink in flight counts until it returns)."""
         with self._reaping:

@@ -14,7 +14,7 @@ apart from the table's transitions.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import torch
 
@@ -41,6 +41,10 @@ class LoadOwner(Protocol):
     def install_load(self, rid: Any) -> tuple[int, int]: ...
 
 
+# doomed files a load's end unlinks even while other disk loads run (one worker takes them all)
+REAP_AFTER: Final = 256
+
+
 class DiskReads:
     def __init__(self, owner: LoadOwner, gate: GuardGate, disk: DiskTier, pipes: Pipelines) -> None:
         self.owner = owner
@@ -55,6 +59,17 @@ class DiskReads:
         (and the window's section when the load restores it) before any lands
         (``DiskTier.read_block``); each later step lands one authenticated chunk under the lock,
         if the job still owns its record.  True when the job is over."""
+        try:
+            over = self._load_step(job)
+        except CorruptEntry:  # the load failed (load_fail ran): over, as any other end
+            self._ended()
+            raise
+        if over:
+            self._ended()
+        return over
+
+    def _load_step(self, job: LoadJob) -> bool:
+        """:meth:`disk_load_step` (its CorruptEntry, a failed load, ends the job too)."""
         rid = job.rid
         with self.gate.lock:
             if not self.owner.owns(job):
@@ -79,7 +94,6 @@ class DiskReads:
                     self.owner.load_progress(rid, job.chunks[k] if k < len(job.chunks) else None)
                     return False
         if done:
-            self.disk.reap()  # the loaded file's unlink, without the lock
             return True
         try:
             if k < 0:  # (the chunks landed without this job's read: the window alone)
@@ -98,6 +112,17 @@ class DiskReads:
                 if self.owner.owns(job):
                     job.swa_data = data
         return False
+
+    def _ended(self) -> None:
+        """A disk load's job is over: the loaded files' unlinks (``reap``, without the lock)
+        wait until no disk load is in flight.  An unlink frees the file's extents and takes
+        the directory's lock in the file system, so one after every load put it between the
+        reads of a recovery (at 64K about as long as the reads themselves, on two cores); the
+        last load to end (``io_inflight`` 0 once its own ``load_done`` or ``load_fail`` ran)
+        unlinks them all (called without the lock), and so does any load's end that finds
+        :data:`REAP_AFTER` waiting: a server whose disk loads never all end still frees them."""
+        if not self.gate.io_inflight or self.disk.unlinking >= REAP_AFTER:
+            self.disk.reap()
 
     def _give_back(self, job: LoadJob) -> None:
         """The job's read buffer to the disk tier (nothing reads its chunks any more)."""

@@ -346,6 +346,8 @@ class Recovery:
         with self.lock:
             if self.owns(job):
                 self.fail_load(job.rid, job, why, corrupt=True)
+        if not self.gate.io_inflight:  # the last disk load ended: the loaded files' unlinks
+            self.disk.reap()  # (DiskReads._ended), without the lock
 
     def abandon_offload(self, job: OffloadJob) -> None:
         """An offload job raised: cancel it (the device copy stays, the host slot is freed)."""

@@ -58,4 +58,12 @@ DISK_MUTANTS: tuple[tuple[str, str, str, str, str], ...] = (
         "return st.st_size <= KEY_BYTES",
         "return True",
     ),
+    (
+        "loaded_files_unlinked_only_while_loads_run",
+        "a file kvstate let go of left on disk: the loaded files' unlinks wait for a load in "
+        "flight, and the last load to end leaves them",
+        "impl/diskreads.py",
+        "if not self.gate.io_inflight or self.disk.unlinking >= REAP_AFTER:",
+        "if self.gate.io_inflight and self.disk.unlinking >= REAP_AFTER:",
+    ),
 )
