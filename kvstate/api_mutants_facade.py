@@ -64,4 +64,12 @@ PLANTED: tuple[tuple[str, str, str, str, str], ...] = (
         "            kept[group, start + i] = copied[:, i]",
         "            kept[group, start + i] = copied[:, 0]",
     ),
+    (
+        "another_caches_request_taken_as_own",
+        "identity: a live request of another cache accepted by this one (its fields checked, "
+        "not its cache)",
+        "impl/handles.py",
+        "if request.__class__ is not Request or request.cache is not self or not request.owned:",
+        "if request.__class__ is not Request or not request.owned:",
+    ),
 )

@@ -96,6 +96,25 @@ def _closed(call: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return run
 
 
+def _other_cache(call: Callable[[Any, Any], Any]) -> Callable[[Any], Any]:
+    """``call(h, req)`` with ``req`` a live request of another open cache (built like the
+    harness's): a cache refuses another's request as unknown, whatever its fields say."""
+
+    def run(h: Any) -> Any:
+        from kvstate.impl.cache import HeterogeneousKVCache
+
+        d = tempfile.mkdtemp(prefix="kvstate-other-")
+        try:
+            with HeterogeneousKVCache(table=h.table, cache_dir=d, executors="manual") as c:
+                return call(h, c.request(np.array(h.tokens[: h.L + 1])))
+        finally:
+            for name in os.listdir(d):
+                os.unlink(os.path.join(d, name))
+            os.rmdir(d)
+
+    return run
+
+
 def _has_cuda() -> bool:
     import torch
 
@@ -268,6 +287,21 @@ CASES: tuple[tuple[str, str, Callable[[Any], Any]], ...] = (
     ("get_request(-1)", "UnknownRequest", lambda h: h.cache.get_request(-1)),
     ("admit(a forgotten request)", "UnknownRequest", lambda h: h.cache.admit(_foreign_request(h))),
     ("use(a forgotten request)", "UnknownRequest", lambda h: h.cache.use(_foreign_request(h))),
+    (
+        "admit(another cache's request)",
+        "UnknownRequest",
+        _other_cache(lambda h, r: h.cache.admit(r)),
+    ),
+    (
+        "abort(another cache's request)",
+        "UnknownRequest",
+        _other_cache(lambda h, r: h.cache.abort(r)),
+    ),
+    (
+        "forget(another cache's request)",
+        "UnknownRequest",
+        _other_cache(lambda h, r: h.cache.forget(r)),
+    ),
     # a Run's readers: a layer out of range, a boundary inside a block
     (
         "Run.prefix(half a block)",
