@@ -542,8 +542,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "decode_slides_from_past_the_window",
         "window policy not applied",
         "impl/handles.py",
-        "max(0, before - W), max(0, n - W), n)",
-        "max(0, before + W), max(0, n - W), n)",
+        "max(0, before - W - 1), max(0, n - W), n)",
+        "max(0, before + W - 1), max(0, n - W), n)",
     ),
     Mutant(
         "closed_cache_reports_stats",
