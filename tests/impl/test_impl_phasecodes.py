@@ -19,7 +19,7 @@ ENUMS = {
 }  # fmt: skip
 ENUM_NAMES = {e.__name__ for e in ENUMS.values()}
 # conversions not moved yet, by file (exact: a new one fails, a removed one asks to lower it)
-KNOWN = {"impl/handles.py": 2}
+KNOWN = {"impl/handles.py": 1}
 
 
 def conversions(source: str) -> list[int]:
