@@ -19,7 +19,7 @@ REACHES = {
         "check: a failed load's corrupt mark (sound)"
     ),
     "a host load failed by name (the table's load_fail): recovered again": (
-        "act load_fail of a host load"
+        "act load_fail of a host load (the engine's report of a failed transfer)"
     ),
     "a plan that loads its boundary block alone checks the tail": (
         "hits truncated to the valid prefix"
