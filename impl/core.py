@@ -331,11 +331,8 @@ class CacheCore:
             rid = args[0]
             try:
                 return fn(rid if rid.__class__ is int else self.gate.rid(rid), *args[1:])
-            finally:
-                # a load ended this way is over as a job's end is: once no disk load is in
-                # flight, the doomed files' unlinks (impl/diskreads.py), without the lock
-                if not self.gate.io_inflight:
-                    self.disk.reap()
+            finally:  # a load ended this way is over as a job's end is (without the lock)
+                self.recovery.reads.reap_if_idle()
         return fn(*args)
 
     def rid(self, rid: Any) -> int:

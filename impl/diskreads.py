@@ -1,15 +1,16 @@
 """The reads a disk load makes without the lock, and the I/O pipeline's load job.
 
 A disk load's bytes come off the disk without the cache's lock (a stalled disk blocks no other
-work) and are authenticated before any lands; what lands, and the load's phase changes, are
-the table's ``load_progress`` / ``load_done`` / ``load_fail`` effects, taken under the lock by
-the owner (:class:`~kvstate.impl.recovery.Recovery`, seen here as :class:`LoadOwner`).  Three
+work) and are authenticated before any lands.  The load's phase changes are the table's
+``load_progress`` / ``load_done`` / ``load_fail`` effects, taken under the lock by the owner
+(:class:`~kvstate.impl.recovery.Recovery`, seen here as :class:`LoadOwner`); the chunks' copies
+into the job's own slot run before their ``load_progress`` steps, without the lock.  Three
 callers read: the I/O job (:meth:`DiskReads.disk_load_step`: one read of the whole file at its
-first step, then one chunk landed per step), and the core's step-by-step surface
-(:meth:`DiskReads.read_ahead` before ``load_progress``, :meth:`DiskReads.read_window_ahead`
-before ``load_done``).  It is its own module because that read-then-publish protocol (read
-unlocked, land only if the job still owns its record, fail the load on a bad read) is one job,
-apart from the table's transitions.
+first step, its chunks copied into the slot, then one ``load_progress`` per step), and the
+core's step-by-step surface (:meth:`DiskReads.read_ahead` before ``load_progress``,
+:meth:`DiskReads.read_window_ahead` before ``load_done``).  It is its own module because that
+read-then-publish protocol (read unlocked, land only if the job still owns its record, fail the
+load on a bad read) is one job, apart from the table's transitions.
 """
 
 from __future__ import annotations
@@ -34,11 +35,17 @@ class LoadOwner(Protocol):
 
     def owns(self, job: LoadJob) -> bool: ...
 
+    def await_landing(self, rid: int) -> None: ...
+
     def fail_load(self, rid: int, job: LoadJob, why: str, *, corrupt: bool) -> None: ...
 
     def load_progress(self, rid: Any, data: torch.Tensor | None = None) -> None: ...
 
     def install_load(self, rid: Any) -> tuple[int, int]: ...
+
+    def land_chunk(self, job: LoadJob, k: int) -> None: ...
+
+    def chunk_landed(self, rid: int, k: int) -> None: ...
 
 
 # doomed files a load's end unlinks even while other disk loads run (one worker takes them all)
@@ -57,15 +64,16 @@ class DiskReads:
         """One step of a disk load.  Its first step reads the block's whole file *without* the
         lock (a stalled disk blocks nothing else) in one read, and authenticates every chunk
         (and the window's section when the load restores it) before any lands
-        (``DiskTier.read_block``); each later step lands one authenticated chunk under the lock,
-        if the job still owns its record.  True when the job is over."""
+        (``DiskTier.read_block``), then copies them into the job's slot, still without the
+        lock (:meth:`_land`); each later step takes one chunk's ``load_progress`` under the
+        lock, if the job still owns its record.  True when the job is over."""
         try:
             over = self._load_step(job)
         except CorruptEntry:  # the load failed (load_fail ran): over, as any other end
-            self._ended()
+            self.reap_if_idle()
             raise
         if over:
-            self._ended()
+            self.reap_if_idle()
         return over
 
     def _load_step(self, job: LoadJob) -> bool:
@@ -91,7 +99,12 @@ class DiskReads:
             else:
                 k = self.meta.prog[rid]
                 if job.chunks is not None:
-                    self.owner.load_progress(rid, job.chunks[k] if k < len(job.chunks) else None)
+                    if job.landed[0] <= k < job.landed[1]:  # (its bytes in the slot already)
+                        self.owner.chunk_landed(rid, k)
+                    else:
+                        self.owner.load_progress(
+                            rid, job.chunks[k] if k < len(job.chunks) else None
+                        )
                     return False
         if done:
             return True
@@ -111,16 +124,58 @@ class DiskReads:
             with self.gate.lock:
                 if self.owner.owns(job):
                     job.swa_data = data
+        else:
+            self._land(job, k)
         return False
 
-    def _ended(self) -> None:
-        """A disk load's job is over: the loaded files' unlinks (``reap``, without the lock)
-        wait until no disk load is in flight.  An unlink frees the file's extents and takes
-        the directory's lock in the file system, so one after every load put it between the
-        reads of a recovery (at 64K about as long as the reads themselves, on two cores); the
-        last load to end (``io_inflight`` 0 once its own ``load_done`` or ``load_fail`` ran)
-        unlinks them all (called without the lock), and so does any load's end that finds
-        :data:`REAP_AFTER` waiting: a server whose disk loads never all end still frees them."""
+    def _land(self, job: LoadJob, k0: int) -> None:
+        """Copy the chunks ``k0`` on (read and authenticated by this step) into the job's
+        device slot *without* the lock; the later steps take their ``load_progress`` under it,
+        one each (``job.landed``).  Under the lock, the copies were a 1M recovery's longest
+        work there, every other load's step waiting behind them.  The slot is the job's while
+        its record is LOADING and the job owns it: only the job ends its load in its own
+        steps, and a failure delivered from another thread (the step-by-step surface, a test
+        hook) waits until ``job.landing`` is down (:meth:`LoadOwner.await_landing`)."""
+        rid = job.rid
+        chunks = job.chunks or []
+        with self.gate.lock:
+            if not self.owner.owns(job):
+                return  # (its next step gives the buffer back and ends)
+            job.landing = True
+        try:
+            for k in range(k0, len(chunks)):
+                self.owner.land_chunk(job, k)
+        except Exception as exc:  # any failure is a failed load: nothing stays LOADING
+            with self.gate.lock:
+                self._landed(job)
+                if self.owner.owns(job):
+                    self.owner.fail_load(rid, job, why_failed(exc), corrupt=True)
+            if isinstance(exc, CorruptEntry):
+                raise
+            err = CorruptEntry(f"loading record {rid}: {why_failed(exc)}")
+            err.__cause__ = exc  # (kept where a compiled caller re-raises it)
+            raise err from exc
+        with self.gate.lock:
+            self._landed(job)
+            job.landed = (k0, len(chunks))
+
+    def _landed(self, job: LoadJob) -> None:
+        """The job's copies are over (the lock held): wake a failure waiting for them, if one
+        waits (a notification for nothing wakes every waiting ``use``: one more per block)."""
+        job.landing = False
+        if job.awaited:
+            job.awaited = False
+            self.gate.notify_changed()
+
+    def reap_if_idle(self) -> None:
+        """A disk load is over (its job's end, an abandoned job, a load ended by name): the
+        loaded files' unlinks (``reap``, without the lock) wait until no disk load is in
+        flight.  An unlink frees the file's extents and takes the directory's lock in the file
+        system, so one after every load put it between the reads of a recovery (at 64K about
+        as long as the reads themselves, on two cores); the last load to end (``io_inflight``
+        0 once its own ``load_done`` or ``load_fail`` ran) unlinks them all, and so does any
+        load's end that finds :data:`REAP_AFTER` waiting: a server whose disk loads never all
+        end still frees them."""
         if not self.gate.io_inflight or self.disk.unlinking >= REAP_AFTER:
             self.disk.reap()
 
@@ -154,6 +209,7 @@ class DiskReads:
         left it, and raise CorruptEntry."""
         rid = job.rid
         with self.gate.lock:
+            self.owner.await_landing(rid)
             if self.owner.owns(job) and (k < 0 or self.meta.prog[rid] == k):
                 self.owner.fail_load(rid, job, why_failed(exc), corrupt=True)
         if isinstance(exc, CorruptEntry):

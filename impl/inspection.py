@@ -502,8 +502,11 @@ class TestHooks:
     def fail_load(  # pragma: no cover: a test hook (tests plant faults)
         self, rid: int, job: Any, why: str, corrupt: bool = False
     ) -> None:
-        """A load job's failure delivered now (as a late I/O error would)."""
-        self._core.recovery.fail_load(rid, job, why, corrupt=corrupt)
+        """A load job's failure delivered now (as a late I/O error would), once no chunk is
+        being copied into its slot without the lock."""
+        with self._core.lock:
+            self._core.recovery.await_landing(rid)
+            self._core.recovery.fail_load(rid, job, why, corrupt=corrupt)
 
     def crash(self) -> None:
         """The process dies: its pipelines stop and the kernel drops the directory's lock;

@@ -55,7 +55,7 @@ class JobOwner(Protocol):
     def offload_done(self, rid: Any) -> None: ...
     def offload_cancel(self, rid: Any) -> None: ...
     def abandon_offload(self, job: OffloadJob) -> None: ...
-    def rebuild_done(self, rid: Any) -> None: ...
+    def rebuild_step(self, job: RebuildJob) -> None: ...
     def abandon_rebuild(self, job: RebuildJob) -> None: ...
     def check_tail(self, rid: int, boundary: int) -> bool: ...
     def notify_changed(self) -> None: ...
@@ -102,6 +102,11 @@ class LoadJob(Job):
         # (``DiskTier.read_block``), and the buffer that holds them (given back at the end)
         self.chunks: list[Any] | None = None
         self.buffer: Any = None
+        # chunks being copied into ``dst`` by the job's thread without the lock: a failure
+        # delivered from elsewhere waits until it is down (``Recovery.await_landing``)
+        self.landing = False
+        self.awaited = False  # a failure waits for the landing to end (wake it then)
+        self.landed = (0, 0)  # chunks [lo, hi) copied into ``dst`` already (their steps to take)
 
     def step(self) -> bool:
         c = self.owner
@@ -161,7 +166,7 @@ class RebuildJob(Job):
     pipe = Pipe.CPU
 
     def step(self) -> bool:
-        self.owner.rebuild_done(self.rid)
+        self.owner.rebuild_step(self)
         return True
 
     def abandon(self, why: str) -> None:  # pragma: no cover: a rebuild raises (no transition)

@@ -138,11 +138,31 @@ class Recovery:
             m.ixpipe[rid] = PIPE_CPU
             self.pipes.cpu.submit(RebuildJob(self, rid))
 
-    def rebuild_done(self, rid: Any) -> None:
+    def rebuild_step(self, job: RebuildJob) -> None:
+        """A rebuild job's one step: the indexer keys computed from the slot's compressed KV
+        *without* the lock, then ``rebuild_done`` under it.  Under the lock, a 1M recovery's
+        4,096 rebuilds kept the I/O workers waiting.  While the block is REBUILDING its slot
+        cannot go (``evict_start`` and ``offload_done`` wait for the CPU job) and nothing writes
+        its pages, so the keys computed are the block's; the transition checks the slot and
+        version the keys came from, and computes them again under the lock if either moved."""
+        rid = job.rid
+        with self.lock:
+            m = self.meta
+            if self.pipes.cpu.get(rid) is not job or not self.gate.can("rebuild_done", rid):
+                self.rebuild_done(rid)  # (refused, as the transition says why)
+                return
+            slot, ver = m.slot[rid], m.ver[rid]
+        self.tiers.build_index(slot)
+        with self.lock:
+            built = m.slot[rid] == slot and m.ver[rid] == ver and self.pipes.cpu.get(rid) is job
+            self.rebuild_done(rid, built=built)
+
+    def rebuild_done(self, rid: Any, built: bool = False) -> None:
+        """The table's ``rebuild_done`` (``built``: the keys are in the slot already)."""
         with self.lock:
             self.gate.check_block("rebuild_done", rid)
             m = self.meta
-            self.store.stamp_index(rid)
+            self.store.stamp_index(rid, not built)
             m.ixpipe[rid] = PIPE_NONE
             self.pipes.cpu.forget(rid)
             self.gate.notify_changed()
@@ -300,18 +320,49 @@ class Recovery:
             job.fault = False
             raise CorruptEntry(f"injected I/O fault while loading record {job.rid}")
         if job.pipe is Pipe.IO:
-            entry: DiskEntry = job.src
-            ulo, uhi = entry.chunks[k][0], entry.chunks[k][1]
             if data is None and job.chunks is not None and k < len(job.chunks):
                 data = job.chunks[k]  # (read by the job's first step)
             if data is None:  # (only where a step's read-ahead lost a race: read here)
-                data = self.disk.read_chunk(entry, k)
-            self.tiers.land_chunk(ulo, uhi, data, job.dst)
+                data = self.disk.read_chunk(job.src, k)
+            self._land_bytes(job, k, data)
         else:
             units = self.tiers.units(True)
             n = len(units)
             chunk = units[k * n // self.k.load_steps : (k + 1) * n // self.k.load_steps]
             self.tiers.land_host(chunk, job.src, job.dst)
+
+    def _land_bytes(self, job: LoadJob, k: int, data: torch.Tensor) -> None:
+        entry: DiskEntry = job.src
+        self.tiers.land_chunk(entry.chunks[k][0], entry.chunks[k][1], data, job.dst)
+
+    def land_chunk(self, job: LoadJob, k: int) -> None:
+        """Copy chunk ``k`` the job's first step read and authenticated into its slot, the
+        lock *not* held (``DiskReads._land``: the job's ``landing`` is up meanwhile)."""
+        chunks = job.chunks
+        if chunks is None:  # pragma: no cover: invariant: set before landing is raised
+            raise InternalError(f"record {job.rid}: landing without its chunks read")
+        self._land_bytes(job, k, chunks[k])
+
+    def chunk_landed(self, rid: int, k: int) -> None:
+        """The table's ``load_progress`` for chunk ``k``, its bytes already in the slot (the
+        job's unlocked copy, :meth:`land_chunk`)."""
+        with self.lock:
+            self.gate.check_block("load_progress", rid)
+            if self.meta.prog[rid] != k:  # pragma: no cover: only the job lands its chunks
+                raise InternalError(
+                    f"record {rid}: chunk {k} landed at progress {self.meta.prog[rid]}"
+                )
+            self.meta.prog[rid] += 1
+
+    def await_landing(self, rid: Any) -> None:
+        """Wait (the lock held, released meanwhile) until no chunk is being copied into the
+        slot of ``rid``'s load without the lock: a load ended from outside its job (the
+        step-by-step surface, a test hook) must not free a slot its job is still writing.
+        The job's own thread never waits here (its landing is down between its steps)."""
+        job = self.pipes.io.get(rid) if isinstance(rid, int) else None  # (a bad id: the guard says)
+        if isinstance(job, LoadJob) and job.landing:
+            job.awaited = True
+            self.gate.wait_changed(lambda: not job.landing, None)
 
     def load_progress(self, rid: Any, data: torch.Tensor | None = None) -> None:
         """Land the load's next chunk: ``data`` (read by its job), else, for a disk load driven
@@ -320,6 +371,7 @@ class Recovery:
         meanwhile)."""
         ahead = self.reads.read_ahead(rid) if data is None else None
         with self.lock:
+            self.await_landing(rid)
             self.gate.check_block("load_progress", rid)
             job = self.load_job(rid)
             if ahead is not None:
@@ -346,8 +398,7 @@ class Recovery:
         with self.lock:
             if self.owns(job):
                 self.fail_load(job.rid, job, why, corrupt=True)
-        if not self.gate.io_inflight:  # the last disk load ended: the loaded files' unlinks
-            self.disk.reap()  # (DiskReads._ended), without the lock
+        self.reads.reap_if_idle()  # (without the lock)
 
     def abandon_offload(self, job: OffloadJob) -> None:
         """An offload job raised: cancel it (the device copy stays, the host slot is freed)."""
@@ -434,11 +485,12 @@ class Recovery:
             self.reads.read_window_ahead(rid)
             return self.install_load(rid)
         finally:
-            self.disk.reap()
+            self.reads.reap_if_idle()
 
     def install_load(self, rid: Any) -> tuple[int, int]:
         """:meth:`load_done` under the lock (the window's bytes read already, or read here)."""
         with self.lock:
+            self.await_landing(rid)
             self.gate.check_block("load_done", rid)
             m = self.meta
             job = self.load_job(rid)
@@ -510,6 +562,7 @@ class Recovery:
 
     def load_fail(self, rid: Any) -> None:
         with self.lock:
+            self.await_landing(rid)
             self.gate.check_block("load_fail", rid)
             self.fail_load(rid, self.load_job(rid), "load failed", corrupt=False)
 

@@ -346,3 +346,75 @@ def test_a_loaded_file_left_by_a_crash_is_adopted_with_exact_bytes(tmp_path: Pat
             check_window(run, toks)
     finally:
         c2.close()
+
+
+def test_loaded_files_wait_for_the_last_load_or_the_bound(tmp_path: Path) -> None:
+    """A loaded file's unlink waits while other disk loads run, and runs once
+    ``REAP_AFTER`` doomed files wait, loads in flight or not (a server whose disk loads never
+    all end still frees them)."""
+    from kvstate.impl.diskreads import REAP_AFTER
+
+    toks = harness_tokens(4 * L + 1)
+    persist(tmp_path, toks)
+    c = HeterogeneousKVCache(
+        G, cache_dir=tmp_path, executors="manual", writer=DeterministicWriter()
+    )
+    try:
+        on_disk = set(files(tmp_path))
+        c.admit(c.request(toks))
+        io = c.pipelines.io
+        assert len(io.pending()) == G.io_cap < 4  # the cap holds the other loads back
+        io.run(io.pending()[0])  # one load ends while the others run: its unlink waits
+        assert c.core.gate.io_inflight > 0
+        assert c.stats()["disk_unlinking"] == 1 and set(files(tmp_path)) == on_disk
+        extra = tmp_path / "extra"
+        extra.mkdir()
+        for i in range(REAP_AFTER):  # files the test dooms itself: the bound reached
+            (extra / f"{i}").write_bytes(b"")
+            c.core.disk.dir.doom(extra / f"{i}")
+        io.run(io.pending()[0])
+        assert c.core.gate.io_inflight > 0  # loads still run, yet every doomed file is gone
+        assert c.stats()["disk_unlinking"] == 0 and not list(extra.iterdir())
+        assert len(set(files(tmp_path))) == len(on_disk) - 2
+        c.pipelines.drain()  # the last load's end unlinks the rest
+        assert c.stats()["disk_unlinking"] == 0 and files(tmp_path) == []
+    finally:
+        c.close()
+
+
+def test_a_failure_from_another_thread_waits_for_the_landing(tmp_path: Path) -> None:
+    """A disk load's job copies its chunks into its slot without the lock (``job.landing``
+    up meanwhile); a failure delivered from another thread (a test hook, the step-by-step
+    surface) waits until the copy is over, so it never frees a slot being written."""
+    import threading
+
+    toks = harness_tokens(2 * L + 1)
+    persist(tmp_path, toks)
+    c = HeterogeneousKVCache(
+        G, cache_dir=tmp_path, executors="manual", writer=DeterministicWriter()
+    )
+    try:
+        c.admit(c.request(toks))
+        io = c.pipelines.io
+        rid = io.pending()[0]
+        job = io.get(rid)
+        job.landing = True  # (as its job's thread holds it while copying)
+        failed = threading.Event()
+
+        def fail() -> None:
+            c.test_hooks().fail_load(rid, job, "a late I/O error", True)
+            failed.set()
+
+        t = threading.Thread(target=fail)
+        t.start()
+        assert not failed.wait(0.3)  # waiting for the landing: the load is still running
+        assert c.inspect().meta.ckv[rid] == CKV.LOADING
+        assert job.awaited  # (so the landing's end wakes it)
+        with c.core.lock:  # the copy is over (as ``DiskReads._land`` ends it)
+            job.landing = False
+            c.core.gate.notify_changed()
+        assert failed.wait(10)
+        t.join()
+        assert c.inspect().meta.ckv[rid] == CKV.DISK
+    finally:
+        c.close()
