@@ -98,13 +98,8 @@ class DiskReads:
                 return False  # pragma: no cover: load_progress raises for an injected fault
             else:
                 k = self.meta.prog[rid]
-                if job.chunks is not None:
-                    if job.landed[0] <= k < job.landed[1]:  # (its bytes in the slot already)
-                        self.owner.chunk_landed(rid, k)
-                    else:
-                        self.owner.load_progress(
-                            rid, job.chunks[k] if k < len(job.chunks) else None
-                        )
+                if job.chunks is not None:  # (chunk k on are in the slot already: _land)
+                    self.owner.chunk_landed(rid, k)
                     return False
         if done:
             return True
@@ -131,19 +126,19 @@ class DiskReads:
     def _land(self, job: LoadJob, k0: int) -> None:
         """Copy the chunks ``k0`` on (read and authenticated by this step) into the job's
         device slot *without* the lock; the later steps take their ``load_progress`` under it,
-        one each (``job.landed``).  Under the lock, the copies were a 1M recovery's longest
+        one each (an entry has ``load_steps`` chunks, checked at its scan).  Under the lock, the copies were a 1M recovery's longest
         work there, every other load's step waiting behind them.  The slot is the job's while
         its record is LOADING and the job owns it: only the job ends its load in its own
         steps, and a failure delivered from another thread (the step-by-step surface, a test
         hook) waits until ``job.landing`` is down (:meth:`LoadOwner.await_landing`)."""
         rid = job.rid
-        chunks = job.chunks or []
+        n = len(job.chunks or ())
         with self.gate.lock:
             if not self.owner.owns(job):
                 return  # (its next step gives the buffer back and ends)
             job.landing = True
         try:
-            for k in range(k0, len(chunks)):
+            for k in range(k0, n):
                 self.owner.land_chunk(job, k)
         except Exception as exc:  # any failure is a failed load: nothing stays LOADING
             with self.gate.lock:
@@ -157,7 +152,6 @@ class DiskReads:
             raise err from exc
         with self.gate.lock:
             self._landed(job)
-            job.landed = (k0, len(chunks))
 
     def _landed(self, job: LoadJob) -> None:
         """The job's copies are over (the lock held): wake a failure waiting for them, if one

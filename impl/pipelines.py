@@ -106,7 +106,6 @@ class LoadJob(Job):
         # delivered from elsewhere waits until it is down (``Recovery.await_landing``)
         self.landing = False
         self.awaited = False  # a failure waits for the landing to end (wake it then)
-        self.landed = (0, 0)  # chunks [lo, hi) copied into ``dst`` already (their steps to take)
 
     def step(self) -> bool:
         c = self.owner

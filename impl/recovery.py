@@ -155,14 +155,18 @@ class Recovery:
         self.tiers.build_index(slot)
         with self.lock:
             built = m.slot[rid] == slot and m.ver[rid] == ver and self.pipes.cpu.get(rid) is job
-            self.rebuild_done(rid, built=built)
+            self._rebuild_done(rid, build=not built)
 
-    def rebuild_done(self, rid: Any, built: bool = False) -> None:
-        """The table's ``rebuild_done`` (``built``: the keys are in the slot already)."""
+    def rebuild_done(self, rid: Any) -> None:
+        """The table's ``rebuild_done`` asked by name: the keys computed here, under the lock."""
+        self._rebuild_done(rid, build=True)
+
+    def _rebuild_done(self, rid: Any, build: bool) -> None:
+        """``rebuild_done`` (``build``: compute the keys; else the job computed them)."""
         with self.lock:
             self.gate.check_block("rebuild_done", rid)
             m = self.meta
-            self.store.stamp_index(rid, not built)
+            self.store.stamp_index(rid, build)
             m.ixpipe[rid] = PIPE_NONE
             self.pipes.cpu.forget(rid)
             self.gate.notify_changed()
