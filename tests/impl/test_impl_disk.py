@@ -348,10 +348,16 @@ def test_a_loaded_file_left_by_a_crash_is_adopted_with_exact_bytes(tmp_path: Pat
         c2.close()
 
 
+def loading(c: HeterogeneousKVCache) -> int:
+    return int(c.stats()["blocks"].get("loading", 0))
+
+
 def test_loaded_files_wait_for_the_last_load_or_the_bound(tmp_path: Path) -> None:
     """A loaded file's unlink waits while other disk loads run, and runs once
     ``REAP_AFTER`` doomed files wait, loads in flight or not (a server whose disk loads never
     all end still frees them)."""
+    from types import SimpleNamespace
+
     from kvstate.impl.diskreads import REAP_AFTER
 
     toks = harness_tokens(4 * L + 1)
@@ -361,19 +367,20 @@ def test_loaded_files_wait_for_the_last_load_or_the_bound(tmp_path: Path) -> Non
     )
     try:
         on_disk = set(files(tmp_path))
+        doom = c.test_hooks().replace_disk_method("delete", None)  # the tier's own
         c.admit(c.request(toks))
         io = c.pipelines.io
         assert len(io.pending()) == G.io_cap < 4  # the cap holds the other loads back
         io.run(io.pending()[0])  # one load ends while the others run: its unlink waits
-        assert c.core.gate.io_inflight > 0
+        assert loading(c) > 0
         assert c.stats()["disk_unlinking"] == 1 and set(files(tmp_path)) == on_disk
         extra = tmp_path / "extra"
         extra.mkdir()
         for i in range(REAP_AFTER):  # files the test dooms itself: the bound reached
             (extra / f"{i}").write_bytes(b"")
-            c.core.disk.dir.doom(extra / f"{i}")
+            doom(SimpleNamespace(path=extra / f"{i}"))
         io.run(io.pending()[0])
-        assert c.core.gate.io_inflight > 0  # loads still run, yet every doomed file is gone
+        assert loading(c) > 0  # loads still run, yet every doomed file is gone
         assert c.stats()["disk_unlinking"] == 0 and not list(extra.iterdir())
         assert len(set(files(tmp_path))) == len(on_disk) - 2
         c.pipelines.drain()  # the last load's end unlinks the rest
@@ -393,6 +400,9 @@ def test_a_failure_from_another_thread_waits_for_the_landing(tmp_path: Path) -> 
     c = HeterogeneousKVCache(
         G, cache_dir=tmp_path, executors="manual", writer=DeterministicWriter()
     )
+    lock = threading.RLock()
+    changed = threading.Condition(lock)
+    c.test_hooks().set_lock(lock, changed)  # (ours: the test ends the landing itself)
     try:
         c.admit(c.request(toks))
         io = c.pipelines.io
@@ -410,9 +420,9 @@ def test_a_failure_from_another_thread_waits_for_the_landing(tmp_path: Path) -> 
         assert not failed.wait(0.3)  # waiting for the landing: the load is still running
         assert c.inspect().meta.ckv[rid] == CKV.LOADING
         assert job.awaited  # (so the landing's end wakes it)
-        with c.core.lock:  # the copy is over (as ``DiskReads._land`` ends it)
+        with lock:  # the copy is over (as ``DiskReads._land`` ends it)
             job.landing = False
-            c.core.gate.notify_changed()
+            changed.notify_all()
         assert failed.wait(10)
         t.join()
         assert c.inspect().meta.ckv[rid] == CKV.DISK
