@@ -356,7 +356,7 @@ class Recovery:
                 raise InternalError(
                     f"record {rid}: chunk {k} landed at progress {self.meta.prog[rid]}"
                 )
-            self.meta.prog[rid] += 1
+            self.meta.prog[rid] = k + 1
 
     def await_landing(self, rid: Any) -> None:
         """Wait (the lock held, released meanwhile) until no chunk is being copied into the

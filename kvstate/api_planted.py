@@ -108,6 +108,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "            self.meta.prog[rid] += 2",
     ),
     Mutant(
+        "landed_chunk_skips_a_chunk",
+        "a disk load's landed chunk counted twice (its job's own step)",
+        "impl/recovery.py",
+        "            self.meta.prog[rid] = k + 1",
+        "            self.meta.prog[rid] = k + 2",
+    ),
+    Mutant(
         "disk_checksum_not_verified",
         "MAC never verified",
         "impl/disk.py",
