@@ -115,6 +115,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "            self.meta.prog[rid] = k + 2",
     ),
     Mutant(
+        "rebuild_done_by_name_computes_no_keys",
+        "an indexer rebuild completed by name stamps keys it never computed",
+        "impl/recovery.py",
+        "        self._rebuild_done(rid, build=True)",
+        "        self._rebuild_done(rid, build=False)",
+    ),
+    Mutant(
         "disk_checksum_not_verified",
         "MAC never verified",
         "impl/disk.py",

@@ -11,7 +11,8 @@ lands in) and its own failure handling (a read that fails unlocked fails the loa
 lock, if the load is still where the read left it), which the job's path never runs.
 
 ``act_step(b, k)``: the next table action of block ``b``'s load (``load_done`` where the guard
-allows it, else ``load_progress``), through ``act``, with the disk's read replaced for that
+allows it, else ``load_progress``; with no load there, its queued indexer rebuild's
+``rebuild_done``), through ``act``, with the disk's read replaced for that
 call by the world's ``k``-th answer (:data:`READS`): the real bytes, an I/O error, a short
 read (the file ends early), or an exception no file system raises (a bug in a reader).  A
 failed read is a failed load (the table's ``load_fail``: ``CorruptEntry``, absorbed here as the
@@ -126,7 +127,7 @@ def do_act_step(h: Any, o: Any) -> int | None:
     b = _fail_target(h, o.arg("b")) if world == FAIL else o.arg("b")
     job = None if b is None else _load(h, b)
     if b is None or job is None:
-        return None
+        return _rebuild_by_name(h, o.arg("b")) if world != FAIL else None
     rid = h.rids[b]
     disk = job.pipe is Pipe.IO
     name, fault = READS[world] if disk and world != FAIL else READS[0]
@@ -176,6 +177,21 @@ def do_act_step(h: Any, o: Any) -> int | None:
             "(a disk load's reads run without it: DiskReads.read_ahead / read_window_ahead)",
         )
     h.cov.add(f"act {action} of a {'disk' if disk else 'host'} load ({name})")
+    return None
+
+
+def _rebuild_by_name(h: Any, b: int) -> int | None:
+    """No load runs at block ``b``: the indexer rebuild queued there (a disk load's follow-up)
+    completed by name, ``rebuild_done`` through ``act``, as a step-by-step engine completes
+    it.  The call computes the keys itself (the job's own step computes them before the
+    lock); the later reads compare them with the compressed KV they index."""
+    from kvstate.spec.phases import Indexer
+
+    rid = h.rids[b]
+    if h.threads or h.view.meta.idx[rid] != Indexer.REBUILDING:
+        return None
+    h.hooks.act("rebuild_done", rid)
+    h.cov.add("act rebuild_done of a queued rebuild")
     return None
 
 
