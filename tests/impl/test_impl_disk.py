@@ -428,3 +428,39 @@ def test_a_failure_from_another_thread_waits_for_the_landing(tmp_path: Path) -> 
         assert c.inspect().meta.ckv[rid] == CKV.DISK
     finally:
         c.close()
+
+
+def test_a_landing_copy_that_raises_fails_the_load(tmp_path: Path) -> None:
+    """A chunk copy that raises while the job lands its chunks without the lock (here: chunks
+    of the wrong size) is a failed load, as any failure under the lock was: the record back
+    on disk and marked corrupt, its slot free again, no load left running, and the admission
+    waiting for it truncates (``use`` serves nothing over the failed block)."""
+    toks = harness_tokens(2 * L + 1)
+    persist(tmp_path, toks)
+    c = HeterogeneousKVCache(
+        G, cache_dir=tmp_path, executors="manual", writer=DeterministicWriter()
+    )
+    try:
+        free = c.stats()["device_free"]
+        hooks = c.test_hooks()
+        real = hooks.replace_disk_method("read_block", None)
+
+        def short_chunks(entry: Any, with_swa: bool) -> Any:
+            buf, chunks, swa = real(entry, with_swa)
+            return buf, [x[:-1] for x in chunks], swa  # (authenticated, then cut: a bug's)
+
+        hooks.replace_disk_method("read_block", short_chunks)
+        a = c.admit(c.request(toks))
+        rids = list(c.pipelines.io.pending())
+        assert rids
+        c.pipelines.drain()
+        hooks.replace_disk_method("read_block", None)
+        meta = c.inspect().meta
+        for rid in rids:
+            assert meta.ckv[rid] == CKV.DISK and meta.corrupt[rid]
+        assert loading(c) == 0 and c.pipelines.errors() == []
+        with c.use(a) as run:
+            assert run.hit_tokens == 0
+        assert c.stats()["device_free"] == free
+    finally:
+        c.close()
