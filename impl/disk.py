@@ -63,6 +63,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
+import numpy as np
 import torch
 
 from .diskdir import KEY_BYTES, OPEN_FLAGS, Directory, create_private, load_key
@@ -483,13 +484,14 @@ class DiskTier:
 
     def read_block(
         self, entry: DiskEntry, with_swa: bool
-    ) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor | None]:
+    ) -> tuple[torch.Tensor, list[np.ndarray], torch.Tensor | None]:
         """A disk load's whole payload in one read (one open, one ``fstat``, one direct read,
         where a read per chunk paid them per chunk), then every chunk's MAC (and, ``with_swa``,
         the window section's) verified before anything is returned: (the buffer, to give back
-        with :meth:`give_back` once nothing uses it; each chunk's authenticated bytes, views of
-        the buffer; the window's, or None).  Raises CorruptEntry if any MAC fails: no byte of a
-        block whose file fails anywhere is returned."""
+        with :meth:`give_back` once nothing uses it; each chunk's authenticated bytes, numpy
+        views of the buffer, landed without the lock by numpy copies where torch calls took
+        the GIL back and forth; the window's, or None).  Raises CorruptEntry if any MAC fails:
+        no byte of a block whose file fails anywhere is returned."""
         chunks = entry.chunks
         hi = chunks[-1][3] if chunks else 0
         if with_swa:
@@ -500,12 +502,13 @@ class DiskTier:
         # the aligned window around [0, hi), and its alignment
         base = self.block_buffer(hi + 3 * DIRECT_ALIGN)
         data = self._read_payload(entry, 0, hi, base)
-        view = data.numpy().data
+        arr = data.numpy()
+        view = arr.data
         try:
             out = []
             for k, (_, _, lo, end, mac) in enumerate(chunks):
                 self._check(entry, k, lo, end, mac, view[lo:end])
-                out.append(data[lo:end])
+                out.append(arr[lo:end])
             swa = None
             if with_swa and entry.swa_section is not None:
                 lo, end, mac = entry.swa_section
@@ -557,11 +560,11 @@ class DiskTier:
         name is its own (random, never reused), so a later entry of its key is never hit."""
         self.dir.doom(entry.path)
 
-    def reap(self) -> None:
-        """Unlink the doomed entries (any thread, never under the cache's lock).  A refused
-        unlink (a read-only file system) leaves the file in ``orphans``: authentic and exact,
-        it is only space (a later opener may adopt it)."""
-        self.dir.reap()
+    def reap(self, alone: bool = False) -> None:
+        """Unlink the doomed entries (any thread, never under the cache's lock; ``alone``:
+        :meth:`Directory.reap`).  A refused unlink (a read-only file system) leaves the file in
+        ``orphans``: authentic and exact, it is only space (a later opener may adopt it)."""
+        self.dir.reap(alone)
 
     @property
     def unlinking(self) -> int:

@@ -48,13 +48,22 @@ class LoadOwner(Protocol):
     def chunk_landed(self, rid: int, k: int) -> None: ...
 
 
-# doomed files a load's end unlinks even while other disk loads run (one worker takes them all)
+# the fewest doomed files a load's end unlinks while other disk loads run (the bound is the
+# disk tier's entries where they are more: :meth:`DiskReads.reap_if_idle`)
 REAP_AFTER: Final = 256
 
 
 class DiskReads:
-    def __init__(self, owner: LoadOwner, gate: GuardGate, disk: DiskTier, pipes: Pipelines) -> None:
+    def __init__(
+        self,
+        owner: LoadOwner,
+        gate: GuardGate,
+        disk: DiskTier,
+        pipes: Pipelines,
+        reap_after: int = REAP_AFTER,
+    ) -> None:
         self.owner = owner
+        self.reap_after = reap_after
         self.gate = gate
         self.meta = gate.meta
         self.disk = disk
@@ -164,14 +173,20 @@ class DiskReads:
     def reap_if_idle(self) -> None:
         """A disk load is over (its job's end, an abandoned job, a load ended by name): the
         loaded files' unlinks (``reap``, without the lock) wait until no disk load is in
-        flight.  An unlink frees the file's extents and takes the directory's lock in the file
-        system, so one after every load put it between the reads of a recovery (at 64K about
-        as long as the reads themselves, on two cores); the last load to end (``io_inflight``
-        0 once its own ``load_done`` or ``load_fail`` ran) unlinks them all, and so does any
-        load's end that finds :data:`REAP_AFTER` waiting: a server whose disk loads never all
-        end still frees them."""
-        if not self.gate.io_inflight or self.disk.unlinking >= REAP_AFTER:
+        flight.  An unlink takes the directory's lock and, with the file system's metadata
+        out of the page cache, reads its block bitmaps from the disk (about 0.5 ms per file
+        here, mostly waiting): between a recovery's reads, the unlinks took disk time from
+        them (at 64K about as long as the reads themselves, on two cores; at 1M a worker
+        unlinked all the time).  The last load to end (``io_inflight`` 0 once its own
+        ``load_done`` or ``load_fail`` ran) unlinks them all; a load's end that finds
+        ``reap_after`` waiting (:data:`REAP_AFTER`, or the disk tier's entries where more: the
+        files on disk never exceed about twice the tier's) unlinks those, one such end at a
+        time, while the others go on loading: a server whose disk loads never all end still
+        frees them."""
+        if not self.gate.io_inflight:
             self.disk.reap()
+        elif self.disk.unlinking >= self.reap_after:
+            self.disk.reap(alone=True)
 
     def _give_back(self, job: LoadJob) -> None:
         """The job's read buffer to the disk tier (nothing reads its chunks any more)."""

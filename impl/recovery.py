@@ -22,6 +22,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 from kvstate.kernels import KernelError
@@ -30,7 +31,7 @@ from kvstate.spec.table import Table
 
 from .blocks import BlockStore
 from .disk import DiskEntry, DiskTier
-from .diskreads import DiskReads, why_failed
+from .diskreads import REAP_AFTER, DiskReads, why_failed
 from .errors import CorruptEntry, InternalError, OutOfCapacity, Refused
 from .events import EventKind, EventLog
 from .gate import GuardGate
@@ -96,7 +97,7 @@ class Recovery:
         self.disk_lru = spills.disk_lru
         self.disk_entries = spills.disk_entries
         # the disk loads' reads made without the lock
-        self.reads = DiskReads(self, gate, disk, pipes)
+        self.reads = DiskReads(self, gate, disk, pipes, reap_after=max(REAP_AFTER, disk_blocks))
         self.want_rebuild: set[int] = set()  # start an indexer rebuild when this load lands
         # verify the restored tail when this load lands
         self.want_tail_check: dict[int, TailCheckJob] = {}
@@ -317,7 +318,7 @@ class Recovery:
             raise InternalError(f"record {rid} is LOADING without a load job")
         return job
 
-    def _chunk(self, job: LoadJob, k: int, data: torch.Tensor | None) -> None:
+    def _chunk(self, job: LoadJob, k: int, data: torch.Tensor | np.ndarray | None) -> None:
         """Land chunk ``k`` of the load (``data``: its bytes, already read and authenticated
         without the lock; else a disk source is read here)."""
         if job.fault:
@@ -335,7 +336,7 @@ class Recovery:
             chunk = units[k * n // self.k.load_steps : (k + 1) * n // self.k.load_steps]
             self.tiers.land_host(chunk, job.src, job.dst)
 
-    def _land_bytes(self, job: LoadJob, k: int, data: torch.Tensor) -> None:
+    def _land_bytes(self, job: LoadJob, k: int, data: torch.Tensor | np.ndarray) -> None:
         entry: DiskEntry = job.src
         self.tiers.land_chunk(entry.chunks[k][0], entry.chunks[k][1], data, job.dst)
 

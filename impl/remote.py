@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+import numpy as np
 import torch
 
 from .disk import DiskTier
@@ -218,7 +219,7 @@ class RemoteTier(DiskTier):
         """Forget an entry locally: a shared entry is the server's to evict (TTL, maxmemory),
         never one node's to delete while another may be hitting it."""
 
-    def reap(self) -> None:
+    def reap(self, alone: bool = False) -> None:
         """Nothing to unlink (the disk tier's surface)."""
 
     @property
@@ -235,7 +236,7 @@ class RemoteTier(DiskTier):
             return sec[0], sec[1]
         return entry.chunks[index][2], entry.chunks[index][3]
 
-    def _verified(self, entry: DiskEntry, index: int, got: torch.Tensor | None) -> torch.Tensor:
+    def _verified(self, entry: DiskEntry, index: int, got: np.ndarray | None) -> np.ndarray:
         """``got`` (the chunk's bytes as read, a view of the load's buffer, of its span's size:
         :meth:`_read` refused another; None: not in the store) if authentic; else
         CorruptEntry.  The MAC runs over the buffer itself: what lands is what was checked."""
@@ -245,19 +246,19 @@ class RemoteTier(DiskTier):
             lo, hi, mac = sec
         else:
             _, _, lo, hi, mac = entry.chunks[index]
-        value = None if got is None else got.numpy().data
-        if value is None:
+        if got is None:
             raise CorruptEntry(f"{entry.path}: chunk {index} is gone from the store")
-        if not self.macs.verify(entry.key, entry.nonce, index, lo, hi, mac, value):
+        if not self.macs.verify(entry.key, entry.nonce, index, lo, hi, mac, got.data):
             raise CorruptEntry(f"{entry.path}: MAC (keyed checksum) mismatch in chunk {index}")
-        return got  # type: ignore[return-value]
+        return got
 
     def _read(
         self, entry: DiskEntry, idx: list[int], base: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    ) -> tuple[torch.Tensor, list[np.ndarray]]:
         """Chunks ``idx`` of ``entry`` in one pipelined read, each received into its payload
         span of one buffer (``base``, else a fresh one) and authenticated there: (the buffer,
-        each chunk's view of it).  CorruptEntry if any is gone, of another size, or fails its
+        each chunk's numpy view of it: no torch call, which takes the GIL back and forth, on
+        the I/O workers' path).  CorruptEntry if any is gone, of another size, or fails its
         MAC, or when the store does not answer."""
         spans = [self._span(entry, k) for k in idx]
         end = max((hi for _, hi in spans), default=0)
@@ -279,16 +280,17 @@ class RemoteTier(DiskTier):
             raise CorruptEntry(str(exc)) from exc
         finally:
             view.release()
+        arr = base.numpy()
         out = []
         for k, (lo, hi), size in zip(idx, spans, sizes, strict=True):
             if size != MISSING and size != hi - lo:
                 raise CorruptEntry(f"{entry.path}: chunk {k} is {size} bytes, not {hi - lo}")
-            out.append(self._verified(entry, k, None if size == MISSING else base[lo:hi]))
+            out.append(self._verified(entry, k, None if size == MISSING else arr[lo:hi]))
         return base, out
 
     def read_block(
         self, entry: DiskEntry, with_swa: bool
-    ) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor | None]:
+    ) -> tuple[torch.Tensor, list[np.ndarray], torch.Tensor | None]:
         """Every chunk (and, ``with_swa``, the window's section) in one pipelined read into one
         buffer (the disk tier's :meth:`~DiskTier.block_buffer`, given back once the load
         ends), each authenticated before anything is returned; CorruptEntry if any is gone or
@@ -296,16 +298,16 @@ class RemoteTier(DiskTier):
         idx = [*range(len(entry.chunks)), *([-1] if with_swa else [])]
         end = max((self._span(entry, k)[1] for k in idx), default=0)
         base, out = self._read(entry, idx, self.block_buffer(end))
-        swa = out.pop() if with_swa else None
+        swa = torch.from_numpy(out.pop()) if with_swa else None
         return base, out, swa
 
     def read_chunk(self, entry: DiskEntry, k: int, scratch: bool = False) -> torch.Tensor:
         if not 0 <= k < len(entry.chunks):  # pragma: no cover: callers pass a load's progress
             raise CorruptEntry(f"{entry.path}: no chunk {k}")
-        return self._read(entry, [k])[1][0]
+        return torch.from_numpy(self._read(entry, [k])[1][0])
 
     def read_swa(self, entry: DiskEntry) -> torch.Tensor:
-        return self._read(entry, [-1])[1][0]
+        return torch.from_numpy(self._read(entry, [-1])[1][0])
 
     # ---- headers ------------------------------------------------------------------------
     def _remote_entry(self, header: dict[str, Any], key: bytes, name: str) -> DiskEntry:

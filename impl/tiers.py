@@ -128,6 +128,9 @@ class Tiers:
         self.swa_pages_per_block = self.swa.pages_per_block
         # a disk chunk's units as kernel runs (group, layers, bytes), worked out once per range
         self._chunk_runs: dict[tuple[int, int], list[tuple[SlotGroup, range, int]]] = {}
+        # the same as numpy copies into each group's tier (``_np_runs``; None: not on the CPU)
+        self._np_chunk_runs: dict[tuple[int, int], list[tuple[np.ndarray, int, int, int]]] = {}
+        self._np_tiers: dict[str, np.ndarray] | None = None
         # (group, device address of slot 0, bytes per slot): pins record page addresses cheaply
         self.slot_bases = tuple(
             (grp.name, grp.device_data.data_ptr(), grp.pages_per_block * grp.page_bytes)
@@ -268,7 +271,7 @@ class Tiers:
             src = grp.host_data[layers.start : layers.stop, grp.host_index(hslot)]
             self._scatter(grp, layers, src.contiguous(), slot)
 
-    def land_chunk(self, ulo: int, uhi: int, data: torch.Tensor, slot: int) -> int:
+    def land_chunk(self, ulo: int, uhi: int, data: torch.Tensor | np.ndarray, slot: int) -> int:
         """Copy the disk units ``[ulo, uhi)``, laid out back to back in ``data``, to device slot
         ``slot``; returns the bytes used.  A disk load lands each of its chunks this way, and the
         chunk's runs are worked out once per range (not a list of every disk unit and its runs
@@ -280,9 +283,57 @@ class Tiers:
                 for grp, layers in self._runs(self.units(False)[ulo:uhi])
             ]
             self._chunk_runs[(ulo, uhi)] = runs
+        nruns = self._np_runs(ulo, uhi, runs)
+        if nruns is not None and 0 <= slot < nruns[0][0].shape[1]:
+            return self._np_land(nruns, data, slot)
+        src = torch.from_numpy(data) if isinstance(data, np.ndarray) else data
         off = 0
         for grp, layers, n in runs:
-            self._scatter(grp, layers, data[off : off + n], slot)
+            self._scatter(grp, layers, src[off : off + n], slot)
+            off += n
+        return off
+
+    def _np_runs(
+        self, ulo: int, uhi: int, runs: list[tuple[SlotGroup, range, int]]
+    ) -> list[tuple[np.ndarray, int, int, int]] | None:
+        """A chunk's runs as numpy copies (each group's tier seen as ``[layers, slots, block
+        bytes]``), where the tiers are contiguous CPU tensors and the kernels' backend is
+        torch; None elsewhere (a GPU's tiers take the scatter).  A landing is run by the I/O
+        workers without the lock, eight at a time: each torch call there released and took
+        back the GIL, and each tensor made or freed took it from C++ (about 40 context
+        switches per block of a 64K recovery, where the copies' bytes are the only work)."""
+        got = self._np_chunk_runs.get((ulo, uhi))
+        if got is not None:
+            return got
+        if self._torch_copies is None:
+            self._torch_copies = select_backend(self.backend).backend is Backend.TORCH
+        if not self._torch_copies or self.device.type != "cpu":
+            return None
+        if self._np_tiers is None:
+            tiers: dict[str, np.ndarray] = {}
+            for grp in self.slot_groups:
+                d = grp.device_data
+                if not d.is_contiguous():  # pragma: no cover: the groups allocate them whole
+                    return None
+                per = d.shape[1] // grp.pages_per_block
+                tiers[grp.name] = d.view(torch.uint8).numpy().reshape(d.shape[0], per, -1)
+            self._np_tiers = tiers
+        got = [(self._np_tiers[grp.name], lay.start, lay.stop, n) for grp, lay, n in runs]
+        self._np_chunk_runs[(ulo, uhi)] = got
+        return got
+
+    @staticmethod
+    def _np_land(
+        nruns: list[tuple[np.ndarray, int, int, int]], data: torch.Tensor | np.ndarray, slot: int
+    ) -> int:
+        """:meth:`land_chunk` by numpy copies (``_np_runs``): the GIL is let go once per copy."""
+        src = data if isinstance(data, np.ndarray) else data.numpy()
+        if src.ndim != 1 or src.dtype != np.uint8:  # (the tiers' own bytes are uint8)
+            src = np.ascontiguousarray(src).reshape(-1).view(np.uint8)
+        off = 0
+        for tier, l0, l1, n in nruns:
+            dst = tier[l0:l1, slot]
+            dst[...] = src[off : off + n].reshape(dst.shape)
             off += n
         return off
 

@@ -63,7 +63,7 @@ DISK_MUTANTS: tuple[tuple[str, str, str, str, str], ...] = (
         "a file kvstate let go of left on disk: the loaded files' unlinks wait for a load in "
         "flight, and the last load to end leaves them",
         "impl/diskreads.py",
-        "if not self.gate.io_inflight or self.disk.unlinking >= REAP_AFTER:",
-        "if self.gate.io_inflight and self.disk.unlinking >= REAP_AFTER:",
+        "        if not self.gate.io_inflight:\n            self.disk.reap()\n",
+        "        if False:\n            self.disk.reap()\n",
     ),
 )

@@ -35,7 +35,7 @@ REMOTE_BUGS: tuple[Seeded, ...] = (
         (
             Edit(
                 _REMOTE,
-                "        if not self.macs.verify(entry.key, entry.nonce, index, lo, hi, mac, value):",
+                "        if not self.macs.verify(entry.key, entry.nonce, index, lo, hi, mac, got.data):",
                 "        if False:",
             ),
         ),

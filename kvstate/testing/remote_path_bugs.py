@@ -72,8 +72,8 @@ REMOTE_PATH_BUGS: tuple[Seeded, ...] = (
         (
             Edit(
                 _REMOTE,
-                "        return self._read(entry, [k])[1][0]",
-                "        return self._read(entry, [max(k - 1, 0)])[1][0]",
+                "        return torch.from_numpy(self._read(entry, [k])[1][0])",
+                "        return torch.from_numpy(self._read(entry, [max(k - 1, 0)])[1][0])",
             ),
         ),
     ),

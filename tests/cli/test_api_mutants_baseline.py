@@ -11,7 +11,6 @@ import pytest
 
 from kvstate import api_mutants
 
-
 _STAGE = api_mutants.stage
 
 

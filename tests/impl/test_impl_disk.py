@@ -352,37 +352,53 @@ def loading(c: HeterogeneousKVCache) -> int:
     return int(c.stats()["blocks"].get("loading", 0))
 
 
-def test_loaded_files_wait_for_the_last_load_or_the_bound(tmp_path: Path) -> None:
-    """A loaded file's unlink waits while other disk loads run, and runs once
-    ``REAP_AFTER`` doomed files wait, loads in flight or not (a server whose disk loads never
-    all end still frees them)."""
+@pytest.mark.parametrize("disk_blocks", [16, 300])
+def test_loaded_files_wait_for_the_last_load_or_the_bound(tmp_path: Path, disk_blocks: int) -> None:
+    """A loaded file's unlink waits while other disk loads run, and runs once the bound's
+    doomed files wait, loads in flight or not (a server whose disk loads never all end still
+    frees them).  The bound is ``REAP_AFTER``, or the disk tier's entries where they are more
+    (the unlinks of a recovery larger than ``REAP_AFTER`` blocks wait for its end)."""
     from types import SimpleNamespace
 
     from kvstate.impl.diskreads import REAP_AFTER
 
+    bound = max(REAP_AFTER, disk_blocks)
     toks = harness_tokens(4 * L + 1)
     persist(tmp_path, toks)
     c = HeterogeneousKVCache(
-        G, cache_dir=tmp_path, executors="manual", writer=DeterministicWriter()
+        G,
+        cache_dir=tmp_path,
+        executors="manual",
+        writer=DeterministicWriter(),
+        disk_blocks=disk_blocks,
     )
     try:
         on_disk = set(files(tmp_path))
         doom = c.test_hooks().replace_disk_method("delete", None)  # the tier's own
+        extra = tmp_path / "extra"
+        extra.mkdir()
+
+        def doom_extra(n: int) -> None:  # files the test dooms itself
+            for _ in range(n):
+                f = extra / f"{len(list(extra.iterdir()))}"
+                f.write_bytes(b"")
+                doom(SimpleNamespace(path=f))
+
         c.admit(c.request(toks))
         io = c.pipelines.io
         assert len(io.pending()) == G.io_cap < 4  # the cap holds the other loads back
         io.run(io.pending()[0])  # one load ends while the others run: its unlink waits
         assert loading(c) > 0
         assert c.stats()["disk_unlinking"] == 1 and set(files(tmp_path)) == on_disk
-        extra = tmp_path / "extra"
-        extra.mkdir()
-        for i in range(REAP_AFTER):  # files the test dooms itself: the bound reached
-            (extra / f"{i}").write_bytes(b"")
-            doom(SimpleNamespace(path=extra / f"{i}"))
-        io.run(io.pending()[0])
+        doom_extra(bound - 3)
+        io.run(io.pending()[0])  # one short of the bound: nothing unlinked
+        assert loading(c) > 0
+        assert c.stats()["disk_unlinking"] == bound - 1 and set(files(tmp_path)) == on_disk
+        doom_extra(1)
+        io.run(io.pending()[0])  # the bound reached
         assert loading(c) > 0  # loads still run, yet every doomed file is gone
         assert c.stats()["disk_unlinking"] == 0 and not list(extra.iterdir())
-        assert len(set(files(tmp_path))) == len(on_disk) - 2
+        assert len(set(files(tmp_path))) == len(on_disk) - 3
         c.pipelines.drain()  # the last load's end unlinks the rest
         assert c.stats()["disk_unlinking"] == 0 and files(tmp_path) == []
     finally:

@@ -377,3 +377,38 @@ def test_the_cores_step_by_step_load_touches_no_file_under_the_lock(
             check_window(run, toks)
     finally:
         c.close()
+
+
+def test_a_bounded_reap_runs_alone(monkeypatch: Any, tmp_path: Path) -> None:
+    """The bounded reap in the middle of a recovery (``reap(alone=True)``) lets one worker
+    unlink while the others go back to loading: a second one returns at once, its files left
+    for the first or for the next reap; an unbounded reap (the last load's end) still joins
+    in.  When every worker that ended a load joined the bounded reap, no read was in flight
+    for the ~200 ms that 256 unlinks took."""
+    from kvstate.impl.diskdir import Directory
+
+    d = Directory(tmp_path)
+    names = [tmp_path / f"f{i}" for i in range(4)]
+    for p in names:
+        p.write_bytes(b"x")
+        d.doom(p)
+    release = threading.Event()
+    with faulty_fs(monkeypatch, tmp_path) as fs:
+        fs.stall("unlink", release, 10.0)
+        first = threading.Thread(target=d.reap, kwargs={"alone": True}, daemon=True)
+        first.start()
+        try:
+            assert fs.wait_entered("unlink", 1, timeout=10)
+            t0 = time.perf_counter()
+            d.reap(alone=True)  # another bounded reap: returns at once, nothing unlinked
+            assert time.perf_counter() - t0 < 1.0
+            assert fs.entered["unlink"] == 1 and d.unlinking == 4
+            joined = threading.Thread(target=d.reap, daemon=True)  # an unbounded one joins
+            joined.start()
+            assert fs.wait_entered("unlink", 2, timeout=10)
+        finally:
+            release.set()
+        first.join(timeout=10)
+        joined.join(timeout=10)
+    assert d.unlinking == 0 and not any(p.exists() for p in names)
+    d.close()

@@ -118,7 +118,7 @@ def test_a_block_read_serves_every_chunk_or_nothing(tmp_path: Path, direct: bool
             assert len(chunks) == 3
             for k, data in enumerate(chunks):
                 lo, hi = entry.chunks[k][2], entry.chunks[k][3]
-                assert torch.equal(data, flat[lo:hi])
+                assert torch.equal(torch.from_numpy(data), flat[lo:hi])
             assert (got_swa is not None) == with_swa
             if got_swa is not None:
                 assert torch.equal(got_swa, swa)
@@ -140,7 +140,9 @@ def test_a_block_read_serves_every_chunk_or_nothing(tmp_path: Path, direct: bool
             with pytest.raises(disk_mod.CorruptEntry):
                 tier.read_block(entry, False)
     entry.path.write_bytes(good)
-    assert torch.equal(tier.read_block(entry, True)[1][2], flat[entry.chunks[2][2] :])
+    assert torch.equal(
+        torch.from_numpy(tier.read_block(entry, True)[1][2]), flat[entry.chunks[2][2] :]
+    )
 
 
 @pytest.mark.parametrize("where", ["open", "read"])
