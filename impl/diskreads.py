@@ -86,32 +86,38 @@ class DiskReads:
         return over
 
     def _load_step(self, job: LoadJob) -> bool:
-        """:meth:`disk_load_step` (its CorruptEntry, a failed load, ends the job too)."""
+        """:meth:`disk_load_step` (its CorruptEntry, a failed load, ends the job too).  A
+        worker thread takes the landed chunks' ``load_progress`` steps and the ``load_done``
+        after them in one hold of the lock, each the table's transition as in a step of its
+        own: a step each took the lock five times more per block, and on two cores a taken
+        lock is a context switch.  Manual pipelines keep one transition per step (a test, the
+        harness, interleave others between them)."""
         rid = job.rid
         with self.gate.lock:
-            if not self.owner.owns(job):
-                self._give_back(job)
-                return True
-            entry: DiskEntry = job.src
-            done = False
-            if self.gate.can("load_done", rid):
-                if not job.swa_pages or job.swa_data is not None or job.fault:
-                    try:
-                        self.owner.install_load(rid)  # (raises CorruptEntry when the load fails)
-                    finally:
-                        self._give_back(job)
-                    done = True
-                k = -1  # the window's section, read before load_done
-            elif job.fault:
-                self.owner.load_progress(rid)  # fails the load (CorruptEntry)
-                return False  # pragma: no cover: load_progress raises for an injected fault
-            else:
-                k = self.meta.prog[rid]
-                if job.chunks is not None:  # (chunk k on are in the slot already: _land)
-                    self.owner.chunk_landed(rid, k)
-                    return False
-        if done:
-            return True
+            while True:
+                if not self.owner.owns(job):
+                    self._give_back(job)
+                    return True
+                entry: DiskEntry = job.src
+                if self.gate.can("load_done", rid):
+                    if not job.swa_pages or job.swa_data is not None or job.fault:
+                        try:
+                            self.owner.install_load(rid)  # (CorruptEntry when the load fails)
+                        finally:
+                            self._give_back(job)
+                        return True
+                    k = -1  # the window's section, read before load_done
+                elif job.fault:
+                    self.owner.load_progress(rid)  # fails the load (CorruptEntry)
+                    return False  # pragma: no cover: load_progress raises for an injected fault
+                else:
+                    k = self.meta.prog[rid]
+                    if job.chunks is not None:  # (chunk k on are in the slot already: _land)
+                        self.owner.chunk_landed(rid, k)
+                        if self.pipes.mode == "threads":
+                            continue  # (the next transition in the same hold of the lock)
+                        return False
+                break
         try:
             if k < 0:  # (the chunks landed without this job's read: the window alone)
                 data = self.disk.read_swa(entry)

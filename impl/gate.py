@@ -43,7 +43,9 @@ class GuardGate:
         self.L = table.consts.L
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)
-        self.waiters = 0  # threads in ``wait_changed``: only they need a notification
+        # what the threads in ``wait_changed`` wait for: only they need a notification, and
+        # only once what one of them waits for holds
+        self.waiting: list[Callable[[], bool]] = []
         # the table's global scalars the guards read (the parts update them under the lock)
         self.now = 0
         self.io_inflight = 0
@@ -83,18 +85,29 @@ class GuardGate:
 
     # ---- waiting for change ---------------------------------------------------------------
     def wait_changed(self, ready: Callable[[], bool], timeout: float | None) -> bool:
-        """Wait (the lock held) until ``ready()``, woken by every state change; False on timeout."""
-        self.waiters += 1
+        """Wait (the lock held) until ``ready()``, woken by a state change that makes it hold
+        (:meth:`notify_changed`); False on timeout."""
+        self.waiting.append(ready)
         try:
             return self.changed.wait_for(ready, timeout)
         finally:
-            self.waiters -= 1
+            self.waiting.remove(ready)
 
     def notify_changed(self) -> None:
-        """A state change (the lock held) some waiter may be waiting for; free when none waits
-        (every request's release comes here)."""
-        if self.waiters:
+        """A state change (the lock held) some waiter may be waiting for: the waiters are woken
+        where what one of them waits for holds now (asked here, under the lock the change
+        holds).  A waiting ``use`` was woken by every load's end and every rebuild's, and took
+        the lock back each time to find its recovery still pending: two context switches and
+        a lock hand-off per block, beside the I/O workers that need the lock.  Free when none
+        waits (every request's release comes here)."""
+        for ready in self.waiting:
+            try:
+                if not ready():
+                    continue
+            except Exception:  # noqa: BLE001 - the waiter asks again, and sees it raise
+                pass
             self.changed.notify_all()
+            return
 
     # ---- the states guards read -----------------------------------------------------------
     def block_view(self, rid: int) -> ChainView:

@@ -66,4 +66,32 @@ DISK_MUTANTS: tuple[tuple[str, str, str, str, str], ...] = (
         "        if not self.gate.io_inflight:\n            self.disk.reap()\n",
         "        if False:\n            self.disk.reap()\n",
     ),
+    (
+        "landing_copies_each_run_from_the_chunk_start",
+        "wrong bytes served: a chunk's runs landed from the chunk's first byte (the numpy copies)",
+        "impl/tiers.py",
+        "dst[...] = src[off : off + n].reshape(dst.shape)",
+        "dst[...] = src[:n].reshape(dst.shape)",
+    ),
+    (
+        "landing_into_the_slot_before",
+        "wrong bytes served: a chunk landed into another block's slot (the numpy copies)",
+        "impl/tiers.py",
+        "            return self._np_land(nruns, data, slot)",
+        "            return self._np_land(nruns, data, max(slot - 1, 0))",
+    ),
+    (
+        "waiters_woken_only_while_nothing_holds",
+        "a lost wake-up: a use waiting for its recovery woken only where nothing it waits for holds",
+        "impl/gate.py",
+        "                if not ready():\n                    continue",
+        "                if ready():\n                    continue",
+    ),
+    (
+        "threaded_load_batches_past_its_chunks",
+        "a load completed before its chunks landed: a worker's batched steps skip the landing",
+        "impl/diskreads.py",
+        "                    if job.chunks is not None:  # (chunk k on are in the slot already: _land)",
+        "                    if job.chunks is not None or self.pipes.mode == \"threads\":",
+    ),
 )
