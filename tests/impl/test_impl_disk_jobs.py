@@ -170,6 +170,59 @@ def test_a_failing_offload_is_cancelled(mode: str, monkeypatch: Any) -> None:
         c.close()
 
 
+def test_a_use_waiting_on_a_stalled_load_holds_back_no_other_use(tmp_path: Path) -> None:
+    """Two admissions wait in ``use`` for their recoveries; the first's load is stalled on
+    the disk, the second's completes: the second ``use`` returns at once.  A state change
+    wakes the waiters only where what one of them waits for holds (``GuardGate.notify_changed``
+    asks each); stopping at the first waiter whose condition does not hold lost the second's
+    wake-up, and it timed out behind a load it does not need."""
+    toks_a = harness_tokens(2 * L + 1, seed=3)
+    toks_b = harness_tokens(2 * L + 1, seed=4)
+    persist(tmp_path, toks_a)
+    persist(tmp_path, toks_b)
+    c = HeterogeneousKVCache(
+        G, cache_dir=tmp_path, executors="threads", writer=DeterministicWriter()
+    )
+    entered, release = threading.Event(), threading.Event()
+    try:
+        real: Any = None
+        first = [True]
+
+        def stalled(*args: Any) -> Any:
+            if first[0]:  # (the first disk read: one of the first admission's loads)
+                first[0] = False
+                entered.set()
+                release.wait(timeout=10)  # bounded so a failure cannot hang
+            return real(*args)
+
+        real = c.test_hooks().replace_disk_method("read_block", stalled)
+        a = c.admit(c.request(toks_a))
+        assert entered.wait(timeout=10)
+        waiting_a: list[Any] = []
+
+        def use_a() -> None:
+            with c.use(a, timeout=20) as run:
+                waiting_a.append(run.hit_tokens)
+
+        ta = threading.Thread(target=use_a, daemon=True)
+        ta.start()
+        time.sleep(0.2)  # (the first use waits first: its condition is asked first)
+        b = c.admit(c.request(toks_b))
+        t0 = time.perf_counter()
+        with c.use(b, timeout=5) as run:
+            assert run.hit_tokens == 2 * L
+            check_compressed(run, toks_b)
+        took = time.perf_counter() - t0
+        assert not release.is_set() and not waiting_a  # the first still waits on its load
+        assert took < 2.0, f"a use waited {took:.2f} s behind another's stalled load"
+        release.set()
+        ta.join(timeout=20)
+        assert waiting_a == [2 * L]
+    finally:
+        release.set()
+        c.close()
+
+
 # ---- item 6: a stalled disk read blocks nothing that does not need the disk -----------------
 def test_stalled_disk_read_blocks_no_other_work(tmp_path: Path) -> None:
     toks = harness_tokens(2 * L + 1)
