@@ -284,7 +284,7 @@ class Tiers:
             ]
             self._chunk_runs[(ulo, uhi)] = runs
         nruns = self._np_runs(ulo, uhi, runs)
-        if nruns is not None and 0 <= slot < nruns[0][0].shape[1]:
+        if nruns and 0 <= slot < nruns[0][0].shape[1]:  # (a chunk of no units: no copy)
             return self._np_land(nruns, data, slot)
         src = torch.from_numpy(data) if isinstance(data, np.ndarray) else data
         off = 0
